@@ -1,0 +1,34 @@
+"""awa: a Postgres-native background job queue, the full runtime in Python."""
+
+from awa.client import AsyncClient, Client
+from awa.config import QueueConfig, RateLimit, RetentionPolicy
+from awa.job import (
+    AwaError,
+    CallbackNotFound,
+    CallbackToken,
+    Cancel,
+    DatabaseError,
+    Job,
+    JobNotFound,
+    JobState,
+    RetryAfter,
+    SchemaNotMigrated,
+    SerializationError,
+    Snooze,
+    TerminalError,
+    UniqueConflict,
+    UnknownJobKind,
+    ValidationError,
+    WaitForCallback,
+)
+from awa.schema import current_migration_version, migrations, migrations_range
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient", "Client", "QueueConfig", "RateLimit", "RetentionPolicy",
+    "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "Job",
+    "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
+    "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
+    "WaitForCallback", "current_migration_version", "migrations", "migrations_range",
+]

@@ -1,0 +1,162 @@
+"""AsyncClient and its synchronous twin Client.
+
+The client is assembled from three roles, each in its own module so the tree
+shows the system:
+
+* ``awa.producer.ProducerMixin`` -- insert, insert_many, COPY, transactions;
+* ``awa.admin.AdminMixin``       -- the operator functions the CLI shares;
+* ``awa.worker.WorkerMixin``     -- handler registration, start, shutdown.
+
+``Client`` runs one private event loop on a daemon thread and forwards every
+coroutine method of an ``AsyncClient`` to it, so there is exactly one
+implementation of each operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from awa import config, db, schema
+from awa.admin import AdminMixin
+from awa.producer import ProducerMixin
+from awa.worker import WorkerMixin
+
+
+class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin):
+    def __init__(self, database_url: str | None = None,
+                 max_connections: int = config.MAX_CONNECTIONS) -> None:
+        self._database_url_arg = database_url
+        self._database_url: str | None = None
+        self.max_connections = max_connections
+        self._pool: AsyncConnectionPool | None = None
+        self._pool_lock: asyncio.Lock | None = None
+        self._schema_checked = False
+        WorkerMixin.__init__(self)
+
+    @property
+    def database_url(self) -> str:
+        if self._database_url is None:
+            self._database_url = db.resolve_database_url(self._database_url_arg)
+        return self._database_url
+
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        """The shared pool, opened on first use; refuses an unmigrated schema."""
+        if self._pool_lock is None:
+            self._pool_lock = asyncio.Lock()
+        async with self._pool_lock:
+            if self._pool is None:
+                url = await asyncio.to_thread(lambda: self.database_url)
+                self._pool = await db.open_pool(url, config.APP_NAME_WORKER,
+                                                max_size=self.max_connections)
+            if check_schema and not self._schema_checked:
+                async with self._pool.connection() as conn:
+                    await schema.ensure_migrated(conn)
+                self._schema_checked = True
+        return self._pool
+
+    async def migrate(self) -> list[int]:
+        pool = await self._get_pool(check_schema=False)
+        async with pool.connection() as conn:
+            applied = await schema.migrate(conn)
+        self._schema_checked = True
+        return applied
+
+    async def close(self) -> None:
+        await self._close_runtime()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+            self._schema_checked = False
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _LoopThread:
+    """A private asyncio loop on a daemon thread for the synchronous client."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="awa-client-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any) -> Any:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("the synchronous awa.Client cannot be called from its own loop; "
+                               "use the AsyncClient inside async code")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+class _SyncProxy:
+    """Exposes an async object's coroutine methods as blocking calls."""
+
+    def __init__(self, target: Any, loop: _LoopThread) -> None:
+        self._target = target
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if inspect.iscoroutinefunction(attr):
+            @functools.wraps(attr)
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                return _wrap_result(self._loop.run(attr(*args, **kwargs)), self._loop)
+            return blocking
+        return attr
+
+    def __enter__(self) -> Any:
+        return _wrap_result(self._loop.run(self._target.__aenter__()), self._loop)
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._loop.run(self._target.__aexit__(*exc))
+
+    def __repr__(self) -> str:
+        return f"Sync({self._target!r})"
+
+
+def _wrap_result(value: Any, loop: _LoopThread) -> Any:
+    """Async helper objects (transactions) come back wrapped so they block too."""
+    if hasattr(value, "__aenter__") and not isinstance(value, AsyncClient):
+        return _SyncProxy(value, loop)
+    return value
+
+
+class Client(_SyncProxy):
+    """The synchronous client: the same API as ``AsyncClient``, blocking.
+
+    ``start()`` runs the worker runtime on the client's background loop, so a
+    Django or Flask process can run workers without asyncio of its own.
+    """
+
+    def __init__(self, database_url: str | None = None,
+                 max_connections: int = config.MAX_CONNECTIONS) -> None:
+        super().__init__(AsyncClient(database_url, max_connections), _LoopThread())
+
+    @property
+    def async_client(self) -> AsyncClient:
+        return self._target
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._target.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""Every default of the system, in one place.
+
+The seeds fix these values (DESIGN §4); anything that reads a default imports
+it from here, so a reader can find and change each one exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+# --- job defaults --------------------------------------------------------
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 2
+MIN_PRIORITY = 1
+MAX_PRIORITY = 4
+DEFAULT_MAX_ATTEMPTS = 25
+MIN_MAX_ATTEMPTS = 1
+MAX_MAX_ATTEMPTS = 1000
+
+# Postgres identifiers (and so LISTEN channels) are at most 63 bytes; the
+# channel for a queue is "awa:<queue>".
+NOTIFY_CHANNEL_PREFIX = "awa:"
+CANCEL_CHANNEL = "awa:cancel"
+MAX_IDENTIFIER_BYTES = 63
+MAX_QUEUE_NAME_BYTES = MAX_IDENTIFIER_BYTES - len(NOTIFY_CHANNEL_PREFIX)
+
+# Unique jobs: bit positions of awa.job_state, in enum order.
+JOB_STATES = (
+    "scheduled",
+    "available",
+    "running",
+    "completed",
+    "retryable",
+    "failed",
+    "cancelled",
+    "waiting_external",
+)
+DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "completed", "retryable")
+UNIQUE_KEY_BYTES = 16
+
+# --- retry / backoff -----------------------------------------------------
+BACKOFF_BASE_SECONDS = 2.0  # 2^attempt seconds
+BACKOFF_JITTER_FRACTION = 0.25
+BACKOFF_CAP = timedelta(hours=24)
+
+# --- runtime intervals (milliseconds, the SDK's unit) ---------------------
+POLL_INTERVAL_MS = 200
+HEARTBEAT_INTERVAL_MS = 30_000
+HEARTBEAT_STALENESS_MS = 90_000
+HEARTBEAT_RESCUE_INTERVAL_MS = 30_000
+DEADLINE_RESCUE_INTERVAL_MS = 30_000
+CALLBACK_RESCUE_INTERVAL_MS = 30_000
+DEADLINE_DURATION_MS = 5 * 60_000
+LEADER_ELECTION_INTERVAL_MS = 10_000
+PROMOTE_INTERVAL_MS = 250
+CLEANUP_INTERVAL_MS = 60_000
+SNAPSHOT_INTERVAL_MS = 10_000
+PRIORITY_AGING_INTERVAL_MS = 60_000
+CRON_EVAL_INTERVAL_MS = 1_000
+SHUTDOWN_TIMEOUT_MS = 2_000
+CANCEL_LISTENER_RETRY_MS = 1_000
+# After a deadline passes the runtime waits this long before dropping a
+# handler that is still awaiting, so its slot is freed.
+DEADLINE_DROP_GRACE_MS = 5_000
+
+# --- batching --------------------------------------------------------------
+CLAIM_BATCH_SIZE = 64
+COMPLETION_FLUSH_MAX_ROWS = 512
+COMPLETION_FLUSH_INTERVAL_MS = 2
+PROMOTE_BATCH_SIZE = 5_000
+RESCUE_BATCH_SIZE = 1_000
+CLEANUP_BATCH_SIZE = 1_000
+ENQUEUE_BATCH_SIZE = 1_000
+SYNC_HANDLER_THREADS = 32
+
+# --- retention -----------------------------------------------------------
+COMPLETED_RETENTION_HOURS = 24.0
+FAILED_RETENTION_HOURS = 72.0  # a floor
+DLQ_RETENTION_DAYS = 30.0
+RUNTIME_RETENTION_HOURS = 24.0
+DESCRIPTOR_RETENTION_DAYS = 30.0
+
+# --- database / connections ------------------------------------------------
+MAX_CONNECTIONS = 10
+CONNECT_TIMEOUT_S = 5
+ADVISORY_LOCK_MIGRATE = 0x4157415F4D494752
+ADVISORY_LOCK_LEADER = 0x4157415F4D41494E
+APP_NAME_WORKER = "awa-worker"
+APP_NAME_LEADER = "awa-leader"
+APP_NAME_LISTENER = "awa-listener"
+APP_NAME_CLI = "awa-cli"
+APP_NAME_OPS = "awa-ops"
+APP_NAME_TUI = "awa-tui"
+EMBEDDED_DB_NAME = "awa"
+
+# --- ops (DESIGN §8) ------------------------------------------------------
+OPS_STATEMENT_TIMEOUT_MS = 5_000
+OPS_LOCK_TIMEOUT_MS = 1_000
+EXPORTER_LISTEN = "127.0.0.1:9465"
+METRICS_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """Token bucket: ``max_rate`` jobs per second with bursts of ``burst``."""
+
+    max_rate: float
+    burst: int = 1
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    completed_hours: float = COMPLETED_RETENTION_HOURS
+    failed_hours: float = FAILED_RETENTION_HOURS
+    dlq_days: float = DLQ_RETENTION_DAYS
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """One queue's share of a runtime.
+
+    Either ``max_workers`` (hard mode) or ``min_workers`` + ``weight`` under
+    the runtime's ``global_max_workers`` (weighted mode).
+    """
+
+    name: str
+    max_workers: int | None = None
+    min_workers: int | None = None
+    weight: int = 1
+    rate_limit: RateLimit | None = None
+    deadline_duration_ms: int = DEADLINE_DURATION_MS
+    claim_batch_size: int = CLAIM_BATCH_SIZE
+    poll_interval_ms: int | None = None
+    dlq_enabled: bool | None = None
+    priority_aging_interval_ms: int = PRIORITY_AGING_INTERVAL_MS
+    retention: RetentionPolicy | None = None
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,144 @@
+"""Which database, and how we connect to it.
+
+Resolution order: an explicit URL (``--database-url``) > ``DATABASE_URL`` >
+an embedded PostgreSQL (``pgserver``) kept in the user's XDG data directory,
+started on demand and reused by later commands.  Every connection carries an
+``application_name`` so operators can tell ours apart in pg_stat_activity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from awa import config
+from awa.job import DatabaseError
+
+DATABASE_URL_ENV = "DATABASE_URL"
+
+
+def embedded_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "awa" / "pgdata"
+
+
+def embedded_database_url() -> str:
+    """Start (or reuse) the embedded server and return a URL for its awa database."""
+    try:
+        import pgserver  # imported lazily: it is only needed without a configured database
+    except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency
+        raise DatabaseError("no database configured and pgserver is not installed; "
+                            "set DATABASE_URL or pass --database-url") from exc
+    data_dir = embedded_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(str(data_dir), cleanup_mode=None)
+        server.psql(f"SELECT 1")  # proves it answers
+        exists = server.psql(
+            f"SELECT 1 FROM pg_database WHERE datname = '{config.EMBEDDED_DB_NAME}'")
+        if "1 row" not in exists:
+            server.psql(f"CREATE DATABASE {config.EMBEDDED_DB_NAME}")
+        return server.get_uri(config.EMBEDDED_DB_NAME)
+    except Exception as exc:
+        raise DatabaseError(f"could not start the embedded PostgreSQL in {data_dir}: "
+                            f"{one_line(exc)}; set DATABASE_URL to use your own server") from exc
+
+
+def resolve_database_url(explicit: str | None = None) -> str:
+    if explicit:
+        return explicit
+    env = os.environ.get(DATABASE_URL_ENV)
+    if env:
+        return env
+    return embedded_database_url()
+
+
+def describe_source(explicit: str | None = None) -> str:
+    if explicit:
+        return "--database-url"
+    if os.environ.get(DATABASE_URL_ENV):
+        return DATABASE_URL_ENV
+    return f"embedded PostgreSQL ({embedded_data_dir()})"
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
+_PASSWORD_KV = re.compile(r"(password\s*=\s*)(\S+)", re.IGNORECASE)
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***``."""
+    url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
+    url = re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+    return _PASSWORD_KV.sub(r"\1***", url)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
+
+
+def connection_error(url: str, exc: BaseException) -> DatabaseError:
+    return DatabaseError(
+        f"cannot connect to {redact(url)}: {one_line(exc)} "
+        f"(check --database-url or {DATABASE_URL_ENV})")
+
+
+def connect_kwargs(application_name: str, autocommit: bool = True) -> dict[str, Any]:
+    return {
+        "application_name": application_name,
+        "autocommit": autocommit,
+        "connect_timeout": config.CONNECT_TIMEOUT_S,
+    }
+
+
+async def connect(url: str, application_name: str, *, autocommit: bool = True,
+                  row_factory: Any = dict_row) -> psycopg.AsyncConnection[Any]:
+    try:
+        return await psycopg.AsyncConnection.connect(
+            url, row_factory=row_factory, **connect_kwargs(application_name, autocommit))
+    except (psycopg.Error, ValueError) as exc:
+        raise connection_error(url, exc) from exc
+
+
+def connect_sync(url: str, application_name: str, *, autocommit: bool = True,
+                 row_factory: Any = dict_row) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.Connection.connect(
+            url, row_factory=row_factory, **connect_kwargs(application_name, autocommit))
+    except (psycopg.Error, ValueError) as exc:
+        raise connection_error(url, exc) from exc
+
+
+async def open_pool(url: str, application_name: str, max_size: int = config.MAX_CONNECTIONS,
+                    min_size: int = 1) -> AsyncConnectionPool:
+    """An open pool of autocommit, dict-row connections; fails fast with one line."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise DatabaseError(f"invalid database URL {redact(url)}: {one_line(exc)}") from exc
+    pool = AsyncConnectionPool(
+        url,
+        min_size=min(min_size, max_size),
+        max_size=max_size,
+        kwargs={**connect_kwargs(application_name), "row_factory": dict_row},
+        open=False,
+        name=application_name,
+    )
+    try:
+        await pool.open(wait=True, timeout=config.CONNECT_TIMEOUT_S + 1)
+    except PoolTimeout as exc:
+        await pool.close()
+        # Ask once more directly so the operator sees the server's reason.
+        try:
+            conn = await connect(url, application_name)
+        except DatabaseError as detailed:
+            raise detailed from exc
+        await conn.close()
+        raise DatabaseError(f"cannot connect to {redact(url)}: pool timed out") from exc
+    return pool

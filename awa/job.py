@@ -1,0 +1,229 @@
+"""Jobs, their states, what a handler may return, and the exceptions.
+
+A ``Job`` is a row of ``awa.jobs`` plus, while a handler runs it, the
+execution context the runtime attaches (cancellation flag, progress buffer,
+callback registration).  Outside a handler those methods raise ``AwaError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+# --- exceptions -----------------------------------------------------------
+class AwaError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class DatabaseError(AwaError):
+    """The database could not be reached or refused the operation."""
+
+
+class SchemaNotMigrated(AwaError):
+    """The database schema is older than this code; run ``awa migrate``."""
+
+
+class SerializationError(AwaError):
+    """Job args could not be turned into JSON, or back into the args type."""
+
+
+class TerminalError(AwaError):
+    """Raise from a handler to fail the job at once, without retries."""
+
+
+class UniqueConflict(AwaError):
+    """A unique job with the same key is already held by another job."""
+
+
+class UnknownJobKind(AwaError):
+    """A job's kind has no registered handler in this runtime."""
+
+
+class ValidationError(AwaError):
+    """An argument is out of range (priority, max_attempts, queue name...)."""
+
+
+class CallbackNotFound(AwaError):
+    """No job waits on this callback id (unknown, or already resolved)."""
+
+
+class JobNotFound(AwaError):
+    """No job has this id."""
+
+
+# --- states -------------------------------------------------------------
+class JobState(str, enum.Enum):
+    Scheduled = "scheduled"
+    Available = "available"
+    Running = "running"
+    Completed = "completed"
+    Retryable = "retryable"
+    Failed = "failed"
+    Cancelled = "cancelled"
+    WaitingExternal = "waiting_external"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"JobState.{self.name}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.Completed, JobState.Failed, JobState.Cancelled)
+
+
+# --- handler results ----------------------------------------------------
+@dataclass(frozen=True)
+class RetryAfter:
+    """Retry after ``seconds``; spends the attempt."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Snooze:
+    """Run again after ``seconds`` without spending an attempt."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """End the job as ``cancelled``."""
+
+    reason: str = "cancelled by handler"
+
+
+@dataclass(frozen=True)
+class CallbackToken:
+    id: str
+
+    def __repr__(self) -> str:
+        return f"CallbackToken({self.id!r})"
+
+
+@dataclass(frozen=True)
+class WaitForCallback:
+    """Park the job in ``waiting_external`` until its callback resolves."""
+
+    token: CallbackToken | str
+
+    @property
+    def callback_id(self) -> str:
+        return self.token.id if isinstance(self.token, CallbackToken) else str(self.token)
+
+
+# --- the job ---------------------------------------------------------------
+class ExecutionContext(Protocol):
+    """What the runtime offers a handler for the attempt it is running."""
+
+    def is_cancelled(self) -> bool: ...
+    def set_progress(self, percent: float | None, message: str | None) -> None: ...
+    def update_metadata(self, updates: dict[str, Any]) -> None: ...
+    async def flush_progress(self) -> None: ...
+    async def register_callback(self, timeout_seconds: float, filter: str | None,
+                                on_complete: str | None, on_fail: str | None,
+                                transform: str | None) -> CallbackToken: ...
+    async def wait_for_callback(self, token: CallbackToken | str) -> Any: ...
+
+
+JOB_COLUMNS = (
+    "id", "kind", "queue", "args", "state", "priority", "attempt", "max_attempts",
+    "run_at", "heartbeat_at", "deadline_at", "attempted_at", "finalized_at",
+    "created_at", "errors", "metadata", "tags", "unique_key", "unique_states",
+    "callback_id", "callback_timeout_at", "callback_filter", "callback_on_complete",
+    "callback_on_fail", "callback_transform", "run_lease", "progress",
+)
+
+
+@dataclass(eq=False)
+class Job(Generic[T]):
+    id: int
+    kind: str
+    queue: str
+    args: T
+    state: JobState
+    priority: int = 2
+    attempt: int = 0
+    max_attempts: int = 25
+    run_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    deadline_at: datetime | None = None
+    attempted_at: datetime | None = None
+    finalized_at: datetime | None = None
+    created_at: datetime | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    unique_key: bytes | None = None
+    unique_states: str | None = None
+    callback_id: str | None = None
+    callback_timeout_at: datetime | None = None
+    callback_filter: str | None = None
+    callback_on_complete: str | None = None
+    callback_on_fail: str | None = None
+    callback_transform: str | None = None
+    run_lease: int = 0
+    progress: dict[str, Any] | None = None
+    _ctx: ExecutionContext | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], args: Any = None) -> "Job[Any]":
+        """Build from a row of awa.jobs (a dict; missing columns keep defaults)."""
+        values = {k: row[k] for k in JOB_COLUMNS if k in row}
+        values["state"] = JobState(values.get("state", "available"))
+        values["errors"] = list(values.get("errors") or [])
+        values["metadata"] = values.get("metadata") or {}
+        values["tags"] = list(values.get("tags") or [])
+        if values.get("callback_id") is not None:
+            values["callback_id"] = str(values["callback_id"])
+        if values.get("unique_key") is not None:
+            values["unique_key"] = bytes(values["unique_key"])
+        if args is not None:
+            values["args"] = args
+        return cls(**values)
+
+    @property
+    def deadline(self) -> datetime | None:
+        return self.deadline_at
+
+    def __repr__(self) -> str:
+        return (f"Job(id={self.id}, kind={self.kind!r}, queue={self.queue!r}, "
+                f"state={self.state.value}, attempt={self.attempt}/{self.max_attempts})")
+
+    # -- inside a handler --------------------------------------------------
+    def _context(self) -> ExecutionContext:
+        if self._ctx is None:
+            raise AwaError("this method is only available inside a running handler")
+        return self._ctx
+
+    def is_cancelled(self) -> bool:
+        return self._ctx is not None and self._ctx.is_cancelled()
+
+    def set_progress(self, percent: float | None, message: str | None = None) -> None:
+        self._context().set_progress(percent, message)
+
+    def update_metadata(self, updates: dict[str, Any]) -> None:
+        self._context().update_metadata(updates)
+
+    async def flush_progress(self) -> None:
+        await self._context().flush_progress()
+
+    async def register_callback(self, timeout_seconds: float = 3600.0, filter: str | None = None,
+                                on_complete: str | None = None, on_fail: str | None = None,
+                                transform: str | None = None) -> CallbackToken:
+        return await self._context().register_callback(
+            timeout_seconds, filter, on_complete, on_fail, transform)
+
+    async def wait_for_callback(self, token: CallbackToken | str) -> Any:
+        return await self._context().wait_for_callback(token)
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    JobT = Job[Any]

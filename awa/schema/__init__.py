@@ -1,0 +1,133 @@
+"""Numbered, idempotent SQL migrations and the version check.
+
+Each ``NNNN_description.sql`` file beside this module is one migration.  They
+run under a transaction-scoped advisory lock, so several processes migrating
+at once serialise and all but the first find nothing left to do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+from awa import config
+from awa.job import SchemaNotMigrated
+
+_FILE_NAME = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+CREATE_VERSION_TABLE = """
+CREATE SCHEMA IF NOT EXISTS awa;
+CREATE TABLE IF NOT EXISTS awa.schema_version (
+    version     integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)"""
+LOCK = "SELECT pg_advisory_xact_lock(%s)"
+APPLIED_VERSIONS = "SELECT version FROM awa.schema_version"
+RECORD_VERSION = """
+INSERT INTO awa.schema_version (version, description) VALUES (%s, %s)
+ON CONFLICT (version) DO NOTHING"""
+VERSION_TABLE_EXISTS = "SELECT to_regclass('awa.schema_version') IS NOT NULL"
+CURRENT_VERSION_QUERY = "SELECT max(version) FROM awa.schema_version"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    found = []
+    for entry in resources.files(__package__).iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2).replace("_", " "),
+                                   entry.read_text()))
+    return tuple(sorted(found, key=lambda m: m.version))
+
+
+def current_migration_version() -> int:
+    return migrations()[-1].version
+
+
+def migrations_range(from_version: int, to_version: int) -> list[Migration]:
+    return [m for m in migrations() if from_version < m.version <= to_version]
+
+
+def migration_sql() -> str:
+    """Every migration as one script, for ``awa migrate --sql``."""
+    parts = [CREATE_VERSION_TABLE + ";"]
+    for m in migrations():
+        parts.append(f"-- migration {m.version}: {m.description}\n{m.sql}")
+        parts.append(f"INSERT INTO awa.schema_version (version, description) "
+                     f"VALUES ({m.version}, '{m.description}') ON CONFLICT (version) DO NOTHING;")
+    return "\n".join(parts)
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
+    """Apply every missing migration; returns the versions this call applied."""
+    async with conn.transaction():
+        await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+        await conn.execute(CREATE_VERSION_TABLE)
+        cur = await conn.execute(APPLIED_VERSIONS)
+        done = {_first(row) for row in await cur.fetchall()}
+        applied = []
+        for m in migrations():
+            if m.version in done:
+                continue
+            await conn.execute(m.sql)
+            await conn.execute(RECORD_VERSION, (m.version, m.description))
+            applied.append(m.version)
+        return applied
+
+
+def migrate_sync(conn: psycopg.Connection[Any]) -> list[int]:
+    with conn.transaction():
+        conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+        conn.execute(CREATE_VERSION_TABLE)
+        done = {_first(row) for row in conn.execute(APPLIED_VERSIONS).fetchall()}
+        applied = []
+        for m in migrations():
+            if m.version not in done:
+                conn.execute(m.sql)
+                conn.execute(RECORD_VERSION, (m.version, m.description))
+                applied.append(m.version)
+        return applied
+
+
+def _first(row: Any) -> Any:
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+def not_migrated_error(found: int | None) -> SchemaNotMigrated:
+    have = "no awa schema" if found is None else f"schema version {found}"
+    return SchemaNotMigrated(
+        f"database has {have}, this code needs version {current_migration_version()}: "
+        f"run `awa migrate` (or client.migrate()) first")
+
+
+async def ensure_migrated(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Raise ``SchemaNotMigrated`` with the fix when the database is behind."""
+    found = None
+    if _first(await (await conn.execute(VERSION_TABLE_EXISTS)).fetchone()):
+        found = _first(await (await conn.execute(CURRENT_VERSION_QUERY)).fetchone())
+    if found is None or found < current_migration_version():
+        raise not_migrated_error(found)
+    return found
+
+
+def ensure_migrated_sync(conn: psycopg.Connection[Any]) -> int:
+    found = None
+    if _first(conn.execute(VERSION_TABLE_EXISTS).fetchone()):
+        found = _first(conn.execute(CURRENT_VERSION_QUERY).fetchone())
+    if found is None or found < current_migration_version():
+        raise not_migrated_error(found)
+    return found

@@ -1,0 +1,1 @@
+"""awa_ops: diagnostics, the database exporter and generated artefacts for operators."""

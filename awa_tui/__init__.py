@@ -1,0 +1,1 @@
+"""awa_tui: the live terminal console; reads only through awa_ops."""

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The two front-door commands: ``python3 dev.py demo`` and ``python3 dev.py test``.
+
+Both create ``./.venv`` on first use and reinstall only when pyproject.toml
+changed, so later runs start at once.  Needs nothing but Python 3.11+.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+STAMP = VENV / ".dev-stamp"
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit("awa needs Python 3.11 or newer")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if PY.exists() and STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not PY.exists():
+        print("creating ./.venv ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    print("installing awa and its dependencies into ./.venv ...", flush=True)
+    pip = [str(PY), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(pip + ["--upgrade", "pip"], check=True)
+    subprocess.run(pip + ["-e", f"{ROOT}[dev]"], check=True)
+    STAMP.write_text(wanted)
+
+
+def ensure_system_tools() -> None:
+    """promtool/prometheus and tmux are real parts of the test suite."""
+    missing = [pkg for tool, pkg in (("promtool", "prometheus"), ("prometheus", "prometheus"),
+                                     ("tmux", "tmux")) if shutil.which(tool) is None]
+    missing = sorted(set(missing))
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(f"warning: {', '.join(missing)} missing and cannot be installed here; "
+              f"install them (Debian: apt-get install {' '.join(missing)})", file=sys.stderr)
+        return
+    print(f"installing {', '.join(missing)} (apt-get) ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                   check=True, env=env)
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "help"
+    rest = argv[1:]
+    if command == "demo":
+        ensure_venv()
+        return subprocess.call([str(PY), "-m", "awa.demo", *rest], cwd=ROOT)
+    if command == "test":
+        ensure_venv()
+        ensure_system_tools()
+        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
+    if command == "bench":
+        ensure_venv()
+        return subprocess.call([str(PY), *rest], cwd=ROOT)
+    print(__doc__.strip())
+    print("\nusage: python3 dev.py demo | test [pytest args] | bench benchmarks/<file>.py [args]")
+    return 0 if command in ("help", "-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
