@@ -5,7 +5,9 @@ shows the system:
 
 * ``awa.producer.ProducerMixin`` -- insert, insert_many, COPY, transactions;
 * ``awa.admin.AdminMixin``       -- the operator functions the CLI shares;
-* ``awa.worker.WorkerMixin``     -- handler registration, start, shutdown.
+* ``awa.worker.WorkerMixin``     -- handler registration, start, shutdown;
+* ``awa.cron.CronMixin``, ``awa.descriptors.DescriptorMixin``,
+  ``awa.callbacks.CallbackMixin`` -- schedules, catalogue, external callbacks.
 
 ``Client`` runs one private event loop on a daemon thread and forwards every
 coroutine method of an ``AsyncClient`` to it, so there is exactly one
@@ -24,11 +26,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db, schema
 from awa.admin import AdminMixin
+from awa.callbacks import CallbackMixin
+from awa.cron import CronMixin
+from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin
 from awa.worker import WorkerMixin
 
 
-class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin):
+class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
+                  CallbackMixin):
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS) -> None:
         self._database_url_arg = database_url

@@ -136,3 +136,34 @@ class QueueConfig:
     priority_aging_interval_ms: int = PRIORITY_AGING_INTERVAL_MS
     retention: RetentionPolicy | None = None
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class RuntimeSettings:
+    """Everything ``client.start()`` accepts besides the queues; names as the SDK's."""
+
+    poll_interval_ms: int = POLL_INTERVAL_MS
+    global_max_workers: int | None = None
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    heartbeat_staleness_ms: int = HEARTBEAT_STALENESS_MS
+    heartbeat_rescue_interval_ms: int = HEARTBEAT_RESCUE_INTERVAL_MS
+    deadline_rescue_interval_ms: int = DEADLINE_RESCUE_INTERVAL_MS
+    callback_rescue_interval_ms: int = CALLBACK_RESCUE_INTERVAL_MS
+    leader_election_interval_ms: int = LEADER_ELECTION_INTERVAL_MS
+    promote_interval_ms: int = PROMOTE_INTERVAL_MS
+    cleanup_interval_ms: int = CLEANUP_INTERVAL_MS
+    snapshot_interval_ms: int = SNAPSHOT_INTERVAL_MS
+    cron_eval_interval_ms: int = CRON_EVAL_INTERVAL_MS
+    completed_retention_hours: float = COMPLETED_RETENTION_HOURS
+    failed_retention_hours: float = FAILED_RETENTION_HOURS
+    dlq_retention_days: float = DLQ_RETENTION_DAYS
+    descriptor_retention_days: float = DESCRIPTOR_RETENTION_DAYS
+    runtime_retention_hours: float = RUNTIME_RETENTION_HOURS
+    cleanup_batch_size: int = CLEANUP_BATCH_SIZE
+    promote_batch_size: int = PROMOTE_BATCH_SIZE
+    rescue_batch_size: int = RESCUE_BATCH_SIZE
+    dlq_enabled_by_default: bool = False
+    deadline_drop_grace_ms: int = DEADLINE_DROP_GRACE_MS
+    sync_handler_threads: int = SYNC_HANDLER_THREADS
+    metrics_addr: str | None = None
+    run_maintenance: bool = True

@@ -1,0 +1,1 @@
+"""The worker runtime: dispatch, execution, completion, heartbeats, maintenance."""

@@ -1,0 +1,1 @@
+"""Storage engines: every SQL statement of the hot path."""

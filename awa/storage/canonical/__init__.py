@@ -1,0 +1,1 @@
+"""Hot-path SQL of the canonical engine, one module per concern (enqueue, execution, maintenance)."""

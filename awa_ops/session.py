@@ -1,0 +1,89 @@
+"""The only way the ops layer talks to a database (DESIGN §8).
+
+Every read runs in its own short ``READ ONLY`` transaction with
+``statement_timeout`` and ``lock_timeout`` set locally, under an
+``application_name`` of ``awa-ops`` or ``awa-tui``; no snapshot outlives the
+call.  ``read_only=True`` also makes the whole session read-only
+(``default_transaction_read_only``), so an operator action attempted from a
+read-only console is refused by PostgreSQL itself.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa import config, db
+
+SQL_DIR = Path(__file__).parent / "sql"
+
+
+def load_sql(name: str) -> str:
+    """A named query from ``awa_ops/sql/<name>.sql``."""
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+@dataclass
+class OpsSession:
+    """One autocommit connection; each ``read()`` is a bounded read-only transaction."""
+
+    conn: psycopg.AsyncConnection[Any]
+    url: str
+    statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS
+    lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS
+    read_only: bool = False
+
+    @classmethod
+    async def open(cls, url: str, *, application_name: str = config.APP_NAME_OPS,
+                   read_only: bool = False,
+                   statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS,
+                   lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS) -> "OpsSession":
+        conn = await db.connect(url, application_name)
+        if read_only:
+            await conn.execute("SET default_transaction_read_only = on")
+        return cls(conn, url, statement_timeout_ms, lock_timeout_ms, read_only)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
+        async with self.conn.transaction():
+            await self.conn.execute("SET TRANSACTION READ ONLY")
+            await self._set_timeouts()
+            async with self.conn.cursor(row_factory=dict_row) as cur:
+                yield cur
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
+        """An operator action; still bounded by the timeouts, refused when read-only."""
+        async with self.conn.transaction():
+            await self._set_timeouts()
+            async with self.conn.cursor(row_factory=dict_row) as cur:
+                yield cur
+
+    async def fetch_all(self, query: str, params: Any = None) -> list[dict[str, Any]]:
+        async with self.read() as cur:
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+    async def fetch_one(self, query: str, params: Any = None) -> dict[str, Any] | None:
+        async with self.read() as cur:
+            await cur.execute(query, params)
+            return await cur.fetchone()
+
+    async def _set_timeouts(self) -> None:
+        await self.conn.execute(
+            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+            (f"{self.statement_timeout_ms}ms", f"{self.lock_timeout_ms}ms"))
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def __aenter__(self) -> "OpsSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
