@@ -22,6 +22,7 @@ from awa.job import (
     WaitForCallback,
 )
 from awa.schema import current_migration_version, migrations, migrations_range
+from awa.serialization import derive_kind
 
 __version__ = "0.1.0"
 
@@ -30,5 +31,5 @@ __all__ = [
     "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "Job",
     "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
-    "WaitForCallback", "current_migration_version", "migrations", "migrations_range",
+    "WaitForCallback", "current_migration_version", "derive_kind", "migrations", "migrations_range",
 ]

@@ -1,0 +1,123 @@
+"""Job args to JSON and back, and the kind a job gets when none is given.
+
+Producers and the runtime both go through these functions so that an args
+class serialises the same way on enqueue as it is decoded in its handler.
+Args may be a dataclass, a pydantic model (duck-typed: ``model_dump`` /
+``model_validate``) or a plain dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, TypeVar
+
+from awa.job import SerializationError, ValidationError
+
+T = TypeVar("T")
+
+# "HTMLToPDF" -> "HTML_To_PDF" -> "html_to_pdf": an upper run followed by a
+# capitalised word splits before the word; a lower/digit before an upper splits.
+_ACRONYM_BOUNDARY = re.compile(r"([A-Z]+)([A-Z][a-z])")
+_WORD_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
+
+
+def derive_kind(cls_or_name: Any) -> str:
+    """The snake_case kind of an args class (or a class name string)."""
+    if isinstance(cls_or_name, str):
+        name = cls_or_name
+    elif isinstance(cls_or_name, type):
+        name = cls_or_name.__name__
+    else:
+        name = type(cls_or_name).__name__
+    name = _ACRONYM_BOUNDARY.sub(r"\1_\2", name)
+    name = _WORD_BOUNDARY.sub(r"\1_\2", name)
+    return name.replace("-", "_").lower()
+
+
+def kind_for(args: Any, kind: str | None = None) -> str:
+    """The explicit ``kind`` if given, else the one derived from the args' class.
+
+    A plain dict has no class to name the job after, so it needs ``kind=``.
+    """
+    if kind:
+        return kind
+    if isinstance(args, dict):
+        raise ValidationError("dict args need an explicit kind= (there is no class to "
+                              "derive the kind from)")
+    if args is None or isinstance(args, (str, int, float, bool, list, tuple)):
+        raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
+                                 f"not {type(args).__name__}")
+    return derive_kind(args)
+
+
+def _to_plain(args: Any) -> Any:
+    if dataclasses.is_dataclass(args) and not isinstance(args, type):
+        return dataclasses.asdict(args)
+    dump = getattr(args, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(args, dict):
+        return args
+    raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
+                             f"not {type(args).__name__}")
+
+
+def encode_args(args: Any) -> dict[str, Any]:
+    """A JSON-able dict of the args; fails with one line when it is not JSON."""
+    plain = _to_plain(args)
+    if not isinstance(plain, dict):
+        raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
+                                 f"object, got {type(plain).__name__}")
+    try:
+        # Round trip: proves it is JSON and drops tuple/str-key differences the
+        # database would otherwise introduce.
+        return json.loads(json.dumps(plain, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"job args of {type(args).__name__} are not JSON-serializable: "
+                                 f"{' '.join(str(exc).split())}") from None
+
+
+def encode_args_json(args: Any) -> str:
+    """The args as a compact JSON text (the form COPY and unnest arrays take)."""
+    plain = _to_plain(args)
+    if not isinstance(plain, dict):
+        raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
+                                 f"object, got {type(plain).__name__}")
+    try:
+        return json.dumps(plain, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"job args of {type(args).__name__} are not JSON-serializable: "
+                                 f"{' '.join(str(exc).split())}") from None
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, compact separators: the bytes the unique key hashes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def decode_args(args_type: type[T] | None, data: Any) -> T:
+    """Build ``args_type`` from stored JSON; ``SerializationError`` when it does not fit."""
+    if args_type is None or args_type is dict or args_type is Any:
+        if not isinstance(data, dict):
+            raise SerializationError(f"job args must be a JSON object, got {type(data).__name__}")
+        return data  # type: ignore[return-value]
+    if not isinstance(data, dict):
+        raise SerializationError(f"cannot build {args_type.__name__} from "
+                                 f"{type(data).__name__}: a JSON object is needed")
+    validate = getattr(args_type, "model_validate", None)
+    try:
+        if callable(validate):
+            return validate(data)
+        if dataclasses.is_dataclass(args_type):
+            # Fields the class does not know are dropped (as pydantic does), so a
+            # producer may add a field before every worker is redeployed.
+            names = {f.name for f in dataclasses.fields(args_type) if f.init}
+            return args_type(**{k: v for k, v in data.items() if k in names})
+        return args_type(**data)
+    except SerializationError:
+        raise
+    except Exception as exc:  # the args type's own validation: report it as one line
+        raise SerializationError(f"cannot build {args_type.__name__} from job args: "
+                                 f"{' '.join(str(exc).split())}") from None
