@@ -58,6 +58,7 @@ CLEANUP_INTERVAL_MS = 60_000
 SNAPSHOT_INTERVAL_MS = 10_000
 PRIORITY_AGING_INTERVAL_MS = 60_000
 CRON_EVAL_INTERVAL_MS = 1_000
+QUEUE_HEALTH_INTERVAL_MS = 5_000
 SHUTDOWN_TIMEOUT_MS = 2_000
 CANCEL_LISTENER_RETRY_MS = 1_000
 # After a deadline passes the runtime waits this long before dropping a
@@ -73,6 +74,11 @@ RESCUE_BATCH_SIZE = 1_000
 CLEANUP_BATCH_SIZE = 1_000
 ENQUEUE_BATCH_SIZE = 1_000
 SYNC_HANDLER_THREADS = 32
+# A maintenance branch works through at most this many batches per tick, so
+# one huge backlog cannot starve the other branches.
+MAINTENANCE_MAX_BATCHES_PER_TICK = 20
+# Missed cron slots enqueued per schedule per tick under missed_fire_policy catch_up.
+CRON_CATCH_UP_MAX_PER_TICK = 100
 
 # --- retention -----------------------------------------------------------
 COMPLETED_RETENTION_HOURS = 24.0
@@ -154,6 +160,8 @@ class RuntimeSettings:
     cleanup_interval_ms: int = CLEANUP_INTERVAL_MS
     snapshot_interval_ms: int = SNAPSHOT_INTERVAL_MS
     cron_eval_interval_ms: int = CRON_EVAL_INTERVAL_MS
+    priority_aging_interval_ms: int = PRIORITY_AGING_INTERVAL_MS
+    queue_health_interval_ms: int = QUEUE_HEALTH_INTERVAL_MS
     completed_retention_hours: float = COMPLETED_RETENTION_HOURS
     failed_retention_hours: float = FAILED_RETENTION_HOURS
     dlq_retention_days: float = DLQ_RETENTION_DAYS
