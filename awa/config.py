@@ -104,6 +104,16 @@ EMBEDDED_DB_NAME = "awa"
 OPS_STATEMENT_TIMEOUT_MS = 5_000
 OPS_LOCK_TIMEOUT_MS = 1_000
 EXPORTER_LISTEN = "127.0.0.1:9465"
+# awa-tui: refresh cadence, and the bounds that keep one refresh cheap on a huge database.
+TUI_REFRESH_SECONDS = 2.0
+TUI_MIN_REFRESH_SECONDS = 0.5
+TUI_MAX_REFRESH_SECONDS = 60.0
+TUI_COUNT_CAP = 100_000  # depth counts stop here and show "100000+"
+TUI_ROW_LIMIT = 500  # rows per list screen
+TUI_SCAN_WINDOW = 20_000  # newest rows a non-indexed filter (tag, reason) looks through
+TUI_THROUGHPUT_POINTS = 60  # sparkline length, one point per refresh
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
 METRICS_HOST = "127.0.0.1"
 
 
