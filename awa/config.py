@@ -116,6 +116,17 @@ SERVE_HOST = "127.0.0.1"
 SERVE_PORT = 8000
 METRICS_HOST = "127.0.0.1"
 
+# --- external callbacks (awa.callbacks, awa.callback_server, awa.http_worker) --
+CALLBACK_TIMEOUT_SECONDS = 3600.0  # register_callback / heartbeat_callback default
+CALLBACK_PATH_PREFIX = "/api/callbacks"
+CALLBACK_SECRET_BYTES = 32  # BLAKE3 keyed hash key length
+CALLBACK_MAX_BODY_BYTES = 256 * 1024  # larger callback bodies get 413
+CALLBACK_LISTEN = "127.0.0.1:8470"  # `awa callbacks serve` default
+# A handler in wait_for_callback polls its row: first after MIN, doubling to MAX.
+CALLBACK_WAIT_POLL_MIN_MS = 20
+CALLBACK_WAIT_POLL_MAX_MS = 250
+HTTP_WORKER_TIMEOUT_SECONDS = 30.0  # one POST of the HTTP worker
+
 
 @dataclass(frozen=True)
 class RateLimit:
