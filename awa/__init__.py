@@ -22,6 +22,7 @@ from awa.job import (
     WaitForCallback,
 )
 from awa.schema import current_migration_version, migrations, migrations_range
+from awa.telemetry import init_telemetry, shutdown_telemetry
 from awa.serialization import derive_kind
 
 __version__ = "0.1.0"
@@ -32,4 +33,5 @@ __all__ = [
     "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
     "WaitForCallback", "current_migration_version", "derive_kind", "migrations", "migrations_range",
+    "init_telemetry", "shutdown_telemetry",
 ]
