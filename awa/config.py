@@ -103,6 +103,23 @@ EMBEDDED_DB_NAME = "awa"
 # --- ops (DESIGN §8) ------------------------------------------------------
 OPS_STATEMENT_TIMEOUT_MS = 5_000
 OPS_LOCK_TIMEOUT_MS = 1_000
+OPS_EVIDENCE_LIMIT = 50  # rows shown per finding
+OPS_RUNTIME_LIVE_FACTOR = 3  # live while last_seen_at is within N snapshot intervals
+OPS_RUNTIME_GONE_S = 900  # a runtime silent longer than this is history, not an alarm
+OPS_XACT_WARNING_S = 300  # a transaction pinning the xmin horizon this long warns
+OPS_XACT_CRITICAL_S = 3_600
+OPS_XID_AGE_WARNING = 10_000_000
+OPS_VACUUM_RECENT_S = 600  # vacuumed this recently yet still dead: something pins the horizon
+OPS_DLQ_RECENT_S = 3_600
+OPS_ERROR_SAMPLE = 1_000  # recent DLQ/failed rows scanned for repeated errors
+OPS_POISON_REPEATS = 3
+OPS_ENQUEUE_TINY_BATCH = 10
+OPS_WAL_SAMPLES = 5
+OPS_WAL_SAMPLE_INTERVAL_MS = 50
+OPS_NOTIFY_PROBE_TIMEOUT_S = 2.0
+OPS_NOTIFY_QUEUE_WARNING = 0.5
+OPS_CANCEL_WINDOW_S = 3_600
+OPS_EXPORTER_STATEMENT_TIMEOUT_MS = 2_000
 EXPORTER_LISTEN = "127.0.0.1:9465"
 # awa-tui: refresh cadence, and the bounds that keep one refresh cheap on a huge database.
 TUI_REFRESH_SECONDS = 2.0
