@@ -1,0 +1,238 @@
+"""Every callback transition with its guard, driven against real rows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+
+import awa
+from awa import callbacks
+from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
+
+from .conftest import row_of
+
+
+async def park(pool, job_id: int, run_lease: int, token) -> bool:
+    """The runtime's WaitForCallback write: guarded by lease, state and callback id."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(callbacks.PARK_FOR_WAIT, {
+            "job_id": job_id, "run_lease": run_lease, "callback_id": uuid.UUID(token.id)})
+        return cur.rowcount == 1
+
+
+@pytest.fixture
+def waiting(pool, running_job):
+    async def make(**cel):
+        job_id, lease = running_job()
+        token = await callbacks.register_callback(pool, job_id, lease, 60, **cel)
+        assert await park(pool, job_id, lease, token)
+        return job_id, lease, token
+    return make
+
+
+async def test_register_sets_callback_columns_guarded_by_lease_and_state(db, pool, running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 90, filter="payload.ok",
+                                              transform="payload.value")
+    row = row_of(db, job_id)
+    assert str(row["callback_id"]) == token.id
+    assert row["callback_filter"] == "payload.ok" and row["callback_transform"] == "payload.value"
+    seconds = db.execute("SELECT extract(epoch FROM callback_timeout_at - now()) AS s "
+                         "FROM awa.jobs_hot WHERE id = %s", (job_id,)).fetchone()["s"]
+    assert 85 < seconds <= 90
+
+    with pytest.raises(awa.AwaError, match="no longer running under run lease 2"):
+        await callbacks.register_callback(pool, job_id, lease - 1, 60)
+    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled' WHERE id = %s", (job_id,))
+    with pytest.raises(awa.AwaError, match="not registered"):
+        await callbacks.register_callback(pool, job_id, lease, 60)
+    assert str(row_of(db, job_id)["callback_id"]) == token.id  # neither write applied
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"filter": "payload.status =="}, "invalid CEL filter"),
+    ({"on_fail": "paylod.error != null"}, "unknown variable 'paylod'"),
+    ({"transform": ""}, "non-empty"),
+    ({"timeout_seconds": 0}, "positive number"),
+    ({"timeout_seconds": float("inf")}, "positive number"),
+])
+async def test_register_rejects_bad_expressions_and_timeouts(db, pool, running_job, kwargs,
+                                                            message):
+    job_id, lease = running_job()
+    params = {"timeout_seconds": 60, **kwargs}
+    with pytest.raises(awa.ValidationError, match=message):
+        await callbacks.register_callback(pool, job_id, lease, **params)
+    assert row_of(db, job_id)["callback_id"] is None
+
+
+async def test_complete_external_once(db, client, waiting):
+    job_id, _, token = await waiting()
+    job = await client.complete_external(token.id, {"receipt": 7})
+    assert job.id == job_id and job.state is awa.JobState.Completed
+    row = row_of(db, job_id)
+    assert row["state"] == "completed" and row["finalized_at"] is not None
+    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"receipt": 7}
+    assert row["callback_timeout_at"] is None
+
+    with pytest.raises(CallbackAlreadyResolved, match="already resolved: job .* is completed"):
+        await client.complete_external(token.id, {"receipt": 8})
+    with pytest.raises(awa.CallbackNotFound):
+        await client.fail_external(token.id, "late")
+    after = row_of(db, job_id)
+    assert after["metadata"] == row["metadata"] and after["errors"] is None
+
+
+async def test_fail_external_records_the_error(db, client, waiting):
+    job_id, _, token = await waiting()
+    job = await client.fail_external(token.id, "provider rejected the charge")
+    assert job.state is awa.JobState.Failed
+    row = row_of(db, job_id)
+    assert row["state"] == "failed" and row["finalized_at"] is not None
+    [entry] = row["errors"]
+    assert entry["error"] == "provider rejected the charge"
+    assert entry["attempt"] == 1 and entry["terminal"] is True
+    with pytest.raises(awa.CallbackNotFound, match="not found or already resolved"):
+        await client.fail_external(token.id, "again")
+    assert len(row_of(db, job_id)["errors"]) == 1
+    with pytest.raises(awa.ValidationError, match="non-empty error"):
+        await client.fail_external(str(uuid.uuid4()), " ")
+
+
+async def test_retry_external_starts_from_scratch_and_wakes_the_queue(db, database_url, client,
+                                                                      waiting):
+    job_id, _, token = await waiting()
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute('LISTEN "awa:cb"')
+        job = await client.retry_external(token.id)
+        notes = [n.channel for n in listener.notifies(timeout=2, stop_after=1)]
+    assert notes == ["awa:cb"]
+    assert job.state is awa.JobState.Available and job.attempt == 0
+    row = row_of(db, job_id)
+    assert row["state"] == "available" and row["attempt"] == 0
+    assert row["callback_id"] is None and row["callback_timeout_at"] is None
+    assert row["heartbeat_at"] is None and row["deadline_at"] is None
+    with pytest.raises(awa.CallbackNotFound, match="not found or already resolved$"):
+        await client.retry_external(token.id)
+    assert row_of(db, job_id)["attempt"] == 0
+
+
+async def test_resume_external_returns_the_job_to_running(db, client, waiting):
+    job_id, lease, token = await waiting()
+    job = await client.resume_external(token.id, {"step": 2})
+    assert job.state is awa.JobState.Running and job.run_lease == lease
+    row = row_of(db, job_id)
+    assert row["state"] == "running" and row["callback_id"] is None
+    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"step": 2}
+    assert row["metadata"][callbacks.RESULT_KEY]["action"] == "resume"
+    with pytest.raises(awa.CallbackNotFound):
+        await client.resume_external(token.id, {"step": 3})
+    assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"step": 2}
+
+
+async def test_heartbeat_extends_the_wait(db, client, waiting):
+    job_id, _, token = await waiting()
+    before = row_of(db, job_id)["callback_timeout_at"]
+    job = await client.heartbeat_callback(token.id, timeout_seconds=7200)
+    assert job.callback_timeout_at > before
+    assert row_of(db, job_id)["state"] == "waiting_external"
+    with pytest.raises(awa.ValidationError, match="positive"):
+        await client.heartbeat_callback(token.id, timeout_seconds=-1)
+    await client.complete_external(token.id)
+    with pytest.raises(awa.CallbackNotFound):
+        await client.heartbeat_callback(token.id, 60)
+
+
+async def test_unknown_and_malformed_ids(client):
+    with pytest.raises(awa.CallbackNotFound, match="not found or already resolved"):
+        await client.complete_external(str(uuid.uuid4()))
+    with pytest.raises(awa.CallbackNotFound, match="is a UUID"):
+        await client.resume_external("not-a-uuid")
+
+
+async def test_early_complete_wins_and_the_late_park_is_stale(db, pool, client, running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    await client.complete_external(token.id, {"fast": True})  # before the handler returned
+    assert row_of(db, job_id)["state"] == "completed"
+    assert not await park(pool, job_id, lease, token)
+    assert row_of(db, job_id)["state"] == "completed"
+
+
+async def test_concurrent_resolutions_apply_exactly_once(db, client, waiting):
+    job_id, _, token = await waiting()
+    actions = [client.complete_external(token.id, {"n": i}) for i in range(4)]
+    actions += [client.fail_external(token.id, f"e{i}") for i in range(4)]
+    results = await asyncio.gather(*actions, return_exceptions=True)
+    applied = [r for r in results if isinstance(r, awa.Job)]
+    refused = [r for r in results if isinstance(r, awa.CallbackNotFound)]
+    assert len(applied) == 1 and len(refused) == 7
+    row = row_of(db, job_id)
+    assert row["state"] == applied[0].state.value
+    assert row["errors"] is None or len(row["errors"]) == 1
+
+
+async def test_wait_for_resume_parks_then_returns_the_payload(db, pool, client, running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    waiter = asyncio.create_task(
+        callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False))
+    for _ in range(100):
+        if row_of(db, job_id)["state"] == "waiting_external":
+            break
+        await asyncio.sleep(0.02)
+    assert row_of(db, job_id)["state"] == "waiting_external"
+    assert not waiter.done()
+    await client.resume_external(token.id, {"approved": True})
+    assert await asyncio.wait_for(waiter, 5) == {"approved": True}
+    assert row_of(db, job_id)["state"] == "running"
+
+
+async def test_early_resume_is_returned_without_parking(db, pool, client, running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    await client.resume_external(token.id, {"early": 1})
+    payload = await asyncio.wait_for(
+        callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False), 5)
+    assert payload == {"early": 1}
+    assert row_of(db, job_id)["state"] == "running"
+
+
+async def test_wait_is_interrupted_by_a_finalizing_callback_and_by_cancel(db, pool, client,
+                                                                          running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    waiter = asyncio.create_task(
+        callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False))
+    await asyncio.sleep(0.1)
+    await client.complete_external(token.id, {"done": True})
+    with pytest.raises(CallbackWaitInterrupted, match="the job is completed"):
+        await asyncio.wait_for(waiter, 5)
+
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    cancelled = asyncio.Event()
+    waiter = asyncio.create_task(
+        callbacks.wait_for_resume(pool, job_id, lease, token, cancelled.is_set))
+    await asyncio.sleep(0.1)
+    cancelled.set()
+    with pytest.raises(CallbackWaitInterrupted, match="cancelled"):
+        await asyncio.wait_for(waiter, 5)
+    assert row_of(db, job_id)["state"] == "waiting_external"  # left for callback or timeout
+    await client.resume_external(token.id)  # still resolvable afterwards
+
+
+def test_sync_client_forwards_the_resolutions(database_url, db, running_job):
+    job_id, lease = running_job()
+    client = awa.Client(database_url)
+    try:
+        pool = client._loop.run(client.async_client._get_pool())
+        token = client._loop.run(callbacks.register_callback(pool, job_id, lease, 60))
+        assert client.heartbeat_callback(token.id, 120).state is awa.JobState.Running
+        assert client.complete_external(token.id, {"ok": 1}).state is awa.JobState.Completed
+        with pytest.raises(awa.CallbackNotFound):
+            client.complete_external(token.id)
+    finally:
+        client.close()
