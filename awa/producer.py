@@ -1,7 +1,302 @@
-"""Producer: insert, insert_many, COPY, transactional enqueue (issue: foundation)."""
+"""The client's insert paths: insert, insert_many, COPY, and transactions.
+
+Every path validates and encodes all rows first (``build_batch``), so bad
+input fails with one line before anything is written, then writes each batch
+of up to ``config.ENQUEUE_BATCH_SIZE`` rows with one statement.
+"""
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from awa import config
+from awa.job import AwaError, Job
+from awa.metrics import METRICS
+from awa.storage.canonical import enqueue
+from awa.storage.canonical.enqueue import EnqueueBatch, InsertOutcome
+
+
+class InsertedJobs(list):
+    """The inserted jobs; ``skipped`` counts unique duplicates left out."""
+
+    skipped: int = 0
+
+    def __init__(self, jobs: list[Job[Any]] = (), skipped: int = 0) -> None:
+        super().__init__(jobs)
+        self.skipped = skipped
+
+
+class EnqueueCount(int):
+    """How many rows were written; ``skipped`` counts unique duplicates left out."""
+
+    skipped: int
+
+    def __new__(cls, inserted: int, skipped: int = 0) -> "EnqueueCount":
+        value = super().__new__(cls, inserted)
+        value.skipped = skipped
+        return value
+
+
+def jobs_from(batch: EnqueueBatch, outcome: InsertOutcome) -> list[Job[Any]]:
+    """Jobs for the returned rows, carrying the caller's own args objects."""
+    if outcome.rows and "ord" in outcome.rows[0]:
+        return [Job.from_row(row, args=batch.originals[row["ord"] - 1]) for row in outcome.rows]
+    return [Job.from_row(row, args=original)
+            for row, original in zip(outcome.rows, batch.originals)]
+
+
+async def raise_if_unique_skipped(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                                  outcome: InsertOutcome) -> None:
+    """A single insert that was skipped as a duplicate is a ``UniqueConflict``."""
+    if outcome.skipped and batch.unique_key[0] is not None:
+        holder, state = await enqueue.unique_holder(conn, batch.unique_key[0])
+        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+
+
+def _record(batch_size: int, started: float) -> None:
+    """Producer histograms (awa.enqueue.batch_size / awa.enqueue.duration)."""
+    METRICS.enqueue_batch_size.record(batch_size)
+    METRICS.enqueue_duration.record(time.perf_counter() - started)
+
 
 class ProducerMixin:
-    """Insert paths of the client; filled in by the foundation issue."""
+    """Insert paths of the client (``self._get_pool()`` comes from AsyncClient)."""
+
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def insert(self, args: Any, *, kind: str | None = None,
+                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
+                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                     run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
+                     ordering_key: bytes | str | None = None) -> Job[Any]:
+        batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key)
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            started = time.perf_counter()
+            outcome = await enqueue.insert_batch(conn, batch)
+            await raise_if_unique_skipped(conn, batch, outcome)
+        _record(1, started)
+        return jobs_from(batch, outcome)[0]
+
+    async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
+                          queue: str = config.DEFAULT_QUEUE,
+                          priority: int = config.DEFAULT_PRIORITY,
+                          max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                          tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                          run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
+                          ordering_key: bytes | str | None = None,
+                          opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
+        """Insert with ``unnest`` arrays, one statement per batch, all in one transaction."""
+        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key, opts=opts)
+        return await self._write(batch, copy=False)
+
+    async def insert_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
+                               queue: str = config.DEFAULT_QUEUE,
+                               priority: int = config.DEFAULT_PRIORITY,
+                               max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                               tags: list[str] | None = None,
+                               metadata: dict[str, Any] | None = None,
+                               run_at: Any | None = None,
+                               unique_opts: dict[str, Any] | None = None,
+                               ordering_key: bytes | str | None = None,
+                               opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
+        """COPY into a staging table, then one INSERT ... SELECT returning the jobs."""
+        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key, opts=opts)
+        return await self._write(batch, copy=True)
+
+    async def enqueue_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
+                                queue: str = config.DEFAULT_QUEUE,
+                                priority: int = config.DEFAULT_PRIORITY,
+                                max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                                tags: list[str] | None = None,
+                                metadata: dict[str, Any] | None = None,
+                                run_at: Any | None = None,
+                                unique_opts: dict[str, Any] | None = None,
+                                ordering_key: bytes | str | None = None,
+                                opts: list[dict[str, Any] | None] | None = None,
+                                queue_storage_queue_stripe_count: int = 1) -> EnqueueCount:
+        """The fastest path: COPY straight into awa.jobs_hot; returns the row count.
+
+        ``queue_storage_queue_stripe_count`` belongs to the queue-storage
+        engine and is accepted for compatibility only.
+        """
+        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key, opts=opts)
+        return await self._write(batch, copy=True, returning=False)
+
+    async def _write(self, batch: EnqueueBatch, *, copy: bool,
+                     returning: bool = True) -> Any:
+        pool = await self._get_pool()
+        chunks = batch.chunks(config.ENQUEUE_BATCH_SIZE)
+        outcomes: list[tuple[EnqueueBatch, InsertOutcome]] = []
+        async with pool.connection() as conn:
+            if len(chunks) > 1:
+                async with conn.transaction():
+                    for chunk in chunks:
+                        outcomes.append((chunk, await self._write_chunk(conn, chunk, copy,
+                                                                        returning)))
+            else:
+                outcomes.append((batch, await self._write_chunk(conn, batch, copy, returning)))
+        skipped = sum(o.skipped for _, o in outcomes)
+        if not returning:
+            return EnqueueCount(sum(o.inserted for _, o in outcomes), skipped)
+        return InsertedJobs([job for chunk, o in outcomes for job in jobs_from(chunk, o)],
+                            skipped)
+
+    @staticmethod
+    async def _write_chunk(conn: psycopg.AsyncConnection[Any], chunk: EnqueueBatch, copy: bool,
+                           returning: bool) -> InsertOutcome:
+        started = time.perf_counter()
+        if copy:
+            outcome = await enqueue.copy_batch(conn, chunk, returning)
+        else:
+            outcome = await enqueue.insert_batch(conn, chunk, returning)
+        _record(len(chunk), started)
+        return outcome
+
+    async def transaction(self) -> "Transaction":
+        """A transaction on one pooled connection: ``async with await client.transaction() as tx``."""
+        pool = await self._get_pool()
+        conn = await pool.getconn()
+        try:
+            await conn.execute("BEGIN")
+        except BaseException:
+            await pool.putconn(conn)
+            raise
+        return Transaction(pool, conn)
+
+
+_DOLLAR_PARAM = re.compile(r"\$(\d+)")
+
+
+def translate_query(query: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """Accept ``$1``-style placeholders (as the Rust-core SDK did) as well as ``%s``."""
+    if args and _DOLLAR_PARAM.search(query):
+        query = _DOLLAR_PARAM.sub(lambda m: f"%(p{m.group(1)})s", query.replace("%", "%%"))
+        return query, {f"p{i}": value for i, value in enumerate(args, start=1)}
+    return query, (args or None)
+
+
+class Transaction:
+    """Inserts and queries that commit or roll back together with the caller's work."""
+
+    def __init__(self, pool: AsyncConnectionPool, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._pool = pool
+        self._conn: psycopg.AsyncConnection[Any] | None = conn
+
+    @property
+    def connection(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None:
+            raise AwaError("this transaction has already been committed or rolled back")
+        return self._conn
+
+    async def __aenter__(self) -> "Transaction":
+        return self
+
+    async def __aexit__(self, exc_type: Any, _exc_val: Any, _exc_tb: Any) -> None:
+        if self._conn is None:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            await self.rollback()
+
+    async def _finish(self, statement: str) -> None:
+        conn = self.connection
+        self._conn = None
+        try:
+            await conn.execute(statement)
+        finally:
+            await self._pool.putconn(conn)
+
+    async def commit(self) -> None:
+        await self._finish("COMMIT")
+
+    async def rollback(self) -> None:
+        await self._finish("ROLLBACK")
+
+    async def execute(self, query: str, *args: Any) -> int:
+        sql, params = translate_query(query, args)
+        async with self.connection.cursor() as cur:
+            await cur.execute(sql, params)
+            return cur.rowcount
+
+    async def fetch_all(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        sql, params = translate_query(query, args)
+        async with self.connection.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    async def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
+        sql, params = translate_query(query, args)
+        async with self.connection.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchone()
+
+    async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
+        row = await self.fetch_optional(query, *args)
+        if row is None:
+            raise AwaError("fetch_one: the query returned no row")
+        return row
+
+    async def insert(self, args: Any, *, kind: str | None = None,
+                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
+                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                     run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
+                     ordering_key: bytes | str | None = None) -> Job[Any]:
+        batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key)
+        outcome = await enqueue.insert_batch(self.connection, batch)
+        await raise_if_unique_skipped(self.connection, batch, outcome)
+        return jobs_from(batch, outcome)[0]
+
+    async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
+                          queue: str = config.DEFAULT_QUEUE,
+                          priority: int = config.DEFAULT_PRIORITY,
+                          max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                          tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                          run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
+                          ordering_key: bytes | str | None = None,
+                          opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
+        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                    run_at=run_at, unique_opts=unique_opts,
+                                    ordering_key=ordering_key, opts=opts)
+        jobs_out: list[Job[Any]] = []
+        skipped = 0
+        for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE):
+            outcome = await enqueue.insert_batch(self.connection, chunk)
+            jobs_out.extend(jobs_from(chunk, outcome))
+            skipped += outcome.skipped
+        return InsertedJobs(jobs_out, skipped)
+
+    def __repr__(self) -> str:
+        return f"Transaction({'open' if self._conn is not None else 'finished'})"
+
+
+# The synchronous client hands out its transactions through a blocking proxy;
+# the name the Rust-core SDK used for that object.
+SyncTransaction = Transaction

@@ -1,0 +1,73 @@
+"""Enqueue on the caller's own psycopg connection, inside the caller's transaction.
+
+The job is written with the same builder and statement as the client's
+``insert``; it becomes visible (and wakes the queue's listeners) when the
+caller commits, and vanishes if the caller rolls back.  Accepts a psycopg 3
+connection, or an object wrapping one (Django's ``connection.connection``,
+SQLAlchemy's ``driver_connection``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from awa import config
+from awa.job import ValidationError
+from awa.storage.canonical import enqueue
+
+
+def _unwrap(conn: Any, wanted: type) -> Any:
+    for candidate in (conn, getattr(conn, "driver_connection", None),
+                      getattr(conn, "connection", None),
+                      getattr(getattr(conn, "connection", None), "driver_connection", None)):
+        if isinstance(candidate, wanted):
+            return candidate
+    raise ValidationError(f"expected a {wanted.__module__}.{wanted.__name__} (or an object "
+                          f"wrapping one), got {type(conn).__name__}")
+
+
+def _row(outcome: enqueue.InsertOutcome) -> dict[str, Any]:
+    row = dict(outcome.rows[0])
+    row.pop("ord", None)
+    return row
+
+
+async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
+                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
+                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                     run_at: str | datetime | None = None,
+                     ordering_key: bytes | str | None = None,
+                     unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Insert one job on an ``psycopg.AsyncConnection``; returns the row as a dict."""
+    aconn = _unwrap(conn, psycopg.AsyncConnection)
+    batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+                                max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
+    outcome = await enqueue.insert_batch(aconn, batch)
+    if outcome.skipped:
+        holder, state = await enqueue.unique_holder(aconn, batch.unique_key[0])
+        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+    return _row(outcome)
+
+
+def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
+                    queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
+                    max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+                    tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                    run_at: str | datetime | None = None,
+                    ordering_key: bytes | str | None = None,
+                    unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Insert one job on a blocking ``psycopg.Connection``; returns the row as a dict."""
+    sconn = _unwrap(conn, psycopg.Connection)
+    batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+                                max_attempts=max_attempts, tags=tags, metadata=metadata,
+                                run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
+    outcome = enqueue.insert_batch_sync(sconn, batch)
+    if outcome.skipped:
+        holder, state = enqueue.unique_holder_sync(sconn, batch.unique_key[0])
+        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+    return _row(outcome)

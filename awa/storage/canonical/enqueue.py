@@ -1,0 +1,563 @@
+"""Enqueue: turning job args into rows of awa.jobs_hot / awa.scheduled_jobs.
+
+One builder (``build_batch``) validates and encodes every insert path's input
+into columns; one statement per batch writes them, fed either by ``unnest`` of
+array parameters or by ``COPY`` into a per-session staging table.  Rows due
+now go to ``jobs_hot`` as ``available`` (the schema's statement trigger sends
+``NOTIFY "awa:<queue>"`` at commit); rows with a future ``run_at`` go to
+``scheduled_jobs`` as ``scheduled``.
+
+Unique jobs: the claim is taken by a trigger, so ``ON CONFLICT`` cannot skip
+duplicates.  The statement instead drops rows whose key is already claimed
+and keeps only the first claiming row per key within the batch; a concurrent
+producer that claims the key between our check and our insert makes the
+statement fail with ``unique_violation`` on ``idx_awa_jobs_unique``, and we
+run it again (inside a savepoint when the caller holds a transaction), when
+the now-committed claim is filtered out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import cache
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+
+from awa import config, telemetry
+from awa.job import SerializationError, UniqueConflict, ValidationError
+from awa.serialization import derive_kind
+from awa.unique import UniqueOpts, key_for
+
+UNIQUE_INDEX = "idx_awa_jobs_unique"
+UNIQUE_RACE_RETRIES = 8
+_INSERTED_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "run_at", "metadata",
+                     "tags", "unique_key", "unique_states")
+_PER_ROW_OPTIONS = {"kind", "queue", "priority", "max_attempts", "tags", "metadata", "run_at",
+                    "unique_opts", "ordering_key"}
+
+# --- the two row sources -----------------------------------------------------
+UNNEST_SOURCE = """unnest(%(kind)s::text[], %(queue)s::text[], %(args)s::jsonb[],
+                     %(priority)s::smallint[], %(max_attempts)s::smallint[],
+                     %(run_at)s::timestamptz[], %(metadata)s::jsonb[], %(tags)s::text[],
+                     %(unique_key)s::bytea[], %(unique_states)s::text[])
+              WITH ORDINALITY AS s(kind, queue, args, priority, max_attempts, run_at, metadata,
+                                   tags, unique_key, unique_states, ord)"""
+STAGING_TABLE = "awa_enqueue_staging"
+STAGING_SOURCE = f"pg_temp.{STAGING_TABLE} AS s"
+CREATE_STAGING = f"""
+CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (
+    ord           bigint,
+    kind          text,
+    queue         text,
+    args          jsonb,
+    priority      smallint,
+    max_attempts  smallint,
+    run_at        timestamptz,
+    metadata      jsonb,
+    tags          text[],
+    unique_key    bytea,
+    unique_states bit(8)
+) ON COMMIT DELETE ROWS"""
+COPY_INTO_STAGING = (f"COPY pg_temp.{STAGING_TABLE} (ord, {', '.join(_INSERTED_COLUMNS)}) "
+                     f"FROM STDIN")
+# The common case (no unique keys, nothing deferred) needs no staging at all.
+COPY_INTO_HOT = ("COPY awa.jobs_hot (kind, queue, args, priority, max_attempts, metadata, tags) "
+                 "FROM STDIN")
+
+# --- the insert statements, parameterised by their source -------------------
+# Plain: every row is available now and none is unique.
+_PLAIN_INSERT = """
+INSERT INTO awa.jobs_hot (kind, queue, args, priority, max_attempts, metadata, tags)
+SELECT s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata, s.tags::text[]
+  FROM {source}
+ ORDER BY s.ord
+"""
+# General: deferred rows go to scheduled_jobs; unique rows whose key is taken
+# (already claimed, or by an earlier row of this batch) are skipped.
+_GENERAL_INSERT = """
+WITH src AS MATERIALIZED (
+    SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
+           s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
+           COALESCE(s.run_at, now()) AS run_at,
+           COALESCE(s.run_at > now(), false) AS deferred
+      FROM {source}
+), flagged AS (
+    SELECT src.*,
+           src.unique_key IS NOT NULL
+           AND get_bit(src.unique_states, awa.state_bit(
+                   CASE WHEN src.deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)) = 1
+           AS claims
+      FROM src
+), ranked AS (
+    SELECT flagged.*,
+           row_number() OVER (PARTITION BY flagged.claims, flagged.unique_key
+                              ORDER BY flagged.ord) AS nth
+      FROM flagged
+), kept AS MATERIALIZED (
+    SELECT nextval('awa.jobs_id_seq') AS id, r.*
+      FROM ranked r
+     WHERE NOT r.claims
+        OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.job_unique_claims c WHERE c.unique_key = r.unique_key))
+     ORDER BY r.ord
+), hot AS (
+    INSERT INTO awa.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
+                              metadata, tags, unique_key, unique_states)
+    SELECT id, kind, queue, args, 'available', priority, max_attempts, run_at,
+           metadata, tags, unique_key, unique_states
+      FROM kept WHERE NOT deferred ORDER BY ord
+    RETURNING *
+), later AS (
+    INSERT INTO awa.scheduled_jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
+                                    metadata, tags, unique_key, unique_states)
+    SELECT id, kind, queue, args, 'scheduled', priority, max_attempts, run_at,
+           metadata, tags, unique_key, unique_states
+      FROM kept WHERE deferred ORDER BY ord
+    RETURNING *
+)
+"""
+_GENERAL_RETURNING = """
+SELECT kept.ord, j.*
+  FROM (SELECT * FROM hot UNION ALL SELECT * FROM later) j
+  JOIN kept USING (id)
+ ORDER BY kept.ord"""
+_GENERAL_COUNT = "SELECT (SELECT count(*) FROM hot) + (SELECT count(*) FROM later) AS inserted"
+
+PLAIN_INSERT_RETURNING = _PLAIN_INSERT.format(source=UNNEST_SOURCE) + "RETURNING *"
+PLAIN_INSERT_COUNT = _PLAIN_INSERT.format(source=UNNEST_SOURCE)
+GENERAL_INSERT_RETURNING = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_RETURNING
+GENERAL_INSERT_COUNT = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_COUNT
+STAGED_PLAIN_RETURNING = _PLAIN_INSERT.format(source=STAGING_SOURCE) + "RETURNING *"
+STAGED_GENERAL_RETURNING = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_RETURNING
+STAGED_GENERAL_COUNT = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_COUNT
+
+UNIQUE_HOLDER = """
+SELECT c.job_id, j.state
+  FROM awa.job_unique_claims c
+  LEFT JOIN awa.jobs j ON j.id = c.job_id
+ WHERE c.unique_key = %s"""
+
+
+# --- the builder -----------------------------------------------------------
+@dataclass
+class EnqueueBatch:
+    """Validated, encoded columns of the rows one statement writes."""
+
+    kind: list[str] = field(default_factory=list)
+    queue: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    priority: list[int] = field(default_factory=list)
+    max_attempts: list[int] = field(default_factory=list)
+    run_at: list[datetime | None] = field(default_factory=list)
+    metadata: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # text[] literals
+    unique_key: list[bytes | None] = field(default_factory=list)
+    unique_states: list[str | None] = field(default_factory=list)
+    originals: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def needs_general(self) -> bool:
+        """Unique keys or explicit run_at need the general statement."""
+        return (any(k is not None for k in self.unique_key)
+                or any(r is not None for r in self.run_at))
+
+    def chunks(self, size: int) -> list["EnqueueBatch"]:
+        if len(self) <= size:
+            return [self]
+        names = [f.name for f in dataclasses.fields(self)]
+        return [EnqueueBatch(**{n: getattr(self, n)[i:i + size] for n in names})
+                for i in range(0, len(self), size)]
+
+    def params(self) -> dict[str, list[Any]]:
+        return {name: getattr(self, name) for name in _INSERTED_COLUMNS}
+
+    def copy_rows(self, with_ord: bool):
+        cols = [getattr(self, name) for name in _INSERTED_COLUMNS]
+        if with_ord:
+            return zip(range(1, len(self) + 1), *cols)
+        return zip(self.kind, self.queue, self.args, self.priority, self.max_attempts,
+                   self.metadata, self.tags)
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    """Options shared by every row of a call, validated once."""
+
+    kind: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    tags_literal: str
+    metadata: dict[str, Any]
+    metadata_json: str
+    run_at: datetime | None
+    unique: UniqueOpts | None
+
+
+def validate_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise ValidationError(f"queue name must be a non-empty string, got {queue!r}")
+    size = len(queue.encode())
+    if size > config.MAX_QUEUE_NAME_BYTES:
+        raise ValidationError(
+            f"queue name {queue[:20]!r}... is {size} bytes; at most "
+            f"{config.MAX_QUEUE_NAME_BYTES} fit the LISTEN channel "
+            f"\"{config.NOTIFY_CHANNEL_PREFIX}<queue>\" (63 bytes): use a shorter name")
+    return queue
+
+
+def validate_priority(priority: Any) -> int:
+    if (isinstance(priority, bool) or not isinstance(priority, int)
+            or not config.MIN_PRIORITY <= priority <= config.MAX_PRIORITY):
+        raise ValidationError(f"priority must be an integer from {config.MIN_PRIORITY} to "
+                              f"{config.MAX_PRIORITY} (1 = most urgent), got {priority!r}")
+    return priority
+
+
+def validate_max_attempts(max_attempts: Any) -> int:
+    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+            or not config.MIN_MAX_ATTEMPTS <= max_attempts <= config.MAX_MAX_ATTEMPTS):
+        raise ValidationError(f"max_attempts must be an integer from {config.MIN_MAX_ATTEMPTS} "
+                              f"to {config.MAX_MAX_ATTEMPTS}, got {max_attempts!r}")
+    return max_attempts
+
+
+def _validate_kind(kind: Any) -> str:
+    if not isinstance(kind, str) or not kind.strip():
+        raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
+    return kind
+
+
+def normalize_run_at(run_at: Any) -> datetime | None:
+    """``None``, an aware/naive (= UTC) datetime, an ISO string or a delay (timedelta)."""
+    if run_at is None:
+        return None
+    if isinstance(run_at, timedelta):
+        return datetime.now(timezone.utc) + run_at
+    if isinstance(run_at, str):
+        try:
+            run_at = datetime.fromisoformat(run_at)
+        except ValueError:
+            raise ValidationError(f"run_at {run_at!r} is not an ISO 8601 timestamp") from None
+    if not isinstance(run_at, datetime):
+        raise ValidationError(f"run_at must be a datetime, ISO string or timedelta, "
+                              f"got {type(run_at).__name__}")
+    return run_at if run_at.tzinfo else run_at.replace(tzinfo=timezone.utc)
+
+
+def _tags_literal(tags: Any) -> str:
+    """A ``text[]`` literal: quoting every element keeps commas and braces safe."""
+    if tags is None:
+        return "{}"
+    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        raise ValidationError(f"tags must be a list of strings, got {tags!r}")
+    quoted = ('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in tags)
+    return "{" + ",".join(quoted) + "}"
+
+
+def _metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ValidationError(f"metadata must be a dict, got {type(metadata).__name__}")
+    return dict(metadata)
+
+
+def _dumps(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} is not JSON-serializable: "
+                                 f"{' '.join(str(exc).split())}") from None
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@cache
+def _kind_of(cls: type) -> str:
+    return derive_kind(cls)
+
+
+def _encode_args(args: Any) -> tuple[str, dict[str, Any] | None]:
+    """The args' JSON text; the dict too only when the unique key needs it."""
+    cls = type(args)
+    if dataclasses.is_dataclass(cls):
+        plain = {name: getattr(args, name) for name in _field_names(cls)}
+    elif isinstance(args, dict):
+        plain = args
+    elif callable(getattr(args, "model_dump", None)):
+        plain = args.model_dump(mode="json")
+    else:
+        raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
+                                 f"not {cls.__name__}")
+    text = _dumps(plain, f"job args of {cls.__name__}")
+    if not text.startswith("{"):
+        raise SerializationError(f"job args of {cls.__name__} must serialise to a JSON object")
+    return text, plain
+
+
+def _row_kind(args: Any, kind: str | None) -> str:
+    if kind is not None:
+        return _validate_kind(kind)
+    if isinstance(args, dict):
+        raise ValidationError("dict args need an explicit kind= (there is no class to derive "
+                              "the kind from)")
+    return _kind_of(type(args))
+
+
+def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
+              tags: list[str] | None, metadata: dict[str, Any] | None, run_at: Any,
+              unique_opts: Any, ordering_key: bytes | str | None) -> _Defaults:
+    meta = _metadata(metadata)
+    if ordering_key is not None:
+        meta["ordering_key"] = (ordering_key.hex() if isinstance(ordering_key, bytes)
+                                else str(ordering_key))
+    traceparent = telemetry.current_traceparent()
+    if traceparent:
+        meta.setdefault(telemetry.TRACEPARENT_KEY, traceparent)
+    return _Defaults(
+        kind=None if kind is None else _validate_kind(kind),
+        queue=validate_queue(queue),
+        priority=validate_priority(priority),
+        max_attempts=validate_max_attempts(max_attempts),
+        tags_literal=_tags_literal(tags),
+        metadata=meta,
+        metadata_json=_dumps(meta, "metadata"),
+        run_at=normalize_run_at(run_at),
+        unique=UniqueOpts.parse(unique_opts),
+    )
+
+
+def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
+                queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
+                max_attempts: int = config.DEFAULT_MAX_ATTEMPTS, tags: list[str] | None = None,
+                metadata: dict[str, Any] | None = None, run_at: Any = None,
+                unique_opts: Any = None, ordering_key: bytes | str | None = None,
+                opts: Sequence[dict[str, Any] | None] | None = None) -> EnqueueBatch:
+    """Validate and encode every row before anything is written."""
+    if isinstance(jobs, (str, bytes, dict)) or not isinstance(jobs, Sequence):
+        jobs = list(jobs) if not isinstance(jobs, (str, bytes, dict)) else [jobs]
+    if opts is not None and len(opts) != len(jobs):
+        raise ValidationError(f"opts has {len(opts)} entries for {len(jobs)} jobs; "
+                              f"pass one (or None) per job")
+    shared = _defaults(kind, queue, priority, max_attempts, tags, metadata, run_at,
+                       unique_opts, ordering_key)
+    now = time.time()
+    batch = EnqueueBatch()
+    for index, args in enumerate(jobs):
+        row_opts = opts[index] if opts is not None else None
+        d = shared if not row_opts else _override(shared, row_opts, index)
+        args_json, plain = _encode_args(args)
+        row_kind = _row_kind(args, d.kind)
+        batch.kind.append(row_kind)
+        batch.queue.append(d.queue)
+        batch.args.append(args_json)
+        batch.priority.append(d.priority)
+        batch.max_attempts.append(d.max_attempts)
+        batch.run_at.append(d.run_at)
+        batch.metadata.append(d.metadata_json)
+        batch.tags.append(d.tags_literal)
+        if d.unique is None:
+            batch.unique_key.append(None)
+            batch.unique_states.append(None)
+        else:
+            batch.unique_key.append(key_for(d.unique, row_kind, d.queue, plain, now))
+            batch.unique_states.append(d.unique.states_mask)
+        batch.originals.append(args)
+    return batch
+
+
+def _override(shared: _Defaults, row: dict[str, Any], index: int) -> _Defaults:
+    if not isinstance(row, dict):
+        raise ValidationError(f"opts[{index}] must be a dict or None")
+    unknown = sorted(set(row) - _PER_ROW_OPTIONS)
+    if unknown:
+        raise ValidationError(f"opts[{index}] has unknown key(s) {', '.join(unknown)}; "
+                              f"expected some of {', '.join(sorted(_PER_ROW_OPTIONS))}")
+    merged_meta = {**shared.metadata, **_metadata(row.get("metadata"))}
+    if row.get("ordering_key") is not None:
+        key = row["ordering_key"]
+        merged_meta["ordering_key"] = key.hex() if isinstance(key, bytes) else str(key)
+    return _Defaults(
+        kind=_validate_kind(row["kind"]) if row.get("kind") is not None else shared.kind,
+        queue=validate_queue(row["queue"]) if "queue" in row else shared.queue,
+        priority=validate_priority(row["priority"]) if "priority" in row else shared.priority,
+        max_attempts=(validate_max_attempts(row["max_attempts"]) if "max_attempts" in row
+                      else shared.max_attempts),
+        tags_literal=_tags_literal(row["tags"]) if "tags" in row else shared.tags_literal,
+        metadata=merged_meta,
+        metadata_json=_dumps(merged_meta, f"opts[{index}] metadata"),
+        run_at=normalize_run_at(row["run_at"]) if "run_at" in row else shared.run_at,
+        unique=UniqueOpts.parse(row["unique_opts"]) if "unique_opts" in row else shared.unique,
+    )
+
+
+# --- executing -------------------------------------------------------------
+@dataclass
+class InsertOutcome:
+    rows: list[dict[str, Any]]
+    inserted: int
+    skipped: int
+
+
+def _is_unique_race(exc: BaseException) -> bool:
+    diag = getattr(exc, "diag", None)
+    return (isinstance(exc, pg_errors.UniqueViolation)
+            and getattr(diag, "constraint_name", None) == UNIQUE_INDEX)
+
+
+def _statement(batch: EnqueueBatch, returning: bool) -> str:
+    if batch.needs_general:
+        return GENERAL_INSERT_RETURNING if returning else GENERAL_INSERT_COUNT
+    return PLAIN_INSERT_RETURNING if returning else PLAIN_INSERT_COUNT
+
+
+def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[Any],
+                  returning: bool) -> InsertOutcome:
+    if returning:
+        rows = cur.fetchall()
+        return InsertOutcome(rows, len(rows), len(batch) - len(rows))
+    inserted = cur.rowcount if not batch.needs_general else cur.fetchone()["inserted"]
+    return InsertOutcome([], inserted, len(batch) - inserted)
+
+
+def _in_transaction(conn: Any) -> bool:
+    return conn.info.transaction_status != TransactionStatus.IDLE
+
+
+async def insert_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                       returning: bool = True) -> InsertOutcome:
+    """One statement for the whole batch; retries a lost unique race."""
+    if not len(batch):
+        return InsertOutcome([], 0, 0)
+    sql, params = _statement(batch, returning), batch.params()
+    guard = batch.needs_general and _in_transaction(conn)
+    for attempt in range(UNIQUE_RACE_RETRIES):
+        try:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                if guard:
+                    async with conn.transaction():
+                        await cur.execute(sql, params)
+                else:
+                    await cur.execute(sql, params)
+                if returning:
+                    rows = await cur.fetchall()
+                    return InsertOutcome(rows, len(rows), len(batch) - len(rows))
+                inserted = (cur.rowcount if not batch.needs_general
+                            else (await cur.fetchone())["inserted"])
+                return InsertOutcome([], inserted, len(batch) - inserted)
+        except pg_errors.UniqueViolation as exc:
+            if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1 or (
+                    _in_transaction(conn) and not guard):
+                raise _conflict_from(exc) from None
+    raise AssertionError("unreachable")
+
+
+def insert_batch_sync(conn: psycopg.Connection[Any], batch: EnqueueBatch,
+                      returning: bool = True) -> InsertOutcome:
+    """The blocking twin of ``insert_batch`` for the caller's own sync connection."""
+    if not len(batch):
+        return InsertOutcome([], 0, 0)
+    sql, params = _statement(batch, returning), batch.params()
+    guard = batch.needs_general and _in_transaction(conn)
+    for attempt in range(UNIQUE_RACE_RETRIES):
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                if guard:
+                    with conn.transaction():
+                        cur.execute(sql, params)
+                else:
+                    cur.execute(sql, params)
+                return _outcome_sync(batch, cur, returning)
+        except pg_errors.UniqueViolation as exc:
+            if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1 or (
+                    _in_transaction(conn) and not guard):
+                raise _conflict_from(exc) from None
+    raise AssertionError("unreachable")
+
+
+def _conflict_from(exc: BaseException) -> UniqueConflict:
+    return UniqueConflict(f"unique job conflict on {UNIQUE_INDEX}: "
+                          f"{' '.join(str(exc).split())}")
+
+
+async def copy_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                     returning: bool) -> InsertOutcome:
+    """COPY the batch in: straight into jobs_hot when it can, else via staging."""
+    if not len(batch):
+        return InsertOutcome([], 0, 0)
+    if not returning and not batch.needs_general:
+        async with conn.cursor() as cur:
+            async with cur.copy(COPY_INTO_HOT) as copy:
+                for row in batch.copy_rows(with_ord=False):
+                    await copy.write_row(row)
+        return InsertOutcome([], len(batch), 0)
+    if returning:
+        sql = STAGED_GENERAL_RETURNING if batch.needs_general else STAGED_PLAIN_RETURNING
+    else:
+        sql = STAGED_GENERAL_COUNT
+    async with conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(CREATE_STAGING)
+            async with cur.copy(COPY_INTO_STAGING) as copy:
+                for row in batch.copy_rows(with_ord=True):
+                    await copy.write_row(row)
+            for attempt in range(UNIQUE_RACE_RETRIES):
+                try:
+                    async with conn.transaction():
+                        await cur.execute(sql)
+                    if returning:
+                        rows = await cur.fetchall()
+                        return InsertOutcome(rows, len(rows), len(batch) - len(rows))
+                    inserted = (await cur.fetchone())["inserted"]
+                    return InsertOutcome([], inserted, len(batch) - inserted)
+                except pg_errors.UniqueViolation as exc:
+                    if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1:
+                        raise _conflict_from(exc) from None
+    raise AssertionError("unreachable")
+
+
+async def unique_holder(conn: psycopg.AsyncConnection[Any],
+                        key: bytes) -> tuple[int | None, str | None]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(UNIQUE_HOLDER, (key,))
+        row = await cur.fetchone()
+    return (row["job_id"], row["state"]) if row else (None, None)
+
+
+def unique_holder_sync(conn: psycopg.Connection[Any],
+                       key: bytes) -> tuple[int | None, str | None]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(UNIQUE_HOLDER, (key,)).fetchone()
+    return (row["job_id"], row["state"]) if row else (None, None)
+
+
+def unique_conflict(kind: str, holder: int | None, state: Any) -> UniqueConflict:
+    if holder is None:
+        return UniqueConflict(f"a unique {kind} job with the same key already exists")
+    return UniqueConflict(f"a unique {kind} job with the same key already exists: "
+                          f"job {holder} ({state}) holds the claim")
