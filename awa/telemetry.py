@@ -206,7 +206,9 @@ def shutdown_telemetry() -> None:
         return
     state.span_processor.force_flush()
     state.span_processor.shutdown()
-    # remove_metric_reader shuts the reader down, which exports what is pending.
+    # Export what is pending first: remove_metric_reader detaches the reader
+    # before shutting it down, so its final collection would see nothing.
+    state.metric_reader.force_flush()
     state.meter_provider.remove_metric_reader(state.metric_reader)
 
 
