@@ -1,0 +1,89 @@
+"""Leader election: one maintenance leader per database.
+
+The leader holds the session advisory lock ``config.ADVISORY_LOCK_LEADER``
+on a dedicated connection (``application_name`` ``awa-leader``).  Postgres
+releases a session lock when its connection ends, so a leader that crashes
+or loses the network frees the lock for the next candidate; non-leaders try
+again every ``leader_election_interval``.  The leader pings its connection
+and steps down as soon as it is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from awa import config, db
+from awa.job import DatabaseError
+from awa.storage.canonical import maintenance as sql
+
+log = logging.getLogger("awa.leader")
+
+
+class LeaderElector:
+    def __init__(self, database_url: str, *, lock_key: int = config.ADVISORY_LOCK_LEADER,
+                 application_name: str = config.APP_NAME_LEADER) -> None:
+        self.database_url = database_url
+        self.lock_key = lock_key
+        self.application_name = application_name
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.is_leader = False
+
+    async def try_acquire(self) -> bool:
+        """One election attempt; True when this elector holds (or already held) the lock."""
+        if self.is_leader:
+            return await self.still_leader()
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await db.connect(self.database_url, self.application_name)
+            row = await (await self._conn.execute(sql.TRY_LEADER_LOCK,
+                                                  {"key": self.lock_key})).fetchone()
+        except (psycopg.Error, DatabaseError, OSError) as exc:
+            log.warning("leader election attempt failed: %s", db.one_line(exc))
+            await self._drop_connection()
+            return False
+        self.is_leader = bool(row["acquired"])
+        if not self.is_leader:
+            # Followers do not keep an idle connection open between attempts.
+            await self._drop_connection()
+        return self.is_leader
+
+    async def still_leader(self) -> bool:
+        """Ping the lock's connection; a lost connection means the lock is gone."""
+        if not self.is_leader or self._conn is None:
+            return False
+        try:
+            await self._conn.execute(sql.LEADER_PING)
+            return True
+        except (psycopg.Error, OSError) as exc:
+            log.warning("leader connection lost, stepping down: %s", db.one_line(exc))
+            self.is_leader = False
+            await self._drop_connection()
+            return False
+
+    async def release(self) -> None:
+        """Give up leadership (graceful shutdown): unlock, then close."""
+        if self.is_leader and self._conn is not None and not self._conn.closed:
+            try:
+                await self._conn.execute(sql.RELEASE_LEADER_LOCK, {"key": self.lock_key})
+            except (psycopg.Error, OSError) as exc:
+                log.warning("could not release the leader lock cleanly: %s", db.one_line(exc))
+        self.is_leader = False
+        await self._drop_connection()
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The lock connection's server pid (tests and diagnostics)."""
+        if self._conn is None or self._conn.closed:
+            return None
+        return self._conn.info.backend_pid
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except (psycopg.Error, OSError):
+                pass

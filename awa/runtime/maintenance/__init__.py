@@ -1,0 +1,152 @@
+"""Maintenance: leader election and the leader's periodic branches.
+
+``MaintenanceService(runtime).run()`` runs in every runtime.  Every runtime
+stores its declarations (cron schedules once at start, descriptors every
+snapshot tick); one elected leader per database runs the branches, each on
+its own interval: promotion, the three rescues, retention, priority aging,
+cron and the queue-health gauges.  Each pass is timed
+(``awa.maintenance.branch.duration``) and a pass longer than its interval is
+counted (``awa.maintenance.branch.overrun``).  A branch that fails logs one
+line and runs again next tick; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from awa import db
+from awa.runtime.leader import LeaderElector
+from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
+from awa.runtime.maintenance.queue_health import QueueHealthPublisher
+
+log = logging.getLogger("awa.maintenance")
+
+# How often the leader checks that its lock connection is still there, at most.
+LEADER_PING_MAX_INTERVAL_MS = 1_000
+
+
+@dataclass(frozen=True)
+class Branch:
+    name: str
+    interval_ms: int
+    run: Callable[[], Awaitable[Any]]
+
+
+class MaintenanceService:
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.elector = LeaderElector(runtime.database_url)
+        self.queue_health = QueueHealthPublisher()
+        # The latest result of each branch, for diagnostics and tests.
+        self.last_results: dict[str, Any] = {}
+        self.elections = 0
+
+    # -- the branches ---------------------------------------------------------------
+    def branches(self) -> list[Branch]:
+        s, rt = self.settings, self.runtime
+        pool = rt.pool
+
+        def rescuer(kind: rescue.RescueKind) -> Callable[[], Awaitable[Any]]:
+            return lambda: rescue.rescue(
+                pool, kind, batch_size=s.rescue_batch_size,
+                staleness_ms=s.heartbeat_staleness_ms, dlq_enabled=rt.dlq_enabled,
+                in_flight=rt.in_flight)
+
+        return [b for b in (
+            Branch("promote", s.promote_interval_ms,
+                   lambda: promote.promote(pool, batch_size=s.promote_batch_size)),
+            Branch("rescue_heartbeat", s.heartbeat_rescue_interval_ms,
+                   rescuer(rescue.HEARTBEAT_STALE)),
+            Branch("rescue_deadline", s.deadline_rescue_interval_ms,
+                   rescuer(rescue.DEADLINE_EXCEEDED)),
+            Branch("rescue_callback", s.callback_rescue_interval_ms,
+                   rescuer(rescue.CALLBACK_TIMEOUT)),
+            Branch("cleanup", s.cleanup_interval_ms,
+                   lambda: retention.clean(pool, s, rt.queues)),
+            Branch("priority_aging",
+                   aging.tick_interval_ms(s.priority_aging_interval_ms, rt.queues),
+                   lambda: aging.age_priorities(
+                       pool, default_interval_ms=s.priority_aging_interval_ms,
+                       queues=rt.queues, batch_size=s.cleanup_batch_size)),
+            Branch("cron", s.cron_eval_interval_ms, lambda: cron.evaluate(pool)),
+            Branch("queue_health", s.queue_health_interval_ms,
+                   lambda: self.queue_health.publish(pool)),
+        ) if b.interval_ms > 0]
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def run(self) -> None:
+        health = self.runtime.health
+        health.maintenance_alive = True
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._declarations_loop(), name="awa-declarations")
+                if self.settings.run_maintenance:
+                    tg.create_task(self._election_loop(), name="awa-leader-election")
+        finally:
+            health.maintenance_alive = False
+            health.leader = False
+            await self.elector.release()
+
+    async def _declarations_loop(self) -> None:
+        """Every runtime: cron schedules once, descriptors every snapshot tick."""
+        client = self.runtime.client
+        cron_synced = False
+        while True:
+            try:
+                if not cron_synced:
+                    await client.sync_cron_jobs(self.runtime.pool)
+                    cron_synced = True
+                await descriptors.sync_descriptors(self.runtime.pool, client)
+            except Exception as exc:  # noqa: BLE001 - retried next tick, never fatal
+                log.error("could not store cron schedules / descriptors (retrying): %s",
+                          db.one_line(exc))
+            await asyncio.sleep(self.settings.snapshot_interval_ms / 1000)
+
+    async def _election_loop(self) -> None:
+        interval_s = self.settings.leader_election_interval_ms / 1000
+        while True:
+            if await self.elector.try_acquire():
+                await self._lead()
+            await asyncio.sleep(interval_s)
+
+    async def _lead(self) -> None:
+        health = self.runtime.health
+        self.elections += 1
+        health.leader = True
+        recording.record_leadership(True, elected=True)
+        log.info("this runtime is now the maintenance leader (instance %s)",
+                 getattr(self.runtime, "instance_id", "?"))
+        ping_s = min(self.settings.leader_election_interval_ms,
+                     LEADER_PING_MAX_INTERVAL_MS) / 1000
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._run_branch(b), name=f"awa-maint-{b.name}")
+                         for b in self.branches()]
+                while await self.elector.still_leader():
+                    await asyncio.sleep(ping_s)
+                for task in tasks:
+                    task.cancel()
+        finally:
+            health.leader = False
+            recording.record_leadership(False)
+            self.queue_health.reset()
+            log.info("this runtime is no longer the maintenance leader")
+
+    async def _run_branch(self, branch: Branch) -> None:
+        interval_s = branch.interval_ms / 1000
+        while True:
+            started = time.monotonic()
+            try:
+                self.last_results[branch.name] = await branch.run()
+            except Exception as exc:  # noqa: BLE001 - one failing branch must not stop the rest
+                log.error("maintenance branch %s failed (retrying next tick): %s",
+                          branch.name, db.one_line(exc))
+            elapsed = time.monotonic() - started
+            recording.record_branch(branch.name, elapsed, interval_s)
+            await asyncio.sleep(max(interval_s - elapsed, 0.0))
