@@ -1,5 +1,6 @@
 """awa: a Postgres-native background job queue, the full runtime in Python."""
 
+from awa.admin import DlqEntry, QueueStat, RetryFailedResult
 from awa.client import AsyncClient, Client
 from awa.config import QueueConfig, RateLimit, RetentionPolicy
 from awa.job import (
@@ -23,6 +24,7 @@ from awa.job import (
 )
 from awa.schema import current_migration_version, migrations, migrations_range
 from awa.telemetry import init_telemetry, shutdown_telemetry
+from awa.producer import SyncTransaction, Transaction
 from awa.serialization import derive_kind
 
 __version__ = "0.1.0"
@@ -32,6 +34,7 @@ __all__ = [
     "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "Job",
     "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
-    "WaitForCallback", "current_migration_version", "derive_kind", "migrations", "migrations_range",
+    "WaitForCallback", "current_migration_version", "derive_kind",
+    "DlqEntry", "QueueStat", "RetryFailedResult", "SyncTransaction", "Transaction", "migrations", "migrations_range",
     "init_telemetry", "shutdown_telemetry",
 ]
