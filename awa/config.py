@@ -74,6 +74,8 @@ RESCUE_BATCH_SIZE = 1_000
 CLEANUP_BATCH_SIZE = 1_000
 ENQUEUE_BATCH_SIZE = 1_000
 SYNC_HANDLER_THREADS = 32
+# max_workers of each registered queue when start() is given no queue configs.
+DEFAULT_MAX_WORKERS = 10
 # A maintenance branch works through at most this many batches per tick, so
 # one huge backlog cannot starve the other branches.
 MAINTENANCE_MAX_BATCHES_PER_TICK = 20
@@ -110,6 +112,8 @@ OPS_XACT_WARNING_S = 300  # a transaction pinning the xmin horizon this long war
 OPS_XACT_CRITICAL_S = 3_600
 OPS_XID_AGE_WARNING = 10_000_000
 OPS_VACUUM_RECENT_S = 600  # vacuumed this recently yet still dead: something pins the horizon
+OPS_VACUUM_STALE_S = 1_800  # no vacuum for this long while dead rows pile up
+OPS_DEAD_TUPLES_MIN = 10_000  # below this, dead tuples are never worth an alarm
 OPS_DLQ_RECENT_S = 3_600
 OPS_ERROR_SAMPLE = 1_000  # recent DLQ/failed rows scanned for repeated errors
 OPS_POISON_REPEATS = 3
