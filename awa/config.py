@@ -133,6 +133,7 @@ TUI_COUNT_CAP = 100_000  # depth counts stop here and show "100000+"
 TUI_ROW_LIMIT = 500  # rows per list screen
 TUI_SCAN_WINDOW = 20_000  # newest rows a non-indexed filter (tag, reason) looks through
 TUI_THROUGHPUT_POINTS = 60  # sparkline length, one point per refresh
+TUI_DIAGNOSE_SECONDS = 30.0  # `diagnose all` reruns at most this often in the console
 SERVE_HOST = "127.0.0.1"
 SERVE_PORT = 8000
 METRICS_HOST = "127.0.0.1"

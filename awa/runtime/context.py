@@ -1,0 +1,115 @@
+"""The execution context of one attempt: what ``job.is_cancelled()``,
+``set_progress``, ``update_metadata`` and the callback methods talk to.
+
+Progress and metadata are buffered here and written by the next heartbeat
+(or with the attempt's outcome), so reporting progress costs no round trip.
+Handlers in the sync thread pool call these too; they only swap attribute
+values, which the GIL keeps consistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from awa.job import CallbackToken, Job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa.runtime.runtime import Runtime
+
+
+class JobContext:
+    __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
+                 "started", "deadline_monotonic", "dropped", "_progress_dirty",
+                 "_metadata_patch", "is_async", "__weakref__")
+
+    def __init__(self, job: Job, runtime: "Runtime", permits: Any,
+                 deadline_monotonic: float) -> None:
+        self.job = job
+        self.runtime = runtime
+        self.permits = permits
+        self.cancelled = False
+        self.cancel_reason: str | None = None
+        self.task: asyncio.Task | None = None
+        self.started = time.monotonic()
+        self.deadline_monotonic = deadline_monotonic
+        self.dropped = False
+        self.is_async = True
+        self._progress_dirty = False
+        self._metadata_patch: dict[str, Any] | None = None
+        job._ctx = self
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job.id, self.job.run_lease)
+
+    # -- ExecutionContext ------------------------------------------------
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Flip the cooperative cancel flag (admin cancel, rescue, shutdown)."""
+        if not self.cancelled:
+            self.cancelled = True
+            self.cancel_reason = reason
+
+    def set_progress(self, percent: float | None, message: str | None = None) -> None:
+        progress: dict[str, Any] = dict(self.job.progress or {})
+        if percent is not None:
+            progress["percent"] = max(0.0, min(100.0, float(percent)))
+        if message is not None:
+            progress["message"] = str(message)
+        progress["updated_at"] = datetime.now(timezone.utc).isoformat()
+        self.job.progress = progress
+        self._progress_dirty = True
+
+    def update_metadata(self, updates: dict[str, Any]) -> None:
+        if not isinstance(updates, dict):
+            from awa.job import ValidationError
+            raise ValidationError("update_metadata() takes a dict of keys to merge")
+        patch = dict(self._metadata_patch or {})
+        patch.update(updates)
+        self._metadata_patch = patch
+        self.job.metadata = {**self.job.metadata, **updates}
+
+    def take_buffered(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The progress and metadata patch not yet written (and forget them)."""
+        progress = self.job.progress if self._progress_dirty else None
+        patch = self._metadata_patch
+        self._progress_dirty = False
+        self._metadata_patch = None
+        return progress, patch
+
+    def restore_buffered(self, progress: dict[str, Any] | None,
+                         patch: dict[str, Any] | None) -> None:
+        """A write failed: keep the buffered values for the next one."""
+        if progress is not None:
+            self._progress_dirty = True
+        if patch:
+            self._metadata_patch = {**patch, **(self._metadata_patch or {})}
+
+    @property
+    def has_buffered(self) -> bool:
+        return self._progress_dirty or self._metadata_patch is not None
+
+    async def flush_progress(self) -> None:
+        await self.runtime.flush_progress(self)
+
+    async def register_callback(self, timeout_seconds: float, filter: str | None,
+                                on_complete: str | None, on_fail: str | None,
+                                transform: str | None) -> CallbackToken:
+        from awa import callbacks  # the callbacks module is optional at import time
+        token = await callbacks.register_callback(
+            self.runtime.pool, self.job.id, self.job.run_lease, timeout_seconds,
+            filter, on_complete, on_fail, transform)
+        self.job.callback_id = token.id
+        return token
+
+    async def wait_for_callback(self, token: CallbackToken | str) -> Any:
+        from awa import callbacks
+        callback_id = token.id if isinstance(token, CallbackToken) else str(token)
+        return await callbacks.wait_for_resume(
+            self.runtime.pool, self.job.id, self.job.run_lease, callback_id,
+            self.is_cancelled)

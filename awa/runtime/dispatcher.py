@@ -1,0 +1,209 @@
+"""Per-queue dispatchers and the one LISTEN connection that wakes them.
+
+A dispatcher takes permits first, then claims up to
+``min(permits, tokens, claim_batch_size)`` rows in one statement, hands
+them to the executor and goes again at once while claims come back full.
+Otherwise it sleeps until a ``NOTIFY "awa:<queue>"``, freed capacity, or
+the poll interval (the fallback when notifications are lost or the
+listener connection is down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.rows import tuple_row
+
+from awa import config, db
+from awa.config import QueueConfig
+from awa.job import Job, JobState
+from awa.runtime import recording
+from awa.runtime.permits import QueuePermits
+from awa.runtime.rate_limit import TokenBucket
+from awa.storage.canonical import execution as sql
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa.runtime.runtime import Runtime
+
+log = logging.getLogger("awa.runtime.dispatcher")
+
+_RUNNING = JobState.Running
+
+REASON_NOTIFY = "notify"
+REASON_POLL = "poll"
+REASON_CAPACITY = "capacity"
+
+
+def job_from_claim(row: tuple) -> Job[Any]:
+    (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
+     attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
+    return Job(id=id_, kind=kind, queue=queue, args=args, state=_RUNNING, priority=priority,
+               attempt=attempt, max_attempts=max_attempts, run_at=run_at,
+               deadline_at=deadline_at, attempted_at=attempted_at, created_at=created_at,
+               errors=errors or [], metadata=metadata or {}, tags=tags or [],
+               run_lease=run_lease, progress=progress)
+
+
+class Dispatcher:
+    def __init__(self, runtime: "Runtime", queue: QueueConfig, permits: QueuePermits) -> None:
+        self.runtime = runtime
+        self.queue = queue
+        self.name = queue.name
+        self.permits = permits
+        self.bucket = TokenBucket(queue.rate_limit) if queue.rate_limit else None
+        poll_ms = queue.poll_interval_ms or runtime.settings.poll_interval_ms
+        self.poll_interval = poll_ms / 1000.0
+        self.deadline_ms = queue.deadline_duration_ms
+        self.batch_size = max(queue.claim_batch_size, 1)
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self.last_loop_at = time.monotonic()
+        self.task: asyncio.Task | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"awa-dispatch-{self.name}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self.permits.notify_freed()
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self.last_loop_at = time.monotonic()
+            wanted = self.batch_size
+            if self.bucket is not None:
+                tokens = self.bucket.available()
+                if tokens <= 0:
+                    recording.rate_limited(self.name)
+                    await asyncio.sleep(min(self.bucket.seconds_until_token(), self.poll_interval))
+                    continue
+                wanted = min(wanted, tokens)
+            granted = self.permits.try_acquire(wanted)
+            if granted == 0:
+                await self.permits.wait_for_capacity(self.poll_interval)
+                recording.wakeup(self.name, REASON_CAPACITY)
+                continue
+            self._wake.clear()
+            started = time.perf_counter()
+            try:
+                rows = await self._claim(granted)
+                failures = 0
+                self.runtime.health.postgres_connected = True
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self.permits.release(granted)
+                self.runtime.health.postgres_connected = False
+                failures += 1
+                log.warning("claim on queue %s failed (%s); retrying", self.name, db.one_line(exc))
+                await asyncio.sleep(min(self.poll_interval * failures, 5.0))
+                continue
+            except psycopg.Error as exc:
+                self.permits.release(granted)
+                failures += 1
+                log.error("claim on queue %s failed: %s", self.name, db.one_line(exc))
+                await asyncio.sleep(min(self.poll_interval * failures, 5.0))
+                continue
+            if len(rows) < granted:
+                self.permits.release(granted - len(rows))
+            self.permits.hungry = len(rows) == granted
+            jobs = [job_from_claim(row) for row in rows]
+            recording.claimed(self.name, jobs, time.perf_counter() - started)
+            if jobs:
+                if self.bucket is not None:
+                    self.bucket.consume(len(jobs))
+                self._start_jobs(jobs)
+                if len(jobs) == granted:
+                    continue  # probably more waiting: claim again at once
+            if self._stopping:
+                break
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                recording.wakeup(self.name, REASON_NOTIFY)
+            except asyncio.TimeoutError:
+                recording.wakeup(self.name, REASON_POLL)
+
+    async def _claim(self, n: int) -> list[tuple]:
+        async with self.runtime.pool.connection() as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(sql.CLAIM_JOBS, (self.name, self.name, n, self.deadline_ms))
+            return await cur.fetchall()
+
+    def _start_jobs(self, jobs: list[Job[Any]]) -> None:
+        start_job = self.runtime.executor.start_job
+        deadline = time.monotonic() + self.deadline_ms / 1000.0
+        for job in jobs:
+            start_job(job, self.permits, deadline)
+
+
+class QueueListener:
+    """One connection LISTENing on ``awa:<queue>`` for every queue of the runtime.
+
+    Reconnects when the connection dies; after a reconnect every dispatcher
+    is woken once, since notifications sent meanwhile were lost.
+    """
+
+    def __init__(self, runtime: "Runtime", dispatchers: dict[str, Dispatcher]) -> None:
+        self.runtime = runtime
+        self.dispatchers = dispatchers
+        self.by_channel = {config.NOTIFY_CHANNEL_PREFIX + name: d
+                           for name, d in dispatchers.items()}
+        self.task: asyncio.Task | None = None
+        self.connected = asyncio.Event()
+        self.conn: psycopg.AsyncConnection | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="awa-queue-listener")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def _run(self) -> None:
+        retry = config.CANCEL_LISTENER_RETRY_MS / 1000.0
+        while True:
+            try:
+                self.conn = await db.connect(self.runtime.database_url, config.APP_NAME_LISTENER)
+                for channel in self.by_channel:
+                    await self.conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+                self.connected.set()
+                for d in self.dispatchers.values():
+                    d.wake()
+                async for note in self.conn.notifies():
+                    d = self.by_channel.get(note.channel)
+                    if d is not None:
+                        d.wake()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.connected.clear()
+                log.warning("queue listener connection lost (%s); polling until it is back",
+                            db.one_line(exc))
+            finally:
+                if self.conn is not None:
+                    try:
+                        await self.conn.close()
+                    except Exception:  # closing a broken connection may fail again
+                        pass
+                    self.conn = None
+            await asyncio.sleep(retry)

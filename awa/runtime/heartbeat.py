@@ -1,0 +1,88 @@
+"""One batched heartbeat per interval for every attempt this process runs.
+
+The heartbeat keeps each claim alive (rescue treats a heartbeat older than
+``heartbeat_staleness`` as a dead worker) and carries the progress and
+metadata handlers buffered since the last one.  An attempt the update no
+longer matches is not ours any more (cancelled or rescued): its handler's
+cancel flag is flipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+from awa import db
+from awa.runtime import recording
+from awa.storage.canonical import execution as sql
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa.runtime.runtime import Runtime
+
+log = logging.getLogger("awa.runtime.heartbeat")
+
+
+class Heartbeat:
+    def __init__(self, runtime: "Runtime") -> None:
+        self.runtime = runtime
+        self.interval = runtime.settings.heartbeat_interval_ms / 1000.0
+        self.task: asyncio.Task | None = None
+        self.last_beat_at = time.monotonic()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="awa-heartbeat")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        health = self.runtime.health
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.beat()
+                health.heartbeat_alive = True
+                health.postgres_connected = True
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                health.postgres_connected = False
+                log.warning("heartbeat failed (%s); retrying next interval", db.one_line(exc))
+            except psycopg.Error as exc:
+                log.warning("heartbeat failed (%s); retrying next interval", db.one_line(exc))
+
+    async def beat(self) -> int:
+        """Write one heartbeat for all in-flight attempts; returns rows matched."""
+        self.last_beat_at = time.monotonic()
+        contexts = sorted(self.runtime.in_flight.values(), key=lambda c: c.job.id)
+        if not contexts:
+            return 0
+        buffered = [c.take_buffered() for c in contexts]
+        params = ([c.job.id for c in contexts], [c.job.run_lease for c in contexts],
+                  [None if p is None else Jsonb(p) for p, _ in buffered],
+                  [None if m is None else Jsonb(m) for _, m in buffered])
+        try:
+            async with self.runtime.pool.connection() as conn:
+                cur = conn.cursor(row_factory=tuple_row)
+                await cur.execute(sql.HEARTBEAT_JOBS, params)
+                matched = {row[0] for row in await cur.fetchall()}
+        except BaseException:
+            for c, (p, m) in zip(contexts, buffered):
+                c.restore_buffered(p, m)
+            raise
+        recording.heartbeat_batch()
+        for c in contexts:
+            # Still in flight (not finished meanwhile) and no longer matched: lost.
+            if c.job.id not in matched and self.runtime.in_flight.get(c.key) is c:
+                c.cancel("attempt no longer owned by this worker")
+                recording.stale_heartbeats(c.job.queue, 1)
+        return len(matched)

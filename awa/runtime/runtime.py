@@ -1,0 +1,249 @@
+"""The runtime: wires dispatchers, executor, completion batcher, heartbeat,
+listeners, snapshot and maintenance together, and takes them down again.
+
+Maintenance (issue: maintenance) reads these attributes: ``pool``,
+``database_url``, ``settings``, ``queues``, ``instance_id``, ``health``,
+``in_flight``, ``dlq_enabled(queue)`` and ``client``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from awa import db, telemetry
+from awa.config import QueueConfig, RuntimeSettings
+from awa.runtime import recording
+from awa.runtime.cancel_listener import CancelListener
+from awa.runtime.completion import CompletionBatcher
+from awa.runtime.context import JobContext
+from awa.runtime.dispatcher import Dispatcher, QueueListener
+from awa.runtime.events import EventHooks
+from awa.runtime.executor import Executor, HandlerSpec
+from awa.runtime.heartbeat import Heartbeat
+from awa.runtime.permits import QueuePermits, WeightedPool
+from awa.runtime.snapshot import Snapshot
+from awa.storage.canonical import execution as sql
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa.client import AsyncClient
+
+log = logging.getLogger("awa.runtime")
+
+# How long start() waits for the LISTEN connections before going on with
+# polling alone (they keep reconnecting in the background).
+LISTENER_READY_TIMEOUT_S = 5.0
+
+
+class Health:
+    """Mutable liveness flags; maintenance sets ``leader`` and ``maintenance_alive``."""
+
+    def __init__(self) -> None:
+        self.leader = False
+        self.maintenance_alive = False
+        self.heartbeat_alive = True
+        self.poll_loop_alive = True
+        self.postgres_connected = True
+        self.shutting_down = False
+
+    @property
+    def healthy(self) -> bool:
+        return (self.postgres_connected and self.poll_loop_alive and self.heartbeat_alive
+                and not self.shutting_down)
+
+    def refresh(self, runtime: "Runtime") -> None:
+        """Recompute the loop flags from the tasks themselves."""
+        if self.shutting_down:
+            return
+        self.poll_loop_alive = all(d.task is not None and not d.task.done()
+                                   for d in runtime.dispatchers.values())
+        hb = runtime.heartbeat
+        stale_after = 3 * hb.interval + 1.0
+        self.heartbeat_alive = (hb.task is not None and not hb.task.done()
+                                and time.monotonic() - hb.last_beat_at < stale_after)
+
+
+class Runtime:
+    def __init__(self, client: "AsyncClient", settings: RuntimeSettings,
+                 queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
+                 events: EventHooks) -> None:
+        self.client = client
+        self.settings = settings
+        self.queues = queues
+        self.handlers = handlers
+        self.events = events
+        self.instance_id = uuid.uuid4()
+        self.health = Health()
+        self.in_flight: dict[tuple[int, int], JobContext] = {}
+        self.pool: AsyncConnectionPool = None  # type: ignore[assignment]
+        self.database_url = client.database_url
+        self.permits = self._build_permits()
+        self.dispatchers: dict[str, Dispatcher] = {}
+        self.executor: Executor = None  # type: ignore[assignment]
+        self.completion: CompletionBatcher = None  # type: ignore[assignment]
+        self.heartbeat: Heartbeat = None  # type: ignore[assignment]
+        self.snapshot: Snapshot = None  # type: ignore[assignment]
+        self.listener: QueueListener | None = None
+        self.cancel_listener: CancelListener | None = None
+        self.maintenance: Any = None
+        self._maintenance_task: asyncio.Task | None = None
+        self._watchdog_task: asyncio.Task | None = None
+        self._stopped = False
+        self.metrics_endpoint: Any = None
+
+    def _build_permits(self) -> dict[str, QueuePermits]:
+        gmw = self.settings.global_max_workers
+        if gmw is None:
+            return {name: QueuePermits(name, max_workers=q.max_workers)
+                    for name, q in self.queues.items()}
+        pool = WeightedPool(gmw, sum(q.min_workers or 0 for q in self.queues.values()))
+        return {name: QueuePermits(name, min_workers=q.min_workers or 0, weight=q.weight,
+                                   pool=pool)
+                for name, q in self.queues.items()}
+
+    def dlq_enabled(self, queue: str) -> bool:
+        q = self.queues.get(queue)
+        if q is not None and q.dlq_enabled is not None:
+            return q.dlq_enabled
+        return self.settings.dlq_enabled_by_default
+
+    # -- start ---------------------------------------------------------------
+    async def start(self) -> None:
+        self.pool = await self.client._get_pool()
+        self.executor = Executor(self)
+        self.completion = CompletionBatcher(self)
+        self.heartbeat = Heartbeat(self)
+        self.snapshot = Snapshot(self)
+        self.dispatchers = {name: Dispatcher(self, q, self.permits[name])
+                            for name, q in self.queues.items()}
+        self.listener = QueueListener(self, self.dispatchers)
+        self.cancel_listener = CancelListener(self)
+        self._start_metrics_endpoint()
+        await self.snapshot.write()
+        self.completion.start()
+        self.listener.start()
+        self.cancel_listener.start()
+        try:
+            await asyncio.wait_for(asyncio.gather(self.listener.connected.wait(),
+                                                  self.cancel_listener.listening.wait()),
+                                   LISTENER_READY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("LISTEN connections not ready after %.0fs; polling meanwhile",
+                        LISTENER_READY_TIMEOUT_S)
+        for d in self.dispatchers.values():
+            d.start()
+        self.heartbeat.start()
+        self.snapshot.start()
+        self._watchdog_task = asyncio.create_task(self._deadline_watchdog(),
+                                                  name="awa-deadline-watchdog")
+        self._start_maintenance()
+        log.info("runtime %s started: queues %s", self.instance_id, ", ".join(self.queues))
+
+    def _start_maintenance(self) -> None:
+        if not self.settings.run_maintenance:
+            return
+        # TODO(maintenance landing): the service arrives with the maintenance issue.
+        if importlib.util.find_spec("awa.runtime.maintenance") is None:
+            return
+        from awa.runtime.maintenance import MaintenanceService
+        self.maintenance = MaintenanceService(self)
+        self._maintenance_task = asyncio.create_task(self.maintenance.run(),
+                                                     name="awa-maintenance")
+
+    def _start_metrics_endpoint(self) -> None:
+        from awa import __version__
+        recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
+        if self.settings.metrics_addr:
+            self.metrics_endpoint = telemetry.serve_prometheus(self.settings.metrics_addr)
+            log.info("serving metrics on %s", self.metrics_endpoint.url)
+
+    async def _deadline_watchdog(self) -> None:
+        grace = self.settings.deadline_drop_grace_ms / 1000.0
+        tick = min(1.0, max(grace / 4, 0.05))
+        while True:
+            await asyncio.sleep(tick)
+            self.executor.drop_overdue(grace)
+
+    # -- used by JobContext --------------------------------------------------
+    async def flush_progress(self, ctx: JobContext) -> None:
+        progress, patch = ctx.take_buffered()
+        if progress is None and patch is None:
+            return
+        try:
+            async with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=tuple_row)
+                await cur.execute(sql.FLUSH_PROGRESS, (
+                    ctx.job.id, ctx.job.run_lease,
+                    None if progress is None else Jsonb(progress),
+                    None if patch is None else Jsonb(patch)))
+                matched = await cur.fetchall()
+        except BaseException:
+            ctx.restore_buffered(progress, patch)
+            raise
+        if not matched:
+            ctx.cancel("attempt no longer owned by this worker")
+
+    # -- health ----------------------------------------------------------------
+    async def available_counts(self) -> dict[str, int]:
+        async with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(sql.AVAILABLE_COUNTS, (list(self.queues),))
+            return {q: n for q, n in await cur.fetchall()}
+
+    # -- shutdown --------------------------------------------------------------
+    async def shutdown(self, timeout_ms: int) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout_ms``),
+        write their outcomes, and leave whatever is still running to rescue."""
+        if self._stopped:
+            return
+        self._stopped = True
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        self.health.shutting_down = True
+        self.health.poll_loop_alive = False
+        await asyncio.gather(*(d.stop() for d in self.dispatchers.values()))
+        for ctx in list(self.in_flight.values()):
+            ctx.cancel("shutting down")
+        tasks = [c.task for c in self.in_flight.values() if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 0))
+        left = list(self.in_flight.values())
+        for ctx in left:
+            if ctx.task is not None and not ctx.task.done():
+                ctx.dropped = True
+                ctx.task.cancel()
+        if left:
+            log.warning("shutdown timed out with %d handler(s) running; left for rescue",
+                        len(left))
+        await self.completion.stop(max(deadline - time.monotonic(), 1.0))
+        await self.events.drain(max(deadline - time.monotonic(), 0.1))
+        if self._watchdog_task is not None:
+            self._watchdog_task.cancel()
+        if self._maintenance_task is not None:
+            self._maintenance_task.cancel()
+            try:
+                await self._maintenance_task
+            except (asyncio.CancelledError, Exception):  # its errors were its own to log
+                pass
+        await self.heartbeat.stop()
+        await self.snapshot.stop()
+        if self.listener is not None:
+            await self.listener.stop()
+        if self.cancel_listener is not None:
+            await self.cancel_listener.stop()
+        try:
+            await self.snapshot.write()
+        except psycopg.Error as exc:
+            log.warning("final runtime snapshot failed (%s)", db.one_line(exc))
+        self.executor.shutdown()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
+        log.info("runtime %s stopped", self.instance_id)

@@ -1,0 +1,88 @@
+"""This runtime's row in ``awa.runtime_instances``, upserted every snapshot interval.
+
+Operators (``awa-ops``, the TUI, the troubleshooting guide's health query)
+read these rows to see which workers are alive, what they serve and who
+leads maintenance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from awa import db
+from awa.storage.canonical import execution as sql
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa.runtime.runtime import Runtime
+
+log = logging.getLogger("awa.runtime.snapshot")
+
+
+def queue_descriptions(runtime: "Runtime") -> list[dict[str, Any]]:
+    out = []
+    for name, q in runtime.queues.items():
+        permits = runtime.permits[name]
+        out.append({
+            "queue": name,
+            "max_workers": q.max_workers,
+            "min_workers": q.min_workers,
+            "weight": q.weight if q.min_workers is not None else None,
+            "in_flight": permits.in_use,
+            "capacity": permits.capacity,
+            "rate_limit": ({"max_rate": q.rate_limit.max_rate, "burst": q.rate_limit.burst}
+                           if q.rate_limit else None),
+            "deadline_duration_ms": q.deadline_duration_ms,
+            "dlq_enabled": runtime.dlq_enabled(name),
+        })
+    return out
+
+
+class Snapshot:
+    def __init__(self, runtime: "Runtime") -> None:
+        self.runtime = runtime
+        self.interval = runtime.settings.snapshot_interval_ms / 1000.0
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        self.started_at = datetime.now(timezone.utc)
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="awa-snapshot")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.write()
+            except psycopg.Error as exc:
+                log.warning("runtime snapshot failed (%s)", db.one_line(exc))
+
+    async def write(self) -> None:
+        from awa import __version__
+
+        rt = self.runtime
+        h = rt.health
+        h.refresh(rt)
+        params = (rt.instance_id, self.hostname, self.pid, __version__, self.started_at,
+                  int(rt.settings.snapshot_interval_ms), h.healthy, h.postgres_connected,
+                  h.poll_loop_alive, h.heartbeat_alive, h.maintenance_alive, h.leader,
+                  h.shutting_down, rt.settings.global_max_workers,
+                  Jsonb(queue_descriptions(rt)))
+        async with rt.pool.connection() as conn:
+            await conn.execute(sql.UPSERT_RUNTIME_INSTANCE, params)

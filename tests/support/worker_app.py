@@ -1,0 +1,183 @@
+"""A worker application for crash and multi-process tests, run as a subprocess.
+
+    python tests/support/worker_app.py          (tests use support.processes.start_worker)
+
+Configured by environment variables:
+
+* ``AWA_WORKER_DATABASE_URL`` -- the database (required);
+* ``AWA_WORKER_QUEUES``       -- ``name:max_workers,...`` (default ``default:8``);
+* ``AWA_WORKER_SETTINGS``     -- JSON object of extra ``client.start()`` keyword
+  arguments (short intervals, ``global_max_workers``, ``dlq_enabled_by_default``;
+  queue dicts may be given as ``{"queues": [...]}`` here instead, and
+  ``shutdown_timeout_ms`` for the graceful shutdown on SIGTERM);
+* ``AWA_WORKER_LOG_DIR``      -- when set, every handler appends
+  ``start|done <kind> <id> <attempt> <run_lease>`` lines to ``<dir>/<pid>.log``.
+
+Handler kinds (args are plain dicts; insert with ``kind=...``):
+
+``fast``        returns at once
+``slow``        ``{"seconds": s}``: sleeps in 50 ms steps with progress; returns Cancel
+                when cancelled
+``slow_sync``   ``{"seconds": s}``: a plain def that blocks in ``time.sleep``
+``hang``        awaits forever, ignoring cancellation flags
+``hang_sync``   ``{"seconds": s}``: blocks the thread, ignoring cancellation
+``crash``       SIGKILLs its own process (a poison job)
+``fail``        ``{"message": m}``: raises RuntimeError every attempt
+``terminal``    raises awa.TerminalError
+``flaky``       ``{"fail_times": n}``: raises until attempt > n, then completes
+``retry_after`` ``{"seconds": s}``: returns RetryAfter(s)
+``snooze``      ``{"seconds": s}``: snoozes once, completes on the next run
+``cancel_aware`` runs until ``is_cancelled()``, then keeps going ``{"linger": s}``
+                seconds and returns (its late completion must be ignored)
+
+On start it prints ``READY pid=<pid> instance=<uuid>`` on stdout; SIGTERM or
+SIGINT shut it down gracefully (exit status 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import awa  # noqa: E402
+
+LOG_DIR = os.environ.get("AWA_WORKER_LOG_DIR")
+_log_file = None
+
+
+def log_line(word: str, job: awa.Job) -> None:
+    global _log_file
+    if not LOG_DIR:
+        return
+    if _log_file is None:
+        _log_file = open(os.path.join(LOG_DIR, f"{os.getpid()}.log"), "a", buffering=1)
+    _log_file.write(f"{word} {job.kind} {job.id} {job.attempt} {job.run_lease}\n")
+
+
+def build_client(database_url: str) -> awa.AsyncClient:
+    client = awa.AsyncClient(database_url)
+
+    def handler(kind: str):
+        return client.task(dict, kind=kind)
+
+    @handler("fast")
+    async def fast(job):
+        log_line("start", job)
+        log_line("done", job)
+
+    @handler("slow")
+    async def slow(job):
+        log_line("start", job)
+        seconds = float(job.args.get("seconds", 1.0))
+        steps = max(int(seconds / 0.05), 1)
+        for i in range(steps):
+            if job.is_cancelled():
+                log_line("cancelled", job)
+                return awa.Cancel("stopped on request")
+            await asyncio.sleep(seconds / steps)
+            job.set_progress(100.0 * (i + 1) / steps, f"step {i + 1}/{steps}")
+        log_line("done", job)
+
+    @handler("slow_sync")
+    def slow_sync(job):
+        log_line("start", job)
+        time.sleep(float(job.args.get("seconds", 1.0)))
+        log_line("done", job)
+
+    @handler("hang")
+    async def hang(job):
+        log_line("start", job)
+        while True:
+            await asyncio.sleep(3600)
+
+    @handler("hang_sync")
+    def hang_sync(job):
+        log_line("start", job)
+        time.sleep(float(job.args.get("seconds", 3600.0)))
+        log_line("done", job)
+
+    @handler("crash")
+    async def crash(job):
+        log_line("start", job)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @handler("fail")
+    async def fail(job):
+        log_line("start", job)
+        raise RuntimeError(job.args.get("message", "always fails"))
+
+    @handler("terminal")
+    async def terminal(job):
+        log_line("start", job)
+        raise awa.TerminalError(job.args.get("message", "cannot ever succeed"))
+
+    @handler("flaky")
+    async def flaky(job):
+        log_line("start", job)
+        if job.attempt <= int(job.args.get("fail_times", 1)):
+            raise RuntimeError(f"flaky failure on attempt {job.attempt}")
+        log_line("done", job)
+
+    @handler("retry_after")
+    async def retry_after(job):
+        log_line("start", job)
+        return awa.RetryAfter(float(job.args.get("seconds", 0.1)))
+
+    @handler("snooze")
+    async def snooze(job):
+        log_line("start", job)
+        if not job.metadata.get("snoozed"):
+            job.update_metadata({"snoozed": True})
+            return awa.Snooze(float(job.args.get("seconds", 0.1)))
+        log_line("done", job)
+
+    @handler("cancel_aware")
+    async def cancel_aware(job):
+        log_line("start", job)
+        while not job.is_cancelled():
+            await asyncio.sleep(0.01)
+        log_line("cancelled", job)
+        await asyncio.sleep(float(job.args.get("linger", 0.2)))
+        log_line("done", job)
+
+    return client
+
+
+def parse_queues(text: str) -> list[tuple[str, int]]:
+    out = []
+    for part in text.split(","):
+        name, _, n = part.strip().partition(":")
+        out.append((name, int(n or 8)))
+    return out
+
+
+async def main() -> int:
+    database_url = os.environ["AWA_WORKER_DATABASE_URL"]
+    settings = json.loads(os.environ.get("AWA_WORKER_SETTINGS") or "{}")
+    shutdown_ms = int(settings.pop("shutdown_timeout_ms", 5000))
+    queues = settings.pop("queues", None) or parse_queues(
+        os.environ.get("AWA_WORKER_QUEUES", "default:8"))
+    client = build_client(database_url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await client.start(queues, **settings)
+    print(f"READY pid={os.getpid()} instance={client.runtime.instance_id}", flush=True)
+    await stop.wait()
+    await client.shutdown(shutdown_ms)
+    await client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
