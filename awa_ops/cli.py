@@ -1,8 +1,128 @@
-"""The `awa-ops` command (issue: awa-ops)."""
+"""The `awa-ops` command: diagnose, exporter (and generate, added by its module).
 
+Exit status of `diagnose`: 0 ok, 1 warning, 2 critical, 3 could not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
 import sys
 
+import click
+from rich.console import Console
 
+from awa import config, db
+from awa.job import AwaError
+from awa_ops.diagnose import CHECKS, Options, run_all, run_check
+from awa_ops.findings import CheckResult, Severity, to_json, worst
+from awa_ops.render import render_result, render_summary
+from awa_ops.session import OpsSession
+
+EXIT_COULD_NOT_RUN = int(Severity.ERROR)
+
+
+def fail(message: str) -> None:
+    click.echo(f"awa-ops: {message}", err=True)
+    sys.exit(EXIT_COULD_NOT_RUN)
+
+
+@click.group()
+@click.version_option(package_name="awa-py", prog_name="awa-ops")
 def main() -> None:
-    print("awa-ops: not yet available", file=sys.stderr)
-    sys.exit(3)
+    """Operator tools for awa: scripted diagnostics and a database-side Prometheus exporter."""
+
+
+@main.command(help="Run CHECK (one of: " + ", ".join(CHECKS) + ", all) and explain what is "
+                   "wrong.  Exit status: 0 ok, 1 warning, 2 critical, 3 could not run.")
+@click.argument("check", type=click.Choice([*CHECKS, "all"]), metavar="CHECK")
+@click.option("--database-url", envvar=db.DATABASE_URL_ENV, help="PostgreSQL URL [env: DATABASE_URL].")
+@click.option("--queue", help="Only look at this queue.")
+@click.option("--min-age", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Ignore conditions younger than this (running attempts, open transactions).")
+@click.option("--heartbeat-staleness", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              default=config.HEARTBEAT_STALENESS_MS / 1000, show_default=True,
+              help="The staleness cutoff your runtimes use.")
+@click.option("--election-interval", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              default=config.LEADER_ELECTION_INTERVAL_MS / 1000, show_default=True,
+              help="The leader_election_interval your runtimes use.")
+@click.option("--metrics-url", help="A worker's /metrics URL (enqueue batch sizes and durations).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--watch", type=click.FloatRange(min=0.5), metavar="SECONDS",
+              help="Re-run every SECONDS until interrupted.")
+@click.option("-v", "--verbose", is_flag=True, help="Show evidence for OK findings too.")
+def diagnose(check: str, database_url: str | None, queue: str | None, min_age: float | None,
+             heartbeat_staleness: float, election_interval: float, metrics_url: str | None,
+             as_json: bool, watch: float | None, verbose: bool) -> None:
+    options = Options(queue=queue, min_age_s=min_age, heartbeat_staleness_s=heartbeat_staleness,
+                      election_interval_s=election_interval, metrics_url=metrics_url)
+    try:
+        url = db.resolve_database_url(database_url)
+    except AwaError as exc:
+        fail(db.one_line(exc))
+    try:
+        code = asyncio.run(_diagnose(url, check, options, as_json, watch, verbose))
+    except KeyboardInterrupt:
+        code = 0
+    sys.exit(code)
+
+
+async def _diagnose(url: str, check: str, options: Options, as_json: bool, watch: float | None,
+                    verbose: bool) -> int:
+    try:
+        session = await OpsSession.open(url)
+    except AwaError as exc:
+        fail(db.one_line(exc))
+    console = Console()
+    async with session:
+        while True:
+            results = await (run_all(session, options) if check == "all"
+                             else _one(session, check, options))
+            if watch:
+                console.clear()
+            if as_json:
+                click.echo(to_json(results))
+            elif check == "all":
+                render_summary(console, results)
+                for r in results:
+                    if r.severity > Severity.OK:
+                        render_result(console, r, verbose)
+            else:
+                render_result(console, results[0], verbose)
+            code = int(worst(results))
+            if not watch:
+                return code
+            if session.conn.closed:
+                return EXIT_COULD_NOT_RUN
+            await asyncio.sleep(watch)
+
+
+async def _one(session: OpsSession, check: str, options: Options) -> list[CheckResult]:
+    return [await run_check(session, check, options)]
+
+
+@main.command()
+@click.option("--database-url", envvar=db.DATABASE_URL_ENV, help="PostgreSQL URL [env: DATABASE_URL].")
+@click.option("--listen", default=config.EXPORTER_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Address to serve /metrics on.")
+@click.option("--heartbeat-staleness", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              default=config.HEARTBEAT_STALENESS_MS / 1000, show_default=True,
+              help="The staleness cutoff your runtimes use.")
+def exporter(database_url: str | None, listen: str, heartbeat_staleness: float) -> None:
+    """Serve database-side Prometheus metrics (they keep working when every worker is dead)."""
+    from awa_ops.exporter import parse_listen, serve
+
+    try:
+        host, port = parse_listen(listen)
+        url = db.resolve_database_url(database_url)
+    except (ValueError, AwaError) as exc:
+        fail(db.one_line(exc))
+    try:
+        serve(url, host, port, heartbeat_staleness)
+    except (AwaError, OSError) as exc:
+        fail(db.one_line(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -11,7 +11,7 @@ read-only console is refused by PostgreSQL itself.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -37,6 +37,9 @@ class OpsSession:
     statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS
     lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS
     read_only: bool = False
+    # Facts that cannot change while a session lives (storage engine, schema
+    # shape), so each is asked once per session rather than once per check.
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     async def open(cls, url: str, *, application_name: str = config.APP_NAME_OPS,
@@ -73,6 +76,15 @@ class OpsSession:
         async with self.read() as cur:
             await cur.execute(query, params)
             return await cur.fetchone()
+
+    async def fetch_sets(self, *queries: tuple[str, Any]) -> list[list[dict[str, Any]]]:
+        """Several queries in ONE bounded read transaction: one consistent, short snapshot."""
+        results = []
+        async with self.read() as cur:
+            for query, params in queries:
+                await cur.execute(query, params)
+                results.append(await cur.fetchall())
+        return results
 
     async def _set_timeouts(self) -> None:
         await self.conn.execute(

@@ -1,0 +1,117 @@
+"""dead-tuples: the guide's table-churn query over the active engine's queue tables.
+
+Each table's dead tuples are compared with its own autovacuum trigger
+(autovacuum_vacuum_threshold + scale_factor x reltuples, per-table reloptions
+first).  Dead rows above the trigger that a recent vacuum could not remove,
+or that pile up while something pins the xmin horizon, point at
+mvcc-horizon; dead rows no vacuum has visited for long point at autovacuum.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from awa import config
+from awa_ops.diagnose import mvcc_horizon
+from awa_ops.diagnose._text import ops, plural, secs
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.storage import literal, render
+
+NAME = "dead-tuples"
+RUNBOOK = runbook("dead-tuples")
+
+# Wraps the churn query (kept verbatim in sql/) with each table's trigger inputs.
+# The schema is bound as a quoted literal: the seed text carries LIKE '..%' patterns.
+WITH_THRESHOLDS = """
+WITH churn AS ({churn})
+SELECT t.*, greatest(c.reltuples, 0)::float8 AS reltuples, c.reloptions,
+       EXTRACT(EPOCH FROM (now() - greatest(t.last_vacuum, t.last_autovacuum)))::float8
+           AS since_vacuum_s,
+       current_setting('autovacuum_vacuum_threshold')::float8 AS base_threshold,
+       current_setting('autovacuum_vacuum_scale_factor')::float8 AS base_scale_factor,
+       current_setting('autovacuum')::bool AS autovacuum_on
+FROM churn t
+JOIN pg_class c ON c.oid = to_regclass(quote_ident({schema}) || '.' || quote_ident(t.relname))
+ORDER BY t.n_dead_tup DESC, t.relname
+"""
+
+
+def churn_query(engine) -> str:
+    name = "table_churn" if engine.is_queue_storage else "table_churn_canonical"
+    churn = render(name, literals={"schema": engine.schema}, as_subquery=True)
+    return WITH_THRESHOLDS.format(churn=churn, schema=literal(engine.schema))
+
+
+def _reloption(options: list[str] | None, key: str) -> str | None:
+    for item in options or []:
+        name, _, value = item.partition("=")
+        if name == key:
+            return value
+    return None
+
+
+def trigger(row: dict[str, Any]) -> float:
+    """Dead tuples at which autovacuum visits this table."""
+    base = _reloption(row["reloptions"], "autovacuum_vacuum_threshold")
+    scale = _reloption(row["reloptions"], "autovacuum_vacuum_scale_factor")
+    return (float(base) if base else row["base_threshold"]) + \
+        (float(scale) if scale else row["base_scale_factor"]) * row["reltuples"]
+
+
+def autovacuum_enabled(row: dict[str, Any]) -> bool:
+    own = _reloption(row["reloptions"], "autovacuum_enabled")
+    return row["autovacuum_on"] and (own is None or own.lower() in ("true", "on", "1"))
+
+
+async def check(session, engine, options) -> list[Finding]:
+    tables = await session.fetch_all(churn_query(engine))
+    pinning = [f for f in mvcc_horizon.holders(await mvcc_horizon.gather(session), options)
+               if f.severity > Severity.OK]
+    return assess(tables, pinning, options)
+
+
+def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> list[Finding]:
+    findings: list[Finding] = []
+    for t in tables:
+        limit = trigger(t)
+        dead, live = int(t["n_dead_tup"]), int(t["n_live_tup"])
+        t["autovacuum_trigger"] = round(limit)
+        t["dead_ratio"] = round(dead / max(live, 1), 3)
+        if dead <= limit:
+            continue
+        since = t["since_vacuum_s"]
+        vacuumed_recently = since is not None and since <= config.OPS_VACUUM_RECENT_S
+        evidence = [t]
+        if pinning or (vacuumed_recently and dead > max(limit, live)):
+            holder = pinning[0].summary if pinning else "no holder older than the threshold right now"
+            findings.append(Finding(
+                Severity.WARNING,
+                f"{t['relname']}: {dead} dead tuples (autovacuum trigger {round(limit)}, "
+                f"dead/live {t['dead_ratio']}) "
+                + (f"although it was vacuumed {secs(since)} ago" if vacuumed_recently else
+                   "while the xmin horizon is pinned"),
+                "vacuum runs but cannot reclaim rows a pinned MVCC horizon still needs; the queue "
+                f"tables bloat and dispatch slows. Oldest holder: {holder}",
+                ops("mvcc-horizon"), evidence, RUNBOOK))
+        elif not autovacuum_enabled(t):
+            findings.append(Finding(
+                Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
+                                  f"for it", "nothing will reclaim them; the table bloats",
+                f"psql \"$DATABASE_URL\" -c 'VACUUM (VERBOSE) {t['relname']}'", evidence, RUNBOOK))
+        elif (dead > 2 * limit and dead >= config.OPS_DEAD_TUPLES_MIN
+              and (since is None or since > config.OPS_VACUUM_STALE_S)):
+            findings.append(Finding(
+                Severity.WARNING,
+                f"{t['relname']}: {dead} dead tuples, {round(dead / max(limit, 1), 1)}x its "
+                f"autovacuum trigger, last vacuum {secs(since)} ago",
+                "autovacuum is not keeping up with queue churn (autovacuum_count flat): check "
+                "autovacuum_max_workers, cost limits and naptime, or lower this table's scale factor",
+                f"psql \"$DATABASE_URL\" -c \"ALTER TABLE <schema>.{t['relname']} SET "
+                f"(autovacuum_vacuum_scale_factor = 0.01)\"", evidence, RUNBOOK))
+    if not findings:
+        worst = max(tables, key=lambda t: t["n_dead_tup"], default=None)
+        summary = (f"{plural(len(tables), 'queue table')} within their autovacuum triggers"
+                   + (f" (most dead: {worst['relname']} {worst['n_dead_tup']})" if worst else ""))
+        findings.append(Finding(Severity.OK, summary, evidence=tables[:options.evidence_limit],
+                                runbook=RUNBOOK))
+    return findings

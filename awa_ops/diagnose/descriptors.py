@@ -1,0 +1,101 @@
+"""descriptors: stale (no live runtime touched them within the snapshot window)
+and drifted (live runtimes report different hashes for the same key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from awa_ops.diagnose._text import plural, psql, secs
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.runtimes import load_runtimes
+from awa_ops.storage import column_exists
+
+NAME = "descriptors"
+RUNBOOK = runbook("descriptors")
+
+DESCRIPTORS = """
+SELECT 'queue' AS type, queue AS key, descriptor_hash, last_seen_at,
+       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS age_s
+FROM awa.queue_descriptors
+UNION ALL
+SELECT 'kind', kind, descriptor_hash, last_seen_at,
+       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8
+FROM awa.job_kind_descriptors
+ORDER BY 1, 2
+"""
+# Our schema keeps one descriptor_hashes column; the Rust core's layout splits it.
+HASHES_COMBINED = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+HASHES_SPLIT = """
+SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
+                                       'kinds', job_kind_descriptor_hashes) AS descriptor_hashes
+FROM awa.runtime_instances
+"""
+
+
+def split_hashes(value: Any) -> dict[tuple[str, str], str]:
+    """(type, key) -> hash from a runtime's descriptor_hashes, in any of the shapes runtimes write."""
+    out: dict[tuple[str, str], str] = {}
+    if not isinstance(value, dict):
+        return out
+    for group, type_ in (("queues", "queue"), ("queue", "queue"), ("kinds", "kind"),
+                         ("kind", "kind"), ("job_kinds", "kind")):
+        inner = value.get(group)
+        if isinstance(inner, dict):
+            out.update({(type_, str(k)): str(v) for k, v in inner.items()})
+    for key, hash_ in value.items():
+        if isinstance(hash_, str) and ":" in key:
+            type_, _, name = key.partition(":")
+            out[("kind" if type_ in ("kind", "job_kind") else "queue", name)] = hash_
+    return out
+
+
+async def check(session, engine, options) -> list[Finding]:
+    runtimes = await load_runtimes(session)
+    live = [r for r in runtimes if r.live]
+    window = max((r.window_s for r in live), default=None)
+    combined = await column_exists(session, "awa", "runtime_instances", "descriptor_hashes")
+    descriptors, hashes = await session.fetch_sets(
+        (DESCRIPTORS, None), (HASHES_COMBINED if combined else HASHES_SPLIT, None))
+    live_ids = {r.instance_id for r in live}
+    reported: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for row in hashes:
+        if str(row["instance_id"]) not in live_ids:
+            continue
+        for key, hash_ in split_hashes(row["descriptor_hashes"]).items():
+            reported.setdefault(key, {}).setdefault(hash_, []).append(str(row["instance_id"])[:8])
+
+    findings: list[Finding] = []
+    limit = options.evidence_limit
+    if window is None:
+        stale = descriptors
+    else:
+        stale = [d for d in descriptors if d["age_s"] > window]
+    if stale:
+        findings.append(Finding(
+            Severity.WARNING,
+            f"{plural(len(stale), 'stale descriptor')} ("
+            + ", ".join(f"{d['type']} {d['key']}" for d in stale[:5])
+            + ("..." if len(stale) > 5 else "") + ")"
+            + (": no live runtime" if window is None else
+               f": not refreshed by a live runtime within {secs(window)}"),
+            "the code that declared them was retired, or no worker declaring them is running",
+            "if retired: " + psql("DELETE FROM awa.queue_descriptors WHERE queue = 'retired-queue'")
+            + "; if workers should run, " + "awa-ops diagnose runtime",
+            stale[:limit], RUNBOOK))
+    drifted = {k: v for k, v in reported.items() if len(v) > 1}
+    if drifted:
+        findings.append(Finding(
+            Severity.WARNING,
+            f"{plural(len(drifted), 'descriptor')} drifted: live runtimes report different hashes ("
+            + ", ".join(f"{t} {k}" for t, k in list(drifted)[:5]) + ")",
+            "normal during a rolling deploy; if it persists two revisions of the worker code "
+            "declare it differently",
+            "reconcile the declaring code and redeploy; it clears when the old revision drains",
+            [{"type": t, "key": k, "hashes": v} for (t, k), v in list(drifted.items())[:limit]],
+            RUNBOOK))
+    if not findings:
+        findings.append(Finding(
+            Severity.OK, f"{plural(len(descriptors), 'descriptor')}, all fresh and consistent "
+                         f"across {plural(len(live), 'live runtime')}",
+            evidence=descriptors[:limit], runbook=RUNBOOK))
+    return findings

@@ -1,0 +1,103 @@
+"""enqueue: producer health — enqueue_shards per queue, batch sizes and durations
+from the awa.enqueue.* histograms (when a metrics endpoint is given), and
+WAL-related waits sampled from pg_stat_activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from awa import config, metrics
+from awa_ops.diagnose._text import plural, psql
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.promtext import histogram_summary
+from awa_ops.storage import render
+
+NAME = "enqueue"
+RUNBOOK = runbook("enqueue")
+
+SHARDS = render("all_enqueue_shards")
+WAL_WAITS = """
+SELECT pid, application_name, wait_event_type, wait_event, state, left(query, 200) AS query
+FROM pg_stat_activity
+WHERE wait_event_type = 'LWLock' AND wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping')
+   OR wait_event_type = 'IO' AND wait_event IN ('WALSync', 'WALWrite', 'WALInitSync', 'WALInitWrite')
+"""
+
+
+async def sample_wal_waits(session) -> tuple[int, list[dict]]:
+    """How many of a few quick samples saw a backend waiting on WAL, and who."""
+    hits, seen = 0, []
+    for i in range(config.OPS_WAL_SAMPLES):
+        rows = await session.fetch_all(WAL_WAITS)
+        if rows:
+            hits += 1
+            seen.extend(rows)
+        if i + 1 < config.OPS_WAL_SAMPLES:
+            await asyncio.sleep(config.OPS_WAL_SAMPLE_INTERVAL_MS / 1000)
+    return hits, seen
+
+
+async def check(session, engine, options) -> list[Finding]:
+    shards = await session.fetch_all(SHARDS)
+    if options.queue:
+        shards = [s for s in shards if s["queue"] == options.queue] or \
+            [{"queue": options.queue, "enqueue_shards": 1, "paused": False}]
+    hits, waiting = await sample_wal_waits(session)
+    findings: list[Finding] = []
+    if hits * 2 > config.OPS_WAL_SAMPLES:
+        findings.append(Finding(
+            Severity.WARNING,
+            f"backends waited on WAL in {hits} of {config.OPS_WAL_SAMPLES} samples",
+            "commit pressure: every enqueue and completion commits through WAL; the database "
+            "may be undersized for the offered rate",
+            "check disk latency and wal_buffers / synchronous_commit; compare the offered rate "
+            "with the sizing reference", waiting[:options.evidence_limit], RUNBOOK))
+    if options.metrics_url:
+        findings.extend(await _histograms(options))
+    single = [s["queue"] for s in shards if s["enqueue_shards"] == 1]
+    queue = options.queue or (single[0] if single else "<queue>")
+    upsert = render("enqueue_shards_upsert", literals={"queue": queue})
+    note = ("a queue without a queue_meta row runs with enqueue_shards = 1; if several producers "
+            "contend on one queue, raise it")
+    if not findings:
+        findings.append(Finding(
+            Severity.OK,
+            f"no WAL waits in {config.OPS_WAL_SAMPLES} samples; "
+            f"{plural(len(shards), 'queue')} with queue_meta rows"
+            + ("" if options.metrics_url else " (pass --metrics-url for batch sizes and durations)"),
+            note, psql(" ".join(upsert.split())), shards[:options.evidence_limit], RUNBOOK))
+    return findings
+
+
+async def _histograms(options) -> list[Finding]:
+    try:
+        async with httpx.AsyncClient(timeout=5) as http:
+            response = await http.get(options.metrics_url)
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return [Finding(Severity.WARNING, f"could not read {options.metrics_url}: {exc}",
+                        "without the producer histograms batch size and duration are unknown",
+                        "check --metrics-url points at a worker's /metrics", runbook=RUNBOOK)]
+    text = response.text
+    size = histogram_summary(text, metrics.by_name("awa.enqueue.batch_size").prometheus)
+    duration = histogram_summary(text, metrics.by_name("awa.enqueue.duration").prometheus)
+    if size is None or duration is None:
+        return [Finding(Severity.OK, "the metrics endpoint has no awa.enqueue.* samples yet "
+                                     "(no COPY enqueue since it started)", runbook=RUNBOOK)]
+    evidence = [{"histogram": "batch_size", **size}, {"histogram": "duration_seconds", **duration}]
+    if size["p50"] is not None and size["p50"] < config.OPS_ENQUEUE_TINY_BATCH:
+        return [Finding(Severity.WARNING,
+                        f"enqueue batches are tiny: p50 {size['p50']:.0f} rows over {size['count']:.0f} batches",
+                        "throughput is bounded by the per-batch round trip, not by COPY",
+                        "increase the chunk size, or batch on the upstream side", evidence, RUNBOOK)]
+    if duration["p99"] is not None and duration["p99"] > 1.0:
+        return [Finding(Severity.WARNING,
+                        f"enqueue batches are slow: p99 {duration['p99']:.2f}s at p50 "
+                        f"{size['p50']:.0f} rows",
+                        "COPY itself is contended on the database side (shards, WAL)",
+                        psql("SELECT queue, enqueue_shards FROM awa.queue_meta"), evidence, RUNBOOK)]
+    return [Finding(Severity.OK, f"enqueue batches p50 {size['p50']:.0f} rows, p99 "
+                                 f"{duration['p99']:.3f}s", evidence=evidence, runbook=RUNBOOK)]

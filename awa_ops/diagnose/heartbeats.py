@@ -1,0 +1,70 @@
+"""heartbeats: heartbeat ages against the configured staleness, per queue and per runtime."""
+
+from __future__ import annotations
+
+from awa_ops.diagnose._text import ops, plural, secs
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.runtimes import load_runtimes
+from awa_ops.storage import quote
+
+NAME = "heartbeats"
+RUNBOOK = runbook("heartbeats")
+
+# Walks idx_jobs_hot_running_heartbeat: only running rows are touched.
+CANONICAL_BY_QUEUE = """
+SELECT queue, count(*) AS running,
+       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale
+FROM awa.jobs_hot
+WHERE state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+GROUP BY queue ORDER BY queue
+"""
+
+
+def _leases_by_queue(schema: str) -> str:
+    return f"""
+SELECT queue, count(*) AS running,
+       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale
+FROM {quote(schema)}.leases
+WHERE state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+GROUP BY queue ORDER BY queue
+"""
+
+
+async def check(session, engine, options) -> list[Finding]:
+    params = {"staleness": options.heartbeat_staleness_s, "queue": options.queue}
+    query = _leases_by_queue(engine.schema) if engine.is_queue_storage else CANONICAL_BY_QUEUE
+    queues = await session.fetch_all(query, params)
+    runtimes = await load_runtimes(session)
+    findings: list[Finding] = []
+    limit = options.evidence_limit
+    overdue = options.heartbeat_staleness_s + 2 * options.rescue_interval_s
+    for q in queues:
+        if q["stale"]:
+            critical = q["oldest_heartbeat_s"] > overdue
+            findings.append(Finding(
+                Severity.CRITICAL if critical else Severity.WARNING,
+                f"queue {q['queue']}: {q['stale']} of {q['running']} running jobs have a stale "
+                f"heartbeat (oldest {secs(q['oldest_heartbeat_s'])}, cutoff "
+                f"{secs(options.heartbeat_staleness_s)})",
+                "stale attempts are presumed dead and will be rescued to retryable" +
+                (" — and rescue looks overdue (is there a leader?)" if critical else ""),
+                ops("stuck-running") + f" --queue {q['queue']}", [q], RUNBOOK))
+    for r in runtimes:
+        if r.live and not r.row["heartbeat_alive"]:
+            findings.append(Finding(
+                Severity.CRITICAL, f"runtime {r.label()} reports heartbeat_alive = false",
+                "its jobs stop heartbeating and will be rescued while their handlers still run",
+                f"restart the worker process {r.label()}", [r.evidence()], RUNBOOK))
+    if not findings:
+        total = sum(q["running"] for q in queues)
+        oldest = max((q["oldest_heartbeat_s"] or 0 for q in queues), default=0)
+        findings.append(Finding(
+            Severity.OK, f"{plural(total, 'running job')} in {plural(len(queues), 'queue')}; "
+                         f"oldest heartbeat {secs(oldest)} (cutoff {secs(options.heartbeat_staleness_s)})",
+            evidence=[*queues[:limit],
+                      *[{"runtime": r.label(), "heartbeat_alive": r.row["heartbeat_alive"],
+                         "last_seen_age_s": round(r.age_s, 1)} for r in runtimes if r.live][:limit]],
+            runbook=RUNBOOK))
+    return findings

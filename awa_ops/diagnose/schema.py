@@ -1,0 +1,104 @@
+"""schema: migration version versus this code, missing sequences and functions,
+the storage engine in use."""
+
+from __future__ import annotations
+
+from awa import schema as migrations
+from awa_ops.diagnose._text import awa
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.storage import quote
+
+NAME = "schema"
+RUNBOOK = runbook("schema")
+RUNS_WITHOUT_SCHEMA = True
+
+CANONICAL_OBJECTS = (
+    ("sequence", "awa.jobs_id_seq"), ("table", "awa.jobs_hot"), ("table", "awa.scheduled_jobs"),
+    ("view", "awa.jobs"), ("table", "awa.job_unique_claims"), ("table", "awa.queue_meta"),
+    ("table", "awa.runtime_instances"), ("table", "awa.dlq_entries"),
+    ("function", "awa.state_bit(awa.job_state)"), ("function", "awa.sync_unique_claim()"),
+    ("function", "awa.notify_available()"),
+)
+MISSING = """
+SELECT o.kind, o.name
+FROM unnest(%(kinds)s::text[], %(names)s::text[]) AS o(kind, name)
+WHERE CASE WHEN o.kind = 'function' THEN to_regprocedure(o.name) IS NULL
+           ELSE to_regclass(o.name) IS NULL END
+"""
+TRIGGERS = """
+SELECT t.name FROM unnest(%(names)s::text[]) AS t(name)
+WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = t.name AND tgrelid = 'awa.jobs_hot'::regclass)
+"""
+REQUIRED_TRIGGERS = ("awa_unique_claim_ins", "awa_unique_claim_upd", "awa_unique_claim_del",
+                     "awa_notify_available")
+
+
+def required_objects(engine) -> list[tuple[str, str]]:
+    if engine.foreign_layout:
+        # Laid out by the Rust core: check the objects the guide names for it.
+        objects = [("table", "awa.runtime_instances"), ("table", "awa.queue_meta"),
+                   ("function", "awa.active_queue_storage_schema()")]
+    else:
+        objects = list(CANONICAL_OBJECTS)
+    if engine.is_queue_storage:
+        q = quote(engine.schema)
+        objects += [("sequence", f"{q}.job_id_seq"), ("table", f"{q}.leases"),
+                    ("table", f"{q}.lease_claims"), ("table", f"{q}.lease_claim_closures")]
+    return objects
+
+
+async def check(session, engine, options) -> list[Finding]:
+    needed = migrations.current_migration_version()
+    fix = awa("migrate")
+    if not engine.installed:
+        return [Finding(Severity.CRITICAL, f"SchemaNotMigrated: {migrations.not_migrated_error(None)}",
+                        "application code is newer than the database schema: nothing can enqueue "
+                        "or run jobs", fix, runbook=RUNBOOK)]
+    findings: list[Finding] = []
+    found = engine.schema_version
+    if engine.foreign_layout:
+        findings.append(Finding(
+            Severity.OK,
+            f"schema laid out by the awa Rust core (its migration version {found}); engine: "
+            f"{engine.describe()}",
+            "its version numbers are its own; awa-ops reads it through the guide's queries",
+            evidence=[{"engine": engine.name, "schema": engine.schema, "schema_version": found}],
+            runbook=RUNBOOK))
+    elif found is None or found < needed:
+        findings.append(Finding(
+            Severity.CRITICAL, f"SchemaNotMigrated: {migrations.not_migrated_error(found)}",
+            "application code is newer than the database schema; clients refuse to start",
+            fix, [{"schema_version": found, "code_version": needed}], RUNBOOK))
+    elif found > needed:
+        findings.append(Finding(
+            Severity.WARNING, f"the database is at schema version {found}, newer than this code "
+                              f"({needed})",
+            "a newer awa migrated this database; these tools may misread new columns",
+            "upgrade awa (pip install -U awa-py) on this host",
+            [{"schema_version": found, "code_version": needed}], RUNBOOK))
+
+    objects = required_objects(engine)
+    missing, triggers = await session.fetch_sets(
+        (MISSING, {"kinds": [k for k, _ in objects], "names": [n for _, n in objects]}),
+        (TRIGGERS if not engine.foreign_layout else "SELECT NULL::text AS name WHERE false",
+         {"names": list(REQUIRED_TRIGGERS)} if not engine.foreign_layout else None))
+    if missing or triggers:
+        names = [f"{m['kind']} {m['name']}" for m in missing] + \
+                [f"trigger {t['name']} on awa.jobs_hot" for t in triggers]
+        qs_seq = any(m["name"].endswith("job_id_seq") and engine.is_queue_storage for m in missing)
+        findings.append(Finding(
+            Severity.CRITICAL, f"missing schema objects: {', '.join(names)}",
+            ("the queue-storage substrate (job_id_seq and friends) is created when the first "
+             "worker boots (prepare_schema), not by migrate alone" if qs_seq else
+             "a partial or hand-edited schema: producers or workers fail with "
+             "'relation ... does not exist'"),
+            (fix + "; then let one worker boot to completion before resuming producers; check "
+             "the schema the runtime uses: psql \"$DATABASE_URL\" -c "
+             "'SELECT awa.active_queue_storage_schema()'") if qs_seq else fix,
+            [*missing, *triggers], RUNBOOK))
+    if not any(f.severity > Severity.OK for f in findings) and not engine.foreign_layout:
+        findings.insert(0, Finding(
+            Severity.OK, f"schema version {found} matches this code; engine: {engine.describe()}",
+            evidence=[{"engine": engine.name, "schema": engine.schema, "schema_version": found,
+                       "code_version": needed}], runbook=RUNBOOK))
+    return findings

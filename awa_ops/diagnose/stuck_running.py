@@ -1,0 +1,187 @@
+"""stuck-running: every running attempt, classified the way the guide reads it.
+
+alive; stale (heartbeat older than the staleness cutoff: rescue is due at the
+next scan); deadline overdue; orphaned (the runtime that held it is gone or
+unhealthy); cancelled but possibly still running (cancel is cooperative).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from awa import config
+from awa_ops.diagnose._text import awa, ops, plural, secs
+from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.runtimes import inferred_owner, live_servers, load_runtimes
+from awa_ops.storage import render
+
+NAME = "stuck-running"
+RUNBOOK = runbook("stuck-running")
+
+# The guide's canonical query, plus the attempt's lease and timings.
+CANONICAL_RUNNING = f"""
+WITH seed AS ({render("running_jobs", as_subquery=True)})
+SELECT s.id AS job_id, s.kind, s.queue, s.attempt, j.run_lease, s.heartbeat_at, s.deadline_at,
+       EXTRACT(EPOCH FROM (now() - s.heartbeat_at))::float8 AS heartbeat_age_s,
+       EXTRACT(EPOCH FROM (s.deadline_at - now()))::float8 AS deadline_remaining_s,
+       EXTRACT(EPOCH FROM (now() - j.attempted_at))::float8 AS running_for_s,
+       count(*) OVER () AS total
+FROM seed s JOIN awa.jobs_hot j ON j.id = s.id
+WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
+ORDER BY s.heartbeat_at ASC
+LIMIT %(limit)s
+"""
+
+# Cancelled while running, deadline not yet passed: the handler may still hold
+# its slot until it checks is_cancelled().  Uses idx_jobs_hot_finalized.
+CANCELLED_WHILE_RUNNING = """
+SELECT id AS job_id, kind, queue, attempt, run_lease, heartbeat_at, finalized_at, deadline_at,
+       EXTRACT(EPOCH FROM (now() - finalized_at))::float8 AS cancelled_age_s,
+       heartbeat_at > finalized_at AS heartbeat_after_cancel
+FROM awa.jobs_hot
+WHERE state = 'cancelled'
+  AND finalized_at > now() - make_interval(secs => %(window)s)
+  AND attempted_at IS NOT NULL
+  AND deadline_at > now()
+  AND heartbeat_at >= finalized_at - make_interval(secs => %(staleness)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY finalized_at
+LIMIT %(limit)s
+"""
+
+
+def _leases_query(schema: str) -> str:
+    return f"""
+WITH seed AS ({render("running_leases", schema=schema, as_subquery=True)})
+SELECT s.*, count(*) OVER () AS total FROM seed s
+WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
+ORDER BY s.heartbeat_at ASC
+LIMIT %(limit)s
+"""
+
+
+def _claims_query(schema: str) -> str:
+    return f"""
+WITH seed AS ({render("open_lease_claims", schema=schema, as_subquery=True)})
+SELECT s.*, count(*) OVER () AS total FROM seed s
+WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
+ORDER BY s.claimed_at ASC
+LIMIT %(limit)s
+"""
+
+
+ALIVE, STALE, OVERDUE, ORPHANED, CANCELLED = (
+    "alive", "stale", "deadline overdue", "orphaned", "cancelled but still running")
+
+
+async def check(session, engine, options) -> list[Finding]:
+    params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
+              "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
+    runtimes = await load_runtimes(session)
+    if engine.is_queue_storage:
+        leases, claims = await session.fetch_sets((_leases_query(engine.schema), params),
+                                                  (_claims_query(engine.schema), params))
+        for row in claims:
+            row["heartbeat_age_s"] = row.pop("claimed_age_s")  # a receipt claim has no heartbeat
+            row["receipt_claim"] = True
+        attempts, cancelled = leases + claims, []
+    else:
+        attempts, cancelled = await session.fetch_sets((CANONICAL_RUNNING, params),
+                                                       (CANCELLED_WHILE_RUNNING, params))
+    if options.min_age_s:
+        attempts = [a for a in attempts
+                    if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0) >= options.min_age_s]
+    return classify(attempts, cancelled, runtimes, options)
+
+
+def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], runtimes,
+             options) -> list[Finding]:
+    staleness = options.heartbeat_staleness_s
+    rescue_overdue = staleness + 2 * options.rescue_interval_s
+    leader_alive = any(r.live and r.leader and r.row["maintenance_alive"] for r in runtimes)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for a in attempts:
+        hb = a.get("heartbeat_age_s")
+        remaining = a.get("deadline_remaining_s")
+        owner = inferred_owner(runtimes, a["queue"], hb) if hb is not None and hb > staleness else None
+        servers = live_servers(runtimes, a["queue"])
+        row = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt", "run_lease",
+                                      "heartbeat_at", "deadline_at") if k in a}
+        row["heartbeat_age_s"] = None if hb is None else round(float(hb), 1)
+        row["deadline_remaining_s"] = None if remaining is None else round(float(remaining), 1)
+        if a.get("receipt_claim"):
+            row["receipt_claim"] = True
+        if owner is not None:
+            row["runtime"] = f"{owner.label()} last seen {secs(owner.age_s)} ago — gone"
+        elif not servers:
+            row["runtime"] = "no live runtime serves this queue"
+        if remaining is not None and remaining < 0:
+            cls = OVERDUE
+        elif owner is not None or not servers:
+            cls = ORPHANED
+        elif hb is not None and hb > staleness:
+            cls = STALE
+        else:
+            cls = ALIVE
+        row["class"] = cls
+        groups.setdefault(cls, []).append(row)
+
+    findings: list[Finding] = []
+    limit = options.evidence_limit
+    for cls in (OVERDUE, ORPHANED, STALE):
+        rows = groups.get(cls, [])
+        if not rows:
+            continue
+        oldest = max((r["heartbeat_age_s"] or 0) for r in rows)
+        first = rows[0]["job_id"]
+        if cls == OVERDUE:
+            worst = min(r["deadline_remaining_s"] for r in rows)
+            critical = -worst > 2 * options.rescue_interval_s or not leader_alive
+            summary = (f"{plural(len(rows), 'running job')} past the hard deadline "
+                       f"(worst {secs(-worst)} overdue)")
+            why = ("deadline rescue should pick these up at its next scan; if they stay, the "
+                   "leader's maintenance is not running")
+        elif cls == ORPHANED:
+            dead = sorted({r["runtime"] for r in rows if r.get("runtime")})
+            critical = oldest > rescue_overdue or not leader_alive
+            summary = (f"{plural(len(rows), 'running job')} orphaned: heartbeat {secs(oldest)} old "
+                       f"(stale after {secs(staleness)}) and the runtime that ran "
+                       f"{'it' if len(rows) == 1 else 'them'} is gone"
+                       + (f" — {dead[0]}" if dead else ""))
+            why = ("the worker stopped (crash, OOM kill, SIGKILL); stale-heartbeat rescue moves "
+                   "these back to retryable at its next scan" +
+                   ("" if leader_alive else ", but no live leader runs rescue right now"))
+        else:
+            critical = oldest > rescue_overdue or not leader_alive
+            summary = (f"{plural(len(rows), 'running job')} with a stale heartbeat "
+                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); rescue due at next scan")
+            why = ("the runtime serving the queue is alive but these attempts stopped "
+                   "heartbeating: its heartbeat loop or its connections are starved")
+        step = (ops("runtime") if not leader_alive else
+                "wait for rescue, or intervene now: " + awa(f"job cancel {first}"))
+        findings.append(Finding(Severity.CRITICAL if critical else Severity.WARNING, summary, why,
+                                step, rows[:limit], RUNBOOK))
+
+    recent_cancels = [dict(c) for c in cancelled]
+    if recent_cancels:
+        lingering = [c for c in recent_cancels
+                     if c["heartbeat_after_cancel"] or c["cancelled_age_s"] > staleness]
+        sev = Severity.WARNING if lingering else Severity.OK
+        findings.append(Finding(
+            sev, f"{plural(len(recent_cancels), 'job')} cancelled while running; the handler may "
+                 f"still run until it checks is_cancelled() or its deadline",
+            "cancel is cooperative: the state is durable, but a handler that never polls "
+            "is_cancelled() keeps its worker slot; if the cancel listener is down it gets no "
+            "early wake-up",
+            ops("cancel-listener"), [{**c, "class": CANCELLED} for c in recent_cancels[:limit]],
+            RUNBOOK))
+
+    alive = groups.get(ALIVE, [])
+    total = int(attempts[0]["total"]) if attempts else 0
+    if not any(f.severity > Severity.OK for f in findings):
+        oldest = max((r["heartbeat_age_s"] or 0 for r in alive), default=0)
+        findings.append(Finding(
+            Severity.OK, f"{plural(total, 'running attempt')}, all alive"
+                         + (f" (oldest heartbeat {secs(oldest)})" if alive else ""),
+            evidence=alive[:limit], runbook=RUNBOOK))
+    return findings

@@ -1,0 +1,1 @@
+SELECT awa.active_queue_storage_schema();

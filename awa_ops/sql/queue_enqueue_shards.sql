@@ -1,0 +1,1 @@
+SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = '<queue>';

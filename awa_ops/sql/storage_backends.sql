@@ -1,0 +1,5 @@
+SELECT
+    backend,
+    schema_name,
+    updated_at
+FROM awa.runtime_storage_backends;

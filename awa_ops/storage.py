@@ -1,0 +1,137 @@
+"""Which storage engine a database runs, and the operator SQL adapted to it.
+
+Canonical: running attempts are rows of ``awa.jobs_hot``.  Queue storage (the
+append-only engine of the troubleshooting guide): running attempts live in
+``<schema>.leases`` and unmaterialized receipt claims in
+``<schema>.lease_claims``, where ``<schema>`` is named by
+``awa.active_queue_storage_schema()`` or ``awa.runtime_storage_backends``.
+The seed's queries are kept verbatim in ``sql/``; ``render`` only swaps the
+queue-storage schema (a quoted identifier) and the guide's ``'<placeholder>'``
+literals (quoted values), never anything a user typed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+
+from awa_ops.session import OpsSession, load_sql
+
+CANONICAL = "canonical"
+QUEUE_STORAGE = "queue_storage"
+NO_SCHEMA = "none"
+CONTROL_SCHEMA = "awa"
+
+# Tables that move with the queue-storage schema; everything else the seed
+# names (runtime_instances, queue_meta, descriptors...) stays in ``awa``.
+QUEUE_STORAGE_TABLES = ("leases", "lease_claims", "lease_claim_closures",
+                        "lease_claim_closure_batches", "attempt_state", "deferred_jobs",
+                        "ready_entries", "done_entries", "ready_segments", "ready_tombstones",
+                        "queue_terminal_count_deltas", "job_id_seq")
+
+PROBE = load_sql("engine_probe")
+ACTIVE_SCHEMA = load_sql("active_queue_storage_schema")
+STORAGE_BACKENDS = load_sql("storage_backends")
+RELATION_EXISTS = "SELECT to_regclass(%s) IS NOT NULL AS present"
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str  # canonical | queue_storage | none
+    schema: str  # where running attempts live
+    schema_version: int | None = None
+    # A database laid out by another awa distribution (e.g. the Rust core's
+    # `awa migrate`) carries its own version numbers.
+    foreign_layout: bool = False
+
+    @property
+    def is_queue_storage(self) -> bool:
+        return self.name == QUEUE_STORAGE
+
+    @property
+    def installed(self) -> bool:
+        return self.name != NO_SCHEMA
+
+    def describe(self) -> str:
+        if not self.installed:
+            return "no awa schema"
+        if self.is_queue_storage:
+            return f"queue storage (schema {self.schema})"
+        return "canonical (schema awa)"
+
+
+async def detect_engine(session: OpsSession) -> Engine:
+    """The engine in use, asked once per session."""
+    cached = session.cache.get("engine")
+    if cached is not None:
+        return cached
+    probe = await session.fetch_one(PROBE)
+    assert probe is not None
+    version = probe["schema_version"]
+    foreign = bool(probe["has_storage_status"])
+    if not probe["has_control_schema"]:
+        engine = Engine(NO_SCHEMA, CONTROL_SCHEMA, None)
+    else:
+        schema = None
+        if probe["has_active_fn"]:
+            row = await session.fetch_one(ACTIVE_SCHEMA)
+            schema = row and row["active_queue_storage_schema"]
+        elif probe["has_backends"]:
+            rows = await session.fetch_all(STORAGE_BACKENDS)
+            named = [r for r in rows if r["backend"] != CANONICAL]
+            if named:
+                schema = max(named, key=lambda r: r["updated_at"])["schema_name"]
+        if schema:
+            found = await session.fetch_one(RELATION_EXISTS, (f"{quote(schema)}.leases",))
+            if found and found["present"]:
+                engine = Engine(QUEUE_STORAGE, schema, version, foreign)
+            else:
+                engine = Engine(CANONICAL, CONTROL_SCHEMA, version, foreign)
+        else:
+            engine = Engine(CANONICAL, CONTROL_SCHEMA, version, foreign)
+    session.cache["engine"] = engine
+    return engine
+
+
+def quote(identifier: str) -> str:
+    return sql.Identifier(identifier).as_string(None)
+
+
+def literal(value: Any) -> str:
+    return sql.Literal(value).as_string(None)
+
+
+_QUALIFIED = re.compile(r"\bawa\.(" + "|".join(QUEUE_STORAGE_TABLES) + r")\b")
+
+
+def render(name: str, *, schema: str = CONTROL_SCHEMA, literals: dict[str, Any] | None = None,
+           as_subquery: bool = False) -> str:
+    """A named query with the queue-storage schema and the guide's placeholders bound."""
+    text = load_sql(name)
+    if schema != CONTROL_SCHEMA:
+        text = _QUALIFIED.sub(lambda m: f"{quote(schema)}.{m.group(1)}", text)
+    for placeholder, value in (literals or {}).items():
+        text = text.replace(f"'<{placeholder}>'", literal(value))
+    if as_subquery:
+        text = text.strip().rstrip(";")
+    return text
+
+
+async def relation_exists(session: OpsSession, qualified: str) -> bool:
+    key = f"exists:{qualified}"
+    if key not in session.cache:
+        row = await session.fetch_one(RELATION_EXISTS, (qualified,))
+        session.cache[key] = bool(row and row["present"])
+    return session.cache[key]
+
+
+async def column_exists(session: OpsSession, schema: str, table: str, column: str) -> bool:
+    key = f"column:{schema}.{table}.{column}"
+    if key not in session.cache:
+        row = await session.fetch_one(load_sql("column_exists"),
+                                      {"schema": schema, "table": table, "column": column})
+        session.cache[key] = bool(row and row["present"])
+    return session.cache[key]
