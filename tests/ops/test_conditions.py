@@ -1,0 +1,115 @@
+"""Each real condition the troubleshooting guide names, created for real, and found."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from ops_helpers import FAST_FLAGS, run_ops, summaries
+from support.processes import start_worker
+
+
+def insert_job(db, kind: str, queue: str = "default", args: str = "{}", **cols) -> int:
+    names = ["kind", "queue", "args", *cols]
+    values = [kind, queue, args, *cols.values()]
+    marks = ", ".join(["%s"] * len(values))
+    row = db.execute(f"INSERT INTO awa.jobs_hot ({', '.join(names)}) VALUES ({marks}) RETURNING id",
+                     values).fetchone()
+    return row["id"]
+
+
+def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("condition not reached")
+
+
+def test_unreachable_database_exits_3_with_one_line():
+    result = run_ops("diagnose", "all", "--database-url", "postgresql://postgres@127.0.0.1:1/nope")
+    assert result.code == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect" in lines[0] and "Traceback" not in result.stderr
+    bad = run_ops("diagnose", "no-such-check", "--database-url", "postgresql://x@127.0.0.1:1/x")
+    assert bad.code == 2 and "no-such-check" in bad.stderr  # click usage error, no traceback
+
+
+def test_sigkilled_worker_leaves_a_stale_job_and_a_dead_runtime(ops, database_url, db):
+    worker = start_worker(database_url, "default:2")
+    job = insert_job(db, "hang")
+    wait_for(lambda: db.execute("SELECT state FROM awa.jobs_hot WHERE id = %s",
+                                (job,)).fetchone()["state"] == "running")
+    alive = ops("stuck-running", *FAST_FLAGS)
+    assert alive.code == 0, summaries(alive.data)
+    worker.kill()
+    time.sleep(1.5)  # past the 1 s staleness cutoff and the runtime's live window (3 x 200 ms)
+
+    stuck = ops("stuck-running", *FAST_FLAGS)
+    assert stuck.code >= 1
+    orphaned = [f for f in stuck.findings() if "orphaned" in f["summary"]]
+    assert orphaned, summaries(stuck.data)
+    row = orphaned[0]["evidence"][0]
+    assert row["job_id"] == job and row["class"] == "orphaned"
+    assert row["heartbeat_age_s"] > 1.0
+    assert str(worker.pid) in row["runtime"] and "gone" in row["runtime"]
+    assert f"job cancel {job}" in orphaned[0]["next_step"] or "runtime" in orphaned[0]["next_step"]
+
+    runtime = ops("runtime", *FAST_FLAGS)
+    assert runtime.code == 2  # its only runtime is gone: no live runtime at all
+    assert worker.instance_id in str(runtime.findings())
+
+
+def test_no_leader_is_critical(ops, db):
+    # Two live runtimes that report no leader for far longer than the election interval.
+    for host in ("a", "b"):
+        db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, started_at,
+                      last_seen_at, snapshot_interval_ms, leader, maintenance_alive)
+                      VALUES (gen_random_uuid(), %s, 4242, now() - interval '1 minute', now(),
+                      10000, false, false)""", (host,))
+    result = ops("runtime")
+    assert result.code == 2
+    assert "no live runtime is leader" in result.findings()[0]["summary"]
+    # A leader whose maintenance died is just as critical.
+    db.execute("UPDATE awa.runtime_instances SET leader = true WHERE hostname = 'a'")
+    result = ops("runtime")
+    assert result.code == 2 and "maintenance_alive = false" in summaries(result.data)
+    db.execute("UPDATE awa.runtime_instances SET maintenance_alive = true WHERE hostname = 'a'")
+    assert ops("runtime").code == 0
+
+
+def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
+    key = b"\x01" * 16
+    no_running = "11011000"  # scheduled, available, completed, retryable: running excluded
+    old = insert_job(db, "wedged", unique_key=key, unique_states=no_running)
+    db.execute("UPDATE awa.jobs_hot SET state = 'running', attempt = 1, run_lease = 1, "
+               "heartbeat_at = now(), deadline_at = now() + interval '5 minutes', "
+               "attempted_at = now() WHERE id = %s", (old,))
+    newer = insert_job(db, "wedged", unique_key=key, unique_states=no_running)
+    # The wedge is real: rescuing the old attempt to retryable collides on the unique index.
+    with pytest.raises(psycopg.errors.UniqueViolation, match="idx_awa_jobs_unique"):
+        db.execute("""WITH moved AS (DELETE FROM awa.jobs_hot WHERE id = %s RETURNING *)
+                      INSERT INTO awa.scheduled_jobs (id, kind, queue, args, state, unique_key,
+                                                      unique_states)
+                      SELECT id, kind, queue, args, 'retryable', unique_key, unique_states
+                      FROM moved""", (old,))
+    result = ops("unique-wedge")
+    assert result.code == 2
+    finding = result.findings()[0]
+    assert f"running job {old}" in finding["summary"] and f"job {newer} holds" in finding["summary"]
+    assert "holder live (available)" in finding["summary"]
+    assert f"job cancel {old}" in finding["next_step"] and "do NOT delete" in finding["next_step"]
+
+    # Holder gone (deleted by hand, leaving its claim behind): deleting the claim is now safe.
+    db.execute("ALTER TABLE awa.jobs_hot DISABLE TRIGGER awa_unique_claim_del")
+    db.execute("DELETE FROM awa.jobs_hot WHERE id = %s", (newer,))
+    db.execute("ALTER TABLE awa.jobs_hot ENABLE TRIGGER awa_unique_claim_del")
+    gone = ops("unique-wedge").findings()[0]
+    assert "holder gone" in gone["summary"] and "DELETE FROM awa.job_unique_claims" in gone["next_step"]
+
+    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now() WHERE id = %s", (old,))
+    assert ops("unique-wedge").code == 0
