@@ -1,8 +1,394 @@
-"""The `awa-tui` Textual app (issue: awa-tui)."""
+"""The `awa-tui` Textual app: a live console for a bastion host.
 
+One database session (``awa_ops.OpsSession``, ``application_name`` awa-tui)
+serves every screen; each refresh reads only what the visible screen shows,
+in one short read-only transaction.  Lost connections, an unmigrated schema
+and slow queries become a banner, never a crash; the console keeps retrying
+at the refresh rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
 import sys
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+
+import click
+import psycopg
+from psycopg import errors as pg_errors
+from textual.app import App
+from textual.binding import Binding
+from textual.timer import Timer
+
+from awa import config, db
+from awa.job import AwaError, DatabaseError, SchemaNotMigrated
+from awa_ops.console import ConsoleActions, ConsoleReader, JobFilter
+from awa_ops.session import OpsSession
+from awa_tui.screens.base import ConsoleScreen
+from awa_tui.screens.detail import JobDetailScreen
+from awa_tui.screens.diagnostics import DiagnosticsScreen
+from awa_tui.screens.dlq import DlqScreen
+from awa_tui.screens.jobs import JobsScreen
+from awa_tui.screens.modals import ConfirmScreen, HelpScreen
+from awa_tui.screens.overview import OverviewScreen
+from awa_tui.screens.running import RunningScreen
+
+REFRESH_STEPS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+Action = Callable[[ConsoleActions], Awaitable[str]]
+
+GLOBAL_HELP = """
+[b]Everywhere[/b]
+  1 2 3 4 5   Overview, Running, Jobs, DLQ, Diagnostics
+  ?           this help          esc   back / close
+  + / -       refresh faster / slower
+  f           freeze: stop refreshing (and ticking) to read the screen
+  q           quit
+
+Actions (cancel, retry, pause, DLQ retry/purge/move) go through the same admin
+functions as the `awa` CLI, ask before they change anything, and are refused
+by the database itself when the console runs with --read-only.
+"""
 
 
-def main() -> None:
-    print("awa-tui: not yet available", file=sys.stderr)
-    sys.exit(3)
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+def describe_database(url: str) -> str:
+    """``dbname@host`` for the status line; never the password."""
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return db.redact(url)
+    return f"{parts.get('dbname', '?')}@{parts.get('host', 'localhost')}"
+
+
+class AwaConsole(App):
+    CSS_PATH = "awa_tui.tcss"
+    TITLE = "awa-tui"
+    MODES = {"overview": OverviewScreen, "running": RunningScreen, "jobs": JobsScreen,
+             "dlq": DlqScreen, "diagnostics": DiagnosticsScreen}
+    BINDINGS = [
+        Binding("1", "switch_mode('overview')", "Overview"),
+        Binding("2", "switch_mode('running')", "Running"),
+        Binding("3", "switch_mode('jobs')", "Jobs"),
+        Binding("4", "switch_mode('dlq')", "DLQ"),
+        Binding("5", "switch_mode('diagnostics')", "Diagnostics"),
+        Binding("question_mark", "help", "Help"),
+        Binding("plus", "faster", "Faster", show=False),
+        Binding("minus", "slower", "Slower", show=False),
+        Binding("f", "freeze", "Freeze"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
+                 read_only: bool = False, min_age_s: float = 0.0,
+                 stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000,
+                 clock: Callable[[], datetime] | None = None, label: str | None = None,
+                 live: bool = True) -> None:
+        super().__init__()
+        self.database_url = database_url
+        self.refresh_s = refresh_s
+        self.read_only = read_only
+        self.min_age_s = min_age_s
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.label = label or describe_database(database_url)
+        self.live = live
+        self.session: OpsSession | None = None
+        self.actions: ConsoleActions | None = None
+        self.reader = ConsoleReader(None, clock=clock, stale_after_s=stale_after_s)  # type: ignore[arg-type]
+        self.problem: str | None = None
+        self.notice = ""
+        self.frozen = False
+        self.db_lock: asyncio.Lock | None = None
+        self.anchor: datetime | None = None
+        self.anchor_mono = 0.0
+        self.findings: list[Any] | None = None
+        self.findings_mono: float | None = None
+        self.refresh_timer: Timer | None = None
+        self.refreshes = 0
+
+    # -- lifecycle -------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.db_lock = asyncio.Lock()
+        self.switch_mode("overview")
+        if self.live:
+            self.refresh_timer = self.set_interval(self.refresh_s, self.scheduled_refresh)
+            self.set_interval(1.0, self.tick)
+
+    async def on_unmount(self) -> None:
+        await self._disconnect()
+
+    def tick(self) -> None:
+        if not self.frozen and isinstance(self.screen, ConsoleScreen):
+            self.screen.tick()
+
+    def display_now(self) -> datetime:
+        """The database's clock as of the last refresh, advanced by local time."""
+        if self.clock is not None:
+            return self.clock()
+        if self.anchor is None:
+            return datetime.now(timezone.utc)
+        return self.anchor + timedelta(seconds=time.monotonic() - self.anchor_mono)
+
+    # -- refresh -----------------------------------------------------------------
+    def scheduled_refresh(self) -> None:
+        if self.frozen or (self.db_lock is not None and self.db_lock.locked()):
+            return
+        self.request_refresh()
+
+    def request_refresh(self) -> None:
+        if self.db_lock is not None:
+            self.run_worker(self.refresh_now(), group="refresh")
+
+    async def refresh_now(self) -> None:
+        """Read what the visible screen shows and show it (or the problem)."""
+        screen = self.screen
+        if not isinstance(screen, ConsoleScreen) or self.db_lock is None:
+            return
+        async with self.db_lock:
+            ok, data = await self._read(screen.fetch)
+        if ok and screen.is_mounted:
+            now = getattr(data, "now", None)
+            if now is not None:
+                self.anchor, self.anchor_mono = now, time.monotonic()
+            screen.show(data)
+            self.refreshes += 1
+        if screen.is_mounted:
+            screen.sync_chrome()
+
+    async def _read(self, fetch: Callable[[ConsoleReader], Awaitable[Any]]) -> tuple[bool, Any]:
+        try:
+            if self.session is None:
+                await self._connect()
+            result = await fetch(self.reader)
+        except SchemaNotMigrated as exc:
+            self.problem = f"{db.one_line(exc)} — checking again every {self._every()}"
+            await self._disconnect()
+            return False, None
+        except DatabaseError as exc:
+            self.problem = f"{db.one_line(exc)} — retrying every {self._every()}"
+            return False, None
+        except pg_errors.QueryCanceled as exc:
+            self.problem = (f"a query ran past the {config.OPS_STATEMENT_TIMEOUT_MS} ms statement "
+                            f"timeout and was cancelled: {db.one_line(exc)}")
+            return False, None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self.problem = (f"lost the database connection ({db.one_line(exc)}) — reconnecting "
+                            f"every {self._every()}")
+            await self._disconnect()
+            return False, None
+        except psycopg.Error as exc:
+            self.problem = f"refresh failed: {db.one_line(exc)}"
+            if self.session is not None and self.session.conn.broken:
+                await self._disconnect()
+            return False, None
+        self.problem = None
+        return True, result
+
+    async def _connect(self) -> None:
+        session = await OpsSession.open(self.database_url, application_name=config.APP_NAME_TUI,
+                                        read_only=self.read_only)
+        self.reader.session = session
+        try:
+            await self.reader.check_schema()
+        except BaseException:
+            await session.close()
+            raise
+        self.session = session
+        self.actions = ConsoleActions(session)
+
+    async def _disconnect(self) -> None:
+        session, self.session, self.actions = self.session, None, None
+        if session is not None:
+            await session.close()
+
+    async def refresh_diagnostics_if_due(self, reader: ConsoleReader,
+                                         force: bool = False) -> list[Any]:
+        """``diagnose all`` at most every TUI_DIAGNOSE_SECONDS: it is heavier than a refresh."""
+        due = (self.findings is None or force or self.findings_mono is None
+               or time.monotonic() - self.findings_mono >= config.TUI_DIAGNOSE_SECONDS)
+        if due:
+            self.findings = await reader.diagnostics(self.min_age_s)
+            self.findings_mono = time.monotonic()
+        return self.findings or []
+
+    @property
+    def diagnostic_status(self) -> str | None:
+        if not self.findings:
+            return None
+        worst = max(r.severity for r in self.findings)
+        return worst.label.upper()
+
+    # -- status ------------------------------------------------------------------
+    def _every(self) -> str:
+        return f"{self.refresh_s:g}s"
+
+    def status_text(self, title: str) -> str:
+        parts = [f"[b]awa-tui[/b] {title}", self.label, f"every {self._every()}"]
+        if self.anchor is not None or self.clock is not None:
+            parts.append("updated " + self.display_now().astimezone(timezone.utc)
+                         .strftime("%H:%M:%S UTC"))
+        if self.frozen:
+            parts.append("[b reverse] FROZEN [/]")
+        if self.read_only:
+            parts.append("[b reverse] READ-ONLY [/]")
+        return " │ ".join(parts)
+
+    def sync_screen(self) -> None:
+        if isinstance(self.screen, ConsoleScreen):
+            self.screen.sync_chrome()
+
+    def say(self, text: str) -> None:
+        self.notice = text
+        self.sync_screen()
+
+    # -- navigation ----------------------------------------------------------------
+    def action_help(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConsoleScreen):
+            self.push_screen(HelpScreen(f"{screen.TITLE}: keys", screen.HELP + GLOBAL_HELP))
+
+    def open_job(self, job_id: int) -> None:
+        self.push_screen(JobDetailScreen(job_id))
+
+    def open_jobs(self, **filters: str) -> None:
+        self.switch_mode("jobs")
+        screen = self.screen
+        if isinstance(screen, JobsScreen):
+            screen.set_filter(JobFilter(**filters))
+            self.request_refresh()
+
+    def action_faster(self) -> None:
+        self._set_refresh(max((s for s in REFRESH_STEPS if s < self.refresh_s),
+                              default=REFRESH_STEPS[0]))
+
+    def action_slower(self) -> None:
+        self._set_refresh(min((s for s in REFRESH_STEPS if s > self.refresh_s),
+                              default=REFRESH_STEPS[-1]))
+
+    def _set_refresh(self, seconds: float) -> None:
+        self.refresh_s = min(max(seconds, config.TUI_MIN_REFRESH_SECONDS),
+                             config.TUI_MAX_REFRESH_SECONDS)
+        if self.refresh_timer is not None:
+            self.refresh_timer.stop()
+            self.refresh_timer = self.set_interval(self.refresh_s, self.scheduled_refresh)
+        self.say(f"refreshing every {self._every()}")
+
+    def action_freeze(self) -> None:
+        self.frozen = not self.frozen
+        self.say("frozen: press f to resume" if self.frozen else "live again")
+        if not self.frozen:
+            self.request_refresh()
+
+    # -- operator actions ------------------------------------------------------------
+    def confirm_then(self, question: str, description: str, action: Action) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(self.perform(description, action), group="action")
+            else:
+                self.say(f"{description}: not done")
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    async def perform(self, description: str, action: Action) -> None:
+        """Run one action under the session lock; its outcome becomes the notice line."""
+        assert self.db_lock is not None
+        async with self.db_lock:
+            try:
+                if self.session is None:
+                    await self._connect()
+                assert self.actions is not None
+                self.notice = await action(self.actions)
+            except pg_errors.ReadOnlySqlTransaction as exc:
+                self.notice = f"{description} refused by the read-only session: {db.one_line(exc)}"
+            except AwaError as exc:
+                self.notice = f"{description} failed: {db.one_line(exc)}"
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self.notice = f"{description} failed: lost the database connection ({db.one_line(exc)})"
+                await self._disconnect()
+            except psycopg.Error as exc:
+                self.notice = f"{description} failed: {db.one_line(exc)}"
+        self.sync_screen()
+        await self.refresh_now()
+
+    def confirm_cancel(self, ids: list[int]) -> None:
+        self.confirm_then(f"Cancel job(s) {_ids(ids)}? Running handlers are told to stop.",
+                          "cancel", lambda a: a.cancel_jobs(ids))
+
+    def confirm_retry(self, ids: list[int]) -> None:
+        self.confirm_then(f"Retry job(s) {_ids(ids)} from scratch?", "retry",
+                          lambda a: a.retry_jobs(ids))
+
+    def confirm_dlq_retry(self, ids: list[int]) -> None:
+        self.confirm_then(f"Retry DLQ job(s) {_ids(ids)}? They become available again.",
+                          "DLQ retry", lambda a: a.dlq_retry(ids))
+
+    def confirm_dlq_purge(self, ids: list[int]) -> None:
+        self.confirm_then(f"Purge DLQ job(s) {_ids(ids)}? They are deleted for good.",
+                          "DLQ purge", lambda a: a.dlq_purge(ids))
+
+    def confirm_dlq_move(self, queue: str, reason: str) -> None:
+        self.confirm_then(f"Move every failed job of queue {queue!r} into the DLQ "
+                          f"with reason {reason!r}?", "DLQ move",
+                          lambda a: a.dlq_move(queue, reason))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_seconds(value: str, option: str) -> float:
+    """``90``, ``90s``, ``5m``, ``1h`` -> seconds; a clear one-line error otherwise."""
+    match = _DURATION.match(value)
+    if not match:
+        raise click.BadParameter(f"{value!r} is not a duration: write e.g. 30, 30s, 5m or 1h",
+                                 param_hint=option)
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
+            read_only: bool = False, min_age_s: float = 0.0,
+            stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000) -> None:
+    """Run the console in this terminal (``awa serve`` runs this same function per browser)."""
+    AwaConsole(database_url, refresh_s=refresh_s, read_only=read_only, min_age_s=min_age_s,
+               stale_after_s=stale_after_s).run()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--database-url", default=None, metavar="URL",
+              help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server).")
+@click.option("--refresh", "refresh", default=str(config.TUI_REFRESH_SECONDS), metavar="SECONDS",
+              show_default=True, help="How often to re-read the visible screen.")
+@click.option("--read-only", is_flag=True,
+              help="Open a read-only database session: actions are refused by PostgreSQL.")
+@click.option("--min-age", "min_age", default="0", metavar="SECONDS",
+              help="Running screen: hide attempts younger than this (e.g. 30s, 5m).")
+@click.option("--stale-after", "stale_after", metavar="SECONDS",
+              default=str(config.HEARTBEAT_STALENESS_MS / 1000), show_default=True,
+              help="Heartbeat age after which a running attempt shows as stale.")
+def main(database_url: str | None, refresh: str, read_only: bool, min_age: str,
+         stale_after: str) -> None:
+    """awa-tui: the live console for an awa database."""
+    refresh_s = parse_seconds(refresh, "--refresh")
+    if not config.TUI_MIN_REFRESH_SECONDS <= refresh_s <= config.TUI_MAX_REFRESH_SECONDS:
+        raise click.BadParameter(
+            f"must be between {config.TUI_MIN_REFRESH_SECONDS:g} and "
+            f"{config.TUI_MAX_REFRESH_SECONDS:g} seconds", param_hint="--refresh")
+    try:
+        url = db.resolve_database_url(database_url)
+    except AwaError as exc:
+        click.echo(f"awa-tui: {db.one_line(exc)}", err=True)
+        sys.exit(3)
+    run_app(url, refresh_s=refresh_s, read_only=read_only,
+            min_age_s=parse_seconds(min_age, "--min-age"),
+            stale_after_s=parse_seconds(stale_after, "--stale-after"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,168 @@
+"""What every console screen shares: status line, banner, filter bar, notice, footer.
+
+The app drives refreshes; a screen only says what to read (``fetch``, run on
+the app's single database session) and how to show it (``show``), and may
+tick its clocks every second between refreshes (``tick``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer
+
+from awa_tui.widgets import Banner, FilterBar, Notice, StatusLine
+
+if TYPE_CHECKING:
+    from awa_ops.console import ConsoleReader
+    from awa_tui.app import AwaConsole
+
+TAG_MARK = "●"
+
+
+class ConsoleScreen(Screen):
+    TITLE = ""
+    HELP = ""
+    FILTER_HINT = "filter"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_text = ""
+
+    @property
+    def console(self) -> "AwaConsole":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        yield Banner(id="banner")
+        yield from self.body()
+        yield FilterBar(id="filter", placeholder=self.FILTER_HINT)
+        yield Notice(id="notice")
+        yield Footer()
+
+    def body(self) -> Iterable[Widget]:
+        return ()
+
+    def on_mount(self) -> None:
+        self.query_one(FilterBar).display = False
+        self.sync_chrome()
+
+    def on_screen_resume(self) -> None:
+        self.sync_chrome()
+        self.console.request_refresh()
+
+    def sync_chrome(self) -> None:
+        self.query_one(StatusLine).update(self.console.status_text(self.TITLE))
+        self.query_one(Banner).show(self.console.problem or self.problem())
+        self.query_one(Notice).update(self.console.notice)
+
+    def problem(self) -> str | None:
+        """A screen-specific banner (e.g. no leader); the app's own problems come first."""
+        return None
+
+    # -- data -------------------------------------------------------------------
+    async def fetch(self, reader: "ConsoleReader") -> Any:
+        raise NotImplementedError
+
+    def show(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def tick(self) -> None:
+        """Called every second between refreshes (not when frozen)."""
+
+    # -- filter -------------------------------------------------------------------
+    def action_filter(self) -> None:
+        bar = self.query_one(FilterBar)
+        bar.value = self.filter_text
+        bar.display = True
+        bar.focus()
+
+    def on_input_submitted(self, event: FilterBar.Submitted) -> None:
+        event.stop()
+        self.query_one(FilterBar).display = False
+        error = self.apply_filter(event.value.strip())
+        if error:
+            self.console.say(error)
+        self.focus_main()
+        self.console.request_refresh()
+
+    def apply_filter(self, text: str) -> str | None:
+        """Take a new filter; returns a one-line error for bad input."""
+        self.filter_text = text
+        return None
+
+    def focus_main(self) -> None:
+        tables = self.query(DataTable)
+        if tables:
+            tables.first().focus()
+
+
+def parse_filter(text: str, keys: tuple[str, ...], bare: dict[str, str] | None = None
+                 ) -> tuple[dict[str, str | None], str | None]:
+    """``key=value`` words into a dict; a bare word matching ``bare`` maps to its key."""
+    values: dict[str, str | None] = {k: None for k in keys}
+    for word in text.split():
+        if "=" in word:
+            key, _, value = word.partition("=")
+            if key not in keys:
+                return values, (f"unknown filter {key!r}: use {', '.join(k + '=' for k in keys)}")
+            values[key] = value or None
+        elif bare and word in bare:
+            values[bare[word]] = word
+        else:
+            return values, (f"cannot read {word!r}: write filters as "
+                            f"{' '.join(k + '=...' for k in keys)}")
+    return values, None
+
+
+class TaggableTable(DataTable):
+    """A row-cursor table whose first column marks rows tagged with space."""
+
+    BINDINGS = [Binding("space", "toggle_tag", "Tag", show=True)]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.tagged: set[str] = set()
+
+    def action_toggle_tag(self) -> None:
+        key = self.current_key()
+        if key is None:
+            return
+        if key in self.tagged:
+            self.tagged.discard(key)
+        else:
+            self.tagged.add(key)
+        self.update_cell(key, "tag", TAG_MARK if key in self.tagged else " ")
+        if self.cursor_row < self.row_count - 1:
+            self.move_cursor(row=self.cursor_row + 1)
+
+    def current_key(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+
+    def selection(self) -> list[str]:
+        """The tagged rows (still present), else the row under the cursor."""
+        present = {row.key.value for row in self.ordered_rows}
+        tagged = [k for k in self.tagged if k in present]
+        if tagged:
+            return sorted(tagged, key=lambda k: int(k) if k.isdigit() else k)
+        key = self.current_key()
+        return [key] if key is not None else []
+
+    def replace_rows(self, rows: list[tuple[str, list[Any]]]) -> None:
+        """Swap the contents, keeping the cursor on the same row when it still exists."""
+        keep = self.current_key()
+        self.clear()
+        present = set()
+        for key, cells in rows:
+            present.add(key)
+            self.add_row(TAG_MARK if key in self.tagged else " ", *cells, key=key)
+        self.tagged &= present
+        if keep is not None and keep in present:
+            self.move_cursor(row=self.get_row_index(keep), animate=False)

@@ -1,0 +1,122 @@
+"""DLQ: dead-lettered jobs by queue, reason and kind; retry, purge and move, each confirmed."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from rich.markup import escape
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from awa import lifecycle
+from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
+from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
+from awa_tui.screens.modals import PromptScreen
+from awa_tui.widgets import relative
+
+COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"),
+           ("reason", "Reason"), ("attempt", "Attempt"), ("dlq_at", "In DLQ"),
+           ("error", "Last error"))
+FILTER_KEYS = ("queue", "kind", "reason")
+ERROR_WIDTH = 60
+
+HELP = """\
+Jobs in the dead letter queue, newest first. They are never claimed until
+an operator retries them.
+
+  /        filter, e.g. [b]queue=email reason=terminal_error kind=send_email[/b]
+  enter    open the entry: args, every attempt's error
+  space    tag rows for bulk actions
+  r        retry the tagged entries / the one under the cursor (asks first)
+  x        purge them: delete for good (asks first)
+  m        move the failed jobs of a queue into the DLQ with a reason (asks first)
+"""
+
+
+class DlqScreen(ConsoleScreen):
+    TITLE = "DLQ"
+    HELP = HELP
+    FILTER_HINT = "queue=... kind=... reason=...   (empty: everything)"
+    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("r", "retry", "Retry"),
+                Binding("x", "purge", "Purge"), Binding("m", "move", "Move failed→DLQ")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flt = DlqFilter()
+        self.page: DlqPage | None = None
+
+    def body(self) -> Iterable[Widget]:
+        yield Static(id="summary")
+        table = TaggableTable(id="dlq")
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+
+    def apply_filter(self, text: str) -> str | None:
+        values, error = parse_filter(text, FILTER_KEYS)
+        if error:
+            return error
+        self.filter_text = text
+        self.flt = DlqFilter(**values)
+        return None
+
+    async def fetch(self, reader: ConsoleReader) -> DlqPage:
+        return await reader.dlq(self.flt)
+
+    def show(self, data: DlqPage) -> None:
+        self.page = data
+        table = self.query_one(TaggableTable)
+        table.replace_rows([(str(r["job_id"]), [
+            str(r["job_id"]), r["kind"], r["queue"], r["dlq_reason"],
+            f"{r['attempt']}/{r['max_attempts']}", relative(r["dlq_at"], data.now),
+            (r["last_error"] or "")[:ERROR_WIDTH]]) for r in data.rows])
+        reasons = "  ".join(f"{escape(reason)} [b]{n}[/b]"
+                            for reason, n in sorted(data.by_reason.items()))
+        self.query_one("#summary", Static).update(
+            f"[b]{len(data.rows)}[/b] entries: {self.flt.describe()}"
+            + (f"   by reason: {reasons}" if reasons else ""))
+        self.sync_chrome()
+
+    def selected_ids(self) -> list[int]:
+        return [int(k) for k in self.query_one(TaggableTable).selection()]
+
+    def action_retry(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.console.confirm_dlq_retry(ids)
+        else:
+            self.console.say("no DLQ entry selected")
+
+    def action_purge(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.console.confirm_dlq_purge(ids)
+        else:
+            self.console.say("no DLQ entry selected")
+
+    def action_move(self) -> None:
+        table = self.query_one(TaggableTable)
+        default = self.flt.queue or ""
+        key = table.current_key()
+        if not default and key is not None:
+            default = str(table.get_cell(key, "queue"))
+
+        def with_queue(queue: str | None) -> None:
+            if not queue:
+                return
+
+            def with_reason(reason: str | None) -> None:
+                if reason:
+                    self.console.confirm_dlq_move(queue, reason)
+
+            self.app.push_screen(PromptScreen(
+                f"Reason recorded on the moved entries (queue {queue!r}):",
+                lifecycle.DLQ_MANUAL), with_reason)
+
+        self.app.push_screen(PromptScreen(
+            "Move every failed job of which queue into the DLQ?", default), with_queue)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.console.open_job(int(event.row_key.value))

@@ -1,0 +1,103 @@
+"""Jobs: the newest jobs matching a filter (state, kind, queue, tag); enter opens one."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from awa import config
+from awa_ops.console import ConsoleReader, JobFilter, JobsPage
+from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
+from awa_tui.widgets import relative
+
+COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),
+           ("attempt", "Attempt"), ("priority", "Pri"), ("created", "Created"),
+           ("finished", "Finished"), ("tags", "Tags"))
+FILTER_KEYS = ("state", "kind", "queue", "tag")
+
+HELP = """\
+The newest jobs matching the filter, newest first.
+
+  /        filter, e.g. [b]state=failed queue=email[/b] or just [b]failed[/b];
+           keys: state= kind= queue= tag= ; empty shows all jobs
+  enter    open the job: args, metadata, progress, errors per attempt, unique key
+  space    tag a row for bulk actions
+  c        cancel the tagged jobs / the one under the cursor (asks first)
+  r        retry them (failed, cancelled, retryable jobs run again; asks first)
+
+State and queue filters use indexes and are exact; kind and tag filters look
+through the newest rows of each state and queue.
+"""
+
+
+class JobsScreen(ConsoleScreen):
+    TITLE = "Jobs"
+    HELP = HELP
+    FILTER_HINT = "state=... kind=... queue=... tag=...   (empty: all jobs)"
+    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("c", "cancel_jobs", "Cancel"),
+                Binding("r", "retry_jobs", "Retry")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flt = JobFilter()
+
+    def body(self) -> Iterable[Widget]:
+        yield Static(id="summary")
+        table = TaggableTable(id="jobs")
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+
+    def set_filter(self, flt: JobFilter) -> None:
+        self.flt = flt
+        self.filter_text = " ".join(f"{k}={v}" for k, v in vars(flt).items() if v)
+
+    def apply_filter(self, text: str) -> str | None:
+        values, error = parse_filter(text, FILTER_KEYS, {s: "state" for s in config.JOB_STATES})
+        if error:
+            return error
+        if values["state"] and values["state"] not in config.JOB_STATES:
+            return f"unknown state {values['state']!r}: one of {', '.join(config.JOB_STATES)}"
+        self.filter_text = text
+        self.flt = JobFilter(**values)
+        return None
+
+    async def fetch(self, reader: ConsoleReader) -> JobsPage:
+        return await reader.jobs(self.flt)
+
+    def show(self, data: JobsPage) -> None:
+        table = self.query_one(TaggableTable)
+        table.replace_rows([(str(r["id"]), [
+            str(r["id"]), r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
+            str(r["priority"]), relative(r["created_at"], data.now),
+            relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])])
+            for r in data.rows])
+        note = " (kind/tag filters search the newest rows per state and queue)" \
+            if data.windowed else ""
+        self.query_one("#summary", Static).update(
+            f"[b]{len(data.rows)}[/b] jobs: {self.flt.describe()}{note}")
+        self.sync_chrome()
+
+    def selected_ids(self) -> list[int]:
+        return [int(k) for k in self.query_one(TaggableTable).selection()]
+
+    def action_cancel_jobs(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.console.confirm_cancel(ids)
+        else:
+            self.console.say("no job selected")
+
+    def action_retry_jobs(self) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.console.confirm_retry(ids)
+        else:
+            self.console.say("no job selected")
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.console.open_job(int(event.row_key.value))

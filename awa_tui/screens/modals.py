@@ -1,0 +1,70 @@
+"""Dialogs: confirmation before anything destructive, a one-field prompt, and help."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """``y`` confirms, ``n`` or escape declines; nothing happens until then."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No"),
+                Binding("escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, id="question")
+            yield Label("[b]y[/b] yes   [b]n[/b] no", id="answers")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input (e.g. a DLQ reason); escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, question: str, default: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, id="question")
+            yield Input(value=self.default, id="answer")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class HelpScreen(ModalScreen[None]):
+    """The keys of the screen it was opened from, plus the global ones."""
+
+    BINDINGS = [Binding("escape", "close", "Close"), Binding("question_mark", "close", "Close"),
+                Binding("q", "close", "Close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(f"[b]{self.title_text}[/b]\n\n{self.text}", id="help-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,160 @@
+"""Running: every running attempt, with ages that tick between refreshes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
+from awa_tui.screens.base import ConsoleScreen, TaggableTable
+from awa_tui.widgets import duration
+
+STATUS_STYLE = {OVERDUE: "bold white on red", STALE: "bold red", ORPHANED: "bold magenta",
+                ALIVE: "green"}
+STATUS_RANK = {OVERDUE: 0, ORPHANED: 1, STALE: 2, ALIVE: 3}
+COLUMNS = (("tag", " "), ("status", "Status"), ("id", "Job"), ("kind", "Kind"),
+           ("queue", "Queue"), ("attempt", "Attempt"), ("runtime", "Runtime"),
+           ("running", "Running"), ("heartbeat", "Heartbeat age"), ("deadline", "Deadline in"))
+_LAST = float("inf")
+
+
+def _sort_keys(stale_after: float) -> dict[str, Callable[[RunningAttempt, datetime], Any]]:
+    return {
+        "status": lambda a, now: STATUS_RANK[a.status(now, stale_after)],
+        "id": lambda a, now: a.id,
+        "kind": lambda a, now: a.kind,
+        "queue": lambda a, now: a.queue,
+        "attempt": lambda a, now: a.attempt,
+        "runtime": lambda a, now: a.runtime(now, stale_after),
+        "running": lambda a, now: -(a.running_for(now) or 0),
+        "heartbeat": lambda a, now: -(a.heartbeat_age(now) or _LAST),
+        "deadline": lambda a, now: a.deadline_remaining(now) if a.deadline_at else _LAST,
+    }
+
+
+SORTABLE = [key for key, _ in COLUMNS if key != "tag"]
+
+HELP = """\
+Every running attempt, oldest heartbeat first. Ages tick every second between
+refreshes. Status, worst first:
+  [bold white on red]overdue[/]   past its deadline: deadline rescue will take it
+  [bold magenta]orphaned[/]  its runtime is gone (or none serves the queue): heartbeat rescue
+            moves it back to retryable once its heartbeat is stale
+  [bold red]stale[/]     heartbeat older than --stale-after while its runtime lives:
+            rescue is due at the next scan
+  [green]alive[/]     heartbeating normally
+The same classes as `awa-ops diagnose stuck-running`.
+
+  s / S    sort by the next column / reverse the order (or click a header)
+  /        filter: rows containing the text (id, kind, queue, runtime, status)
+  space    tag a row for bulk actions
+  c        cancel the tagged jobs, or the one under the cursor (asks first)
+  enter    open the job
+"""
+
+
+class RunningScreen(ConsoleScreen):
+    TITLE = "Running"
+    HELP = HELP
+    FILTER_HINT = "text to match (id, kind, queue, runtime, status); empty clears"
+    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("s", "sort", "Sort"),
+                Binding("S", "reverse", "Reverse", show=False),
+                Binding("c", "cancel_jobs", "Cancel")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: RunningSnapshot | None = None
+        self.sort_key = "heartbeat"
+        self.reverse = False
+
+    def body(self) -> Iterable[Widget]:
+        yield Static(id="summary")
+        table = TaggableTable(id="running")
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+
+    async def fetch(self, reader: ConsoleReader) -> RunningSnapshot:
+        return await reader.running(self.console.min_age_s)
+
+    def show(self, data: RunningSnapshot) -> None:
+        self.data = data
+        self.redraw()
+        self.sync_chrome()
+
+    def tick(self) -> None:
+        if self.data is not None:
+            self.redraw()
+
+    def visible_attempts(self, now: datetime) -> list[RunningAttempt]:
+        assert self.data is not None
+        stale_after = self.console.stale_after_s
+        needle = self.filter_text.lower()
+        rows = [a for a in self.data.attempts
+                if not needle or needle in " ".join(
+                    (str(a.id), a.kind, a.queue, a.runtime(now, stale_after),
+                     a.status(now, stale_after))).lower()]
+        rows.sort(key=lambda a: _sort_keys(stale_after)[self.sort_key](a, now),
+                  reverse=self.reverse)
+        return rows
+
+    def redraw(self) -> None:
+        if self.data is None:
+            return
+        now = self.console.display_now()
+        stale_after = self.console.stale_after_s
+        table = self.query_one(TaggableTable)
+        rows = []
+        counts = {OVERDUE: 0, ORPHANED: 0, STALE: 0, ALIVE: 0}
+        for a in self.visible_attempts(now):
+            status = a.status(now, stale_after)
+            counts[status] += 1
+            remaining = a.deadline_remaining(now)
+            rows.append((str(a.id), [
+                Text(status, style=STATUS_STYLE[status]), str(a.id), a.kind, a.queue,
+                f"{a.attempt}/{a.max_attempts}" if a.max_attempts else str(a.attempt),
+                a.runtime(now, stale_after),
+                duration(a.running_for(now)), duration(a.heartbeat_age(now)),
+                Text(duration(remaining), style="bold red") if remaining is not None
+                and remaining < 0 else duration(remaining)]))
+        table.replace_rows(rows)
+        shown = ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "none"
+        more = f" (oldest {len(self.data.attempts)} only)" if self.data.truncated else ""
+        filt = f"   filter: {self.filter_text!r}" if self.filter_text else ""
+        min_age = (f"   min age {duration(self.console.min_age_s)}"
+                   if self.console.min_age_s else "")
+        order = "desc" if self.reverse else "asc"
+        self.query_one("#summary", Static).update(
+            f"[b]{len(rows)}[/b] running{more}: {shown}   sort: {self.sort_key} {order}"
+            f"{filt}{min_age}")
+
+    def action_sort(self) -> None:
+        self.sort_key = SORTABLE[(SORTABLE.index(self.sort_key) + 1) % len(SORTABLE)]
+        self.redraw()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self.redraw()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key in SORTABLE:
+            self.reverse = not self.reverse if key == self.sort_key else False
+            self.sort_key = key
+            self.redraw()
+
+    def action_cancel_jobs(self) -> None:
+        ids = [int(k) for k in self.query_one(TaggableTable).selection()]
+        if not ids:
+            self.console.say("no job selected")
+            return
+        self.console.confirm_cancel(ids)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.console.open_job(int(event.row_key.value))
