@@ -1,0 +1,229 @@
+"""Cancellation, heartbeats under blocking handlers, deadline drop and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import awa
+from support.processes import start_worker
+
+from .conftest import job_row, wait_until
+
+AWA_CLI = Path(sys.executable).with_name("awa")
+
+
+def test_cli_cancel_is_seen_within_a_second_and_the_late_finish_is_ignored(
+        database_url, db, log_dir):
+    worker = start_worker(database_url, "default:2", log_dir=log_dir)
+    with awa.Client(database_url) as client:
+        job = client.insert({"linger": 0.3}, kind="cancel_aware")
+    worker.wait_for_log("start", kind="cancel_aware")
+    started = time.monotonic()
+    out = subprocess.run([str(AWA_CLI), "job", "cancel", str(job.id),
+                          "--database-url", database_url],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    worker.wait_for_log("cancelled", kind="cancel_aware", timeout=5)
+    assert time.monotonic() - started < 1.0 + 1.0  # the CLI's own start-up is ~0.5-1 s
+    worker.wait_for_log("done", kind="cancel_aware", timeout=5)
+    time.sleep(0.3)  # the late completion has been written (and rejected) by now
+    row = job_row(db, job.id)
+    assert row["state"] == "cancelled"
+    worker.terminate()
+
+
+async def test_admin_cancel_flips_the_flag_quickly(client, db):
+    @dataclass
+    class Loop:
+        pass
+
+    seen = asyncio.Event()
+    finished_late = asyncio.Event()
+
+    @client.task(Loop)
+    async def loop_until_cancelled(job):
+        while not job.is_cancelled():
+            await asyncio.sleep(0.005)
+        seen.set()
+        await asyncio.sleep(0.1)
+        finished_late.set()  # returns normally: completion must be ignored
+
+    await client.start([("default", 1)], poll_interval_ms=50, heartbeat_interval_ms=100,
+                       run_maintenance=False)
+    job = await client.insert(Loop())
+    for _ in range(200):
+        if job.id in {k[0] for k in client.runtime.in_flight}:
+            break
+        await asyncio.sleep(0.01)
+    t0 = time.monotonic()
+    cancelled = await client.cancel(job.id)
+    assert cancelled is not None
+    await asyncio.wait_for(seen.wait(), 1.0)
+    latency = time.monotonic() - t0
+    await asyncio.wait_for(finished_late.wait(), 2.0)
+    await client.runtime.completion.drain(2.0)
+    await client.shutdown()
+    assert latency < 1.0
+    assert job_row(db, job.id)["state"] == "cancelled"
+
+
+def test_blocking_sync_handler_does_not_delay_other_heartbeats(database_url, db, log_dir):
+    worker = start_worker(database_url, "default:4", log_dir=log_dir,
+                          settings={"run_maintenance": False})
+    with awa.Client(database_url) as client:
+        blocker = client.insert({"seconds": 5}, kind="slow_sync")
+        other = client.insert({"seconds": 10}, kind="slow")
+    worker.wait_for_log("start", kind="slow_sync")
+    worker.wait_for_log("start", kind="slow")
+    beats = []
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        beats.append(job_row(db, other.id)["heartbeat_at"])
+        time.sleep(0.05)
+    blocked = job_row(db, blocker.id)
+    worker.kill()
+    distinct = sorted(set(beats))
+    gaps = [(b - a).total_seconds() for a, b in zip(distinct, distinct[1:])]
+    # Interval 100 ms: ~25 beats in 2.5 s; never a gap anywhere near the 5 s sleep.
+    assert len(distinct) >= 10, distinct
+    assert max(gaps) < 0.5, gaps
+    assert blocked["state"] == "running"  # its own heartbeat advances too
+    assert (blocked["heartbeat_at"] - blocked["attempted_at"]).total_seconds() > 1.5
+
+
+async def test_a_hung_async_handler_is_dropped_after_its_deadline(client, db):
+    @dataclass
+    class Hang:
+        pass
+
+    @dataclass
+    class Quick:
+        pass
+
+    cancelled_flag = []
+
+    @client.task(Hang)
+    async def hang(job):
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled_flag.append(job.is_cancelled())
+            raise
+
+    @client.task(Quick)
+    async def quick(job):
+        return None
+
+    await client.start([{"name": "default", "max_workers": 1, "deadline_duration_ms": 300}],
+                       poll_interval_ms=50, heartbeat_interval_ms=100,
+                       deadline_drop_grace_ms=200, run_maintenance=False)
+    hung = await client.insert(Hang())
+    await asyncio.sleep(0.1)
+    quick_job = await client.insert(Quick())
+    for _ in range(300):
+        if job_row(db, quick_job.id)["state"] == "completed":
+            break
+        await asyncio.sleep(0.01)
+    await client.shutdown()
+    assert job_row(db, quick_job.id)["state"] == "completed"  # the slot was freed
+    assert cancelled_flag == [True]
+    # Nothing was written for the dropped attempt: rescue owns it now.
+    assert job_row(db, hung.id)["state"] == "running"
+
+
+async def test_shutdown_waits_for_handlers_flips_flags_and_leaves_hangs_to_rescue(client, db):
+    @dataclass
+    class Short:
+        pass
+
+    @dataclass
+    class Polite:
+        pass
+
+    @dataclass
+    class Stubborn:
+        pass
+
+    @client.task(Short)
+    async def short(job):
+        await asyncio.sleep(0.3)
+
+    @client.task(Polite)
+    async def polite(job):
+        while not job.is_cancelled():
+            await asyncio.sleep(0.01)
+        return awa.RetryAfter(1)
+
+    @client.task(Stubborn)
+    async def stubborn(job):
+        await asyncio.sleep(3600)
+
+    await client.start([("default", 4)], poll_interval_ms=50, heartbeat_interval_ms=100,
+                       run_maintenance=False)
+    jobs = [await client.insert(Short()), await client.insert(Polite()),
+            await client.insert(Stubborn())]
+    for _ in range(200):
+        if len(client.runtime.in_flight) == 3:
+            break
+        await asyncio.sleep(0.01)
+    t0 = time.monotonic()
+    await client.shutdown(timeout_ms=800)
+    took = time.monotonic() - t0
+    states = [job_row(db, j.id)["state"] for j in jobs]
+    assert states == ["completed", "retryable", "running"]
+    assert 0.7 < took < 3.0
+    assert (await client.health_check()).healthy is False
+    inst = db.execute("SELECT shutting_down FROM awa.runtime_instances").fetchall()
+    assert inst == [{"shutting_down": True}]
+
+
+def test_awa_worker_command_runs_a_client_and_stops_on_sigterm(database_url, db, tmp_path):
+    app = tmp_path / "myapp.py"
+    app.write_text(
+        "import awa\n"
+        "client = awa.AsyncClient()\n"
+        "@client.task(dict, kind='hello', queue='greet')\n"
+        "async def hello(job):\n"
+        "    job.update_metadata({'pid': __import__('os').getpid()})\n")
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen([str(AWA_CLI), "worker", "myapp:client", "--queue", "greet:3",
+                             "--metrics-addr", "127.0.0.1:0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with awa.Client(database_url) as client:
+            job = client.insert({}, kind="hello", queue="greet")
+        wait_until(lambda: job_row(db, job.id)["state"] == "completed", timeout=20,
+                   message="the worker command to run the job")
+        assert job_row(db, job.id)["metadata"]["pid"] == proc.pid
+        inst = db.execute("SELECT queues FROM awa.runtime_instances").fetchone()
+        assert inst["queues"][0]["queue"] == "greet" and inst["queues"][0]["max_workers"] == 3
+    finally:
+        proc.send_signal(15)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert db.execute("SELECT shutting_down FROM awa.runtime_instances").fetchone()[
+        "shutting_down"]
+
+
+def test_sync_client_starts_and_stops_the_runtime_on_its_own_thread(database_url, db):
+    client = awa.Client(database_url)
+    done = []
+
+    @client.task(dict, kind="plain")
+    def plain(job):  # a plain def: runs in the handler thread pool
+        done.append(job.id)
+
+    client.start([("default", 2)], poll_interval_ms=50, run_maintenance=False)
+    job = client.insert({}, kind="plain")
+    wait_until(lambda: job_row(db, job.id)["state"] == "completed", timeout=10,
+               message="the sync client's runtime to run the job")
+    assert client.health_check().healthy
+    client.shutdown()
+    client.close()
+    assert done == [job.id]

@@ -1,0 +1,247 @@
+"""Each handler outcome's state, attempt, run_at and errors (DESIGN §4)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+import awa
+from awa import lifecycle
+
+from .conftest import job_row
+
+FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
+
+
+@dataclass
+class Work:
+    n: int = 0
+
+
+async def run_until_settled(client, db, job_ids, states, timeout=10.0):
+    """Wait until every job is in one of ``states``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        rows = [job_row(db, i) for i in job_ids]
+        if all(r is not None and r["state"] in states for r in rows):
+            return rows
+        if loop.time() > deadline:
+            raise AssertionError(f"not settled: {[(r['id'], r['state']) for r in rows if r]}")
+        await asyncio.sleep(0.02)
+
+
+async def test_completed_with_progress_and_metadata(client, db):
+    @client.task(Work)
+    async def work(job):
+        job.set_progress(40, "almost")
+        job.update_metadata({"seen": job.args.n})
+        return "ignored value"
+
+    await client.start([("default", 2)], **FAST)
+    job = await client.insert(Work(7))
+    [row] = await run_until_settled(client, db, [job.id], {"completed"})
+    await client.shutdown()
+    assert row["attempt"] == 1 and row["finalized_at"] is not None
+    assert row["progress"]["percent"] == 40 and row["progress"]["message"] == "almost"
+    assert row["metadata"]["seen"] == 7
+    assert not row["errors"]
+
+
+async def test_exception_retries_with_backoff_and_records_each_attempt(client, db):
+    @client.task(Work)
+    async def work(job):
+        raise ValueError(f"bad {job.attempt}")
+
+    await client.start([("default", 2)], **FAST)
+    job = await client.insert(Work(), max_attempts=3)
+    [row] = await run_until_settled(client, db, [job.id], {"retryable"})
+    await client.shutdown()
+    assert row["attempt"] == 1
+    assert len(row["errors"]) == 1
+    err = row["errors"][0]
+    assert err["error"] == "ValueError: bad 1" and err["attempt"] == 1
+    assert "raise ValueError" in err["traceback"] and "awa/runtime" not in err["traceback"]
+    # 2^1 s plus up to 25 % jitter after the attempt.
+    delay = (row["run_at"] - row["attempted_at"]).total_seconds()
+    assert 1.9 <= delay <= 2.6
+    assert db.execute("SELECT count(*) AS n FROM awa.scheduled_jobs WHERE id = %s",
+                      (job.id,)).fetchone()["n"] == 1
+
+
+async def test_exhausted_attempts_fail_or_go_to_the_dlq(client, db):
+    @client.task(Work)
+    async def work(job):
+        raise RuntimeError("poison")
+
+    await client.start([("default", 2), {"name": "dlq", "max_workers": 2, "dlq_enabled": True}],
+                       **FAST)
+    plain = await client.insert(Work(), max_attempts=1)
+    dead = await client.insert(Work(), queue="dlq", max_attempts=1)
+    [row] = await run_until_settled(client, db, [plain.id], {"failed"})
+    for _ in range(200):
+        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
+                           (dead.id,)).fetchone()
+        if entry:
+            break
+        await asyncio.sleep(0.02)
+    await client.shutdown()
+    assert row["attempt"] == 1 and row["errors"][-1]["error"] == "RuntimeError: poison"
+    assert entry["dlq_reason"] == lifecycle.DLQ_MAX_ATTEMPTS
+    assert entry["state"] == "failed" and entry["original_run_lease"] == 1
+    assert entry["errors"][-1]["error"] == "RuntimeError: poison"
+    assert job_row(db, dead.id) is None
+
+
+async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db):
+    @dataclass
+    class Strict:
+        needed: int
+
+    @client.task(Work)
+    async def work(job):
+        raise awa.TerminalError("never works")
+
+    @client.task(Strict)
+    async def strict(job):
+        return None
+
+    await client.start([("default", 4)], dlq_enabled_by_default=False, **FAST)
+    terminal = await client.insert(Work())
+    bad_args = await client.insert({"other": 1}, kind="strict")
+    unknown = await client.insert({}, kind="nobody_handles_this")
+    rows = await run_until_settled(client, db, [terminal.id, bad_args.id, unknown.id],
+                                   {"failed"})
+    await client.shutdown()
+    for row in rows:
+        assert row["attempt"] == 1 and row["max_attempts"] == 25
+        assert row["errors"][-1]["terminal"] is True
+    assert rows[0]["errors"][-1]["error"] == "TerminalError: never works"
+    assert rows[1]["errors"][-1]["error"].startswith("cannot build Strict from job args")
+    assert rows[2]["errors"][-1]["error"] == "unknown job kind: nobody_handles_this"
+
+
+async def test_terminal_error_goes_to_the_dlq_with_its_reason(client, db):
+    @client.task(Work)
+    async def work(job):
+        raise awa.TerminalError("nope")
+
+    await client.start([("default", 2)], dlq_enabled_by_default=True, **FAST)
+    job = await client.insert(Work())
+    for _ in range(200):
+        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
+                           (job.id,)).fetchone()
+        if entry:
+            break
+        await asyncio.sleep(0.02)
+    await client.shutdown()
+    assert entry["dlq_reason"] == lifecycle.DLQ_TERMINAL_ERROR
+
+
+async def test_retry_after_spends_the_attempt_and_exhausts(client, db):
+    @client.task(Work)
+    async def work(job):
+        return awa.RetryAfter(0.05 if job.args.n else 30)
+
+    await client.start([("default", 2)], **FAST)
+    later = await client.insert(Work(0), max_attempts=5)
+    [row] = await run_until_settled(client, db, [later.id], {"retryable"})
+    delay = (row["run_at"] - row["attempted_at"]).total_seconds()
+    assert row["attempt"] == 1 and 29 <= delay <= 31 and not row["errors"]
+    # With max_attempts=1 the RetryAfter exhausts: failed.
+    last = await client.insert(Work(1), max_attempts=1)
+    [row] = await run_until_settled(client, db, [last.id], {"failed"})
+    await client.shutdown()
+    assert row["attempt"] == 1 and "last attempt" in row["errors"][-1]["error"]
+
+
+async def test_snooze_does_not_spend_an_attempt(client, db):
+    @client.task(Work)
+    async def work(job):
+        return awa.Snooze(60)
+
+    await client.start([("default", 2)], **FAST)
+    job = await client.insert(Work(), max_attempts=1)
+    [row] = await run_until_settled(client, db, [job.id], {"scheduled"})
+    await client.shutdown()
+    assert row["attempt"] == 0 and row["run_lease"] == 1 and not row["errors"]
+    assert timedelta(seconds=59) <= row["run_at"] - row["attempted_at"] <= timedelta(seconds=61)
+
+
+async def test_cancel_result_ends_the_job_cancelled(client, db):
+    @client.task(Work)
+    async def work(job):
+        return awa.Cancel("not needed any more")
+
+    await client.start([("default", 2)], **FAST)
+    job = await client.insert(Work())
+    [row] = await run_until_settled(client, db, [job.id], {"cancelled"})
+    await client.shutdown()
+    assert row["finalized_at"] is not None
+    assert "not needed any more" in row["errors"][-1]["error"]
+
+
+async def test_lifecycle_hooks_fire_after_commit_and_a_raising_hook_changes_nothing(client, db):
+    @client.task(Work)
+    async def work(job):
+        if job.args.n == 1:
+            raise RuntimeError("x")
+
+    seen = []
+
+    def boom(event):
+        raise RuntimeError("hook bug")
+
+    async def async_hook(event):
+        seen.append(("async", event.event, event.job.id))
+
+    client.on_event(boom)
+    client.on_event(lambda e: seen.append((e.event, e.job.id, e.job.state.value)), kind="work")
+    client.on_event(async_hook, events=["completed"])
+    await client.start([("default", 2)], **FAST)
+    ok = await client.insert(Work(0))
+    bad = await client.insert(Work(1), max_attempts=2)
+    await run_until_settled(client, db, [ok.id], {"completed"})
+    await run_until_settled(client, db, [bad.id], {"retryable"})
+    await asyncio.sleep(0.1)
+    await client.shutdown()
+    assert ("started", ok.id, "running") in seen
+    assert ("completed", ok.id, "completed") in seen
+    assert ("retried", bad.id, "retryable") in seen
+    assert ("async", "completed", ok.id) in seen
+
+
+async def test_start_errors_are_one_line(client):
+    with pytest.raises(awa.ValidationError, match="^register at least one worker before "
+                                                  "starting the runtime$"):
+        await client.start([("default", 1)])
+
+    @client.task(Work)
+    async def work(job):
+        return None
+
+    with pytest.raises(awa.ValidationError, match="^weighted mode requires explicit queue "
+                                                  "configs$"):
+        await client.start(global_max_workers=4)
+    for bad, text in [
+        ([("default", 0)], "max_workers must be a positive integer"),
+        ([{"name": "q", "min_workers": 1}], "need global_max_workers"),
+        ([{"name": "q", "max_workers": 1, "rate_limit": (0, 1)}], "rate_limit"),
+        ([{"name": "q", "max_workers": 1, "colour": "red"}], "unknown option"),
+        ([("x" * 70, 1)], "longer than"),
+    ]:
+        with pytest.raises(awa.ValidationError, match=text) as info:
+            await client.start(bad)
+        assert "\n" not in str(info.value)
+    with pytest.raises(awa.ValidationError, match="heartbeat_interval_ms"):
+        await client.start([("default", 1)], heartbeat_interval_ms=-5)
+    # Storage-transition arguments are accepted and ignored.
+    await client.start([("default", 1)], queue_storage_schema="awa_qs",
+                       storage_transition_role="auto", terminal_count_rollup_interval_ms=5,
+                       **FAST)
+    health = await client.health_check()
+    await client.shutdown()
+    assert health.healthy and health.queues["default"].max_workers == 1
