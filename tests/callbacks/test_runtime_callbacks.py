@@ -1,0 +1,112 @@
+"""Callbacks through the real worker runtime: park, wait, resume, early callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+import pytest
+
+import awa
+from awa import callbacks
+
+from .conftest import row_of
+
+FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 10.0,
+                     what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def state_is(db, job_id: int, state: str) -> Callable[[], bool]:
+    return lambda: (row_of(db, job_id) or {}).get("state") == state
+
+
+async def test_wait_for_callback_resumes_the_live_handler(db, client):
+    tokens: asyncio.Queue[str] = asyncio.Queue()
+    seen: list[Any] = []
+
+    @client.task(dict, kind="approval", queue="cb")
+    async def approval(job):
+        token = await job.register_callback(timeout_seconds=30)
+        await tokens.put(token.id)
+        payload = await job.wait_for_callback(token)
+        seen.append((job.attempt, payload))
+        return None
+
+    await client.start([("cb", 2)], **FAST)
+    job = await client.insert({"doc": 1}, kind="approval", queue="cb")
+    token = await asyncio.wait_for(tokens.get(), 10)
+    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    resumed = await client.resume_external(token, {"approved": True})
+    assert resumed.state is awa.JobState.Running
+    await eventually(state_is(db, job.id, "completed"), what="completed after resume")
+    assert seen == [(1, {"approved": True})]
+    row = row_of(db, job.id)
+    assert row["attempt"] == 1 and row["errors"] is None  # one attempt throughout
+    with pytest.raises(awa.CallbackNotFound):
+        await client.resume_external(token, {"approved": False})
+
+
+async def test_returning_wait_for_callback_parks_until_complete(db, client):
+    tokens: asyncio.Queue[str] = asyncio.Queue()
+
+    @client.task(dict, kind="export", queue="cb")
+    async def export(job):
+        token = await job.register_callback(timeout_seconds=30, on_complete="payload.ok")
+        await tokens.put(token.id)
+        return awa.WaitForCallback(token)
+
+    await client.start([("cb", 2)], **FAST)
+    job = await client.insert({}, kind="export", queue="cb")
+    token = await asyncio.wait_for(tokens.get(), 10)
+    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    ignored = await client.resolve_callback(token, {"ok": False})
+    assert ignored.is_ignored() and row_of(db, job.id)["state"] == "waiting_external"
+    done = await client.resolve_callback(token, {"ok": True})
+    assert done.is_completed() and row_of(db, job.id)["state"] == "completed"
+
+
+async def test_early_callback_before_the_handler_returns(db, client):
+    @client.task(dict, kind="fast_external", queue="cb")
+    async def fast_external(job):
+        token = await job.register_callback(timeout_seconds=30)
+        # The outside system answers before this handler hands back WaitForCallback.
+        await client.complete_external(token.id, {"fast": True})
+        return awa.WaitForCallback(token)
+
+    await client.start([("cb", 1)], **FAST)
+    job = await client.insert({}, kind="fast_external", queue="cb")
+    await eventually(state_is(db, job.id, "completed"), what="completed")
+    await asyncio.sleep(0.3)  # the stale park has been written (and ignored) by now
+    row = row_of(db, job.id)
+    assert row["state"] == "completed"
+    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"fast": True}
+
+
+async def test_bad_cel_is_rejected_at_registration_inside_the_handler(db, client):
+    errors: list[str] = []
+
+    @client.task(dict, kind="bad_rules", queue="cb")
+    async def bad_rules(job):
+        try:
+            await job.register_callback(filter="payload.status ==")
+        except awa.ValidationError as exc:
+            errors.append(str(exc))
+            raise awa.TerminalError(str(exc))
+
+    await client.start([("cb", 1)], **FAST)
+    job = await client.insert({}, kind="bad_rules", queue="cb", max_attempts=1)
+    await eventually(state_is(db, job.id, "failed"), what="failed")
+    assert errors and errors[0].startswith("invalid CEL filter 'payload.status =='")
+    assert row_of(db, job.id)["callback_id"] is None
