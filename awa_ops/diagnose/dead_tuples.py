@@ -93,7 +93,7 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
                 "vacuum runs but cannot reclaim rows a pinned MVCC horizon still needs; the queue "
                 f"tables bloat and dispatch slows. Oldest holder: {holder}",
                 ops("mvcc-horizon"), evidence, RUNBOOK))
-        elif not autovacuum_enabled(t):
+        elif not autovacuum_enabled(t) and dead >= config.OPS_DEAD_TUPLES_MIN:
             findings.append(Finding(
                 Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
                                   f"for it", "nothing will reclaim them; the table bloats",
