@@ -1,0 +1,130 @@
+"""Maintenance throughput: rescue of stale running jobs, promotion of due jobs.
+
+    python3 dev.py bench benchmarks/maintenance.py [--rescue 10000] [--promote 100000]
+
+Runs against a scratch database created next to ``$AWA_BENCH_DATABASE_URL`` /
+``$DATABASE_URL`` (default: the local server at 127.0.0.1:5432) and dropped
+afterwards.  Uses the production batch sizes (``config.RESCUE_BATCH_SIZE``,
+``config.PROMOTE_BATCH_SIZE``) and drives the same functions the leader runs
+each tick, back to back until nothing is left:
+
+* rescue: N running jobs whose heartbeat is older than the staleness cutoff
+  -> retryable; reports seconds to clear and SQL statements issued (counted by
+  the rescue code itself; each batch is one transaction of two statements);
+* promotion: N scheduled jobs already due -> available; reports jobs/s and
+  statements (one per batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from awa import config, db, schema  # noqa: E402
+from awa.runtime.maintenance import promote, rescue  # noqa: E402
+
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+SEED_STALE_RUNNING = """
+INSERT INTO awa.jobs_hot (kind, queue, args, state, attempt, max_attempts, run_lease,
+                          attempted_at, heartbeat_at, deadline_at)
+SELECT 'bench', 'bench', jsonb_build_object('i', i), 'running', 1, 25, 1,
+       now() - interval '10 minutes', now() - interval '10 minutes',
+       now() + interval '1 hour'
+  FROM generate_series(1, %(n)s) AS i
+"""
+
+SEED_DUE_SCHEDULED = """
+INSERT INTO awa.scheduled_jobs (kind, queue, args, state, run_at)
+SELECT 'bench', 'bench', jsonb_build_object('i', i), 'scheduled',
+       now() - make_interval(secs => i %% 60)
+  FROM generate_series(1, %(n)s) AS i
+"""
+
+
+def admin_url() -> str:
+    for var in ("AWA_BENCH_DATABASE_URL", "DATABASE_URL"):
+        if os.environ.get(var):
+            return make_conninfo(os.environ[var], dbname="postgres")
+    return LOCAL_SERVER
+
+
+async def bench_rescue(pool, url: str, n: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SEED_STALE_RUNNING, {"n": n})
+        conn.execute("VACUUM ANALYZE awa.jobs_hot")
+    started = time.perf_counter()
+    total = rescue.RescueOutcome()
+    while True:
+        out = await rescue.rescue(pool, rescue.HEARTBEAT_STALE,
+                                  batch_size=config.RESCUE_BATCH_SIZE,
+                                  staleness_ms=config.HEARTBEAT_STALENESS_MS)
+        total.retried += out.retried
+        total.statements += out.statements
+        total.batches += out.batches
+        if out.total == 0:
+            break
+    seconds = time.perf_counter() - started
+    print(f"rescue:    {total.retried:>7,} stale running jobs cleared in {seconds:6.2f} s "
+          f"({total.retried / seconds:,.0f} jobs/s); {total.statements} statements in "
+          f"{total.batches} batches of {config.RESCUE_BATCH_SIZE} "
+          f"(incl. the final empty probe)")
+
+
+async def bench_promote(pool, url: str, n: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims")
+        conn.execute(SEED_DUE_SCHEDULED, {"n": n})
+        conn.execute("VACUUM ANALYZE awa.scheduled_jobs")
+    started = time.perf_counter()
+    promoted = statements = batches = 0
+    while True:
+        out = await promote.promote(pool, batch_size=config.PROMOTE_BATCH_SIZE)
+        promoted += out.promoted
+        statements += out.statements
+        batches += out.batches
+        if out.promoted == 0:
+            break
+    seconds = time.perf_counter() - started
+    print(f"promotion: {promoted:>7,} due scheduled jobs promoted in {seconds:6.2f} s "
+          f"({promoted / seconds:,.0f} jobs/s); {statements} statements in {batches} "
+          f"batches of {config.PROMOTE_BATCH_SIZE}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    server = admin_url()
+    name = f"awa_bench_maint_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = make_conninfo(server, dbname=name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            schema.migrate_sync(conn)
+        pool = await db.open_pool(url, config.APP_NAME_WORKER, max_size=2)
+        try:
+            if args.rescue:
+                await bench_rescue(pool, url, args.rescue)
+            if args.promote:
+                await bench_promote(pool, url, args.promote)
+        finally:
+            await pool.close()
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rescue", type=int, default=10_000, help="stale running jobs")
+    parser.add_argument("--promote", type=int, default=100_000, help="due scheduled jobs")
+    asyncio.run(main(parser.parse_args()))
