@@ -1,4 +1,4 @@
-"""The HTTP callback receiver (an ASGI app) and the ``awa callbacks`` commands.
+"""The HTTP callback receiver: an ASGI app, served by ``awa callbacks serve``.
 
 ``POST <prefix>/<callback_id>/<action>`` with ``action`` one of complete,
 fail, heartbeat, resume and a JSON object body:
@@ -31,12 +31,10 @@ import socket
 import sys
 from typing import Any, Awaitable, Callable
 
-import click
-
 from awa import callback_contract, config
 from awa.callbacks import CallbackAlreadyResolved, parse_callback_id
 from awa.db import one_line
-from awa.job import AwaError, CallbackNotFound, DatabaseError, SerializationError, ValidationError
+from awa.job import CallbackNotFound, DatabaseError, SerializationError, ValidationError
 
 log = logging.getLogger("awa.callbacks.server")
 
@@ -224,240 +222,69 @@ async def _respond(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": data})
 
 
-# --- the `awa callbacks` commands ---------------------------------------------------
+# --- serving ----------------------------------------------------------------------
 def load_secret(secret_file: str | None, secret_env: str | None) -> bytes | None:
     """The shared secret from a file (raw 32 bytes or hex) or an environment variable (hex)."""
     if secret_file and secret_env:
-        raise click.UsageError("give --secret-file or --secret-env, not both")
-    try:
-        if secret_file:
-            try:
-                with open(secret_file, "rb") as fh:
-                    return callback_contract.coerce_secret(fh.read())
-            except OSError as exc:
-                raise click.ClickException(f"cannot read --secret-file: {one_line(exc)}")
-        if secret_env:
-            value = os.environ.get(secret_env)
-            if not value:
-                raise click.ClickException(f"environment variable {secret_env} (--secret-env) "
-                                           f"is not set")
-            return callback_contract.coerce_secret(value)
-    except ValidationError as exc:
-        raise click.ClickException(str(exc))
+        raise ValidationError("give --secret-file or --secret-env, not both")
+    if secret_file:
+        try:
+            with open(secret_file, "rb") as fh:
+                return callback_contract.coerce_secret(fh.read())
+        except OSError as exc:
+            raise ValidationError(f"cannot read --secret-file {secret_file}: "
+                                  f"{exc.strerror or exc}") from None
+    if secret_env:
+        value = os.environ.get(secret_env)
+        if not value:
+            raise ValidationError(f"environment variable {secret_env} (--secret-env) is not set")
+        return callback_contract.coerce_secret(value)
     return None
 
 
-def _parse_listen(listen: str) -> tuple[str, int]:
+def parse_listen(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+        raise ValidationError(f"--listen expects HOST:PORT, got {listen!r}")
     return host.strip("[]"), int(port)
 
 
-def _parse_payload(text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {one_line(exc)}", param_hint="--payload")
-    if value is not None and not isinstance(value, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--payload")
-    return value
-
-
-_URL_KEY = "awa.callbacks.database_url"
-
-
-def _database_url(ctx: click.Context) -> str | None:
-    """--database-url given to us (before or after the subcommand), else the root command's."""
-    if ctx.meta.get(_URL_KEY):
-        return ctx.meta[_URL_KEY]
-    root = ctx.find_root()
-    for source in (root.params, root.obj if isinstance(root.obj, dict) else {}):
-        if source.get("database_url"):
-            return source["database_url"]
-    url = getattr(root.obj, "database_url", None)
-    return url if isinstance(url, str) else None
-
-
-def _run_resolution(ctx: click.Context, method: str, *args: Any, as_json: bool = False) -> None:
-    """Run one client resolution; one line out, one line on error (exit 1)."""
-    from awa.client import AsyncClient
-
-    async def go() -> Any:
-        async with AsyncClient(_database_url(ctx)) as client:
-            return await getattr(client, method)(*args)
-
-    try:
-        result = asyncio.run(go())
-    except AwaError as exc:
-        raise click.ClickException(one_line(exc))
-    job = result.job if hasattr(result, "outcome") else result
-    doc: dict[str, Any] = {"id": str(args[0]), "job_id": job.id if job else None,
-                           "state": job.state.value if job else None}
-    if hasattr(result, "outcome"):
-        doc.update(outcome=result.outcome, reason=result.reason)
-    if as_json:
-        click.echo(json.dumps(doc))
-    else:
-        extra = f" ({doc['outcome']}: {doc['reason']})" if "outcome" in doc else ""
-        click.echo(f"callback {doc['id']}: job {doc['job_id']} is {doc['state']}{extra}")
-
-
-_db_option = click.option("--database-url", "database_url", default=None,
-                          help="PostgreSQL URL (default: DATABASE_URL, else the embedded one).")
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-
-
-@click.group("callbacks")
-@_db_option
-@click.pass_context
-def callbacks_group(ctx: click.Context, database_url: str | None) -> None:
-    """Resolve external callbacks, or serve the HTTP callback receiver."""
-    if database_url:
-        ctx.meta[_URL_KEY] = database_url
-
-
-def _pass_url(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Accept --database-url after the subcommand too."""
-    def wrapper(ctx: click.Context, database_url: str | None, **kwargs: Any) -> Any:
-        if database_url:
-            ctx.meta[_URL_KEY] = database_url
-        return f(ctx, **kwargs)
-    wrapper.__name__ = f.__name__
-    wrapper.__doc__ = f.__doc__
-    return _db_option(click.pass_context(wrapper))
-
-
-@callbacks_group.command("complete")
-@click.argument("callback_id")
-@click.option("--payload", default=None, help="JSON object stored as the result.")
-@_json_option
-@_pass_url
-def complete_cmd(ctx: click.Context, callback_id: str, payload: str | None, as_json: bool) -> None:
-    """Complete the job waiting on CALLBACK_ID."""
-    _run_resolution(ctx, "complete_external", callback_id, _parse_payload(payload),
-                    as_json=as_json)
-
-
-@callbacks_group.command("fail")
-@click.argument("callback_id")
-@click.option("--error", required=True, help="The error recorded on the job.")
-@_json_option
-@_pass_url
-def fail_cmd(ctx: click.Context, callback_id: str, error: str, as_json: bool) -> None:
-    """Fail the job waiting on CALLBACK_ID."""
-    _run_resolution(ctx, "fail_external", callback_id, error, as_json=as_json)
-
-
-@callbacks_group.command("retry")
-@click.argument("callback_id")
-@_json_option
-@_pass_url
-def retry_cmd(ctx: click.Context, callback_id: str, as_json: bool) -> None:
-    """Start the job waiting on CALLBACK_ID again from scratch (attempt reset)."""
-    _run_resolution(ctx, "retry_external", callback_id, as_json=as_json)
-
-
-@callbacks_group.command("resume")
-@click.argument("callback_id")
-@click.option("--payload", default=None, help="JSON object handed to the waiting handler.")
-@_json_option
-@_pass_url
-def resume_cmd(ctx: click.Context, callback_id: str, payload: str | None, as_json: bool) -> None:
-    """Resume the handler waiting on CALLBACK_ID with a payload."""
-    _run_resolution(ctx, "resume_external", callback_id, _parse_payload(payload),
-                    as_json=as_json)
-
-
-@callbacks_group.command("heartbeat")
-@click.argument("callback_id")
-@click.option("--timeout-seconds", type=float,
-              default=callback_contract.DEFAULT_HEARTBEAT_TIMEOUT_SECS, show_default=True)
-@_json_option
-@_pass_url
-def heartbeat_cmd(ctx: click.Context, callback_id: str, timeout_seconds: float,
-                  as_json: bool) -> None:
-    """Extend the wait of CALLBACK_ID to now + timeout."""
-    _run_resolution(ctx, "heartbeat_callback", callback_id, timeout_seconds, as_json=as_json)
-
-
-@callbacks_group.command("resolve")
-@click.argument("callback_id")
-@click.option("--payload", default=None, help="JSON object the CEL expressions see.")
-@click.option("--default-action", type=click.Choice(["ignore", "complete", "fail"]),
-              default="ignore", show_default=True)
-@_json_option
-@_pass_url
-def resolve_cmd(ctx: click.Context, callback_id: str, payload: str | None, default_action: str,
-                as_json: bool) -> None:
-    """Let the callback's CEL expressions decide (filter, on_fail, on_complete, default)."""
-    _run_resolution(ctx, "resolve_callback", callback_id, _parse_payload(payload),
-                    default_action, as_json=as_json)
-
-
-@callbacks_group.command("serve")
-@click.option("--listen", default=config.CALLBACK_LISTEN, show_default=True, help="HOST:PORT.")
-@click.option("--secret-file", type=click.Path(dir_okay=False), default=None,
-              help="File holding the 32-byte secret (raw, or 64 hex characters).")
-@click.option("--secret-env", default=None, metavar="NAME",
-              help="Environment variable holding the secret as hex.")
-@click.option("--allow-unsigned", is_flag=True,
-              help="Accept requests without X-Awa-Signature (development only).")
-@click.option("--max-body-bytes", type=click.IntRange(min=1),
-              default=config.CALLBACK_MAX_BODY_BYTES, show_default=True)
-@click.option("--path-prefix", default=callback_contract.DEFAULT_PATH_PREFIX, show_default=True)
-@_pass_url
-def serve_cmd(ctx: click.Context, listen: str, secret_file: str | None, secret_env: str | None,
-              allow_unsigned: bool, max_body_bytes: int, path_prefix: str) -> None:
-    """Serve POST <prefix>/<id>/complete|fail|heartbeat|resume over HTTP."""
-    import uvicorn
-
-    host, port = _parse_listen(listen)
-    secret = load_secret(secret_file, secret_env)
-    try:
-        app = CallbackApp(database_url=_database_url(ctx), secret=secret,
-                          allow_unsigned=allow_unsigned, max_body_bytes=max_body_bytes,
-                          path_prefix=path_prefix)
-    except ValidationError as exc:
-        raise click.ClickException(str(exc))
-    mode = "signatures required" if secret is not None and not allow_unsigned else \
-        "UNSIGNED requests accepted (development only)"
-    sock = _bind(host, port)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning",
-                                           access_log=False))
-    # SIGTERM/SIGINT finish in-flight requests and exit 0 (uvicorn's own
-    # handlers would re-raise the signal after the graceful stop).
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, setattr, server, "should_exit", True)
-        click.echo(f"awa callbacks: listening on http://{host}:{port}{app.prefix} ({mode})",
-                   err=True)
-        await server.serve(sockets=[sock])
-
-    try:
-        asyncio.run(run())
-    finally:
-        sock.close()
-    click.echo("awa callbacks: stopped", err=True)
-
-
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before starting, so a busy port is one clear error rather than a server log."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
-                                   f"(choose another --listen)")
+        raise ValidationError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                              f"(choose another --listen)") from None
     return sock
 
 
-if __name__ == "__main__":  # `python -m awa.callback_server serve ...`
-    callbacks_group(prog_name=f"{os.path.basename(sys.executable)} -m awa.callback_server")
+def serve_forever(app: CallbackApp, host: str, port: int) -> None:
+    """Serve ``app`` with uvicorn until SIGTERM/SIGINT, then finish in-flight requests."""
+    import uvicorn
+
+    sock = bind(host, port)
+    mode = ("signatures required" if app.secret is not None and not app.allow_unsigned
+            else "UNSIGNED requests accepted (development only)")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning",
+                                           access_log=False))
+    # Exit 0 after a graceful stop (uvicorn's own handlers re-raise the signal).
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, setattr, server, "should_exit", True)
+        print(f"awa callbacks: listening on http://{host}:{port}{app.prefix} ({mode})",
+              file=sys.stderr, flush=True)
+        await server.serve(sockets=[sock])
+
+    try:
+        asyncio.run(run())
+    finally:
+        sock.close()
+    print("awa callbacks: stopped", file=sys.stderr, flush=True)

@@ -568,3 +568,4 @@ def dlq_move(job_id: int | None, kind: str | None, queue: str | None, reason: st
 # --- command groups from other modules: one line each ---------------------------
 from awa.runtime.cli import worker_command; main.add_command(worker_command)  # noqa: E402
 from awa.cron_cli import cron; main.add_command(cron)  # noqa: E402
+from awa.callbacks_cli import callbacks; main.add_command(callbacks)  # noqa: E402

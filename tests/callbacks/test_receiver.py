@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,12 +18,14 @@ from click.testing import CliRunner
 
 import awa
 from awa import callback_contract, callbacks
-from awa.callback_server import CallbackApp, callbacks_group
+from awa.callback_server import CallbackApp
+from awa.cli import main as awa_cli
 
 from .conftest import row_of
 from .servers import serve
 
 SECRET = secrets.token_bytes(32)
+AWA = str(Path(sys.executable).with_name("awa"))
 
 
 @pytest.fixture
@@ -186,7 +189,7 @@ async def test_serve_command_runs_as_a_process(db, database_url, waiting, tmp_pa
     job_id, cid = await waiting()
     port = _free_port()
     env = {**os.environ, "CB_SECRET": SECRET.hex()}
-    cmd = [sys.executable, "-m", "awa.callback_server", "serve", "--listen", f"127.0.0.1:{port}",
+    cmd = [AWA, "callbacks", "serve", "--listen", f"127.0.0.1:{port}",
            "--secret-env", "CB_SECRET", "--database-url", database_url]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -211,22 +214,21 @@ async def test_serve_command_runs_as_a_process(db, database_url, waiting, tmp_pa
         in err.decode()
 
     # Misconfiguration: one line, exit 1, before binding anything.
-    bad = subprocess.run([sys.executable, "-m", "awa.callback_server", "serve",
-                          "--database-url", database_url], capture_output=True, text=True,
-                         timeout=30)
+    bad = subprocess.run([AWA, "callbacks", "serve", "--database-url", database_url],
+                         capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines() == [
-        "Error: the callback receiver needs a secret (--secret-file or --secret-env); "
+        "error: the callback receiver needs a secret (--secret-file or --secret-env); "
         "pass --allow-unsigned only for development"]
     secret_file = tmp_path / "short.key"
     secret_file.write_text("abcd\n")
-    bad = subprocess.run([sys.executable, "-m", "awa.callback_server", "serve",
-                          "--secret-file", str(secret_file)], capture_output=True, text=True,
+    bad = subprocess.run([AWA, "callbacks", "serve", "--secret-file", str(secret_file),
+                          "--database-url", database_url], capture_output=True, text=True,
                          timeout=30)
     assert bad.returncode == 1 and "must be 32 raw bytes or 64 hex characters" in bad.stderr
 
 
-def test_resolution_commands(db, database_url, pool, running_job, client):
+def test_resolution_commands(db, database_url, running_job):
     import asyncio
     job_id, lease = running_job()
     loop = asyncio.new_event_loop()
@@ -235,21 +237,21 @@ def test_resolution_commands(db, database_url, pool, running_job, client):
     finally:
         loop.close()
     runner = CliRunner()
-    result = runner.invoke(callbacks_group, ["--database-url", database_url, "heartbeat",
-                                             token, "--timeout-seconds", "120", "--json"])
+    result = runner.invoke(awa_cli, ["--database-url", database_url, "callbacks", "heartbeat",
+                                     token, "--timeout-seconds", "120", "--json"])
     assert result.exit_code == 0, result.output
     assert '"state": "running"' in result.output
-    result = runner.invoke(callbacks_group, ["complete", token, "--payload", '{"a": 1}',
-                                             "--database-url", database_url])
-    assert result.exit_code == 0
+    result = runner.invoke(awa_cli, ["callbacks", "complete", token, "--payload", '{"a": 1}',
+                                     "--database-url", database_url])
+    assert result.exit_code == 0, result.output
     assert result.output.strip() == f"callback {token}: job {job_id} is completed"
-    result = runner.invoke(callbacks_group, ["fail", token, "--error", "late",
-                                             "--database-url", database_url])
+    result = runner.invoke(awa_cli, ["callbacks", "fail", token, "--error", "late",
+                                     "--database-url", database_url])
     assert result.exit_code == 1
-    assert result.output.strip() == (f"Error: callback {token} not found or already resolved: "
+    assert result.output.strip() == (f"error: callback {token} not found or already resolved: "
                                      f"job {job_id} is completed")
-    result = runner.invoke(callbacks_group, ["complete", token, "--payload", "[1]",
-                                             "--database-url", database_url])
+    result = runner.invoke(awa_cli, ["callbacks", "complete", token, "--payload", "[1]",
+                                     "--database-url", database_url])
     assert result.exit_code == 2 and "must be a JSON object" in result.output
     assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"a": 1}
 
