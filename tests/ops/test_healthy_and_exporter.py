@@ -1,0 +1,81 @@
+"""No false alarms on a healthy busy queue; the exporter serves the catalogue's metrics."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from awa import metrics
+from ops_helpers import FAST_FLAGS, summaries
+from support.processes import start_worker
+
+
+def test_healthy_busy_queue_every_check_is_ok(ops, database_url, db):
+    worker = start_worker(database_url, "default:8,email:4")
+    try:
+        db.execute("INSERT INTO awa.jobs_hot (kind, queue, args) SELECT 'slow', q, "
+                   "'{\"seconds\": 0.4}' FROM generate_series(1, 40), unnest(ARRAY['default', 'email']) q")
+        db.execute("INSERT INTO awa.jobs_hot (kind) SELECT 'fast' FROM generate_series(1, 300)")
+        time.sleep(1.0)  # jobs running, heartbeating, completing; the runtime elected itself
+        running = db.execute("SELECT count(*) AS n FROM awa.jobs_hot WHERE state = 'running'"
+                             ).fetchone()["n"]
+        assert running > 0
+        result = ops("all", *FAST_FLAGS)
+        bad = {c["check"]: summaries(c) for c in result.data["checks"] if c["status"] != "ok"}
+        assert result.code == 0 and not bad, bad
+        assert "live runtime" in result.check("runtime")["findings"][0]["summary"]
+    finally:
+        worker.terminate()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_exporter_serves_database_metrics_when_no_worker_runs(database_url, db):
+    db.execute("INSERT INTO awa.jobs_hot (kind, queue) SELECT 'fast', 'mail' FROM generate_series(1, 7)")
+    db.execute("""INSERT INTO awa.dlq_entries (job_id, kind, queue, dlq_reason)
+                  VALUES (990001, 'fast', 'mail', 'terminal_error')""")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url",
+                             database_url, "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    for spec in metrics.DATABASE_METRICS:
+        assert f"# HELP {spec.prometheus} " in body, spec.prometheus
+    assert 'awa_db_queue_depth{awa_job_queue="mail",awa_job_state="available"} 7.0' in body
+    assert 'awa_db_dlq_depth{awa_dlq_reason="terminal_error",awa_job_queue="mail"} 1.0' in body
+    assert "awa_db_leader_present 0.0" in body and "awa_db_runtimes_live 0.0" in body
+    assert "awa_db_exporter_scrape_success 1.0" in body
+
+
+def test_exporter_bad_listen_and_unreachable_database_are_one_line():
+    bad = subprocess.run([sys.executable, "-m", "awa_ops.cli", "exporter", "--listen", "nonsense",
+                          "--database-url", "postgresql://x@127.0.0.1:1/x"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 3 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--listen must be HOST:PORT" in bad.stderr
+    down = subprocess.run([sys.executable, "-m", "awa_ops.cli", "exporter", "--listen",
+                           f"127.0.0.1:{_free_port()}", "--database-url",
+                           "postgresql://x@127.0.0.1:1/x"], capture_output=True, text=True, timeout=30)
+    assert down.returncode == 3 and "cannot connect" in down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr

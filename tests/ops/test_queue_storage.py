@@ -1,0 +1,92 @@
+"""The checks on a queue-storage database laid out by the Rust core's own CLI.
+
+`pip install awa-cli==0.6.9` into a separate virtual environment (cached under
+~/.cache so repeated runs are fast), `awa migrate`, materialise the
+queue-storage schema and route to it through the storage transition
+commands, then run the checks against that real layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+import pytest
+
+from ops_helpers import run_ops, summaries
+
+AWA_CLI_VERSION = "0.6.9"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "awa-ops-tests"
+QS_SCHEMA = "awa_qs"
+
+
+@pytest.fixture(scope="session")
+def awa_cli() -> Path:
+    venv = CACHE / f"awa-cli-{AWA_CLI_VERSION}"
+    binary = venv / "bin" / "awa"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"awa-cli=={AWA_CLI_VERSION}"],
+                       check=True, timeout=600)
+    return binary
+
+
+def as_url(conninfo: str) -> str:
+    """The Rust CLI takes only URL-form connection strings."""
+    from urllib.parse import quote
+
+    p = conninfo_to_dict(conninfo)
+    auth = quote(p.get("user", "postgres")) + (f":{quote(p['password'])}" if p.get("password") else "")
+    return f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
+
+
+def rust_awa(binary: Path, url: str, *args: str) -> str:
+    url = as_url(url)
+    proc = subprocess.run([str(binary), "--database-url", url, *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "RUST_LOG": "warn"})
+    assert proc.returncode == 0, f"awa {' '.join(args)}: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def test_checks_run_on_a_queue_storage_database(awa_cli, empty_database_url, tmp_path):
+    url = empty_database_url
+    rust_awa(awa_cli, url, "migrate")
+    rust_awa(awa_cli, url, "storage", "prepare-queue-storage-schema", "--schema", QS_SCHEMA)
+    rust_awa(awa_cli, url, "storage", "prepare", "--engine", "queue_storage",
+             "--details", json.dumps({"schema": QS_SCHEMA}))
+    rust_awa(awa_cli, url, "storage", "enter-mixed-transition", "--quiesced")
+    status = json.loads(rust_awa(awa_cli, url, "storage", "finalize"))
+    assert status["active_engine"] == "queue_storage"
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        # A materialized lease whose worker stopped heartbeating five minutes ago.
+        conn.execute(f"""INSERT INTO {QS_SCHEMA}.leases (lease_slot, lease_generation, ready_slot,
+                         ready_generation, job_id, queue, priority, lane_seq, heartbeat_at,
+                         deadline_at, attempted_at)
+                         VALUES (0, 0, 0, 0, 4711, 'email', 2, 1, now() - interval '5 minutes',
+                                 now() + interval '1 minute', now() - interval '6 minutes')""")
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    results = {}
+    for check in ("schema", "runtime", "stuck-running", "mvcc-horizon", "dead-tuples"):
+        r = run_ops("diagnose", check, "--database-url", url, "--json", env=env)
+        assert r.code != 3 and r.data["error"] is None, r.stdout + r.stderr
+        assert r.data["engine"] == f"queue storage (schema {QS_SCHEMA})"
+        results[check] = r
+
+    assert "awa Rust core" in summaries(results["schema"].data)
+    assert results["schema"].code == 0
+    assert results["runtime"].code == 2  # no worker has ever run here
+    stuck = results["stuck-running"].data["findings"][0]
+    assert stuck["evidence"][0]["job_id"] == 4711 and stuck["evidence"][0]["class"] == "orphaned"
+    assert results["mvcc-horizon"].code == 0
+    tables = {row["relname"] for row in results["dead-tuples"].data["findings"][0]["evidence"]}
+    assert {"attempt_state", "deferred_jobs", "leases_0"} <= tables
+
+    every = run_ops("diagnose", "all", "--database-url", url, "--json", env=env)
+    assert all(c["error"] is None for c in every.data["checks"]), every.stdout
