@@ -26,6 +26,8 @@ from awa.schema import current_migration_version, migrations, migrations_range
 from awa.telemetry import init_telemetry, shutdown_telemetry
 from awa.producer import SyncTransaction, Transaction
 from awa.serialization import derive_kind
+from awa import callback_contract
+from awa.callbacks import ResolveResult
 
 __version__ = "0.1.0"
 
@@ -36,5 +38,5 @@ __all__ = [
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
     "WaitForCallback", "current_migration_version", "derive_kind",
     "DlqEntry", "QueueStat", "RetryFailedResult", "SyncTransaction", "Transaction", "migrations", "migrations_range",
-    "init_telemetry", "shutdown_telemetry",
+    "init_telemetry", "shutdown_telemetry", "ResolveResult", "callback_contract",
 ]
