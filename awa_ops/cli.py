@@ -124,5 +124,7 @@ def exporter(database_url: str | None, listen: str, heartbeat_staleness: float) 
         pass
 
 
+main.add_command(__import__("awa_ops.generate.cli", fromlist=["cli"]).generate_command)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,700 @@
+"""Prometheus alert rules for awa, and the promtool unit tests that prove them.
+
+Conventions (monitoring-mixins): CamelCase names prefixed ``Awa``; a
+``severity`` label (critical pages, warning opens a ticket, info is context);
+``summary`` and a templated ``description``; ``runbook_url`` into
+``runbooks/alerts/<AlertName>.md``; a ``for:`` long enough not to flap.
+
+Database-side conditions use the ``awa-ops exporter`` metrics (``awa_db_*``),
+so they keep firing when every worker is dead. Every threshold and ``for:``
+is a field of ``Thresholds`` (or ``for_overrides``), which the generator reads
+from an optional YAML file; the unit tests are built from the same values, so
+a tuned rule file ships with tests that still prove it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from awa import metrics
+from awa_ops.generate.promql import selector
+
+DEFAULT_RUNBOOK_BASE_URL = "https://github.com/awa-py/awa-py/blob/main/"
+ALERT_RUNBOOK_DIR = "runbooks/alerts"
+RULES_FILE = "awa-rules.yml"
+RULES_TEST_FILE = "awa-rules.test.yml"
+GROUP_NAME = "awa"
+SEVERITIES = ("critical", "warning", "info")
+IDLE_IN_TRANSACTION = "idle in transaction"
+AVAILABLE = "available"
+
+
+def _metric(otel_name: str) -> str:
+    """Prometheus name of a catalogue entry (KeyError for a name the catalogue lacks)."""
+    return metrics.by_name(otel_name).prometheus
+
+
+def _label(attribute_key: str) -> str:
+    return metrics.prometheus_label(attribute_key)
+
+
+# Names used by the rules, all resolved through the catalogue.
+Q = _label(metrics.ATTR_QUEUE)
+KIND = _label(metrics.ATTR_KIND)
+STATE = _label(metrics.ATTR_STATE)
+TERMINAL = _label(metrics.ATTR_TERMINAL)
+RESCUE_KIND = _label(metrics.ATTR_RESCUE_KIND)
+DLQ_REASON = _label(metrics.ATTR_DLQ_REASON)
+BRANCH = _label(metrics.ATTR_BRANCH)
+TABLE = _label(metrics.ATTR_DB_TABLE)
+TXN_STATE = _label(metrics.ATTR_DB_TXN_STATE)
+XMIN_SOURCE = _label(metrics.ATTR_DB_XMIN_SOURCE)
+
+COMPLETED = _metric("awa.job.completed")
+FAILED = _metric("awa.job.failed")
+RESCUES = _metric("awa.maintenance.rescues")
+BRANCH_OVERRUN = _metric("awa.maintenance.branch.overrun")
+LEADER_ELECTED = _metric("awa.leader.elected")
+DB_DEPTH = _metric("awa.db.queue.depth")
+DB_LAG = _metric("awa.db.queue.lag")
+DB_HEARTBEAT_AGE = _metric("awa.db.running.oldest_heartbeat_age")
+DB_DEADLINE_OVERDUE = _metric("awa.db.running.deadline_overdue")
+DB_RUNTIMES_LIVE = _metric("awa.db.runtimes.live")
+DB_LEADER_PRESENT = _metric("awa.db.leader.present")
+DB_DLQ_DEPTH = _metric("awa.db.dlq.depth")
+DB_UNIQUE_WEDGED = _metric("awa.db.unique.wedged")
+DB_TXN_OLDEST = _metric("awa.db.transaction.oldest_age")
+DB_XMIN_AGE = _metric("awa.db.xmin_horizon.age")
+DB_DEAD_TUPLES = _metric("awa.db.table.dead_tuples")
+DB_LIVE_TUPLES = _metric("awa.db.table.live_tuples")
+DB_NOTIFY_USAGE = _metric("awa.db.notification_queue.usage")
+DB_SCRAPE_SUCCESS = _metric("awa.db.exporter.scrape_success")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every tunable number of the rules; override any of them with ``--thresholds FILE``."""
+
+    queue_lag_seconds: float = 300
+    error_ratio: float = 0.10
+    throughput_collapse_ratio: float = 0.25
+    throughput_collapse_min_backlog: float = 100
+    rescues_per_10m: float = 10
+    heartbeat_age_seconds: float = 180  # twice the default staleness: rescue should have fired
+    deadline_overdue_jobs: float = 0
+    dlq_growth_per_30m: float = 10
+    xmin_horizon_age_seconds: float = 900
+    idle_in_transaction_seconds: float = 300
+    dead_tuples_min: float = 10_000
+    dead_tuple_ratio: float = 0.20
+    unique_wedged_jobs: float = 0
+    maintenance_overruns_per_15m: float = 3
+    notification_queue_usage: float = 0.5
+    leader_changes_per_hour: float = 5
+    for_overrides: dict[str, str] = field(default_factory=dict)
+
+
+class ThresholdsError(ValueError):
+    """A thresholds file the generator cannot use; the message says what to fix."""
+
+
+_DURATION = re.compile(r"^(?:\d+[smhdw])+$")
+_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_seconds(text: str) -> int:
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def load_thresholds(path: str | Path | None) -> Thresholds:
+    """Thresholds from a YAML mapping of field names (and ``for: {AlertName: 5m}``)."""
+    if path is None:
+        return Thresholds()
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ThresholdsError(f"cannot read thresholds file {path}: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise ThresholdsError(f"{path}: expected a mapping of threshold names to numbers")
+    known = {f.name for f in dataclasses.fields(Thresholds)} - {"for_overrides"}
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        if key == "for":
+            values["for_overrides"] = _parse_for(path, value)
+        elif key not in known:
+            raise ThresholdsError(
+                f"{path}: unknown threshold {key!r}; known: {', '.join(sorted(known))}, for")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ThresholdsError(f"{path}: {key} must be a number, got {value!r}")
+        else:
+            values[key] = value
+    return Thresholds(**values)
+
+
+def _parse_for(path, value) -> dict[str, str]:
+    names = {rule.name for rule in build_rules(Thresholds())}
+    if not isinstance(value, dict):
+        raise ThresholdsError(f"{path}: 'for' must map alert names to durations like 5m")
+    overrides = {}
+    for name, duration in value.items():
+        if name not in names:
+            raise ThresholdsError(f"{path}: unknown alert {name!r} under 'for'")
+        if not isinstance(duration, str) or not _DURATION.match(duration):
+            raise ThresholdsError(f"{path}: for.{name} must be a duration like 30s, 5m or 1h")
+        overrides[name] = duration
+    return overrides
+
+
+# --- promtool series helpers ---------------------------------------------------
+def num(value: float) -> str:
+    """A number as PromQL/promtool accept it, without float noise."""
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def constant(value: float, minutes: int) -> str:
+    return f"{num(value)}x{minutes}"
+
+
+def linear(step: float, minutes: int, start: float = 0) -> str:
+    return f"{num(start)}+{num(step)}x{minutes}"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One alert instance a test expects to be firing: its extra labels and its value."""
+
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class RuleCase:
+    """Series over time and what the alert must do at ``eval_minutes``."""
+
+    series: dict[str, str]
+    eval_minutes: int
+    firing: tuple[Expected, ...] = ()
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    severity: str
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    runbook_check: str  # the diagnostic runbook (runbooks/<check>.md) the alert runbook links
+    cases: Callable[["AlertRule"], list[RuleCase]]
+
+    @property
+    def runbook_path(self) -> str:
+        return f"{ALERT_RUNBOOK_DIR}/{self.name}.md"
+
+    @property
+    def for_minutes(self) -> int:
+        return math.ceil(duration_seconds(self.for_) / 60)
+
+
+def build_rules(t: Thresholds) -> list[AlertRule]:
+    """The rule set for a set of thresholds, in the order it is written."""
+    depth_available = selector(DB_DEPTH, **{STATE: f"={AVAILABLE}"})
+    rules = [
+        AlertRule(
+            name="AwaNoActiveRuntime",
+            severity="critical",
+            expr=f"max({DB_RUNTIMES_LIVE}) < 1",
+            for_="5m",
+            summary="No awa runtime is alive.",
+            description=(
+                "The database reports {{ $value | humanize }} live awa runtimes: nothing claims "
+                "jobs and no maintenance (rescue, promotion, cron) runs."),
+            runbook_check="runtime",
+            cases=lambda r: [
+                RuleCase({DB_RUNTIMES_LIVE: constant(0, r.for_minutes + 5)}, r.for_minutes + 3,
+                         (Expected({}, 0),)),
+                RuleCase({DB_RUNTIMES_LIVE: constant(2, r.for_minutes + 5)}, r.for_minutes + 3),
+            ],
+        ),
+        AlertRule(
+            name="AwaNoLeader",
+            severity="critical",
+            expr=f"max({DB_LEADER_PRESENT}) < 1 and on () max({DB_RUNTIMES_LIVE}) > 0",
+            for_="3m",
+            summary="Live awa runtimes but no maintenance leader.",
+            description=(
+                "No live runtime holds leadership (leader present = {{ $value | humanize }}): "
+                "stale heartbeats and deadlines are not rescued, scheduled and retryable jobs are "
+                "not promoted, cron does not fire."),
+            runbook_check="runtime",
+            cases=lambda r: [
+                RuleCase({DB_LEADER_PRESENT: constant(0, r.for_minutes + 5),
+                          DB_RUNTIMES_LIVE: constant(2, r.for_minutes + 5)},
+                         r.for_minutes + 3, (Expected({}, 0),)),
+                RuleCase({DB_LEADER_PRESENT: constant(1, r.for_minutes + 5),
+                          DB_RUNTIMES_LIVE: constant(2, r.for_minutes + 5)}, r.for_minutes + 3),
+                # no runtime at all is AwaNoActiveRuntime's page, not this one
+                RuleCase({DB_LEADER_PRESENT: constant(0, r.for_minutes + 5),
+                          DB_RUNTIMES_LIVE: constant(0, r.for_minutes + 5)}, r.for_minutes + 3),
+            ],
+        ),
+        AlertRule(
+            name="AwaQueueLagHigh",
+            severity="warning",
+            expr=f"max by ({Q}) ({DB_LAG}) > {num(t.queue_lag_seconds)}",
+            for_="10m",
+            summary="Jobs wait too long to be claimed.",
+            description=(
+                "The oldest available job of queue {{ $labels.awa_job_queue }} has waited "
+                "{{ $value | humanizeDuration }}: workers are too few, paused, rate limited or "
+                "stuck."),
+            runbook_check="stuck-running",
+            cases=lambda r: _gauge_cases(r, DB_LAG, {Q: "email"}, t.queue_lag_seconds),
+        ),
+        AlertRule(
+            name="AwaErrorRateHigh",
+            severity="warning",
+            expr=(
+                f"sum by ({Q}) (rate({FAILED}[5m]))\n"
+                f"/\n"
+                f"(\n"
+                f"  sum by ({Q}) (rate({FAILED}[5m]))\n"
+                f"  + (sum by ({Q}) (rate({COMPLETED}[5m])) or 0 * sum by ({Q}) (rate({FAILED}[5m])))\n"
+                f")\n"
+                f"> {num(t.error_ratio)}"),
+            for_="10m",
+            summary="A large share of job attempts fail.",
+            description=(
+                "{{ $value | humanizePercentage }} of the attempts finished in queue "
+                "{{ $labels.awa_job_queue }} over the last 5 minutes failed."),
+            runbook_check="dlq",
+            cases=_error_rate_cases(t),
+        ),
+        AlertRule(
+            name="AwaThroughputCollapsed",
+            severity="warning",
+            expr=(
+                f"(\n"
+                f"  sum by ({Q}) (rate({COMPLETED}[10m]))\n"
+                f"  < {num(t.throughput_collapse_ratio)} * sum by ({Q}) (rate({COMPLETED}[10m] offset 1h))\n"
+                f")\n"
+                f"and on ({Q})\n"
+                f"(sum by ({Q}) ({depth_available}) > {num(t.throughput_collapse_min_backlog)})"),
+            for_="15m",
+            summary="Completions collapsed while jobs are waiting.",
+            description=(
+                "Queue {{ $labels.awa_job_queue }} completes {{ $value | humanize }} jobs/s, "
+                f"under {num(t.throughput_collapse_ratio * 100)}% of its rate an hour ago, while "
+                "available jobs are waiting."),
+            runbook_check="stuck-running",
+            cases=_throughput_cases(t),
+        ),
+        AlertRule(
+            name="AwaRescuesSpiking",
+            severity="warning",
+            expr=f"sum by ({Q}, {RESCUE_KIND}) (increase({RESCUES}[10m])) > {num(t.rescues_per_10m)}",
+            for_="5m",
+            summary="Maintenance is rescuing many attempts.",
+            description=(
+                "{{ $value | humanize }} attempts of queue {{ $labels.awa_job_queue }} were "
+                "rescued ({{ $labels.awa_rescue_kind }}) in the last 10 minutes: workers are "
+                "crashing, losing the database, or handlers overrun their deadline."),
+            runbook_check="stuck-running",
+            cases=lambda r: _increase_cases(
+                r, RESCUES, {Q: "email", KIND: "send_email", RESCUE_KIND: "heartbeat"},
+                {Q: "email", RESCUE_KIND: "heartbeat"}, t.rescues_per_10m, 10),
+        ),
+        AlertRule(
+            name="AwaHeartbeatsStale",
+            severity="warning",
+            expr=f"max by ({Q}) ({DB_HEARTBEAT_AGE}) > {num(t.heartbeat_age_seconds)}",
+            for_="5m",
+            summary="Running jobs stopped heartbeating and are not rescued.",
+            description=(
+                "The oldest heartbeat of a running job in queue {{ $labels.awa_job_queue }} is "
+                "{{ $value | humanizeDuration }} old: its worker is gone or starved, and "
+                "stale-heartbeat rescue has not picked it up."),
+            runbook_check="heartbeats",
+            cases=lambda r: _gauge_cases(r, DB_HEARTBEAT_AGE, {Q: "email"},
+                                         t.heartbeat_age_seconds),
+        ),
+        AlertRule(
+            name="AwaDeadlinesOverdue",
+            severity="warning",
+            expr=f"sum by ({Q}) ({DB_DEADLINE_OVERDUE}) > {num(t.deadline_overdue_jobs)}",
+            for_="5m",
+            summary="Running jobs are past their deadline and not rescued.",
+            description=(
+                "{{ $value | humanize }} running jobs of queue {{ $labels.awa_job_queue }} are "
+                "past their hard deadline: deadline rescue is not running or cannot keep up."),
+            runbook_check="stuck-running",
+            cases=lambda r: _gauge_cases(r, DB_DEADLINE_OVERDUE, {Q: "email"},
+                                         t.deadline_overdue_jobs),
+        ),
+        AlertRule(
+            name="AwaDLQGrowing",
+            severity="warning",
+            expr=f"sum by ({Q}) (delta({DB_DLQ_DEPTH}[30m])) > {num(t.dlq_growth_per_30m)}",
+            for_="5m",
+            summary="The dead-letter queue is growing.",
+            description=(
+                "{{ $value | humanize }} jobs of queue {{ $labels.awa_job_queue }} landed in the "
+                "dead-letter queue in the last 30 minutes."),
+            runbook_check="dlq",
+            cases=lambda r: _increase_cases(
+                r, DB_DLQ_DEPTH, {Q: "email", DLQ_REASON: "max_attempts_exhausted"},
+                {Q: "email"}, t.dlq_growth_per_30m, 30, start=5),
+        ),
+        AlertRule(
+            name="AwaXminHorizonPinned",
+            severity="warning",
+            expr=(f"max by ({XMIN_SOURCE}) ({DB_XMIN_AGE}) > "
+                  f"{num(t.xmin_horizon_age_seconds)}"),
+            for_="5m",
+            summary="Something holds the MVCC xmin horizon back.",
+            description=(
+                "A {{ $labels.awa_db_xmin_source }} has held the xmin horizon for "
+                "{{ $value | humanizeDuration }}: vacuum cannot remove dead tuples of the queue "
+                "tables, which bloat and slow every claim."),
+            runbook_check="mvcc-horizon",
+            cases=lambda r: _gauge_cases(r, DB_XMIN_AGE, {XMIN_SOURCE: "transaction"},
+                                         t.xmin_horizon_age_seconds),
+        ),
+        AlertRule(
+            name="AwaIdleInTransaction",
+            severity="warning",
+            expr=(f"max({selector(DB_TXN_OLDEST, **{TXN_STATE: '=' + IDLE_IN_TRANSACTION})}) > "
+                  f"{num(t.idle_in_transaction_seconds)}"),
+            for_="2m",
+            summary="A session sits idle inside an open transaction.",
+            description=(
+                "A session has been idle in transaction for {{ $value | humanizeDuration }}: it "
+                "holds its locks and pins the xmin horizon until it commits or is terminated."),
+            runbook_check="mvcc-horizon",
+            cases=lambda r: [
+                RuleCase({selector(DB_TXN_OLDEST, **{TXN_STATE: "=" + IDLE_IN_TRANSACTION}):
+                          constant(2 * t.idle_in_transaction_seconds + 60, r.for_minutes + 5)},
+                         r.for_minutes + 3,
+                         (Expected({}, 2 * t.idle_in_transaction_seconds + 60),)),
+                # a long *active* transaction is the horizon alert's business, not this one
+                RuleCase({selector(DB_TXN_OLDEST, **{TXN_STATE: "=active"}):
+                          constant(2 * t.idle_in_transaction_seconds + 60, r.for_minutes + 5)},
+                         r.for_minutes + 3),
+            ],
+        ),
+        AlertRule(
+            name="AwaDeadTuplesGrowing",
+            severity="warning",
+            expr=(
+                f"(max by ({TABLE}) ({DB_DEAD_TUPLES}) > {num(t.dead_tuples_min)})\n"
+                f"and on ({TABLE})\n"
+                f"(\n"
+                f"  max by ({TABLE}) ({DB_DEAD_TUPLES})\n"
+                f"  / (max by ({TABLE}) ({DB_DEAD_TUPLES}) + max by ({TABLE}) ({DB_LIVE_TUPLES}))\n"
+                f"  > {num(t.dead_tuple_ratio)}\n"
+                f")\n"
+                f"and on ({TABLE})\n"
+                f"(max by ({TABLE}) (delta({DB_DEAD_TUPLES}[30m])) > 0)"),
+            for_="15m",
+            summary="Dead tuples pile up in a queue table.",
+            description=(
+                "Queue table {{ $labels.awa_db_table }} holds {{ $value | humanize }} dead "
+                "tuples and the count keeps rising: autovacuum is not keeping up or the xmin "
+                "horizon is pinned."),
+            runbook_check="dead-tuples",
+            cases=_dead_tuple_cases(t),
+        ),
+        AlertRule(
+            name="AwaUniqueClaimWedged",
+            severity="warning",
+            expr=f"sum by ({Q}) ({DB_UNIQUE_WEDGED}) > {num(t.unique_wedged_jobs)}",
+            for_="5m",
+            summary="Running jobs are wedged on a unique claim held by another job.",
+            description=(
+                "{{ $value | humanize }} running jobs of queue {{ $labels.awa_job_queue }} have "
+                "a unique key claimed by another job: rescue cannot move them back to retryable."),
+            runbook_check="unique-wedge",
+            cases=lambda r: _gauge_cases(r, DB_UNIQUE_WEDGED, {Q: "email"}, t.unique_wedged_jobs),
+        ),
+        AlertRule(
+            name="AwaMaintenanceOverrun",
+            severity="warning",
+            expr=(f"sum by ({BRANCH}) (increase({BRANCH_OVERRUN}[15m])) > "
+                  f"{num(t.maintenance_overruns_per_15m)}"),
+            for_="15m",
+            summary="A maintenance branch keeps overrunning its interval.",
+            description=(
+                "Maintenance branch {{ $labels.awa_maintenance_branch }} overran its interval "
+                "{{ $value | humanize }} times in the last 15 minutes: the leader falls behind on "
+                "it (large backlog, slow database or locks)."),
+            runbook_check="runtime",
+            cases=lambda r: _increase_cases(
+                r, BRANCH_OVERRUN, {BRANCH: "rescue"}, {BRANCH: "rescue"},
+                t.maintenance_overruns_per_15m, 15),
+        ),
+        AlertRule(
+            name="AwaNotificationQueueFilling",
+            severity="warning",
+            expr=f"max({DB_NOTIFY_USAGE}) > {num(t.notification_queue_usage)}",
+            for_="5m",
+            summary="The LISTEN/NOTIFY queue is filling up.",
+            description=(
+                "The notification queue is {{ $value | humanizePercentage }} full: a listening "
+                "session is not consuming (often one stuck in a long transaction). When it is "
+                "full, every NOTIFY — and so every job insert — fails."),
+            runbook_check="cancel-listener",
+            cases=lambda r: _gauge_cases(r, DB_NOTIFY_USAGE, {}, t.notification_queue_usage,
+                                         fire_value=(1 + t.notification_queue_usage) / 2),
+        ),
+        AlertRule(
+            name="AwaLeaderFlapping",
+            severity="info",
+            expr=(f"sum(increase({LEADER_ELECTED}[1h])) > "
+                  f"{num(t.leader_changes_per_hour)}"),
+            for_="10m",
+            summary="Leadership keeps changing hands.",
+            description=(
+                "Leadership changed {{ $value | humanize }} times in the last hour: runtimes "
+                "restart or lose their leader connection."),
+            runbook_check="runtime",
+            cases=lambda r: _increase_cases(r, LEADER_ELECTED, {}, {}, t.leader_changes_per_hour,
+                                            60),
+        ),
+        AlertRule(
+            name="AwaExporterDown",
+            severity="warning",
+            expr=f"max({DB_SCRAPE_SUCCESS}) < 1 or absent({DB_SCRAPE_SUCCESS})",
+            for_="5m",
+            summary="The awa-ops exporter is down or cannot query the database.",
+            description=(
+                "The awa-ops exporter check returned {{ $value | humanize }} (0: it is scraped "
+                "but its database queries fail; 1: no exporter is scraped at all): the "
+                "database-side alerts (no runtime, no leader, heartbeats, horizon, dead tuples) "
+                "cannot fire."),
+            runbook_check="schema",
+            cases=lambda r: [
+                RuleCase({DB_SCRAPE_SUCCESS: constant(0, r.for_minutes + 5)}, r.for_minutes + 3,
+                         (Expected({}, 0),)),
+                RuleCase({DB_RUNTIMES_LIVE: constant(1, r.for_minutes + 5)}, r.for_minutes + 3,
+                         (Expected({}, 1),)),
+                RuleCase({DB_SCRAPE_SUCCESS: constant(1, r.for_minutes + 5)}, r.for_minutes + 3),
+            ],
+        ),
+    ]
+    return [dataclasses.replace(rule, for_=t.for_overrides.get(rule.name, rule.for_))
+            for rule in rules]
+
+
+def _labels_selector(metric: str, labels: dict[str, str]) -> str:
+    return selector(metric, **{k: "=" + v for k, v in labels.items()})
+
+
+def _gauge_cases(rule: AlertRule, metric: str, labels: dict[str, str], threshold: float,
+                 fire_value: float | None = None) -> list[RuleCase]:
+    """A gauge above its threshold fires; at or below it does not."""
+    minutes = rule.for_minutes + 5
+    fire = fire_value if fire_value is not None else 2 * threshold + 60
+    series = _labels_selector(metric, labels)
+    return [
+        RuleCase({series: constant(fire, minutes)}, rule.for_minutes + 3,
+                 (Expected(dict(labels), fire),)),
+        RuleCase({series: constant(threshold, minutes)}, rule.for_minutes + 3),
+    ]
+
+
+def _increase_cases(rule: AlertRule, metric: str, labels: dict[str, str],
+                    by_labels: dict[str, str], threshold: float, window_minutes: int,
+                    start: float = 0) -> list[RuleCase]:
+    """A counter (or growing gauge) rising by twice the threshold per window fires; half does not."""
+    minutes = window_minutes + rule.for_minutes + 5
+    series = _labels_selector(metric, labels)
+    fire_step = 2 * threshold / window_minutes
+    return [
+        RuleCase({series: linear(fire_step, minutes, start)}, window_minutes + rule.for_minutes + 3,
+                 (Expected(dict(by_labels), 2 * threshold),)),
+        RuleCase({series: linear(threshold / 2 / window_minutes, minutes, start)},
+                 window_minutes + rule.for_minutes + 3),
+    ]
+
+
+def _error_rate_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        minutes = rule.for_minutes + 10
+        at = rule.for_minutes + 7
+        failed = _labels_selector(FAILED, {KIND: "send_email", Q: "email", TERMINAL: "false"})
+        completed = _labels_selector(COMPLETED, {KIND: "send_email", Q: "email"})
+        # per minute out of 100 finished attempts: above and below the threshold
+        fail_high = min(100, math.floor(t.error_ratio * 100) + 20)
+        fail_low = max(0, math.ceil(t.error_ratio * 100) - 5)
+        return [
+            RuleCase({failed: linear(fail_high, minutes), completed: linear(100 - fail_high, minutes)},
+                     at, (Expected({Q: "email"}, fail_high / 100),)),
+            # every attempt fails and nothing completes: still an error rate, not a gap
+            RuleCase({failed: linear(60, minutes)}, at, (Expected({Q: "email"}, 1),)),
+            RuleCase({failed: linear(fail_low, minutes), completed: linear(100 - fail_low, minutes)},
+                     at),
+        ]
+    return cases
+
+
+def _throughput_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        healthy_minutes = 70
+        at = healthy_minutes + 10 + rule.for_minutes + 3
+        total = at + 5
+        completed = _labels_selector(COMPLETED, {KIND: "send_email", Q: "email"})
+        depth = _labels_selector(DB_DEPTH, {Q: "email", STATE: AVAILABLE})
+        backlog = constant(2 * t.throughput_collapse_min_backlog + 10, total)
+        stalled = f"{linear(60, healthy_minutes)} {constant(60 * healthy_minutes, total - healthy_minutes - 1)}"
+        return [
+            RuleCase({completed: stalled, depth: backlog}, at, (Expected({Q: "email"}, 0),)),
+            RuleCase({completed: linear(60, total), depth: backlog}, at),
+            # stalled but nothing is waiting: an idle queue is fine
+            RuleCase({completed: stalled, depth: constant(0, total)}, at),
+        ]
+    return cases
+
+
+def _dead_tuple_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        minutes = 30 + rule.for_minutes + 10
+        at = 30 + rule.for_minutes + 5
+        dead = _labels_selector(DB_DEAD_TUPLES, {TABLE: "jobs_hot"})
+        live = _labels_selector(DB_LIVE_TUPLES, {TABLE: "jobs_hot"})
+        start = 2 * t.dead_tuples_min
+        step = max(1.0, math.ceil(t.dead_tuples_min / 100))
+        # dead tuples ten times the live rows: the ratio clears any threshold below 0.9
+        live_rows = constant(max(1.0, (start + step * minutes) / 10), minutes)
+        return [
+            RuleCase({dead: linear(step, minutes, start), live: live_rows}, at,
+                     (Expected({TABLE: "jobs_hot"}, start + step * at),)),
+            # many dead tuples, but vacuum keeps the count flat
+            RuleCase({dead: constant(start, minutes), live: live_rows}, at),
+        ]
+    return cases
+
+
+# --- rendering ---------------------------------------------------------------
+def runbook_url(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + "/" + path if base_url else path
+
+
+def rules_document(rules: list[AlertRule], base_url: str) -> dict:
+    return {"groups": [{
+        "name": GROUP_NAME,
+        "rules": [{
+            "alert": rule.name,
+            "expr": rule.expr,
+            "for": rule.for_,
+            "labels": {"severity": rule.severity},
+            "annotations": {
+                "summary": rule.summary,
+                "description": rule.description,
+                "runbook_url": runbook_url(base_url, rule.runbook_path),
+            },
+        } for rule in rules],
+    }]}
+
+
+def unit_tests_document(rules: list[AlertRule], base_url: str, rules_file: str = RULES_FILE) -> dict:
+    tests = []
+    for rule in rules:
+        for case in rule.cases(rule):
+            tests.append({
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
+                "alert_rule_test": [{
+                    "eval_time": f"{case.eval_minutes}m",
+                    "alertname": rule.name,
+                    "exp_alerts": [{
+                        "exp_labels": {"severity": rule.severity, **expected.labels},
+                        "exp_annotations": {
+                            "summary": rule.summary,
+                            "description": render_template(rule.description, expected),
+                            "runbook_url": runbook_url(base_url, rule.runbook_path),
+                        },
+                    } for expected in case.firing],
+                }],
+            })
+    return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": tests}
+
+
+# Prometheus' template functions, as far as the descriptions use them
+# (prometheus/template/template.go), so the unit tests can state the text.
+_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value(?:\s*\|\s*(\w+))?)\s*\}\}")
+
+
+def render_template(text: str, expected: Expected) -> str:
+    def replace(match: re.Match) -> str:
+        if match.group(2):
+            return expected.labels.get(match.group(2), "")
+        function = match.group(3)
+        if function not in _HUMANIZERS:
+            raise ValueError(f"template function {function!r} is not supported in descriptions")
+        return _HUMANIZERS[function](float(expected.value))
+    return _TEMPLATE.sub(replace, text)
+
+
+def _g4(value: float) -> str:
+    return "%.4g" % value
+
+
+def humanize(v: float) -> str:
+    if v == 0 or math.isnan(v) or math.isinf(v):
+        return _g4(v)
+    prefix = ""
+    if abs(v) >= 1:
+        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
+            if abs(v) < 1000:
+                break
+            prefix, v = p, v / 1000
+    else:
+        for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+            if abs(v) >= 1:
+                break
+            prefix, v = p, v * 1000
+    return _g4(v) + prefix
+
+
+def humanize_duration(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return _g4(v)
+    if v == 0:
+        return _g4(v) + "s"
+    if abs(v) >= 1:
+        sign = "-" if v < 0 else ""
+        v = abs(v)
+        whole = int(v)
+        seconds, minutes = whole % 60, (whole // 60) % 60
+        hours, days = (whole // 3600) % 24, whole // 86400
+        if days:
+            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
+        if hours:
+            return f"{sign}{hours}h {minutes}m {seconds}s"
+        if minutes:
+            return f"{sign}{minutes}m {seconds}s"
+        return f"{sign}{_g4(v)}s"
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(v) >= 1:
+            break
+        prefix, v = p, v * 1000
+    return f"{_g4(v)}{prefix}s"
+
+
+def humanize_percentage(v: float) -> str:
+    return _g4(v * 100) + "%"
+
+
+_HUMANIZERS = {"humanize": humanize, "humanizeDuration": humanize_duration,
+               "humanizePercentage": humanize_percentage}
