@@ -129,6 +129,10 @@ def fail(message: str) -> None:
     raise click.ClickException(message)
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _short_time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
 
@@ -180,10 +184,10 @@ class AwaGroup(click.Group):
             code = result if isinstance(result, int) else 0
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(f"error: {db.one_line(exc)}{hint}", err=True)
+            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
             code = EXIT_USAGE
         except click.ClickException as exc:
-            click.echo(f"error: {db.one_line(exc)}", err=True)
+            click.echo(f"error: {_one_line(exc.format_message())}", err=True)
             code = exc.exit_code
         except click.Abort:
             click.echo("error: aborted", err=True)
