@@ -11,7 +11,7 @@ def secs(value: float | None) -> str:
     value = float(value)
     if abs(value) < 120:
         return f"{value:.1f}s"
-    if abs(value) < 7200:
+    if abs(value) < 3600:
         return f"{value / 60:.1f}m"
     if abs(value) < 172800:
         return f"{value / 3600:.1f}h"

@@ -1,0 +1,127 @@
+"""The remaining checks, each against real rows that create its condition, and its clean state."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from psycopg.types.json import Jsonb
+
+from awa.lifecycle import error_entry
+from ops_helpers import FAST_FLAGS, summaries
+
+
+def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",)) -> str:
+    instance = str(uuid.uuid4())
+    db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, started_at,
+                  last_seen_at, snapshot_interval_ms, leader, maintenance_alive, queues,
+                  descriptor_hashes)
+                  VALUES (%s, 'host', 4242, now() - interval '1 minute',
+                          now() - make_interval(secs => %s), 10000, %s, %s, %s, %s)""",
+               (instance, age_s, leader, leader, Jsonb([{"queue": q} for q in queues]),
+                Jsonb(hashes or {})))
+    return instance
+
+
+def add_dlq(db, job_id: int, message: str, attempts: int, queue="email", reason="max_attempts_exhausted"):
+    errors = [Jsonb(error_entry(message, n)) for n in range(1, attempts + 1)]
+    db.execute("""INSERT INTO awa.dlq_entries (job_id, kind, queue, dlq_reason, attempt, errors)
+                  VALUES (%s, 'send_email', %s, %s, %s, %s::jsonb[])""",
+               (job_id, queue, reason, attempts, errors))
+
+
+def test_dlq_depth_growth_and_poison_job(ops, db):
+    assert ops("dlq").findings()[0]["summary"] == "the DLQ is empty"
+    for i in range(3):
+        add_dlq(db, 1000 + i, "SMTP 550: mailbox does not exist", attempts=4)
+    first = ops("dlq")
+    assert first.code == 1
+    text = summaries(first.data)
+    assert "the DLQ grew by 3 since the previous run" in text
+    poison = next(f for f in first.findings() if "repeated error" in f["summary"])
+    assert "SMTP 550" in poison["summary"] and "up to 4 identical attempts" in poison["summary"]
+    assert "job dump 1002" in poison["next_step"]
+
+    add_dlq(db, 2000, "timeout talking to smtp", attempts=1)
+    add_dlq(db, 2001, "timeout talking to smtp", attempts=1, queue="sms")
+    second = ops("dlq")
+    grew = second.findings()[0]
+    assert "the DLQ grew by 2" in grew["summary"] and "email +1" in grew["summary"]
+    assert "sms +1" in grew["summary"]
+    steady = ops("dlq")  # no growth since the last run, but recent arrivals still warn
+    assert "5 jobs reached the DLQ in the last 1.0h" in summaries(steady.data)
+
+
+def test_descriptors_stale_and_drifted(ops, db):
+    add_runtime(db, hashes={"queues": {"email": "aaa"}, "kinds": {}})
+    assert ops("descriptors").code == 0
+    db.execute("""INSERT INTO awa.queue_descriptors (queue, descriptor_hash, last_seen_at)
+                  VALUES ('email', 'aaa', now()), ('retired', 'bbb', now() - interval '1 hour')""")
+    stale = ops("descriptors")
+    assert stale.code == 1
+    assert "1 stale descriptor (queue retired)" in stale.findings()[0]["summary"]
+    assert "DELETE FROM awa.queue_descriptors" in stale.findings()[0]["next_step"]
+    db.execute("DELETE FROM awa.queue_descriptors WHERE queue = 'retired'")
+    add_runtime(db, leader=False, hashes={"queues": {"email": "ccc"}, "kinds": {}})
+    drift = ops("descriptors")
+    assert drift.code == 1 and "drifted" in drift.findings()[0]["summary"]
+    assert drift.findings()[0]["evidence"][0]["key"] == "email"
+
+
+def test_cancel_listener_missing(ops, db):
+    add_runtime(db)
+    result = ops("cancel-listener")
+    assert result.code == 2
+    assert "1 live runtime but 0 listener connections" in result.findings()[0]["summary"]
+
+
+def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
+    add_runtime(db)  # a live leader serving "default": attempts are not orphaned
+    overdue = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
+                            deadline_at, attempted_at) VALUES ('k', 'running', 1, 1, now(),
+                            now() - interval '5 seconds', now() - interval '1 minute')
+                            RETURNING id""").fetchone()["id"]
+    stale = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
+                          deadline_at, attempted_at) VALUES ('k', 'running', 1, 1,
+                          now() - interval '3 seconds', now() + interval '1 minute', now())
+                          RETURNING id""").fetchone()["id"]
+    cancelled = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
+                              deadline_at, attempted_at, finalized_at) VALUES ('k', 'cancelled', 1, 1,
+                              now() - interval '4 seconds', now() + interval '1 minute',
+                              now() - interval '10 seconds', now() - interval '3 seconds')
+                              RETURNING id""").fetchone()["id"]
+    result = ops("stuck-running", *FAST_FLAGS)
+    classes = {row["job_id"]: row["class"] for f in result.findings() for row in f["evidence"]}
+    assert classes[overdue] == "deadline overdue"
+    assert classes[stale] == "stale"
+    assert classes[cancelled] == "cancelled but still running"
+    assert result.code == 1, summaries(result.data)
+
+    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() WHERE id = %s", (overdue,))
+    heartbeats = ops("heartbeats", *FAST_FLAGS)
+    assert heartbeats.code == 1
+    assert "queue default: 1 of 2 running jobs have a stale heartbeat" in summaries(heartbeats.data)
+
+    only_other_queue = ops("stuck-running", *FAST_FLAGS, "--queue", "other")
+    assert only_other_queue.code == 0
+
+
+def test_schema_not_migrated_and_missing_objects(empty_database_url, database_url, db, tmp_path):
+    from ops_helpers import run_ops
+
+    empty = run_ops("diagnose", "schema", "--database-url", empty_database_url, "--json")
+    assert empty.code == 2
+    finding = empty.data["findings"][0]
+    assert finding["summary"].startswith("SchemaNotMigrated: database has no awa schema")
+    assert finding["next_step"].endswith("migrate")
+    # Every other check refuses with the same fix, as "could not run".
+    other = run_ops("diagnose", "stuck-running", "--database-url", empty_database_url)
+    assert other.code == 3 and "awa migrate" not in other.stderr and "migrate" in other.stdout
+
+    ok = run_ops("diagnose", "schema", "--database-url", database_url, "--json")
+    assert ok.code == 0 and "matches this code" in ok.data["findings"][0]["summary"]
+    db.execute("DROP SEQUENCE awa.jobs_id_seq CASCADE")
+    broken = run_ops("diagnose", "schema", "--database-url", database_url, "--json")
+    assert broken.code == 2
+    assert "sequence awa.jobs_id_seq" in summaries(broken.data)
