@@ -30,22 +30,33 @@ registered); complete and fail keep them as a record.  Timeouts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from awa import cel, config, lifecycle
+from awa import cel, config, db, lifecycle
+from awa.db import one_line
 from awa.job import (AwaError, CallbackNotFound, CallbackToken, Job, SerializationError,
                      ValidationError)
 from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, METRICS
 
+log = logging.getLogger("awa.callbacks")
+
 RESULT_KEY = "_awa_callback_result"
+# Resolutions that end a wait notify here (payload: the job id), waking the
+# handler in wait_for_callback at once; polling is only the fallback.
+RESUME_CHANNEL = "awa:callback_resolved"
+LISTEN_RESUME = "LISTEN {}"
 DEFAULT_ACTIONS = ("ignore", "complete", "fail")
 
 # --- SQL (every resolution: callback_id + an open state, in one statement) ---
@@ -71,41 +82,49 @@ SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text A
   FROM awa.jobs_hot WHERE id = %(job_id)s"""
 
 COMPLETE_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
-       metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
+WITH resolved AS (
+    UPDATE awa.jobs_hot
+       SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+           metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
+     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+    RETURNING *)
+SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
 
 FAIL_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
-       errors = array_append(COALESCE(errors, '{}'::jsonb[]),
-                             %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
+WITH resolved AS (
+    UPDATE awa.jobs_hot
+       SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
+           errors = array_append(COALESCE(errors, '{}'::jsonb[]),
+                                 %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
+     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+    RETURNING *)
+SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
 
 RETRY_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
-       deadline_at = NULL, finalized_at = NULL,
-       callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-       callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
+WITH resolved AS (
+    UPDATE awa.jobs_hot
+       SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
+           deadline_at = NULL, finalized_at = NULL,
+           callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+           callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+    RETURNING *)
+SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
 
 # An in-place update to 'available' is not an INSERT, so the queue's
 # dispatchers are woken explicitly (at commit).
 NOTIFY_QUEUE = "SELECT pg_notify(%s, '')"
 
 RESUME_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'running', heartbeat_at = now(),
-       metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb),
-       callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-       callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
+WITH resolved AS (
+    UPDATE awa.jobs_hot
+       SET state = 'running', heartbeat_at = now(),
+           metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb),
+           callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+           callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+    RETURNING *)
+SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
 
 HEARTBEAT_CALLBACK = """
 UPDATE awa.jobs_hot
@@ -217,42 +236,109 @@ async def register_callback(pool: AsyncConnectionPool, job_id: int, run_lease: i
     return CallbackToken(str(callback_id))
 
 
+class _ResolutionListener:
+    """One ``LISTEN`` connection per event loop and database, shared by every
+    handler in ``wait_for_callback``; it lives while at least one waits."""
+
+    _registry: dict[tuple[int, str], "_ResolutionListener"] = {}
+
+    def __init__(self, key: tuple[int, str], conninfo: str) -> None:
+        self.key = key
+        self.conninfo = conninfo
+        self.waiters: dict[int, set[asyncio.Event]] = {}
+        self.task = asyncio.create_task(self._run(), name="awa-callback-listener")
+
+    @classmethod
+    def subscribe(cls, pool: AsyncConnectionPool, job_id: int) -> tuple["_ResolutionListener",
+                                                                         asyncio.Event]:
+        key = (id(asyncio.get_running_loop()), pool.conninfo)
+        listener = cls._registry.get(key)
+        if listener is None:
+            listener = cls._registry[key] = cls(key, pool.conninfo)
+        event = asyncio.Event()
+        listener.waiters.setdefault(job_id, set()).add(event)
+        return listener, event
+
+    async def unsubscribe(self, job_id: int, event: asyncio.Event) -> None:
+        events = self.waiters.get(job_id, set())
+        events.discard(event)
+        if not events:
+            self.waiters.pop(job_id, None)
+        if not self.waiters and self._registry.get(self.key) is self:
+            del self._registry[self.key]
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def _wake(self, job_id: int | None) -> None:
+        targets = self.waiters.values() if job_id is None else [self.waiters.get(job_id, ())]
+        for events in targets:
+            for event in events:
+                event.set()
+
+    async def _run(self) -> None:
+        channel = sql.SQL(LISTEN_RESUME).format(sql.Identifier(RESUME_CHANNEL))
+        while True:
+            try:
+                conn = await db.connect(self.conninfo, config.APP_NAME_LISTENER)
+                try:
+                    await conn.execute(channel)
+                    self._wake(None)  # a resolution may have slipped in before LISTEN: re-check
+                    async for note in conn.notifies():
+                        if note.payload.isdigit():
+                            self._wake(int(note.payload))
+                finally:
+                    await conn.close()
+            except (AwaError, psycopg.Error) as exc:
+                log.warning("callback listener connection lost (%s); waiting handlers poll "
+                            "until it reconnects", one_line(exc))
+                await asyncio.sleep(config.CANCEL_LISTENER_RETRY_MS / 1000)
+
+
 async def wait_for_resume(pool: AsyncConnectionPool, job_id: int, run_lease: int,
                           callback_id: Any, is_cancelled: Callable[[], bool]) -> Any:
     """Park the still-live attempt and return the payload of the resume that wakes it.
 
-    Polls the row (first after ``CALLBACK_WAIT_POLL_MIN_MS``, backing off to
-    ``CALLBACK_WAIT_POLL_MAX_MS``).  If the callback was resumed early the
-    park matches nothing and the stored payload is returned at once.  Raises
-    ``CallbackWaitInterrupted`` when the job leaves the wait any other way
-    (completed/failed/retried by callback, cancelled, timed out and rescued) or
-    when the runtime flips the cancel flag (shutdown): the row then stays
-    ``waiting_external`` for its callback or the timeout rescue.
+    A resolution notifies ``RESUME_CHANNEL``; the row is re-read on each
+    notification and, as a fallback for lost notifications, on a poll that
+    backs off from ``CALLBACK_WAIT_POLL_MIN_MS`` to ``CALLBACK_WAIT_POLL_MAX_MS``.
+    If the callback was resumed early the park matches nothing and the stored
+    payload is returned at once.  Raises ``CallbackWaitInterrupted`` when the
+    job leaves the wait any other way (completed/failed/retried by callback,
+    cancelled, timed out and rescued) or when the runtime flips the cancel
+    flag (shutdown): the row then stays ``waiting_external`` for its callback
+    or the timeout rescue.
     """
     cid = parse_callback_id(callback_id)
     params = {"job_id": job_id, "run_lease": run_lease, "callback_id": cid, "key": RESULT_KEY}
-    async with pool.connection() as conn:
-        await conn.execute(PARK_FOR_WAIT, params)
-    delay = config.CALLBACK_WAIT_POLL_MIN_MS / 1000
-    while True:
+    listener, woken = _ResolutionListener.subscribe(pool, job_id)
+    try:
         async with pool.connection() as conn:
-            row = await (await conn.execute(POLL_WAIT, params)).fetchone()
-        mine = row is not None and row["run_lease"] == run_lease
-        result = (row or {}).get("result") or {}
-        if mine and row["state"] == "running" and result.get("callback_id") == str(cid) \
-                and result.get("action") == "resume":
-            return result.get("payload")
-        if not (mine and row["state"] in ("waiting_external", "running")
-                and row["callback_id"] == cid):
-            state = row["state"] if row is not None else "no longer in the hot table"
-            raise CallbackWaitInterrupted(
-                f"callback {cid} of job {job_id} ended without a resume: the job is {state}")
-        if is_cancelled():
-            raise CallbackWaitInterrupted(
-                f"wait for callback {cid} of job {job_id} interrupted: the attempt was "
-                f"cancelled (the job stays waiting_external for its callback or timeout)")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, config.CALLBACK_WAIT_POLL_MAX_MS / 1000)
+            await conn.execute(PARK_FOR_WAIT, params)
+        delay = config.CALLBACK_WAIT_POLL_MIN_MS / 1000
+        while True:
+            woken.clear()
+            async with pool.connection() as conn:
+                row = await (await conn.execute(POLL_WAIT, params)).fetchone()
+            mine = row is not None and row["run_lease"] == run_lease
+            result = (row or {}).get("result") or {}
+            if mine and row["state"] == "running" and result.get("callback_id") == str(cid) \
+                    and result.get("action") == "resume":
+                return result.get("payload")
+            if not (mine and row["state"] in ("waiting_external", "running")
+                    and row["callback_id"] == cid):
+                state = row["state"] if row is not None else "no longer in the hot table"
+                raise CallbackWaitInterrupted(
+                    f"callback {cid} of job {job_id} ended without a resume: the job is {state}")
+            if is_cancelled():
+                raise CallbackWaitInterrupted(
+                    f"wait for callback {cid} of job {job_id} interrupted: the attempt was "
+                    f"cancelled (the job stays waiting_external for its callback or timeout)")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(woken.wait(), delay)
+            delay = min(delay * 2, config.CALLBACK_WAIT_POLL_MAX_MS / 1000)
+    finally:
+        await listener.unsubscribe(job_id, woken)
 
 
 # --- resolutions ------------------------------------------------------------------
@@ -272,7 +358,7 @@ def _count(row: dict[str, Any], outcome: str) -> None:
 async def _resolve(conn: Any, sql: str, params: dict[str, Any],
                    outcome: str | None) -> Job[Any]:
     """Run one guarded resolution; nothing matched means unknown or already resolved."""
-    row = await (await conn.execute(sql, params)).fetchone()
+    row = await (await conn.execute(sql, {**params, "channel": RESUME_CHANNEL})).fetchone()
     if row is None:
         raise await _not_found(conn, params["callback_id"])
     if outcome is not None:

@@ -144,9 +144,11 @@ CALLBACK_PATH_PREFIX = "/api/callbacks"
 CALLBACK_SECRET_BYTES = 32  # BLAKE3 keyed hash key length
 CALLBACK_MAX_BODY_BYTES = 256 * 1024  # larger callback bodies get 413
 CALLBACK_LISTEN = "127.0.0.1:8470"  # `awa callbacks serve` default
-# A handler in wait_for_callback polls its row: first after MIN, doubling to MAX.
+# A handler in wait_for_callback is woken by a notification; as the fallback
+# (lost notification) and to notice cancellation it re-reads its row first
+# after MIN, doubling to MAX.
 CALLBACK_WAIT_POLL_MIN_MS = 20
-CALLBACK_WAIT_POLL_MAX_MS = 250
+CALLBACK_WAIT_POLL_MAX_MS = 1_000
 HTTP_WORKER_TIMEOUT_SECONDS = 30.0  # one POST of the HTTP worker
 
 

@@ -236,3 +236,43 @@ def test_sync_client_forwards_the_resolutions(database_url, db, running_job):
             client.complete_external(token.id)
     finally:
         client.close()
+
+
+LISTENERS = """
+SELECT count(*) AS n FROM pg_stat_activity
+ WHERE datname = current_database() AND application_name = 'awa-listener'
+   AND query LIKE 'LISTEN%%'"""
+
+
+async def test_one_listener_serves_all_waiters_and_closes_after(db, pool, client, running_job):
+    jobs = [running_job() for _ in range(3)]
+    tokens = [await callbacks.register_callback(pool, j, lease, 60) for j, lease in jobs]
+    waiters = [asyncio.create_task(callbacks.wait_for_resume(pool, j, lease, t, lambda: False))
+               for (j, lease), t in zip(jobs, tokens)]
+    for _ in range(100):
+        if db.execute(LISTENERS).fetchone()["n"] == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert db.execute(LISTENERS).fetchone()["n"] == 1
+    for i, token in enumerate(tokens):
+        await client.resume_external(token.id, {"i": i})
+    assert await asyncio.wait_for(asyncio.gather(*waiters), 5) == [{"i": 0}, {"i": 1}, {"i": 2}]
+    for _ in range(100):
+        if db.execute(LISTENERS).fetchone()["n"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert db.execute(LISTENERS).fetchone()["n"] == 0
+
+
+async def test_a_lost_notification_is_caught_by_the_fallback_poll(db, pool, running_job):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60)
+    waiter = asyncio.create_task(
+        callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False))
+    await asyncio.sleep(0.1)
+    # Resume written without the notification (as if it were lost).
+    result = {"callback_id": token.id, "action": "resume", "payload": {"quiet": True}}
+    db.execute("UPDATE awa.jobs_hot SET state = 'running', callback_id = NULL, "
+               "metadata = metadata || jsonb_build_object(%s::text, %s::jsonb) WHERE id = %s",
+               (callbacks.RESULT_KEY, psycopg.types.json.Jsonb(result), job_id))
+    assert await asyncio.wait_for(waiter, 5) == {"quiet": True}
