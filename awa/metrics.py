@@ -186,7 +186,9 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
            "Dead-letter entries per queue; published by the leader only."),
     # queues (leader only, so a fleet does not multiply them)
     _gauge("awa.queue.depth", "{job}", _Q + (ATTR_STATE,),
-           "Jobs per queue and state; published by the leader only."),
+           "Jobs per queue and state (available, running, waiting_external, scheduled, "
+           "retryable, failed; not the unbounded completed/cancelled); published by the leader "
+           "only."),
     _gauge("awa.queue.lag", UNIT_SECONDS, _Q,
            "Age of the oldest available job per queue, in seconds; published by the leader only."),
     # dispatch

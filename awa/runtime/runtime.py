@@ -161,10 +161,12 @@ class Runtime:
 
     def _start_metrics_endpoint(self) -> None:
         from awa import __version__
-        recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
+        telemetry.init_telemetry_from_env()
         if self.settings.metrics_addr:
             self.metrics_endpoint = telemetry.serve_prometheus(self.settings.metrics_addr)
             log.info("serving metrics on %s", self.metrics_endpoint.url)
+        # After the exporters exist: a gauge set while OTel has no provider is dropped.
+        recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
 
     async def _deadline_watchdog(self) -> None:
         grace = self.settings.deadline_drop_grace_ms / 1000.0

@@ -188,7 +188,8 @@ def overview(t: Thresholds) -> DashboardSpec:
                   (Target(f"max by ({Q}) ({q('awa.queue.lag')})", "{{awa_job_queue}}"),),
                   unit="s", thresholds=warn_at(t.queue_lag_seconds),
                   runbooks=(alert_runbook("AwaQueueLagHigh"),)),
-        PanelSpec("Runtimes by version", "Started runtimes per awa version (awa_runtime_info); "
+        PanelSpec("Runtimes by version", "Started runtimes per awa version "
+                  f"({metrics.by_name('awa.runtime.info').prometheus}); "
                   "two versions at once means a rollout is in progress.",
                   (Target(f"count by ({RUNTIME_VERSION}) ({m('awa.runtime.info')})",
                           "{{awa_runtime_version}}"),), stacked=True,

@@ -1,0 +1,209 @@
+"""Scrape a running runtime after a mixed workload; every metric it exercised must be
+exported under its catalogue name and labels, with values matching the database."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import awa
+from awa import metrics
+
+from .conftest import scrape, value
+
+SHORT = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "promote_interval_ms": 50,
+         "leader_election_interval_ms": 200, "snapshot_interval_ms": 200,
+         "queue_health_interval_ms": 100, "heartbeat_rescue_interval_ms": 200,
+         "deadline_rescue_interval_ms": 200, "callback_rescue_interval_ms": 200}
+
+
+def _queue(prefix: str) -> str:
+    """Counters are per process: a fresh queue label isolates this test's series."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def _rows(db, sql: str, *params):
+    return db.execute(sql, params).fetchall()
+
+
+async def _settle(db, queues: list[str], timeout: float = 20.0) -> None:
+    """Until no job of ``queues`` is available, running, scheduled or retryable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = _rows(db, "SELECT count(*) AS n FROM awa.jobs WHERE queue = ANY(%s) AND state "
+                         "IN ('available', 'running', 'scheduled', 'retryable')", queues)[0]["n"]
+        if live == 0:
+            return
+        assert time.monotonic() < deadline, f"{live} job(s) still live"
+        await asyncio.sleep(0.05)
+
+
+async def _scrape_until(url: str, check, timeout: float = 10.0):
+    """Scrape until ``check(series)`` holds (leader gauges are published on an interval)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        series = await asyncio.to_thread(scrape, url)
+        if check(series) or time.monotonic() > deadline:
+            return series
+        await asyncio.sleep(0.1)
+
+
+async def test_mixed_workload_metrics_match_the_database(client, db):
+    queue, dlq_queue = _queue("mx"), _queue("mxdlq")
+    release = asyncio.Event()
+
+    @client.task(dict, kind="m_ok", queue=queue)
+    async def ok(job):
+        return None
+
+    @client.task(dict, kind="m_slow", queue=queue)
+    async def slow(job):  # outlives a few heartbeats; stops when cancelled by an operator
+        for _ in range(100):
+            if job.is_cancelled() or release.is_set():
+                return awa.Cancel("operator") if job.is_cancelled() else None
+            await asyncio.sleep(0.02)
+
+    @client.task(dict, kind="m_terminal", queue=queue)
+    async def terminal(job):
+        raise awa.TerminalError("no")
+
+    @client.task(dict, kind="m_retry", queue=queue)
+    async def retry(job):
+        return awa.RetryAfter(0.05)
+
+    @client.task(dict, kind="m_snooze", queue=queue)
+    async def snooze(job):
+        if job.attempt == 1 and not job.metadata.get("snoozed"):
+            job.update_metadata({"snoozed": True})
+            return awa.Snooze(0.05)
+        return None
+
+    @client.task(dict, kind="m_cancel", queue=queue)
+    async def cancel(job):
+        return awa.Cancel("not needed")
+
+    @client.task(dict, kind="m_wait", queue=queue)
+    async def wait(job):
+        token = await job.register_callback(timeout_seconds=3600)
+        return awa.WaitForCallback(token)
+
+    @client.task(dict, kind="m_poison", queue=dlq_queue)
+    async def poison(job):
+        raise awa.TerminalError("poison")
+
+    await client.start([{"name": queue, "max_workers": 8},
+                        {"name": dlq_queue, "max_workers": 2, "dlq_enabled": True}],
+                       metrics_addr="127.0.0.1:0", **SHORT)
+    try:
+        url = client.runtime.metrics_endpoint.url
+        instance = str(client.runtime.instance_id)
+        await client.insert_many([{}] * 20, kind="m_ok", queue=queue)
+        for kind, n, attempts in (("m_terminal", 3, 25), ("m_retry", 3, 2), ("m_snooze", 3, 25),
+                                  ("m_cancel", 2, 25), ("m_wait", 2, 25)):
+            await client.insert_many([{}] * n, kind=kind, queue=queue, max_attempts=attempts)
+        await client.insert_many([{}] * 2, kind="m_poison", queue=dlq_queue)
+        slow_jobs = await client.insert_many([{}] * 2, kind="m_slow", queue=queue)
+        # one slow job is cancelled by an operator while it runs, the other completes
+        while _rows(db, "SELECT state::text AS s FROM awa.jobs WHERE id = %s",
+                    slow_jobs[0].id)[0]["s"] != "running":
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # a few heartbeat batches
+        assert await client.cancel(slow_jobs[0].id) is not None
+        await asyncio.sleep(0.1)
+        release.set()
+        await _settle(db, [queue, dlq_queue])
+        await asyncio.sleep(0.1)  # the last completion flush
+
+        def leader_gauges_current(series):
+            return (value(series, "awa_queue_depth", awa_job_queue=queue,
+                          awa_job_state="failed") == 6
+                    and value(series, "awa_queue_depth", awa_job_queue=queue,
+                              awa_job_state="waiting_external") == 2
+                    and value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 2)
+
+        series = await _scrape_until(url, leader_gauges_current)
+    finally:
+        await client.shutdown()
+
+    # --- every awa_* series is a catalogue entry with exactly its labels ------------------
+    for name, samples in series.items():
+        if not name.startswith("awa_"):
+            continue
+        entry = metrics.by_prometheus_name(name)
+        assert entry is not None and entry.source == "runtime", f"{name} is not catalogued"
+        for sample in samples:
+            assert set(sample.labels) - {"le"} == set(entry.labels), (name, sample.labels)
+
+    # --- job transitions = database rows --------------------------------------------------
+    states = {(r["kind"], r["state"]): r["n"] for r in _rows(
+        db, "SELECT kind, state::text AS state, count(*) AS n FROM awa.jobs "
+            "WHERE queue = %s GROUP BY 1, 2", queue)}
+
+    def job_metric(metric, kind, q=queue, **labels):
+        return value(series, metric, awa_job_kind=kind, awa_job_queue=q, **labels)
+
+    for kind in ("m_ok", "m_snooze", "m_slow"):
+        assert job_metric("awa_job_completed_total", kind) == states.get((kind, "completed"), 0)
+    assert states[("m_ok", "completed")] == 20 and states[("m_snooze", "completed")] == 3
+    assert job_metric("awa_job_failed_total", "m_terminal", awa_job_terminal="true") \
+        == states[("m_terminal", "failed")] == 3
+    assert job_metric("awa_job_failed_total", "m_retry", awa_job_terminal="true") \
+        == states[("m_retry", "failed")] == 3
+    assert job_metric("awa_job_retried_total", "m_retry") == 3  # attempt 1 of each, of 2
+    assert job_metric("awa_job_snoozed_total", "m_snooze") == 3
+    assert job_metric("awa_job_cancelled_total", "m_cancel") == states[("m_cancel", "cancelled")]
+    assert job_metric("awa_job_waiting_external_total", "m_wait") \
+        == states[("m_wait", "waiting_external")] == 2
+    dlq = {(r["kind"], r["dlq_reason"]): r["n"] for r in _rows(
+        db, "SELECT kind, dlq_reason, count(*) AS n FROM awa.dlq_entries WHERE queue = %s "
+            "GROUP BY 1, 2", dlq_queue)}
+    assert dlq == {("m_poison", "terminal_error"): 2}
+    assert job_metric("awa_job_dlq_moved_total", "m_poison", dlq_queue,
+                      awa_dlq_reason="terminal_error") == 2
+    assert job_metric("awa_job_failed_total", "m_poison", dlq_queue, awa_job_terminal="true") == 2
+
+    # claims: one per handler run; every run has a duration, a wait and one flushed outcome
+    runs = {r["kind"]: r["n"] for r in _rows(
+        db, "SELECT kind, sum(attempt) + count(*) FILTER (WHERE kind = 'm_snooze') AS n "
+            "FROM awa.jobs WHERE queue = %s GROUP BY kind", queue)}
+    for kind, n in runs.items():
+        assert job_metric("awa_job_claimed_total", kind) == n, kind
+        assert job_metric("awa_job_duration_seconds_count", kind) == n, kind
+        assert job_metric("awa_job_wait_duration_seconds_count", kind) == n, kind
+    claimed = sum(runs.values())
+    assert value(series, "awa_dispatch_claim_batch_size_sum", awa_job_queue=queue) == claimed
+    assert value(series, "awa_dispatch_claim_batch_size_count", awa_job_queue=queue) \
+        == value(series, "awa_dispatch_claim_batches_total", awa_job_queue=queue) >= 1
+    assert value(series, "awa_dispatch_claim_duration_seconds_count", awa_job_queue=queue) >= 1
+    assert value(series, "awa_job_in_flight", awa_job_queue=queue) == 0
+    reasons = {s.labels["awa_dispatch_reason"] for s in series["awa_dispatch_wakeups_total"]
+               if s.labels["awa_job_queue"] == queue}
+    assert "notify" in reasons and reasons <= set(metrics.DISPATCH_REASONS)
+    # the operator's cancel won; the handler's late Cancel (and perhaps a heartbeat) was stale
+    assert value(series, "awa_completion_stale_ignored_total", awa_job_queue=queue) >= 1
+    assert value(series, "awa_completion_flushes_total") >= 1
+    assert value(series, "awa_completion_flush_batch_size_sum") >= claimed
+    assert value(series, "awa_heartbeat_batches_total") >= 1
+
+    # --- maintenance and leadership ------------------------------------------------------
+    assert value(series, "awa_maintenance_promoted_total", awa_job_queue=queue) == 3 + 3
+    assert value(series, "awa_maintenance_promote_batches_total") >= 1
+    branches = {s.labels["awa_maintenance_branch"]
+                for s in series["awa_maintenance_branch_duration_seconds_count"]}
+    assert {"promote", "queue_health"} <= branches
+    assert value(series, "awa_leader_active") == 1
+    assert value(series, "awa_leader_elected_total") >= 1
+    info = [s for s in series["awa_runtime_info"] if s.labels["awa_runtime_instance_id"] == instance]
+    assert info and info[0].value == 1 and info[0].labels["awa_runtime_version"] == awa.__version__
+
+    # --- leader gauges = database ------------------------------------------------------------
+    # the leader counts live states and failed (not the unbounded completed/cancelled)
+    depth = {r["state"]: r["n"] for r in _rows(
+        db, "SELECT state::text AS state, count(*) AS n FROM awa.jobs WHERE queue = %s "
+            "GROUP BY 1", queue)}
+    for state in ("available", "running", "scheduled", "retryable", "waiting_external", "failed"):
+        assert value(series, "awa_queue_depth", awa_job_queue=queue,
+                     awa_job_state=state) == depth.get(state, 0), state
+    assert value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 2
+    assert "awa_queue_lag_seconds" in series
