@@ -60,3 +60,18 @@ async def pool(database_url):
     p = await awa_db.open_pool(database_url, config.APP_NAME_WORKER, max_size=4)
     yield p
     await p.close()
+
+
+async def eventually(predicate, timeout: float = 10.0, message: str = "condition"):
+    """Poll ``predicate`` without blocking the loop (in-process runtimes keep running)."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        await asyncio.sleep(0.05)

@@ -20,6 +20,7 @@ LOCK_HOLDER = """
 SELECT a.pid, a.application_name
   FROM pg_locks l JOIN pg_stat_activity a USING (pid)
  WHERE l.locktype = 'advisory' AND l.granted
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
    AND ((l.classid::bigint << 32) | l.objid::bigint) = %s"""
 
 

@@ -18,6 +18,7 @@ async def test_exactly_one_leader_and_handover_on_release(database_url, db):
         holders = db.execute("""
             SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
              WHERE l.locktype = 'advisory' AND l.granted
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND ((l.classid::bigint << 32) | l.objid::bigint) = %s""",
                              (config.ADVISORY_LOCK_LEADER,)).fetchall()
         assert [h["application_name"] for h in holders] == ["awa-leader"]

@@ -102,7 +102,8 @@ class MaintenanceService:
                 if not cron_synced:
                     await client.sync_cron_jobs(self.runtime.pool)
                     cron_synced = True
-                await descriptors.sync_descriptors(self.runtime.pool, client)
+                await descriptors.sync_descriptors(self.runtime.pool, client,
+                                                   self.runtime.instance_id)
             except Exception as exc:  # noqa: BLE001 - retried next tick, never fatal
                 log.error("could not store cron schedules / descriptors (retrying): %s",
                           db.one_line(exc))

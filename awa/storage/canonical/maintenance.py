@@ -461,3 +461,12 @@ SELECT kind, queue, args, 'available', priority, max_attempts,
  WHERE name = %(name)s
 RETURNING *
 """
+
+# Each runtime records the hashes of what it declares, so the ops layer can
+# spot drift between runtimes (the snapshot upsert leaves this column alone).
+SET_RUNTIME_DESCRIPTOR_HASHES = """
+UPDATE awa.runtime_instances
+   SET descriptor_hashes = %(hashes)s::jsonb
+ WHERE instance_id = %(instance_id)s
+   AND descriptor_hashes IS DISTINCT FROM %(hashes)s::jsonb
+"""
