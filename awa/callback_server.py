@@ -29,12 +29,15 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Awaitable, Callable
+import threading
+import time
+from typing import Any, Awaitable, Callable, Iterator
 
 from awa import callback_contract, config
 from awa.callbacks import CallbackAlreadyResolved, parse_callback_id
 from awa.db import one_line
-from awa.job import CallbackNotFound, DatabaseError, SerializationError, ValidationError
+from awa.job import (AwaError, CallbackNotFound, DatabaseError, SerializationError,
+                     ValidationError)
 
 log = logging.getLogger("awa.callbacks.server")
 
@@ -288,3 +291,28 @@ def serve_forever(app: CallbackApp, host: str, port: int) -> None:
     finally:
         sock.close()
     print("awa callbacks: stopped", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Run an ASGI ``app`` with uvicorn on a background thread (to embed the
+    receiver in another process, and for tests); yields its base URL."""
+    import uvicorn
+
+    sock = bind(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="awa-callback-server", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            sock.close()
+            raise AwaError(f"the HTTP server on {host}:{port} failed to start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join()
+        sock.close()

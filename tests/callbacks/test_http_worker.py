@@ -17,7 +17,7 @@ from awa.callback_server import CallbackApp
 from awa.http_worker import HttpWorker, HttpWorkerConfig, HttpWorkerMode
 
 from .conftest import row_of
-from .servers import serve
+from awa.callback_server import serve_in_thread as serve
 from .test_runtime_callbacks import FAST, eventually, state_is
 
 SECRET = secrets.token_bytes(32)

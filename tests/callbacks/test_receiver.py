@@ -22,7 +22,7 @@ from awa.callback_server import CallbackApp
 from awa.cli import main as awa_cli
 
 from .conftest import row_of
-from .servers import serve
+from awa.callback_server import serve_in_thread as serve
 
 SECRET = secrets.token_bytes(32)
 AWA = str(Path(sys.executable).with_name("awa"))
