@@ -76,3 +76,26 @@ async def test_runtime_start_stores_declarations_and_one_runtime_leads(database_
                             AND ((classid::bigint << 32) | objid::bigint) = %s""",
                          (config.ADVISORY_LOCK_LEADER,)).fetchall()
     assert holders == []
+
+
+async def test_leader_whose_lock_connection_dies_steps_down_and_leadership_moves(
+        database_url, db):
+    first, second = make_client(database_url), make_client(database_url)
+    try:
+        await first.start([("svc", 1)], **SHORT)
+        await second.start([("svc", 1)], **SHORT)
+        services = [first.runtime.maintenance, second.runtime.maintenance]
+        await eventually(lambda: sum(s.elector.is_leader for s in services) == 1,
+                         message="one leader")
+        leader = next(s for s in services if s.elector.is_leader)
+        # The network drops the leader's lock connection (the process lives on).
+        db.execute("SELECT pg_terminate_backend(%s)", (leader.elector.backend_pid,))
+        await eventually(lambda: sum(s.elections for s in services) == 2,
+                         message="a second election")
+        await eventually(lambda: sum(s.runtime.health.leader for s in services) == 1,
+                         message="exactly one leader again")
+        assert sum(s.elector.is_leader for s in services) == 1
+    finally:
+        for c in (first, second):
+            await c.shutdown(1000)
+            await c.close()

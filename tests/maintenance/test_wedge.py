@@ -1,0 +1,55 @@
+"""The troubleshooting guide's unique-claim wedge, with real workers: a unique job whose
+mask excludes running loses its key to a newer duplicate while it runs; its worker is
+SIGKILLed; rescue cancels the superseded attempt and still rescues the other rows."""
+
+from __future__ import annotations
+
+import awa
+from runtime.conftest import job_row, log_dir, wait_until  # noqa: F401 (log_dir: fixture)
+from support.processes import start_worker
+
+MASK_WITHOUT_RUNNING = {"states": ["scheduled", "available", "retryable"]}
+SETTINGS = {"heartbeat_staleness_ms": 600}
+
+WEDGE_QUERY = """
+SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key,
+       c.job_id AS claim_holder, h.state AS holder_state
+FROM awa.jobs_hot j
+JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
+LEFT JOIN awa.jobs h ON h.id = c.job_id
+WHERE j.state = 'running';"""
+
+
+def test_rescue_cancels_the_superseded_attempt_and_keeps_rescuing(database_url, db, log_dir):
+    first = start_worker(database_url, "uq:4", log_dir=log_dir, settings=SETTINGS)
+    with awa.Client(database_url) as client:
+        old = client.insert({"seconds": 2}, kind="slow", queue="uq",
+                            unique_opts=MASK_WITHOUT_RUNNING)
+        others = [client.insert({"seconds": 2, "n": i}, kind="slow", queue="uq")
+                  for i in range(2)]
+        first.wait_for_log("start", kind="slow", count=3)
+        # Hold the queue so the newer duplicate stays available (holding the key).
+        client.pause_queue("uq")
+        newer = client.insert({"seconds": 2}, kind="slow", queue="uq",
+                              unique_opts=MASK_WITHOUT_RUNNING)
+        first.kill()
+        wedged = db.execute(WEDGE_QUERY).fetchall()
+        assert [(w["stuck_job"], w["claim_holder"]) for w in wedged] == [(old.id, newer.id)]
+
+        second = start_worker(database_url, "uq:4", log_dir=log_dir, settings=SETTINGS)
+        try:
+            wait_until(lambda: job_row(db, old.id)["state"] == "cancelled", timeout=15,
+                       message="the superseded attempt to be cancelled")
+            stuck = job_row(db, old.id)
+            assert stuck["errors"][-1]["error"] == "rescued as duplicate"
+            for o in others:
+                assert job_row(db, o.id)["errors"][-1]["error"] == (
+                    "heartbeat stale: worker presumed dead")
+            assert db.execute(WEDGE_QUERY).fetchall() == []
+            client.resume_queue("uq")
+            wait_until(lambda: all(job_row(db, j.id)["state"] == "completed"
+                                   for j in [newer, *others]), timeout=20,
+                       message="the newer holder and the rescued jobs to complete")
+            assert job_row(db, old.id)["state"] == "cancelled"
+        finally:
+            second.terminate()
