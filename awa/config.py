@@ -79,6 +79,10 @@ DEFAULT_MAX_WORKERS = 10
 # A maintenance branch works through at most this many batches per tick, so
 # one huge backlog cannot starve the other branches.
 MAINTENANCE_MAX_BATCHES_PER_TICK = 20
+# Leader branches running at once, so a new leader does not take the whole
+# pool from the dispatchers; and how often the leader checks its lock connection.
+MAINTENANCE_MAX_CONCURRENT_BRANCHES = 2
+LEADER_PING_MAX_INTERVAL_MS = 1_000
 # Missed cron slots enqueued per schedule per tick under missed_fire_policy catch_up.
 CRON_CATCH_UP_MAX_PER_TICK = 100
 
