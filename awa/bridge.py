@@ -9,13 +9,14 @@ SQLAlchemy's ``driver_connection``).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from awa import config
-from awa.job import ValidationError
+from awa.job import JOB_COLUMNS, ValidationError
 from awa.storage.canonical import enqueue
 
 
@@ -29,9 +30,11 @@ def _unwrap(conn: Any, wanted: type) -> Any:
                           f"wrapping one), got {type(conn).__name__}")
 
 
-def _row(outcome: enqueue.InsertOutcome) -> dict[str, Any]:
-    row = dict(outcome.rows[0])
-    row.pop("ord", None)
+def _row(batch: enqueue.EnqueueBatch, outcome: enqueue.InsertOutcome) -> dict[str, Any]:
+    """The new job as a row of ``awa.jobs`` (args as stored JSON, state as text)."""
+    job = enqueue.jobs_from(batch, outcome.rows)[0]
+    row = {name: getattr(job, name) for name in JOB_COLUMNS}
+    row.update(args=json.loads(batch.args[0]), state=job.state.value)
     return row
 
 
@@ -51,7 +54,7 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
     if outcome.skipped:
         holder, state = await enqueue.unique_holder(aconn, batch.unique_key[0])
         raise enqueue.unique_conflict(batch.kind[0], holder, state)
-    return _row(outcome)
+    return _row(batch, outcome)
 
 
 def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
@@ -70,4 +73,4 @@ def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
     if outcome.skipped:
         holder, state = enqueue.unique_holder_sync(sconn, batch.unique_key[0])
         raise enqueue.unique_conflict(batch.kind[0], holder, state)
-    return _row(outcome)
+    return _row(batch, outcome)

@@ -45,11 +45,8 @@ class EnqueueCount(int):
 
 
 def jobs_from(batch: EnqueueBatch, outcome: InsertOutcome) -> list[Job[Any]]:
-    """Jobs for the returned rows, carrying the caller's own args objects."""
-    if outcome.rows and "ord" in outcome.rows[0]:
-        return [Job.from_row(row, args=batch.originals[row["ord"] - 1]) for row in outcome.rows]
-    return [Job.from_row(row, args=original)
-            for row, original in zip(outcome.rows, batch.originals)]
+    """Jobs for the inserted rows, carrying the caller's own args objects."""
+    return enqueue.jobs_from(batch, outcome.rows)
 
 
 async def raise_if_unique_skipped(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,

@@ -33,7 +33,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from awa import config, telemetry
-from awa.job import SerializationError, UniqueConflict, ValidationError
+from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
 from awa.serialization import derive_kind
 from awa.unique import UniqueOpts, key_for
 
@@ -45,10 +45,10 @@ _PER_ROW_OPTIONS = {"kind", "queue", "priority", "max_attempts", "tags", "metada
                     "unique_opts", "ordering_key"}
 
 # --- the two row sources -----------------------------------------------------
-UNNEST_SOURCE = """unnest(%(kind)s::text[], %(queue)s::text[], %(args)s::jsonb[],
-                     %(priority)s::smallint[], %(max_attempts)s::smallint[],
-                     %(run_at)s::timestamptz[], %(metadata)s::jsonb[], %(tags)s::text[],
-                     %(unique_key)s::bytea[], %(unique_states)s::text[])
+UNNEST_SOURCE = """unnest(%(kind)b::text[], %(queue)b::text[], %(args)b::text[]::jsonb[],
+                     %(priority)b::smallint[], %(max_attempts)b::smallint[],
+                     %(run_at)b::timestamptz[], %(metadata)b::text[]::jsonb[], %(tags)b::text[],
+                     %(unique_key)b::bytea[], %(unique_states)b::text[])
               WITH ORDINALITY AS s(kind, queue, args, priority, max_attempts, run_at, metadata,
                                    tags, unique_key, unique_states, ord)"""
 STAGING_TABLE = "awa_enqueue_staging"
@@ -115,28 +115,30 @@ WITH src AS MATERIALIZED (
     SELECT id, kind, queue, args, 'available', priority, max_attempts, run_at,
            metadata, tags, unique_key, unique_states
       FROM kept WHERE NOT deferred ORDER BY ord
-    RETURNING *
+    RETURNING id, state, run_at, created_at
 ), later AS (
     INSERT INTO awa.scheduled_jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
                                     metadata, tags, unique_key, unique_states)
     SELECT id, kind, queue, args, 'scheduled', priority, max_attempts, run_at,
            metadata, tags, unique_key, unique_states
       FROM kept WHERE deferred ORDER BY ord
-    RETURNING *
+    RETURNING id, state, run_at, created_at
 )
 """
 _GENERAL_RETURNING = """
-SELECT kept.ord, j.*
+SELECT kept.ord, j.id, j.state, j.run_at, j.created_at
   FROM (SELECT * FROM hot UNION ALL SELECT * FROM later) j
   JOIN kept USING (id)
  ORDER BY kept.ord"""
 _GENERAL_COUNT = "SELECT (SELECT count(*) FROM hot) + (SELECT count(*) FROM later) AS inserted"
 
-PLAIN_INSERT_RETURNING = _PLAIN_INSERT.format(source=UNNEST_SOURCE) + "RETURNING *"
+# Only what the database decides comes back; the rest of each Job is the input.
+_RETURNING = "RETURNING id, state, run_at, created_at"
+PLAIN_INSERT_RETURNING = _PLAIN_INSERT.format(source=UNNEST_SOURCE) + _RETURNING
 PLAIN_INSERT_COUNT = _PLAIN_INSERT.format(source=UNNEST_SOURCE)
 GENERAL_INSERT_RETURNING = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_RETURNING
 GENERAL_INSERT_COUNT = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_COUNT
-STAGED_PLAIN_RETURNING = _PLAIN_INSERT.format(source=STAGING_SOURCE) + "RETURNING *"
+STAGED_PLAIN_RETURNING = _PLAIN_INSERT.format(source=STAGING_SOURCE) + _RETURNING
 STAGED_GENERAL_RETURNING = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_RETURNING
 STAGED_GENERAL_COUNT = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_COUNT
 
@@ -163,6 +165,8 @@ class EnqueueBatch:
     unique_key: list[bytes | None] = field(default_factory=list)
     unique_states: list[str | None] = field(default_factory=list)
     originals: list[Any] = field(default_factory=list)
+    metadata_dicts: list[dict[str, Any]] = field(default_factory=list)
+    tag_lists: list[list[str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -200,6 +204,7 @@ class _Defaults:
     priority: int
     max_attempts: int
     tags_literal: str
+    tags: list[str]
     metadata: dict[str, Any]
     metadata_json: str
     run_at: datetime | None
@@ -277,7 +282,7 @@ def _metadata(metadata: Any) -> dict[str, Any]:
 
 def _dumps(value: Any, what: str) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_json_default)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serializable: "
                                  f"{' '.join(str(exc).split())}") from None
@@ -292,6 +297,10 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+# One encoder for every row: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
+
+
 @cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
@@ -302,8 +311,8 @@ def _kind_of(cls: type) -> str:
     return derive_kind(cls)
 
 
-def _encode_args(args: Any) -> tuple[str, dict[str, Any] | None]:
-    """The args' JSON text; the dict too only when the unique key needs it."""
+def _encode_args(args: Any) -> str:
+    """The args' JSON text, exactly as stored."""
     cls = type(args)
     if dataclasses.is_dataclass(cls):
         plain = {name: getattr(args, name) for name in _field_names(cls)}
@@ -317,7 +326,7 @@ def _encode_args(args: Any) -> tuple[str, dict[str, Any] | None]:
     text = _dumps(plain, f"job args of {cls.__name__}")
     if not text.startswith("{"):
         raise SerializationError(f"job args of {cls.__name__} must serialise to a JSON object")
-    return text, plain
+    return text
 
 
 def _row_kind(args: Any, kind: str | None) -> str:
@@ -345,6 +354,7 @@ def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
         priority=validate_priority(priority),
         max_attempts=validate_max_attempts(max_attempts),
         tags_literal=_tags_literal(tags),
+        tags=list(tags or ()),
         metadata=meta,
         metadata_json=_dumps(meta, "metadata"),
         run_at=normalize_run_at(run_at),
@@ -367,11 +377,13 @@ def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
     shared = _defaults(kind, queue, priority, max_attempts, tags, metadata, run_at,
                        unique_opts, ordering_key)
     now = time.time()
+    if opts is None or not any(opts):
+        return _uniform_batch(jobs, shared, now)
     batch = EnqueueBatch()
     for index, args in enumerate(jobs):
         row_opts = opts[index] if opts is not None else None
         d = shared if not row_opts else _override(shared, row_opts, index)
-        args_json, plain = _encode_args(args)
+        args_json = _encode_args(args)
         row_kind = _row_kind(args, d.kind)
         batch.kind.append(row_kind)
         batch.queue.append(d.queue)
@@ -380,15 +392,39 @@ def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
         batch.max_attempts.append(d.max_attempts)
         batch.run_at.append(d.run_at)
         batch.metadata.append(d.metadata_json)
+        batch.metadata_dicts.append(d.metadata)
         batch.tags.append(d.tags_literal)
+        batch.tag_lists.append(d.tags)
         if d.unique is None:
             batch.unique_key.append(None)
             batch.unique_states.append(None)
         else:
-            batch.unique_key.append(key_for(d.unique, row_kind, d.queue, plain, now))
+            batch.unique_key.append(key_for(d.unique, row_kind, d.queue, json.loads(args_json),
+                                            now))
             batch.unique_states.append(d.unique.states_mask)
         batch.originals.append(args)
     return batch
+
+
+def _uniform_batch(jobs: Sequence[Any], d: _Defaults, now: float) -> EnqueueBatch:
+    """Every row shares the call's options: only args and kinds vary per row."""
+    n = len(jobs)
+    encoded = [_encode_args(args) for args in jobs]
+    kinds = [_row_kind(args, d.kind) for args in jobs]
+    if d.unique is None:
+        keys: list[bytes | None] = [None] * n
+        masks: list[str | None] = [None] * n
+    else:
+        # Hash the args as stored, so the key does not depend on the Python type.
+        keys = [key_for(d.unique, k, d.queue, json.loads(text), now)
+                for k, text in zip(kinds, encoded)]
+        masks = [d.unique.states_mask] * n
+    return EnqueueBatch(
+        kind=kinds, queue=[d.queue] * n, args=encoded,
+        priority=[d.priority] * n, max_attempts=[d.max_attempts] * n, run_at=[d.run_at] * n,
+        metadata=[d.metadata_json] * n, tags=[d.tags_literal] * n, unique_key=keys,
+        unique_states=masks, originals=list(jobs), metadata_dicts=[d.metadata] * n,
+        tag_lists=[d.tags] * n)
 
 
 def _override(shared: _Defaults, row: dict[str, Any], index: int) -> _Defaults:
@@ -409,11 +445,27 @@ def _override(shared: _Defaults, row: dict[str, Any], index: int) -> _Defaults:
         max_attempts=(validate_max_attempts(row["max_attempts"]) if "max_attempts" in row
                       else shared.max_attempts),
         tags_literal=_tags_literal(row["tags"]) if "tags" in row else shared.tags_literal,
+        tags=list(row["tags"] or ()) if "tags" in row else shared.tags,
         metadata=merged_meta,
         metadata_json=_dumps(merged_meta, f"opts[{index}] metadata"),
         run_at=normalize_run_at(row["run_at"]) if "run_at" in row else shared.run_at,
         unique=UniqueOpts.parse(row["unique_opts"]) if "unique_opts" in row else shared.unique,
     )
+
+
+def jobs_from(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> list[Job[Any]]:
+    """Jobs for the returned rows: the database's id/state/times, the rest from the input."""
+    jobs = []
+    for position, row in enumerate(rows):
+        i = row["ord"] - 1 if "ord" in row else position
+        jobs.append(Job(
+            id=row["id"], kind=batch.kind[i], queue=batch.queue[i], args=batch.originals[i],
+            state=JobState(row["state"]), priority=batch.priority[i],
+            max_attempts=batch.max_attempts[i], run_at=row["run_at"],
+            created_at=row["created_at"], metadata=dict(batch.metadata_dicts[i]),
+            tags=list(batch.tag_lists[i]), unique_key=batch.unique_key[i],
+            unique_states=batch.unique_states[i]))
+    return jobs
 
 
 # --- executing -------------------------------------------------------------
