@@ -132,8 +132,8 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
         elif key not in known:
             raise ThresholdsError(
                 f"{path}: unknown threshold {key!r}; known: {', '.join(sorted(known))}, for")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ThresholdsError(f"{path}: {key} must be a number, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ThresholdsError(f"{path}: {key} must be a non-negative number, got {value!r}")
         else:
             values[key] = value
     return Thresholds(**values)

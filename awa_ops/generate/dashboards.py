@@ -23,7 +23,7 @@ from awa_ops.diagnose import CHECKS
 from awa_ops.generate import alerts
 from awa_ops.generate.alerts import (BRANCH, DLQ_REASON, KIND, Q, RESCUE_KIND, STATE, TABLE,
                                      TXN_STATE, XMIN_SOURCE, Thresholds, runbook_url)
-from awa_ops.generate.promql import DATASOURCE_VAR, QUEUE_VAR, selector
+from awa_ops.generate.promql import ALERTS_SERIES, DATASOURCE_VAR, QUEUE_VAR, selector
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
 RATE = "$__rate_interval"
@@ -33,6 +33,8 @@ CRON_NAME = metrics.prometheus_label(metrics.ATTR_CRON_NAME)
 CALLBACK_OUTCOME = metrics.prometheus_label(metrics.ATTR_CALLBACK_OUTCOME)
 RUNTIME_VERSION = metrics.prometheus_label(metrics.ATTR_RUNTIME_VERSION)
 QUEUE_MATCH = {Q: f"=~${QUEUE_VAR}"}
+# Prometheus' own series of the generated rules: firing awa alerts mark every time series panel.
+FIRING_ALERTS = selector(ALERTS_SERIES, alertname="=~Awa.*", alertstate="=firing")
 
 
 def m(otel_name: str) -> str:
@@ -479,6 +481,8 @@ def _render(spec: DashboardSpec, base_url: str) -> str:
               .tags([TAG]).as_dropdown(True).include_vars(True).keep_time(True))
         .link(sdk.DashboardLink("Runbooks").type(model.DashboardLinkType.LINK)
               .url(runbook_url(base_url, "runbooks/")).icon("doc").target_blank(True))
+        .annotation(sdk.AnnotationQuery().name("Awa alerts").datasource(DATASOURCE)
+                    .enable(True).icon_color("red").expr(FIRING_ALERTS))
         .with_variable(sdk.DatasourceVariable(DATASOURCE_VAR).label("Data source")
                        .type("prometheus"))
         .with_variable(

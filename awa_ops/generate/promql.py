@@ -22,9 +22,11 @@ GRAFANA_SUBSTITUTIONS = {
 }
 
 # Names Prometheus itself attaches to every scraped series or histogram
-# sample: they are not in the catalogue because no awa code exports them.
-PROMETHEUS_LABELS = frozenset({"le", "job", "instance", "__name__"})
-PROMETHEUS_METRICS = frozenset({"up"})
+# sample, or to the series of its alerting rules: they are not in the catalogue
+# because no awa code exports them.
+ALERTS_SERIES = "ALERTS"
+PROMETHEUS_LABELS = frozenset({"le", "job", "instance", "__name__", "alertname", "alertstate"})
+PROMETHEUS_METRICS = frozenset({"up", ALERTS_SERIES})
 
 # Everything in PromQL that may be followed by "(" and is not a metric.
 FUNCTIONS = frozenset(

@@ -38,7 +38,9 @@ def dashboard_expressions() -> list[tuple[str, str, str]]:
     """(dashboard title, panel title, expr) for every target of every dashboard."""
     return [(d["title"], panel["title"], target["expr"])
             for d in map(load, DASHBOARDS) for panel in all_panels(d)
-            for target in panel.get("targets", [])]
+            for target in panel.get("targets", [])] + \
+        [(d["title"], f"annotation {a['name']}", a["expr"])
+         for d in map(load, DASHBOARDS) for a in d["annotations"]["list"]]
 
 
 def rule_expressions() -> list[tuple[str, str]]:
@@ -71,6 +73,9 @@ def test_dashboards_are_valid_for_grafana_import():
         dashboard = load(path)
         assert dashboard["schemaVersion"] >= 36
         assert dashboard["uid"] and dashboard["uid"] not in uids and len(dashboard["uid"]) <= 40
+        assert isinstance(dashboard["annotations"]["list"], list)  # Grafana iterates it on load
+        for annotation in dashboard["annotations"]["list"]:
+            assert annotation["datasource"]["uid"] == "${datasource}"
         uids.add(dashboard["uid"])
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert variables["datasource"]["type"] == "datasource"

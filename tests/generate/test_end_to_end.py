@@ -85,6 +85,9 @@ def dashboard_queries(files: dict[str, str]) -> list[tuple[str, str]]:
         for panel in dashboard["panels"]:
             for target in panel.get("targets", []):
                 queries.append((f"{dashboard['title']} / {panel['title']}", target["expr"]))
+        for annotation in dashboard["annotations"]["list"]:
+            queries.append((f"{dashboard['title']} / annotation {annotation['name']}",
+                            annotation["expr"]))
     return queries
 
 
@@ -150,6 +153,11 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
         alert = wait_until(horizon_alert, 30, "AwaXminHorizonPinned to be pending or firing")
         assert alert[0]["labels"]["awa_db_xmin_source"] == "transaction"
         assert alert[0]["labels"]["severity"] == "warning"
+
+        # past its 2 s for:, it fires (and so the dashboards' alert annotation has data)
+        wait_until(lambda: prometheus.query(
+            'ALERTS{alertname="AwaXminHorizonPinned", alertstate="firing"}'), 20,
+            "AwaXminHorizonPinned to fire")
 
         # let completions, rescues and DLQ moves land in a few scrapes
         wait_until(lambda: prometheus.query("sum(awa_job_dlq_moved_total) >= 3"), 20,
