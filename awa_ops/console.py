@@ -201,11 +201,12 @@ DLQ_LIST_COLUMNS = ("job_id, kind, queue, dlq_reason, dlq_at, attempt, max_attem
 # first; the rest are applied within the newest ``window`` entries.
 _DLQ_LIST = """
 SELECT * FROM (
-    SELECT {columns} FROM awa.dlq_entries {where} ORDER BY dlq_at DESC LIMIT %(window)s) w
+    SELECT {columns} FROM awa.dlq_entries {where}
+     ORDER BY dlq_at DESC, job_id DESC LIMIT %(window)s) w
  WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
    AND (%(kind)s::text IS NULL OR kind = %(kind)s)
    AND (%(reason)s::text IS NULL OR dlq_reason = %(reason)s)
- ORDER BY dlq_at DESC
+ ORDER BY dlq_at DESC, job_id DESC
  LIMIT %(page)s
 """
 DLQ_BY_QUEUE = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),

@@ -1,0 +1,210 @@
+"""Jobs (filters, drill-down, retry), DLQ (retry, purge, move), diagnostics, keys everywhere."""
+
+from __future__ import annotations
+
+import blake3
+
+from tui.conftest import add_dlq, add_job, at, press, running_console, screen_text, seed_system
+
+
+def ids_of(table) -> list[int]:
+    return [int(str(cell)) for cell in table.get_column("id")]
+
+
+async def filter_with(app, pilot, text: str) -> None:
+    await press(app, pilot, "slash", "ctrl+u")
+    if text:
+        await pilot.press(*text)
+    await press(app, pilot, "enter")
+
+
+async def test_jobs_filters_by_state_kind_queue_and_tag(database_url, db):
+    ids = seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "3")
+        table = app.screen.query_one("#jobs")
+        assert table.row_count == 14  # 3 available, scheduled, retryable, 4 completed, failed, 4 running
+        assert ids_of(table) == sorted(ids_of(table), reverse=True)
+        await filter_with(app, pilot, "failed")
+        assert ids_of(table) == [ids["failed"]]
+        await filter_with(app, pilot, "state=running queue=email")
+        assert sorted(ids_of(table)) == sorted([ids["alive"], ids["overdue"]])
+        await filter_with(app, pilot, "kind=report")
+        assert len(ids_of(table)) == 6  # scheduled, 4 completed, 1 running
+        await filter_with(app, pilot, "tag=billing")
+        assert ids_of(table) == [ids["failed"]]
+        await filter_with(app, pilot, "state=scheduled")
+        assert [str(c) for c in table.get_column("state")] == ["scheduled"]
+        await filter_with(app, pilot, "colour=red")
+        assert "unknown filter 'colour'" in screen_text(app)
+        await filter_with(app, pilot, "state=exploded")
+        assert "unknown state 'exploded'" in screen_text(app)
+
+
+async def test_enter_opens_a_job_with_everything_recorded(database_url, db):
+    key = blake3.blake3(b"k").digest()[:16]
+    db.execute("INSERT INTO awa.job_unique_claims (unique_key, job_id) VALUES (%s, %s)",
+               [key, 4242])  # a claim whose holder no longer exists
+    job = add_job(db, state="retryable", kind="sync", args={"account": 7}, attempt=2,
+                  metadata={"traceparent": "00-abc-def-01"}, progress={"percent": 40},
+                  errors=[{"error": "boom 1", "attempt": 1, "at": at(-50).isoformat()},
+                          {"error": "boom 2", "attempt": 2, "at": at(-20).isoformat()}],
+                  run_at=at(30))
+    # A mask without retryable: this job does not take the claim itself.
+    db.execute("UPDATE awa.scheduled_jobs SET unique_key = %s, unique_states = '11110000' "
+               "WHERE id = %s", [key, job])
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "3")
+        table = app.screen.query_one("#jobs")
+        table.move_cursor(row=ids_of(table).index(job))
+        await press(app, pilot, "enter")
+        text = screen_text(app)
+        assert f"job {job}" in text and "state retryable" in text
+        assert '"account": 7' in text
+        assert "traceparent" in text and '"percent": 40' in text
+        assert "attempt 1 at" in text and "boom 1" in text and "boom 2" in text
+        assert f"key {key.hex()}" in text
+        assert "held by job 4242, which no longer exists" in text
+        assert "run_at" in text and "(in 30s)" in text
+        await press(app, pilot, "escape")
+        assert app.screen.TITLE == "Jobs"
+
+
+async def test_retry_a_failed_job_from_the_jobs_screen(database_url, db):
+    ids = seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "3")
+        await filter_with(app, pilot, "failed")
+        await press(app, pilot, "r")
+        assert "Retry job(s)" in screen_text(app)
+        await press(app, pilot, "y")
+        row = db.execute("SELECT state::text, attempt FROM awa.jobs WHERE id = %s",
+                         [ids["failed"]]).fetchone()
+        assert row == {"state": "available", "attempt": 0}
+        assert f"retried 1 job(s): {ids['failed']}" in screen_text(app)
+
+
+async def test_dlq_lists_by_queue_and_reason_and_retries(database_url, db):
+    ids = seed_system(db)
+    add_dlq(db, 9003, queue="email", reason="terminal_error", kind="send_sms", dlq_at=at(-5))
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "4")
+        table = app.screen.query_one("#dlq")
+        assert ids_of(table) == [9003, 9002, 9001]
+        assert "by reason: max_attempts_exhausted 1  terminal_error 2" in screen_text(app)
+        await filter_with(app, pilot, "queue=email reason=terminal_error")
+        assert ids_of(table) == [9003]
+        await filter_with(app, pilot, "kind=send_email")
+        assert ids_of(table) == [9002, 9001]
+        await filter_with(app, pilot, "")
+        table.move_cursor(row=ids_of(table).index(ids["dlq"]))
+        await press(app, pilot, "r")
+        assert "Retry DLQ job(s) 9001" in screen_text(app)
+        await press(app, pilot, "y")
+        assert db.execute("SELECT state::text FROM awa.jobs WHERE id = 9001").fetchone() == {
+            "state": "available"}
+        assert not db.execute("SELECT 1 FROM awa.dlq_entries WHERE job_id = 9001").fetchall()
+        assert ids_of(table) == [9003, 9002]
+
+
+async def test_dlq_purge_of_tagged_entries_asks_first(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "4")
+        table = app.screen.query_one("#dlq")
+        table.move_cursor(row=0)
+        await press(app, pilot, "space", "space", "x")
+        assert "Purge DLQ job(s) 9001, 9002?" in screen_text(app)
+        await press(app, pilot, "escape")
+        assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 2
+        await press(app, pilot, "x", "y")
+        assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 0
+        assert "purged from the DLQ 2 job(s): 9001, 9002" in screen_text(app)
+
+
+async def test_dlq_move_failed_jobs_of_a_queue_with_a_reason(database_url, db):
+    ids = seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "4", "m")
+        await pilot.press("ctrl+u", *"email")
+        await press(app, pilot, "enter")
+        await pilot.press("ctrl+u", *"backfill")
+        await press(app, pilot, "enter")
+        text = screen_text(app)
+        assert "Move every failed job of queue 'email'" in text and "'backfill'?" in text
+        await press(app, pilot, "y")
+        row = db.execute("SELECT dlq_reason FROM awa.dlq_entries WHERE job_id = %s",
+                         [ids["failed"]]).fetchone()
+        assert row == {"dlq_reason": "backfill"}
+        assert "moved 1 failed job(s) of queue email into the DLQ (backfill)" in screen_text(app)
+
+
+async def test_pause_and_resume_a_queue_from_the_overview(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        table = app.screen.query_one("#queues")
+        queues = [str(c) for c in table.get_column("queue")]
+        table.move_cursor(row=queues.index("email"))
+        await press(app, pilot, "p", "y")
+        meta = db.execute("SELECT paused, paused_by FROM awa.queue_meta WHERE queue = 'email'"
+                          ).fetchone()
+        assert meta["paused"] is True and meta["paused_by"].startswith("awa-tui ")
+        assert "PAUSED by awa-tui" in screen_text(app)
+        await press(app, pilot, "p")
+        assert "Resume queue 'email'?" in screen_text(app)
+        await press(app, pilot, "y")
+        assert db.execute("SELECT paused FROM awa.queue_meta WHERE queue = 'email'"
+                          ).fetchone()["paused"] is False
+
+
+async def test_enter_on_a_queue_lists_its_jobs(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        table = app.screen.query_one("#queues")
+        table.move_cursor(row=[str(c) for c in table.get_column("queue")].index("images"))
+        await press(app, pilot, "enter")
+        assert app.screen.TITLE == "Jobs"
+        assert "1 jobs: queue=images" in screen_text(app)
+
+
+async def test_diagnostics_table_and_a_findings_evidence(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "5")
+        table = app.screen.query_one("#checks")
+        checks = [str(c) for c in table.get_column("check")]
+        assert {"schema", "runtime", "stuck-running", "mvcc-horizon", "dlq"} <= set(checks)
+        statuses = dict(zip(checks, (str(c) for c in table.get_column("status"))))
+        assert statuses["stuck-running"] in ("WARNING", "CRITICAL")
+        assert statuses["schema"] == "OK"
+        table.move_cursor(row=checks.index("stuck-running"))
+        await press(app, pilot, "enter")
+        text = screen_text(app)
+        assert "why it matters" in text and "next:" in text
+        assert "runbook: runbooks/stuck-running.md" in text
+        assert "evidence" in text and '"job_id"' in text
+        await press(app, pilot, "escape")
+        assert app.screen.TITLE == "Diagnostics"
+
+
+async def test_help_refresh_rate_and_freeze_keys(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "2", "question_mark")
+        text = screen_text(app)
+        assert "Running: keys" in text and "cancel the tagged jobs" in text
+        await press(app, pilot, "escape", "3", "question_mark")
+        assert "Jobs: keys" in screen_text(app)
+        await press(app, pilot, "escape", "plus")
+        assert app.refresh_s == 1.0 and "every 1s" in screen_text(app)
+        await press(app, pilot, "minus", "minus")
+        assert app.refresh_s == 5.0
+        await press(app, pilot, "f")
+        assert app.frozen and "FROZEN" in screen_text(app)
+        before = app.refreshes
+        app.scheduled_refresh()
+        app.tick()
+        await press(app, pilot)
+        assert app.refreshes == before
+        await press(app, pilot, "f")
+        assert not app.frozen and app.refreshes == before + 1

@@ -1,0 +1,57 @@
+"""Overview: queues, runtimes with the LEADER marker, the no-leader banner, DLQ depth, diagnostics."""
+
+from __future__ import annotations
+
+from tui.conftest import add_runtime, running_console, screen_text, seed_system
+
+
+async def test_overview_shows_queues_leader_dlq_and_diagnostic_status(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        text = screen_text(app)
+        queues = app.screen.query_one("#queues")
+        rows = {queues.get_row_at(i)[0]: queues.get_row_at(i) for i in range(queues.row_count)}
+        # Queue, Avail, Sched, Retry, Run, Wait, Failed, DLQ, Lag, ...
+        assert rows["email"][1:8] == ["3", "0", "1", "2", "0", "1", rows["email"][7]]
+        assert str(rows["email"][7]) == "1"
+        assert rows["email"][8] == "40s"  # oldest available job was created at T0-40s
+        assert rows["default"][2] == "1" and rows["default"][4] == "1"
+        assert rows["images"][4] == "1"
+        assert "★ LEADER" in text and "worker-a" in text
+        assert "gone" in text and "worker-c" in text
+        assert "DLQ depth 2" in text
+        assert "leader worker-a:101" in text
+        assert app.diagnostic_status in ("WARNING", "CRITICAL")
+        assert f"diagnostics {app.diagnostic_status}" in text
+        assert "NO LEADER" not in text
+
+
+async def test_banner_when_no_live_runtime_holds_leadership(database_url, db):
+    add_runtime(db, host="worker-a", pid=101, leader=False)
+    add_runtime(db, host="old-leader", pid=9, leader=True, last_seen=None, snapshot_interval_ms=10)
+    async with running_console(database_url) as (app, pilot):
+        text = screen_text(app)
+        assert "NO LEADER" in text
+        assert "leader NONE" in text
+        assert "★ LEADER" not in text  # the old leader's row is gone, not leading
+
+
+async def test_banner_when_no_runtime_is_alive_on_an_empty_database(database_url):
+    async with running_console(database_url) as (app, pilot):
+        text = screen_text(app)
+        assert "NO LIVE RUNTIME" in text
+        assert "DLQ depth 0" in text
+        assert app.problem is None
+
+
+async def test_throughput_sparkline_grows_one_point_per_refresh(database_url, db):
+    seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        before = len(app.reader.throughput.of("default"))
+        await app.refresh_now()
+        await app.refresh_now()
+        default = next(q for q in app.screen.data.queues if q.queue == "default")
+        assert len(default.throughput) == before + 2
+        # Completions at T0-1s..T0-4s; the first window is (T0-2s, T0]: one job in 2 s.
+        assert default.throughput[0] == 0.5
+        assert set(default.throughput[1:]) == {0.0}  # the clock stands still: nothing new
