@@ -19,15 +19,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from awa import db
+from awa import config, db
 from awa.runtime.leader import LeaderElector
 from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
 
 log = logging.getLogger("awa.maintenance")
-
-# How often the leader checks that its lock connection is still there, at most.
-LEADER_PING_MAX_INTERVAL_MS = 1_000
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,7 @@ class MaintenanceService:
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}
         self.elections = 0
+        self._branch_slots = asyncio.Semaphore(config.MAINTENANCE_MAX_CONCURRENT_BRANCHES)
 
     # -- the branches ---------------------------------------------------------------
     def branches(self) -> list[Branch]:
@@ -124,7 +122,7 @@ class MaintenanceService:
         log.info("this runtime is now the maintenance leader (instance %s)",
                  getattr(self.runtime, "instance_id", "?"))
         ping_s = min(self.settings.leader_election_interval_ms,
-                     LEADER_PING_MAX_INTERVAL_MS) / 1000
+                     config.LEADER_PING_MAX_INTERVAL_MS) / 1000
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._run_branch(b), name=f"awa-maint-{b.name}")
@@ -142,12 +140,13 @@ class MaintenanceService:
     async def _run_branch(self, branch: Branch) -> None:
         interval_s = branch.interval_ms / 1000
         while True:
-            started = time.monotonic()
-            try:
-                self.last_results[branch.name] = await branch.run()
-            except Exception as exc:  # noqa: BLE001 - one failing branch must not stop the rest
-                log.error("maintenance branch %s failed (retrying next tick): %s",
-                          branch.name, db.one_line(exc))
-            elapsed = time.monotonic() - started
+            async with self._branch_slots:
+                started = time.monotonic()
+                try:
+                    self.last_results[branch.name] = await branch.run()
+                except Exception as exc:  # noqa: BLE001 - one failing branch must not stop the rest
+                    log.error("maintenance branch %s failed (retrying next tick): %s",
+                              branch.name, db.one_line(exc))
+                elapsed = time.monotonic() - started
             recording.record_branch(branch.name, elapsed, interval_s)
             await asyncio.sleep(max(interval_s - elapsed, 0.0))

@@ -100,15 +100,11 @@ def _count(outcome: RescueOutcome, applied: list[dict[str, Any]], kind: RescueKi
     recording.record_rescues(kind.name, applied)
 
 
-def _select_params(kind: RescueKind, batch_size: int, staleness_ms: int) -> dict[str, Any]:
-    return {"limit": batch_size, "staleness_s": staleness_ms / 1000.0}
-
-
 async def _rescue_batch(conn: psycopg.AsyncConnection[Any], kind: RescueKind, outcome: RescueOutcome,
                         *, batch_size: int, staleness_ms: int,
                         dlq_enabled: Callable[[str], bool]) -> int:
     """One batch; returns how many candidates it found."""
-    params = _select_params(kind, batch_size, staleness_ms)
+    params = {"limit": batch_size, "staleness_s": staleness_ms / 1000.0}
     try:
         async with conn.transaction():
             rows = await (await conn.execute(kind.select_sql, params)).fetchall()
