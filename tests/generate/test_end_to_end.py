@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psycopg
@@ -105,23 +106,26 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
     rules_path.write_text(files[f"{ALERTS_DIR}/{RULES_FILE}"])
 
     runtime_port, exporter_port = free_port(), free_port()
-    exporter = start_exporter(database_url, exporter_port)
-    leader = start_worker(database_url, "default:8,email:4", settings={
-        "metrics_addr": f"127.0.0.1:{runtime_port}", "dlq_enabled_by_default": True,
-        "shutdown_timeout_ms": 300})
     prometheus = PrometheusServer({"awa-runtime": [f"127.0.0.1:{runtime_port}"],
                                    "awa-exporter": [f"127.0.0.1:{exporter_port}"]},
                                   rule_files=[str(rules_path)])
-    crashed = None
-    pin = None
+    exporter = runtime = crashing = pin = None
     try:
-        prometheus.start()
-        wait_until(lambda: db.execute("SELECT count(*) AS n FROM awa.runtime_instances "
-                                      "WHERE leader").fetchone()["n"] == 1, 15, "a leader")
-        # a second worker that dies (SIGKILL by its own poison job) holding a running attempt
-        crashed = start_worker(database_url, "doomed:1")
+        # start everything at once: the processes' start-up dominates this test's time
+        with ThreadPoolExecutor(4) as pool:
+            started = [
+                pool.submit(start_exporter, database_url, exporter_port),
+                pool.submit(start_worker, database_url, "default:8,email:4", settings={
+                    "metrics_addr": f"127.0.0.1:{runtime_port}", "dlq_enabled_by_default": True,
+                    "shutdown_timeout_ms": 300}),
+                # a second worker that dies (SIGKILL by its own poison job) holding a running
+                # attempt; the first takes over leadership if needed and rescues it
+                pool.submit(start_worker, database_url, "doomed:1"),
+                pool.submit(prometheus.start),
+            ]
+            exporter, runtime, crashing, _ = [future.result() for future in started]
         insert_jobs(db, "crash", "doomed", 1, max_attempts=1)
-        wait_until(lambda: crashed.proc.poll() is not None, 15, "the worker to crash")
+        wait_until(lambda: crashing.proc.poll() is not None, 15, "the worker to crash")
 
         # the mixed workload, on the surviving runtime
         insert_jobs(db, "fast", "default", 200)
@@ -162,32 +166,36 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
         # let completions, rescues and DLQ moves land in a few scrapes
         wait_until(lambda: prometheus.query("sum(awa_job_dlq_moved_total) >= 3"), 20,
                    "terminal jobs to reach the DLQ")
-        time.sleep(2)
+        time.sleep(1.5)  # so the newest series have two samples for rate()
 
+        # one instant query for every awa series name that exists right now
+        names = {sample["metric"]["__name__"] for sample in prometheus.query(
+            'count by (__name__) ({__name__=~"awa_.*"})')}
         present = {entry.name for entry in metrics.ALL_METRICS
-                   if any(prometheus.query(f"count({{__name__=\"{series}\"}})")
-                          for series in metrics.prometheus_series(entry))}
+                   if names & set(metrics.prometheus_series(entry))}
         assert PRODUCED <= present, f"the workload did not produce {sorted(PRODUCED - present)}"
 
+        queries = dashboard_queries(files)
+        with ThreadPoolExecutor(8) as pool:  # each query raises on an evaluation error
+            results = list(pool.map(
+                lambda query: prometheus.query(substitute_grafana_variables(query[1],
+                                                                            E2E_SUBSTITUTIONS)),
+                queries))
         empty = []
-        evaluated = 0
-        for where, expr in dashboard_queries(files):
-            promql = substitute_grafana_variables(expr, E2E_SUBSTITUTIONS)
-            result = prometheus.query(promql)  # raises on any evaluation error
-            evaluated += 1
+        for (where, expr), result in zip(queries, results):
             needed = {metrics.by_prometheus_name(name).name
                       for name in references(expr).metrics
                       if metrics.by_prometheus_name(name) is not None}
             if needed <= present and not result:
-                empty.append(f"{where}: {promql}")
+                empty.append(f"{where}: {substitute_grafana_variables(expr, E2E_SUBSTITUTIONS)}")
+        evaluated = len(results)
         assert evaluated > 60
         assert not empty, "queries empty although their metrics exist:\n" + "\n".join(empty)
 
         # every alert expression evaluates too (most are rightly empty on a healthy system)
-        for name, text in files.items():
-            if name.endswith(RULES_FILE):
-                for rule in yaml.safe_load(text)["groups"][0]["rules"]:
-                    prometheus.query(rule["expr"])
+        rules = yaml.safe_load(files[f"{ALERTS_DIR}/{RULES_FILE}"])["groups"][0]["rules"]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda rule: prometheus.query(rule["expr"]), rules))
 
         # the queue variable of every dashboard has values
         queues = httpx.get(f"{prometheus.url}/api/v1/label/awa_job_queue/values",
@@ -196,9 +204,10 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
     finally:
         if pin is not None:
             pin.close()
-        if crashed is not None:
-            crashed.kill()
-        leader.terminate()
-        exporter.terminate()
-        exporter.wait(timeout=10)
+        for worker in (crashing, runtime):
+            if worker is not None:
+                worker.kill()
+        if exporter is not None:
+            exporter.terminate()
+            exporter.wait(timeout=10)
         prometheus.stop()
