@@ -245,15 +245,17 @@ class _ResolutionListener:
     def __init__(self, key: tuple[int, str], conninfo: str) -> None:
         self.key = key
         self.conninfo = conninfo
+        self.loop = asyncio.get_running_loop()
         self.waiters: dict[int, set[asyncio.Event]] = {}
         self.task = asyncio.create_task(self._run(), name="awa-callback-listener")
 
     @classmethod
     def subscribe(cls, pool: AsyncConnectionPool, job_id: int) -> tuple["_ResolutionListener",
                                                                          asyncio.Event]:
-        key = (id(asyncio.get_running_loop()), pool.conninfo)
+        loop = asyncio.get_running_loop()
+        key = (id(loop), pool.conninfo)
         listener = cls._registry.get(key)
-        if listener is None:
+        if listener is None or listener.loop is not loop or listener.task.done():
             listener = cls._registry[key] = cls(key, pool.conninfo)
         event = asyncio.Event()
         listener.waiters.setdefault(job_id, set()).add(event)
@@ -267,8 +269,12 @@ class _ResolutionListener:
         if not self.waiters and self._registry.get(self.key) is self:
             del self._registry[self.key]
             self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self.task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a listener bug must not replace the waiter's own outcome
+                log.exception("callback listener failed")
 
     def _wake(self, job_id: int | None) -> None:
         targets = self.waiters.values() if job_id is None else [self.waiters.get(job_id, ())]

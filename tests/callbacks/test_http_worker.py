@@ -55,7 +55,7 @@ class Endpoint:
             task = asyncio.create_task(self._call_back(body, delay=0.2))
             self._tasks.add(task)
         elif self.behaviour == "slow":
-            await asyncio.sleep(2)
+            await asyncio.sleep(1)
         elif self.behaviour.startswith("status:"):
             status = int(self.behaviour.split(":")[1])
         payload = json.dumps({"accepted": status < 300}).encode()

@@ -110,3 +110,29 @@ async def test_bad_cel_is_rejected_at_registration_inside_the_handler(db, client
     await eventually(state_is(db, job.id, "failed"), what="failed")
     assert errors and errors[0].startswith("invalid CEL filter 'payload.status =='")
     assert row_of(db, job.id)["callback_id"] is None
+
+
+async def test_shutdown_interrupts_a_waiting_handler_and_leaves_the_job_parked(db, client):
+    tokens: asyncio.Queue[str] = asyncio.Queue()
+    outcomes: list[str] = []
+
+    @client.task(dict, kind="long_wait", queue="cb")
+    async def long_wait(job):
+        token = await job.register_callback(timeout_seconds=60)
+        await tokens.put(token.id)
+        try:
+            await job.wait_for_callback(token)
+        except callbacks.CallbackWaitInterrupted as exc:
+            outcomes.append(str(exc))
+            raise
+
+    await client.start([("cb", 1)], **FAST)
+    job = await client.insert({}, kind="long_wait", queue="cb")
+    token = await asyncio.wait_for(tokens.get(), 10)
+    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    await client.shutdown(timeout_ms=5000)
+    assert outcomes and "interrupted" in outcomes[0]
+    row = row_of(db, job.id)
+    assert row["state"] == "waiting_external" and row["errors"] is None  # stale write ignored
+    # The callback still resolves the parked job after the worker is gone.
+    assert (await client.complete_external(token, {"late": 1})).state is awa.JobState.Completed
