@@ -95,6 +95,7 @@ def test_every_alert_has_a_runbook_linking_its_diagnostic():
             assert f"## {heading}" in text, f"{rule.runbook_path}: no '## {heading}'"
         assert rule.runbook_check in CHECKS
         assert f"../{rule.runbook_check}.md" in text, rule.runbook_path
+        assert (runbook.parent / f"../{rule.runbook_check}.md").resolve().is_file()
         assert "awa-ops diagnose" in text
 
 
