@@ -111,6 +111,7 @@ OPS_STATEMENT_TIMEOUT_MS = 5_000
 OPS_LOCK_TIMEOUT_MS = 1_000
 OPS_EVIDENCE_LIMIT = 50  # rows shown per finding
 OPS_RUNTIME_LIVE_FACTOR = 3  # live while last_seen_at is within N snapshot intervals
+OPS_RUNTIME_LIVE_MIN_S = 2.0  # ...and never less: a late snapshot on a busy host is not a death
 OPS_RUNTIME_GONE_S = 900  # a runtime silent longer than this is history, not an alarm
 OPS_XACT_WARNING_S = 300  # a transaction pinning the xmin horizon this long warns
 OPS_XACT_CRITICAL_S = 3_600
