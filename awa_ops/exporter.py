@@ -53,8 +53,9 @@ RUNTIMES = f"""
 SELECT count(*) FILTER (WHERE live AND NOT shutting_down) AS live,
        count(*) FILTER (WHERE live AND leader) AS leaders
 FROM (SELECT shutting_down, leader,
-             last_seen_at > now() - make_interval(secs => {config.OPS_RUNTIME_LIVE_FACTOR}
-                                                          * snapshot_interval_ms / 1000.0) AS live
+             last_seen_at > now() - make_interval(secs => greatest(
+                 {config.OPS_RUNTIME_LIVE_FACTOR} * snapshot_interval_ms / 1000.0,
+                 {config.OPS_RUNTIME_LIVE_MIN_S})) AS live
       FROM awa.runtime_instances) r
 """
 DLQ = "SELECT queue, dlq_reason, count(*) AS depth FROM {schema}.dlq_entries GROUP BY queue, dlq_reason"
@@ -89,6 +90,7 @@ UNION ALL
 SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::float8,
        max(age(transaction)) FROM pg_prepared_xacts
 """
+PREFER_INDEXES = "SELECT set_config('enable_seqscan', 'off', true)"
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 
 
@@ -152,13 +154,16 @@ class DatabaseCollector(Collector):
         ]
         canonical = not engine.is_queue_storage and not engine.foreign_layout
         if canonical:
-            queries += [(CANONICAL_DEPTH, None), (WEDGED, None)]
+            # scheduled_jobs holds only scheduled/retryable rows, so the planner would
+            # rather read the whole heap; the (state, queue, id) index answers from the
+            # index alone, with a cost that does not grow with the width of args.
+            queries += [(PREFER_INDEXES, None), (CANONICAL_DEPTH, None), (WEDGED, None)]
         rows = await session.fetch_sets(*queries)
         running, runtimes, dlq, txns, horizon, notify, tables = rows[:7]
         out: list[Metric] = []
 
         if canonical:
-            depth_rows, wedged_rows = rows[7:]
+            _, depth_rows, wedged_rows = rows[7:]
             depth, _ = _family("awa.db.queue.depth")
             lag, _ = _family("awa.db.queue.lag")
             for r in depth_rows:

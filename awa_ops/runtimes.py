@@ -40,7 +40,8 @@ class Runtime:
 
     @property
     def window_s(self) -> float:
-        return config.OPS_RUNTIME_LIVE_FACTOR * int(self.row["snapshot_interval_ms"]) / 1000
+        return max(config.OPS_RUNTIME_LIVE_FACTOR * int(self.row["snapshot_interval_ms"]) / 1000,
+                   config.OPS_RUNTIME_LIVE_MIN_S)
 
     @property
     def live(self) -> bool:

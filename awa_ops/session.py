@@ -88,7 +88,10 @@ class OpsSession:
 
     async def _set_timeouts(self) -> None:
         await self.conn.execute(
-            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+            # Parallel workers would only add start-up latency and load to these
+            # small index-backed reads.
+            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+            " set_config('max_parallel_workers_per_gather', '0', true)",
             (f"{self.statement_timeout_ms}ms", f"{self.lock_timeout_ms}ms"))
 
     async def close(self) -> None:

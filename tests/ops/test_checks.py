@@ -9,7 +9,7 @@ import uuid
 from psycopg.types.json import Jsonb
 
 from awa.lifecycle import error_entry
-from ops_helpers import FAST_FLAGS, summaries
+from ops_helpers import summaries
 
 
 def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",)) -> str:
@@ -84,14 +84,16 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
                             RETURNING id""").fetchone()["id"]
     stale = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
                           deadline_at, attempted_at) VALUES ('k', 'running', 1, 1,
-                          now() - interval '3 seconds', now() + interval '1 minute', now())
+                          now() - interval '60 seconds', now() + interval '1 minute', now())
                           RETURNING id""").fetchone()["id"]
     cancelled = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
                               deadline_at, attempted_at, finalized_at) VALUES ('k', 'cancelled', 1, 1,
                               now() - interval '4 seconds', now() + interval '1 minute',
                               now() - interval '10 seconds', now() - interval '3 seconds')
                               RETURNING id""").fetchone()["id"]
-    result = ops("stuck-running", *FAST_FLAGS)
+    # A generous cutoff keeps the fresh heartbeats fresh however slow this machine is.
+    flags = ("--heartbeat-staleness", "30")
+    result = ops("stuck-running", *flags)
     classes = {row["job_id"]: row["class"] for f in result.findings() for row in f["evidence"]}
     assert classes[overdue] == "deadline overdue"
     assert classes[stale] == "stale"
@@ -99,11 +101,11 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
     assert result.code == 1, summaries(result.data)
 
     db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() WHERE id = %s", (overdue,))
-    heartbeats = ops("heartbeats", *FAST_FLAGS)
+    heartbeats = ops("heartbeats", *flags)
     assert heartbeats.code == 1
     assert "queue default: 1 of 2 running jobs have a stale heartbeat" in summaries(heartbeats.data)
 
-    only_other_queue = ops("stuck-running", *FAST_FLAGS, "--queue", "other")
+    only_other_queue = ops("stuck-running", *flags, "--queue", "other")
     assert only_other_queue.code == 0
 
 
