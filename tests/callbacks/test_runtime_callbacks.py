@@ -136,3 +136,23 @@ async def test_shutdown_interrupts_a_waiting_handler_and_leaves_the_job_parked(d
     assert row["state"] == "waiting_external" and row["errors"] is None  # stale write ignored
     # The callback still resolves the parked job after the worker is gone.
     assert (await client.complete_external(token, {"late": 1})).state is awa.JobState.Completed
+
+
+async def test_timed_out_wait_is_rescued_and_a_late_callback_is_refused(db, client):
+    tokens: list[str] = []
+
+    @client.task(dict, kind="slow_partner", queue="cb")
+    async def slow_partner(job):
+        token = await job.register_callback(timeout_seconds=0.3)
+        tokens.append(token.id)
+        return awa.WaitForCallback(token)
+
+    await client.start([("cb", 1)], **{**FAST, "run_maintenance": True},
+                       leader_election_interval_ms=100, callback_rescue_interval_ms=100)
+    job = await client.insert({}, kind="slow_partner", queue="cb", max_attempts=1)
+    await eventually(state_is(db, job.id, "failed"), timeout=15, what="callback timeout rescue")
+    row = row_of(db, job.id)
+    assert row["errors"][-1]["error"] == "callback timed out"
+    with pytest.raises(awa.CallbackNotFound, match="already resolved: job .* is failed"):
+        await client.complete_external(tokens[0], {"too": "late"})
+    assert row_of(db, job.id)["state"] == "failed"
