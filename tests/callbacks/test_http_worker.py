@@ -13,10 +13,10 @@ import pytest
 import awa
 from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
+from awa.callback_server import serve_in_thread as serve
 from awa.http_worker import HttpWorker, HttpWorkerConfig, HttpWorkerMode
 
 from .conftest import row_of
-from awa.callback_server import serve_in_thread as serve
 from .test_runtime_callbacks import FAST, eventually, state_is
 
 SECRET = secrets.token_bytes(32)

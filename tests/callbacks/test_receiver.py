@@ -19,10 +19,10 @@ from click.testing import CliRunner
 import awa
 from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
+from awa.callback_server import serve_in_thread as serve
 from awa.cli import main as awa_cli
 
 from .conftest import row_of
-from awa.callback_server import serve_in_thread as serve
 
 SECRET = secrets.token_bytes(32)
 AWA = str(Path(sys.executable).with_name("awa"))
