@@ -132,3 +132,17 @@ async def test_unique_wedge_cancels_superseded_attempt_and_rescues_the_rest(db, 
     # The next tick has nothing left to trip over.
     again = await rescue.rescue(pool, rescue.HEARTBEAT_STALE, staleness_ms=1_000)
     assert again.total == 0
+
+
+async def test_mask_including_cancelled_leaves_the_row_but_rescues_the_others(db, pool):
+    """Nothing safe exists for this row (both exits take the key): it is logged and
+    left alone, and the rest of the batch is still rescued, tick after tick."""
+    mask = "11001010"  # scheduled, available, retryable, cancelled
+    key = b"\x03" * 16
+    stuck = insert_job(db, heartbeat_age_s=300, unique_key=key, unique_states=mask)
+    insert_job(db, state="available", unique_key=key, unique_states=mask)
+    other = insert_job(db, heartbeat_age_s=300)
+    out = await rescue.rescue(pool, rescue.HEARTBEAT_STALE, staleness_ms=1_000)
+    assert out.retried == 1 and out.duplicates == 0
+    assert job(db, stuck)["state"] == "running"
+    assert job(db, other)["state"] == "retryable"

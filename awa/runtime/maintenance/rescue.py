@@ -142,10 +142,20 @@ async def _rescue_row_at_a_time(conn: psycopg.AsyncConnection[Any], kind: Rescue
                 outcome.statements += 1
                 error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                               terminal=True, cause=kind.error)
-                cancelled = await (await conn.execute(sql.CANCEL_RUNNING_AS_DUPLICATE, {
-                    "id": row["id"], "run_lease": row["run_lease"], "state": kind.state,
-                    "error": Jsonb(error)})).fetchall()
-                outcome.statements += 1
+                try:
+                    async with conn.transaction():
+                        cancelled = await (await conn.execute(
+                            sql.CANCEL_RUNNING_AS_DUPLICATE, {
+                                "id": row["id"], "run_lease": row["run_lease"],
+                                "state": kind.state, "error": Jsonb(error)})).fetchall()
+                        outcome.statements += 1
+                except psycopg.errors.UniqueViolation:
+                    # Only a mask that includes cancelled gets here: nothing safe is left.
+                    log.error("job %s cannot be rescued or cancelled: its unique_states mask "
+                              "includes cancelled and a newer job holds its key; cancel the "
+                              "newer job or fix the mask (see the unique-claim wedge runbook)",
+                              row["id"])
+                    continue
                 for c in cancelled:
                     outcome.duplicates += 1
                     outcome.ended.append((c["id"], c["run_lease"]))
