@@ -187,19 +187,29 @@ def test_dlq_commands(database_url):
     (["job", "dump", "424242"], ["job 424242 not found"]),
     (["job", "cancel", "424242"], ["job 424242 not found"]),
     (["job", "retry", "424242"], ["job 424242 not found"]),
+])
+def test_unknown_job_ids_are_one_line(database_url, args, fragments):
+    result = awa_cmd(*args, "--database-url", database_url)
+    assert result.returncode == 1
+    assert_one_line_error(result.stderr, *fragments)
+
+
+@pytest.mark.parametrize("args, fragments", [
     (["job", "list", "--state", "done"], ["'done' is not one of"]),
     (["job", "list", "--limit", "0"], ["--limit"]),
     (["job", "list", "--frobnicate"], ["No such option"]),
     (["job", "dump", "abc"], ["'abc' is not a valid integer"]),
     (["job", "retry-failed"], ["--kind or --queue"]),
+    (["job", "discard"], ["--kind"]),
     (["dlq", "purge"], ["--all"]),
     (["dlq", "retry-bulk"], ["--all"]),
+    (["dlq", "retry", "1", "--priority", "5"], ["--priority"]),
     (["nonsense"], ["No such command"]),
 ])
-def test_user_mistakes_are_one_line(database_url, args, fragments):
-    result = awa_cmd(*args, "--database-url", database_url) if args[0] != "nonsense" else \
-        awa_cmd("--database-url", database_url, *args)
-    assert result.returncode != 0
+def test_usage_mistakes_are_one_line_before_touching_the_database(args, fragments):
+    # The URL is never used: each mistake is caught before connecting.
+    result = cli("--database-url", "postgresql://postgres@127.0.0.1:1/unused", *args)
+    assert result.exit_code == 2, result.output
     assert_one_line_error(result.stderr, *fragments)
 
 
