@@ -167,5 +167,8 @@ async def running_console(database_url: str, **kwargs: Any) -> AsyncIterator[tup
 
 
 @pytest.fixture
-def seeded(db) -> dict[str, Any]:
-    return seed_system(db)
+def log_dir(tmp_path):
+    """Where worker subprocesses write their start/done lines."""
+    path = tmp_path / "worker-logs"
+    path.mkdir()
+    return path
