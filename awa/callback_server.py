@@ -33,11 +33,13 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterator
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from awa import callback_contract, config
 from awa.callbacks import CallbackAlreadyResolved, parse_callback_id
 from awa.db import one_line
-from awa.job import (AwaError, CallbackNotFound, DatabaseError, SerializationError,
-                     ValidationError)
+from awa.job import AwaError, CallbackNotFound, SerializationError, ValidationError
 
 log = logging.getLogger("awa.callbacks.server")
 
@@ -88,11 +90,14 @@ class CallbackApp:
             return
         if scope["type"] != "http":
             return
+        headers: list[tuple[bytes, bytes]] = []
         try:
             status, body = await self._handle(scope, receive)
-            headers: list[tuple[bytes, bytes]] = []
         except HttpError as exc:
             status, body, headers = exc.status, {"error": str(exc)}, exc.headers
+        except Exception:
+            log.exception("callback request %s failed", scope.get("path"))
+            status, body = 500, {"error": "internal error; see the receiver's log"}
         await _respond(send, status, body, headers)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -124,8 +129,9 @@ class CallbackApp:
             raise HttpError(404, str(exc))
         except (ValidationError, SerializationError) as exc:
             raise HttpError(400, one_line(exc))
-        except DatabaseError as exc:
-            raise HttpError(503, one_line(exc))
+        except (AwaError, psycopg.Error, PoolTimeout) as exc:  # database down or unmigrated
+            log.error("callback %s %s not applied: %s", callback_id, action, one_line(exc))
+            raise HttpError(503, f"callback not applied, try again: {one_line(exc)}")
         log.info("callback %s %s: job %s is %s", callback_id, action, job.id, job.state.value)
         return 200, {"id": callback_id, "job_id": job.id, "state": job.state.value}
 

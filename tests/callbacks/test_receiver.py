@@ -259,3 +259,18 @@ def test_resolution_commands(db, database_url, running_job):
 async def _register(database_url: str, job_id: int, lease: int) -> str:
     async with awa.AsyncClient(database_url) as c:
         return (await callbacks.register_callback(await c._get_pool(), job_id, lease, 60)).id
+
+
+async def test_unmigrated_database_is_503_and_serve_refuses_to_start(empty_database_url):
+    with serve(CallbackApp(database_url=empty_database_url, secret=SECRET)) as base:
+        cid = str(uuid.uuid4())
+        async with httpx.AsyncClient() as http:
+            r = await http.post(f"{base}/api/callbacks/{cid}/complete", headers=signed(cid))
+    assert r.status_code == 503 and "awa migrate" in r.json()["error"]
+
+    bad = subprocess.run([AWA, "callbacks", "serve", "--allow-unsigned", "--listen",
+                          f"127.0.0.1:{_free_port()}", "--database-url", empty_database_url],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1
+    [line] = bad.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "awa migrate" in line
