@@ -127,3 +127,43 @@ def test_schema_not_migrated_and_missing_objects(empty_database_url, database_ur
     broken = run_ops("diagnose", "schema", "--database-url", database_url, "--json")
     assert broken.code == 2
     assert "sequence awa.jobs_id_seq" in summaries(broken.data)
+
+
+PRODUCER = """
+import asyncio, sys, time
+import awa
+from awa import telemetry
+
+async def main():
+    endpoint = telemetry.serve_prometheus("127.0.0.1:0")
+    client = awa.AsyncClient(sys.argv[1])
+    for _ in range(20):  # tiny batches: the failure mode the guide describes first
+        await client.enqueue_many_copy([{"n": 1}, {"n": 2}], kind="tiny")
+    print(f"READY http://127.0.0.1:{endpoint.port}/metrics", flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_enqueue_reads_the_producer_histograms(ops, database_url):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, database_url], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), proc.stderr.read()
+        url = line.split()[1]
+        result = ops("enqueue", "--metrics-url", url)
+        finding = result.findings()[0]
+        assert result.code == 1 and finding["summary"].startswith("enqueue batches are tiny: p50")
+        assert "over 20 batches" in finding["summary"]
+        assert {row["histogram"] for row in finding["evidence"]} == {"batch_size", "duration_seconds"}
+    finally:
+        proc.kill()
+        proc.wait()
+    clean = ops("enqueue")
+    assert clean.code == 0 and "pass --metrics-url" in clean.findings()[0]["summary"]
+    assert "INSERT INTO awa.queue_meta" in clean.findings()[0]["next_step"]

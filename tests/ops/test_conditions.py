@@ -64,6 +64,20 @@ def test_sigkilled_worker_leaves_a_stale_job_and_a_dead_runtime(ops, database_ur
     assert worker.instance_id in str(runtime.findings())
 
 
+def test_a_real_runtime_that_never_leads_is_a_critical_no_leader(ops, database_url):
+    worker = start_worker(database_url, "default:2", settings={"run_maintenance": False})
+    try:
+        time.sleep(1.5)  # longer than the 0.2 s election interval plus one snapshot
+        result = ops("runtime", *FAST_FLAGS)
+        assert result.code == 2, summaries(result.data)
+        finding = result.findings()[0]
+        assert finding["summary"].startswith("no live runtime is leader for")
+        assert finding["evidence"][0]["instance_id"] == worker.instance_id
+        assert "pg_locks" in finding["next_step"]
+    finally:
+        worker.terminate()
+
+
 def test_no_leader_is_critical(ops, db):
     # Two live runtimes that report no leader for far longer than the election interval.
     for host in ("a", "b"):

@@ -90,3 +90,21 @@ def test_checks_run_on_a_queue_storage_database(awa_cli, empty_database_url, tmp
 
     every = run_ops("diagnose", "all", "--database-url", url, "--json", env=env)
     assert all(c["error"] is None for c in every.data["checks"]), every.stdout
+
+    # The exporter reads the same layout: the stale lease shows up per queue.
+    import asyncio
+
+    from awa_ops.exporter import DatabaseCollector
+
+    async def scrape():
+        collector = DatabaseCollector(url)
+        try:
+            return {s.name: s for f in await collector.scrape() for s in f.samples
+                    if not s.labels or s.labels.get("awa_job_queue") in (None, "email")}
+        finally:
+            await collector.close()
+
+    samples = asyncio.run(scrape())
+    assert samples["awa_db_exporter_scrape_success"].value == 1.0
+    assert samples["awa_db_running_heartbeat_stale"].value == 1.0
+    assert samples["awa_db_running_oldest_heartbeat_age_seconds"].value > 250

@@ -1,0 +1,47 @@
+"""The human side of `awa-ops diagnose`: readable panels, the summary table, --watch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ops_helpers import run_ops
+
+
+def test_human_output_explains_and_exits_with_the_worst_status(database_url, db):
+    db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, started_at,
+                  last_seen_at, leader, maintenance_alive)
+                  VALUES (gen_random_uuid(), 'h1', 7, now() - interval '1 hour',
+                          now() - interval '10 minutes', true, true)""")
+    result = run_ops("diagnose", "all", "--database-url", database_url)
+    assert result.code == 2 and "Traceback" not in result.stderr
+    out = result.stdout
+    assert "awa-ops diagnose all" in out and "stuck-running" in out and "mvcc-horizon" in out
+    assert "no live runtime: the most recent, h1:7" in out  # the critical check's panel
+    assert "why:" in out and "runbooks/runtime.md" in out
+
+    one = run_ops("diagnose", "schema", "--database-url", database_url)
+    assert one.code == 0 and "schema version" in one.stdout
+
+
+def test_watch_reruns_until_interrupted(database_url):
+    proc = subprocess.Popen([sys.executable, "-m", "awa_ops.cli", "diagnose", "dlq", "--json",
+                             "--watch", "0.5", "--database-url", database_url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "XDG_STATE_HOME": "/tmp/awa-ops-watch-test"})
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert out.count('"check": "dlq"') >= 2  # ran more than once
+    assert "Traceback" not in err
+
+
+def test_unknown_flag_values_are_one_line_errors(database_url):
+    bad = run_ops("diagnose", "all", "--database-url", database_url, "--watch", "-1")
+    assert bad.code == 2 and "Traceback" not in bad.stderr and "--watch" in bad.stderr
+    garbage = run_ops("diagnose", "schema", "--database-url", "not a url at all")
+    assert garbage.code == 3 and len(garbage.stderr.strip().splitlines()) == 1
