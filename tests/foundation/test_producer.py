@@ -67,7 +67,12 @@ async def test_copy_paths(client, db):
                                          run_at=timedelta(hours=1))
     assert [j.state for j in jobs] == [awa.JobState.Scheduled] * 2
     assert [j.args.to for j in jobs] == ["c1", "c2"]
-    assert count_jobs(db, queue="bulk") == 1502
+    plain = await client.insert_many_copy([SendEmail("p1"), SendEmail("p2")], queue="bulk",
+                                          priority=3)
+    assert [(j.args.to, j.state, j.priority) for j in plain] == [
+        ("p1", awa.JobState.Available, 3), ("p2", awa.JobState.Available, 3)]
+    assert plain[0].id < plain[1].id and plain.skipped == 0
+    assert count_jobs(db, queue="bulk") == 1504
     row = db.execute("SELECT tags, args FROM awa.jobs_hot WHERE queue = 'bulk' LIMIT 1").fetchone()
     assert row["tags"] == ["t"] and set(row["args"]) == {"to", "subject"}
 

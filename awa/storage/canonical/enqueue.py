@@ -174,8 +174,11 @@ class EnqueueBatch:
     @property
     def needs_general(self) -> bool:
         """Unique keys or explicit run_at need the general statement."""
-        return (any(k is not None for k in self.unique_key)
-                or any(r is not None for r in self.run_at))
+        return self.has_unique or any(r is not None for r in self.run_at)
+
+    @property
+    def has_unique(self) -> bool:
+        return any(k is not None for k in self.unique_key)
 
     def chunks(self, size: int) -> list["EnqueueBatch"]:
         if len(self) <= size:
@@ -507,7 +510,7 @@ async def insert_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
     if not len(batch):
         return InsertOutcome([], 0, 0)
     sql, params = _statement(batch, returning), batch.params()
-    guard = batch.needs_general and _in_transaction(conn)
+    guard = batch.has_unique and _in_transaction(conn)
     for attempt in range(UNIQUE_RACE_RETRIES):
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
@@ -535,7 +538,7 @@ def insert_batch_sync(conn: psycopg.Connection[Any], batch: EnqueueBatch,
     if not len(batch):
         return InsertOutcome([], 0, 0)
     sql, params = _statement(batch, returning), batch.params()
-    guard = batch.needs_general and _in_transaction(conn)
+    guard = batch.has_unique and _in_transaction(conn)
     for attempt in range(UNIQUE_RACE_RETRIES):
         try:
             with conn.cursor(row_factory=dict_row) as cur:
