@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -21,9 +21,9 @@ from awa import config, serialization
 from awa.job import Job, ValidationError
 from awa.storage.canonical import maintenance as sql
 
-T = TypeVar("T")
 
 MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
+_NO_ARGS: Any = object()
 
 
 @dataclass(frozen=True)
@@ -131,13 +131,19 @@ class CronMixin:
     def _periodic_jobs(self) -> list[PeriodicJob]:
         return self.__dict__.setdefault("_awa_periodic_jobs", [])
 
-    def periodic(self, name: str, cron_expr: str, args_type: type[T], args: T, *,
+    def periodic(self, name: str, cron_expr: str, args_type: Any, args: Any = _NO_ARGS, *,
                  timezone: str = "UTC", queue: str = config.DEFAULT_QUEUE,
                  priority: int = config.DEFAULT_PRIORITY,
                  max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
                  tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                  missed_fire_policy: str = "coalesce", kind: str | None = None) -> None:
-        """Declare a schedule; the runtime stores it at start and the leader fires it."""
+        """Declare a schedule; the runtime stores it at start and the leader fires it.
+
+        ``periodic(name, expr, ArgsType, ArgsType(...))`` as in the existing SDK, or
+        ``periodic(name, expr, ArgsType(...))`` (the type is taken from the args).
+        """
+        if args is _NO_ARGS:
+            args, args_type = args_type, type(args_type)
         if not isinstance(name, str) or not name.strip():
             raise ValidationError("periodic job name must be a non-empty string")
         validate_schedule(name, cron_expr, timezone)

@@ -122,3 +122,13 @@ async def test_trigger_delete_and_unknown_names(client, db):
             await call("nope")
     assert await client.delete_cron_job("nightly") is True
     assert await client.delete_cron_job("nightly") is False
+
+
+def test_args_type_may_be_left_out(client):
+    client.periodic("short_form", "*/5 * * * *", Report(team="ops"), queue="reports")
+    [spec] = client._periodic_jobs
+    assert spec.kind == "report" and spec.args == {"team": "ops"}
+    with pytest.raises(ValidationError, match="dict args need an explicit kind="):
+        client.periodic("dict_form", "*/5 * * * *", {"team": "ops"})
+    client.periodic("dict_kind", "*/5 * * * *", {"team": "ops"}, kind="report")
+    assert [p.name for p in client._periodic_jobs] == ["short_form", "dict_kind"]
