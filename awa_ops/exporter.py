@@ -9,6 +9,7 @@ from the DATABASE section of the metric catalogue (awa/metrics.py).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any, Iterable
@@ -16,10 +17,14 @@ from typing import Any, Iterable
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from awa import config, metrics
+from awa import config, db, metrics
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.session import OpsSession
 from awa_ops.storage import Engine, detect_engine, quote, render
+
+log = logging.getLogger("awa_ops.exporter")
+# Storage layout is re-detected this often, so a storage transition is noticed.
+ENGINE_RECHECK_S = 60.0
 
 # Non-terminal states only: terminal rows are retention history, and counting
 # them would walk most of a large table on every scrape.
@@ -112,6 +117,7 @@ class DatabaseCollector(Collector):
         self._session: OpsSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
+        self._engine_checked_at = 0.0
 
     # --- the async core (usable directly from tests and benchmarks) --------
     async def _ensure_session(self) -> OpsSession:
@@ -126,15 +132,20 @@ class DatabaseCollector(Collector):
         ok = 1.0
         try:
             session = await self._ensure_session()
+            if time.monotonic() - self._engine_checked_at > ENGINE_RECHECK_S:
+                session.cache.clear()
+                self._engine_checked_at = time.monotonic()
             engine = await detect_engine(session)
             if engine.installed:
                 families = await self._database_metrics(session, engine)
-        except Exception:  # a failed scrape is reported as a metric, never as an HTTP 500
+        except Exception as exc:  # a failed scrape is reported as a metric, never as an HTTP 500
+            log.warning("awa-ops exporter: scrape failed: %s", db.one_line(exc))
             ok = 0.0
             if self._session is not None and self._session.conn.closed:
                 self._session = None
         if not families and ok:
-            ok = 0.0  # no awa schema: nothing to report is itself a failure worth alerting on
+            log.warning("awa-ops exporter: no awa schema in this database (run `awa migrate`)")
+            ok = 0.0  # nothing to report is itself a failure worth alerting on
         duration, _ = _family("awa.db.exporter.scrape_duration")
         duration.add_metric([], time.perf_counter() - started)
         success, _ = _family("awa.db.exporter.scrape_success")
@@ -252,6 +263,7 @@ def build_registry(url: str, heartbeat_staleness_s: float) -> tuple[CollectorReg
 def serve(url: str, host: str, port: int, heartbeat_staleness_s: float) -> None:
     from prometheus_client import start_http_server
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     registry, _ = build_registry(url, heartbeat_staleness_s)
     server, thread = start_http_server(port, addr=host, registry=registry)
     print(f"awa-ops exporter: serving http://{host}:{port}/metrics", flush=True)

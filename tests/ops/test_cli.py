@@ -45,3 +45,15 @@ def test_unknown_flag_values_are_one_line_errors(database_url):
     assert bad.code == 2 and "Traceback" not in bad.stderr and "--watch" in bad.stderr
     garbage = run_ops("diagnose", "schema", "--database-url", "not a url at all")
     assert garbage.code == 3 and len(garbage.stderr.strip().splitlines()) == 1
+
+
+def test_every_check_links_an_existing_runbook():
+    from pathlib import Path
+
+    from awa_ops.diagnose import CHECKS, check_module
+
+    root = Path(__file__).resolve().parents[2]
+    for name in CHECKS:
+        module = check_module(name)
+        assert module.NAME == name
+        assert (root / module.RUNBOOK).is_file(), module.RUNBOOK
