@@ -127,3 +127,19 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
 
     db.execute("UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now() WHERE id = %s", (old,))
     assert ops("unique-wedge").code == 0
+
+
+async def test_admin_cancel_of_a_handler_that_ignores_it(ops, database_url, client, db):
+    worker = start_worker(database_url, "default:2")
+    try:
+        job = insert_job(db, "hang")
+        wait_for(lambda: db.execute("SELECT state FROM awa.jobs_hot WHERE id = %s",
+                                    (job,)).fetchone()["state"] == "running")
+        await client.cancel(job)  # durable, plus pg_notify('awa:cancel'); "hang" ignores the flag
+        result = ops("stuck-running", "--heartbeat-staleness", "30")
+        rows = [row for f in result.findings() for row in f["evidence"]]
+        cancelled = next(r for r in rows if r["job_id"] == job)
+        assert cancelled["class"] == "cancelled but still running"
+        assert "is_cancelled()" in summaries(result.data)
+    finally:
+        worker.kill()
