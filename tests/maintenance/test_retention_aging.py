@@ -72,3 +72,13 @@ async def test_aging_uses_the_queue_interval_and_zero_disables(db, pool):
     await aging.age_priorities(pool, default_interval_ms=1_000, queues=queues)
     assert job(db, slow)["priority"] == 4
     assert job(db, off)["priority"] == 4
+
+
+async def test_retention_is_bounded_per_tick(db, pool):
+    settings = RuntimeSettings(completed_retention_hours=1, cleanup_batch_size=2)
+    ids = [insert_job(db, state="completed", finalized_age_s=7200) for _ in range(5)]
+    first = await retention.clean(pool, settings, max_batches=2)
+    assert first.deleted["completed"] == 4
+    second = await retention.clean(pool, settings, max_batches=2)
+    assert second.deleted["completed"] == 1
+    assert all(job(db, i) is None for i in ids)
