@@ -39,7 +39,8 @@ from psycopg_pool import PoolTimeout
 from awa import callback_contract, config
 from awa.callbacks import CallbackAlreadyResolved, parse_callback_id
 from awa.db import one_line
-from awa.job import AwaError, CallbackNotFound, SerializationError, ValidationError
+from awa.job import (AwaError, CallbackNotFound, SerializationError, UniqueConflict,
+                     ValidationError)
 
 log = logging.getLogger("awa.callbacks.server")
 
@@ -123,7 +124,7 @@ class CallbackApp:
         fields = _validate(action, await self._read_json(scope, receive))
         try:
             job = await self._apply(action, callback_id, fields)
-        except CallbackAlreadyResolved as exc:
+        except (CallbackAlreadyResolved, UniqueConflict) as exc:
             raise HttpError(409, str(exc))
         except CallbackNotFound as exc:
             raise HttpError(404, str(exc))

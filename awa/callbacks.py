@@ -45,6 +45,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa import cel, config, db, lifecycle
+from awa.admin import _unique_error
 from awa.db import one_line
 from awa.job import (AwaError, CallbackNotFound, CallbackToken, Job, SerializationError,
                      ValidationError)
@@ -364,7 +365,15 @@ def _count(row: dict[str, Any], outcome: str) -> None:
 async def _resolve(conn: Any, sql: str, params: dict[str, Any],
                    outcome: str | None) -> Job[Any]:
     """Run one guarded resolution; nothing matched means unknown or already resolved."""
-    row = await (await conn.execute(sql, {**params, "channel": RESUME_CHANNEL})).fetchone()
+    try:
+        row = await (await conn.execute(sql, {**params, "channel": RESUME_CHANNEL})).fetchone()
+    except psycopg.errors.UniqueViolation as exc:
+        # waiting_external is outside the default unique mask, so a newer job
+        # may have taken the key meanwhile; nothing was written.
+        conflict = _unique_error(exc, f"{outcome or 'resolve'} callback {params['callback_id']}")
+        if conflict is None:
+            raise
+        raise conflict from None
     if row is None:
         raise await _not_found(conn, params["callback_id"])
     if outcome is not None:

@@ -276,3 +276,22 @@ async def test_a_lost_notification_is_caught_by_the_fallback_poll(db, pool, runn
                "metadata = metadata || jsonb_build_object(%s::text, %s::jsonb) WHERE id = %s",
                (callbacks.RESULT_KEY, psycopg.types.json.Jsonb(result), job_id))
     assert await asyncio.wait_for(waiter, 5) == {"quiet": True}
+
+
+async def test_resolution_into_a_taken_unique_key_is_a_conflict_and_changes_nothing(
+        db, client, waiting):
+    job_id, _, token = await waiting()
+    key = b"\x01" * 16
+    # waiting_external is outside the default mask, so another job took the key.
+    db.execute("UPDATE awa.jobs_hot SET unique_key = %s, unique_states = B'11111000' "
+               "WHERE id = %s", (key, job_id))
+    db.execute("INSERT INTO awa.jobs_hot (kind, queue, unique_key, unique_states) "
+               "VALUES ('external', 'cb', %s, B'11111000')", (key,))
+    before = row_of(db, job_id)
+    with pytest.raises(awa.UniqueConflict, match="another live job holds its unique key"):
+        await client.complete_external(token.id, {"x": 1})
+    with pytest.raises(awa.UniqueConflict):
+        await client.retry_external(token.id)
+    assert row_of(db, job_id) == before
+    await client.fail_external(token.id, "gave up")  # failed is outside the mask: allowed
+    assert row_of(db, job_id)["state"] == "failed"
