@@ -1,0 +1,224 @@
+"""Worker throughput, pickup latency and CPU per job (issue 3).
+
+    .venv/bin/python benchmarks/throughput.py                    # N=20000, W=16,64,256
+    .venv/bin/python benchmarks/throughput.py --jobs 20000 --workers 16,64,256 --profile 64
+    (or: python3 dev.py bench benchmarks/throughput.py ...)
+
+For each W a fresh worker *process* runs one queue with max_workers=W and a
+no-op async handler; this process enqueues N jobs with COPY (batches of
+1000) while the worker is already claiming, and reports:
+
+* enqueue jobs/s  -- N / time the COPY batches took (alongside the workers);
+* processed jobs/s -- N / (last job finalized - first enqueue started);
+* CPU per job     -- user+sys CPU of the worker process / N;
+* pickup latency  -- single jobs inserted into the idle worker, one at a time:
+  attempted_at - created_at (both from the database clock), p50/p95;
+* with ``--profile W``: the worker's top functions (cProfile) for that run.
+
+Creates its own database on the server of AWA_TEST_DATABASE_URL /
+DATABASE_URL (else 127.0.0.1:5432), migrates it, and drops it at the end.
+Maintenance is off in the worker (one leader per database does it anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import awa  # noqa: E402
+from awa import schema  # noqa: E402
+
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+QUEUE = "bench"
+KIND = "noop"
+COPY_BATCH = 1_000
+
+
+# --- the worker process -----------------------------------------------------------
+async def worker_main(url: str, workers: int, claim_batch: int, profile: str | None) -> None:
+    import cProfile
+    import resource
+
+    client = awa.AsyncClient(url)
+
+    @client.task(dict, kind=KIND, queue=QUEUE)
+    async def noop(job):
+        return None
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await client.start([{"name": QUEUE, "max_workers": workers, "claim_batch_size": claim_batch}],
+                       run_maintenance=False, heartbeat_interval_ms=5_000,
+                       snapshot_interval_ms=10_000)
+    profiler = cProfile.Profile() if profile else None
+    # The parent says when the measured phase starts and ends (SIGUSR1), so
+    # the CPU and profile cover exactly the run.
+    phase = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, phase.set)
+    print("READY", flush=True)
+    await phase.wait()
+    phase.clear()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    if profiler:
+        profiler.enable()
+    await phase.wait()
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(json.dumps({"cpu_s": cpu}), flush=True)
+    await stop.wait()
+    await client.shutdown(2_000)
+    await client.close()
+
+
+# --- the driver ---------------------------------------------------------------------
+def admin_url() -> str:
+    for var in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
+        if os.environ.get(var):
+            return make_conninfo(os.environ[var], dbname="postgres")
+    return LOCAL_SERVER
+
+
+def start_worker(url: str, workers: int, claim_batch: int, profile: str | None):
+    args = [sys.executable, __file__, "--worker-process", url, str(workers), str(claim_batch)]
+    if profile:
+        args.append(profile)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        raise SystemExit(f"worker failed to start: {line!r}")
+    return proc
+
+
+def count_done(conn) -> int:
+    return conn.execute("SELECT count(*) FROM awa.jobs_hot WHERE state = 'completed'").fetchone()[0]
+
+
+async def enqueue_all(url: str, n: int) -> float:
+    client = awa.AsyncClient(url)
+    started = time.perf_counter()
+    for offset in range(0, n, COPY_BATCH):
+        await client.enqueue_many_copy([{"i": i} for i in range(offset, min(offset + COPY_BATCH, n))],
+                                       kind=KIND, queue=QUEUE)
+    took = time.perf_counter() - started
+    await client.close()
+    return took
+
+
+def run_throughput(url: str, n: int, workers: int, claim_batch: int,
+                   profile: str | None) -> dict:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims")
+        proc = start_worker(url, workers, claim_batch, profile)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.1)
+        started = time.perf_counter()
+        enqueue_s = asyncio.run(enqueue_all(url, n))
+        while count_done(conn) < n:
+            if proc.poll() is not None:
+                raise SystemExit(f"the worker process died ({proc.returncode})")
+            time.sleep(0.01)
+        wall = time.perf_counter() - started
+        span = conn.execute("SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
+                            "FROM awa.jobs_hot").fetchone()[0]
+        proc.send_signal(signal.SIGUSR1)
+        cpu = json.loads(proc.stdout.readline())["cpu_s"]
+        latencies = pickup_latencies(conn, url)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        attempts = conn.execute("SELECT max(attempt) FROM awa.jobs_hot").fetchone()[0]
+    return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
+            "processed_per_s": n / float(span), "wall_s": wall, "cpu_ms_per_job": 1000 * cpu / n,
+            "pickup_p50_ms": statistics.median(latencies),
+            "pickup_p95_ms": statistics.quantiles(latencies, n=20)[18],
+            "max_attempt": attempts}
+
+
+def pickup_latencies(conn, url: str, samples: int = 100) -> list[float]:
+    """Single jobs into the idle worker, one at a time."""
+    out = []
+    insert = conn.cursor()
+    for i in range(samples):
+        row = insert.execute(
+            "INSERT INTO awa.jobs_hot (kind, queue, args) VALUES (%s, %s, '{}') RETURNING id",
+            (KIND, QUEUE)).fetchone()
+        job_id = row[0]
+        while True:
+            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs_hot "
+                             "WHERE id = %s AND attempted_at IS NOT NULL", (job_id,)).fetchone()
+            if r:
+                out.append(1000 * float(r[0]))
+                break
+            time.sleep(0.001)
+        time.sleep(0.02)
+    return out
+
+
+def print_profile(path: str, top: int = 25) -> None:
+    import pstats
+    stats = pstats.Stats(path)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker-process":
+        url, workers, claim_batch = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        profile = sys.argv[5] if len(sys.argv) > 5 else None
+        asyncio.run(worker_main(url, workers, claim_batch, profile))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--workers", default="16,64,256")
+    parser.add_argument("--claim-batch", type=int, default=awa.config.CLAIM_BATCH_SIZE)
+    parser.add_argument("--profile", type=int, default=None, metavar="W",
+                        help="profile the worker process during the W run")
+    args = parser.parse_args()
+    server = admin_url()
+    name = f"awa_bench_tp_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = make_conninfo(server, dbname=name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            schema.migrate_sync(conn)
+        print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
+              f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
+              f"(shared with other work while measuring)")
+        print(f"{'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
+              f"{'pickup p50':>11} {'pickup p95':>11}")
+        profile_path = None
+        for w in [int(x) for x in args.workers.split(",")]:
+            profile_path = f"/tmp/awa-throughput-W{w}.prof" if args.profile == w else None
+            r = run_throughput(url, args.jobs, w, args.claim_batch, profile_path)
+            assert r["max_attempt"] == 1, "a job was claimed twice"
+            print(f"{w:>5} {r['enqueue_per_s']:>10.0f} {r['processed_per_s']:>12.0f} "
+                  f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms "
+                  f"{r['pickup_p95_ms']:>9.1f}ms", flush=True)
+            if profile_path:
+                print(f"\nprofile of the worker process at W={w} (top functions by own time):")
+                print_profile(profile_path)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()
