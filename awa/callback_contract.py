@@ -21,7 +21,7 @@ from awa.job import ValidationError
 DEFAULT_HEARTBEAT_TIMEOUT_SECS = config.CALLBACK_TIMEOUT_SECONDS
 DEFAULT_PATH_PREFIX = config.CALLBACK_PATH_PREFIX
 SIGNATURE_HEADER = "X-Awa-Signature"
-ACTIONS = ("complete", "fail", "heartbeat", "resume")
+ACTIONS = ("complete", "fail", "heartbeat", "resume", "resolve")
 
 
 def coerce_secret(secret: bytes | str) -> bytes:

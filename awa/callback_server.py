@@ -1,18 +1,21 @@
 """The HTTP callback receiver: an ASGI app, served by ``awa callbacks serve``.
 
 ``POST <prefix>/<callback_id>/<action>`` with ``action`` one of complete,
-fail, heartbeat, resume and a JSON object body:
+fail, heartbeat, resume, resolve and a JSON object body:
 
 * complete, resume: ``{"payload": <JSON object or null>}`` (body may be empty)
 * fail:             ``{"error": "<message>"}``
 * heartbeat:        ``{"timeout_seconds": <positive number>}`` (optional)
+* resolve:          ``{"payload": {...}, "default_action": "ignore|complete|fail"}``:
+                    the job's CEL rules decide; the answer adds ``outcome``, ``reason``
 
 The request must carry ``X-Awa-Signature`` = hex BLAKE3 keyed hash of the
 callback id under the shared 32-byte secret (``awa.callback_contract.sign``),
 unless the server runs with ``--allow-unsigned``.  Answers are JSON:
 ``200 {id, job_id, state}``; errors ``{"error": ...}`` with 400 (malformed id
 or body), 401 (missing or bad signature), 404 (unknown callback / no such
-route), 405, 409 (callback already resolved), 413 (body too large), 503
+route), 405, 409 (callback already resolved, or the job's unique key was taken
+meanwhile), 413 (body too large), 503
 (database unavailable).  Every refusal happens before any write, and every
 write is one guarded statement, so a refused or replayed request changes
 nothing.
@@ -37,7 +40,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from awa import callback_contract, config
-from awa.callbacks import CallbackAlreadyResolved, parse_callback_id
+from awa.callbacks import CallbackAlreadyResolved, ResolveResult, parse_callback_id
 from awa.db import one_line
 from awa.job import (AwaError, CallbackNotFound, SerializationError, UniqueConflict,
                      ValidationError)
@@ -50,7 +53,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # The fields each action's body may carry.
 _FIELDS = {"complete": {"payload"}, "resume": {"payload"}, "fail": {"error"},
-           "heartbeat": {"timeout_seconds"}}
+           "heartbeat": {"timeout_seconds"}, "resolve": {"payload", "default_action"}}
 
 
 class HttpError(Exception):
@@ -123,7 +126,7 @@ class CallbackApp:
         self._check_signature(scope, callback_id)
         fields = _validate(action, await self._read_json(scope, receive))
         try:
-            job = await self._apply(action, callback_id, fields)
+            result = await self._apply(action, callback_id, fields)
         except (CallbackAlreadyResolved, UniqueConflict) as exc:
             raise HttpError(409, str(exc))
         except CallbackNotFound as exc:
@@ -133,8 +136,12 @@ class CallbackApp:
         except (AwaError, psycopg.Error, PoolTimeout) as exc:  # database down or unmigrated
             log.error("callback %s %s not applied: %s", callback_id, action, one_line(exc))
             raise HttpError(503, f"callback not applied, try again: {one_line(exc)}")
+        job = result.job if isinstance(result, ResolveResult) else result
         log.info("callback %s %s: job %s is %s", callback_id, action, job.id, job.state.value)
-        return 200, {"id": callback_id, "job_id": job.id, "state": job.state.value}
+        answer = {"id": callback_id, "job_id": job.id, "state": job.state.value}
+        if isinstance(result, ResolveResult):
+            answer.update(outcome=result.outcome, reason=result.reason)
+        return 200, answer
 
     def _route(self, path: str) -> tuple[str, str]:
         rest = path[len(self.prefix):] if path.startswith(self.prefix + "/") else None
@@ -196,6 +203,9 @@ class CallbackApp:
             return await client.resume_external(callback_id, fields.get("payload"))
         if action == "fail":
             return await client.fail_external(callback_id, fields["error"])
+        if action == "resolve":
+            return await client.resolve_callback(callback_id, fields.get("payload"),
+                                                 fields.get("default_action", "ignore"))
         return await client.heartbeat_callback(
             callback_id, fields.get("timeout_seconds", callback_contract.DEFAULT_HEARTBEAT_TIMEOUT_SECS))
 

@@ -110,7 +110,7 @@ async def test_round_trip_parks_then_completes_by_signed_callback(db, client, en
     cid = body["callback_id"]
     assert body["job"]["id"] == job.id and body["job"]["args"] == {"cents": 1250}
     assert body["callback_url"] == f"{receiver_base}/api/callbacks/{cid}/complete"
-    assert set(body["callback_urls"]) == {"complete", "fail", "heartbeat", "resume"}
+    assert set(body["callback_urls"]) == {"complete", "fail", "heartbeat", "resume", "resolve"}
     assert callback_contract.verify(SECRET, cid, headers["x-awa-signature"])
     assert headers["x-awa-signature"] == body["callback_signature"]
     await eventually(lambda: endpoint.callback_status, what="the receiver's answer")

@@ -74,6 +74,28 @@ async def test_signed_actions_resolve_the_job(db, receiver, waiting):
     assert resumed.json()["state"] == "running"
 
 
+async def test_resolve_lets_the_jobs_cel_rules_decide(db, pool, running_job, receiver):
+    job_id, lease = running_job()
+    token = await callbacks.register_callback(pool, job_id, lease, 60,
+                                              filter='payload.event == "charge.updated"',
+                                              on_complete='payload.status == "paid"')
+    cid = token.id
+    async with httpx.AsyncClient() as http:
+        other = await http.post(f"{receiver}/{cid}/resolve", headers=signed(cid),
+                                json={"payload": {"event": "ping"}})
+        assert other.status_code == 200
+        assert other.json()["outcome"] == "ignored" and other.json()["state"] == "running"
+        bad = await http.post(f"{receiver}/{cid}/resolve", headers=signed(cid),
+                              json={"payload": {}, "default_action": "explode"})
+        assert bad.status_code == 400 and "default_action must be one of" in bad.json()["error"]
+        paid = await http.post(f"{receiver}/{cid}/resolve", headers=signed(cid),
+                               json={"payload": {"event": "charge.updated", "status": "paid"}})
+    assert paid.json() == {"id": cid, "job_id": job_id, "state": "completed",
+                           "outcome": "completed",
+                           "reason": 'on_complete matched: payload.status == "paid"'}
+    assert row_of(db, job_id)["state"] == "completed"
+
+
 async def test_bad_or_missing_signature_is_refused_and_changes_nothing(db, receiver, waiting):
     job_id, cid = await waiting()
     before = row_of(db, job_id)
