@@ -3,28 +3,30 @@ workload with a crashed worker and a pinned horizon, and loads the generated ale
 
 Every dashboard query must evaluate through Prometheus' HTTP API, and be non-empty whenever
 the workload produced the metrics it reads; the pinned horizon must drive AwaXminHorizonPinned
-to pending or firing.
+to pending and then firing.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import json
 import psycopg
 import pytest
 import yaml
 
+import awa
 from awa import metrics
 from awa_ops.generate import ALERTS_DIR, DASHBOARDS_DIR, render
 from awa_ops.generate.alerts import RULES_FILE, Thresholds
 from awa_ops.generate.promql import references, substitute_grafana_variables
 from metrics.prometheus_server import PrometheusServer, free_port
-from support.processes import start_worker
+from support.processes import SHORT_INTERVALS, start_worker
 
 # Windows short enough for a test that lives seconds, long enough for >= 2 scrapes at 1 s.
 E2E_SUBSTITUTIONS = {"$__rate_interval": "15s", "${queue:regex}": ".*", "$queue": ".*"}
@@ -34,30 +36,32 @@ E2E_THRESHOLDS = Thresholds(xmin_horizon_age_seconds=1,
 # What this workload must produce (so "non-empty when produced" is not vacuous).
 PRODUCED = {
     "awa.job.claimed", "awa.job.completed", "awa.job.failed", "awa.job.retried",
-    "awa.job.snoozed", "awa.job.in_flight", "awa.job.duration", "awa.job.wait_duration",
-    "awa.job.dlq_moved", "awa.job.dlq_depth", "awa.queue.depth", "awa.queue.lag",
+    "awa.job.cancelled", "awa.job.snoozed", "awa.job.waiting_external", "awa.job.in_flight",
+    "awa.job.duration", "awa.job.wait_duration", "awa.job.dlq_moved",
+    "awa.job.dlq_depth", "awa.queue.depth", "awa.queue.lag",
     "awa.dispatch.claim_batches", "awa.dispatch.claim_batch_size",
-    "awa.dispatch.claim_duration", "awa.dispatch.wakeups", "awa.completion.flushes",
-    "awa.completion.flush_batch_size", "awa.completion.flush_duration",
-    "awa.heartbeat.batches", "awa.maintenance.rescues", "awa.maintenance.promoted",
-    "awa.maintenance.promote_batches", "awa.maintenance.promote_duration",
-    "awa.dispatch.empty_claims",
-    "awa.maintenance.branch.duration", "awa.leader.elected", "awa.leader.active",
-    "awa.runtime.info",
+    "awa.dispatch.claim_duration", "awa.dispatch.wakeups", "awa.dispatch.empty_claims",
+    "awa.dispatch.rate_limited", "awa.completion.flushes", "awa.completion.flush_batch_size",
+    "awa.completion.flush_duration", "awa.heartbeat.batches", "awa.maintenance.rescues",
+    "awa.maintenance.promoted", "awa.maintenance.promote_batches",
+    "awa.maintenance.promote_duration", "awa.maintenance.branch.duration",
+    "awa.leader.elected", "awa.leader.active", "awa.callback.resolved",
+    "awa.enqueue.batch_size", "awa.enqueue.duration", "awa.runtime.info",
 } | {entry.name for entry in metrics.DATABASE_METRICS
      if entry.name not in ("awa.db.table.last_autovacuum_age",  # needs an autovacuum run
                            "awa.db.unique.wedged")}  # needs a unique-claim wedge
 
 
-def wait_until(predicate, timeout: float, what: str):
+async def wait_until(predicate, timeout: float, what: str):
+    """Poll a blocking predicate (in a thread, so the runtime's loop keeps running)."""
     deadline = time.monotonic() + timeout
     while True:
-        result = predicate()
+        result = await asyncio.to_thread(predicate)
         if result:
             return result
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
 
 
 def start_exporter(database_url: str, port: int) -> subprocess.Popen:
@@ -65,16 +69,16 @@ def start_exporter(database_url: str, port: int) -> subprocess.Popen:
                              database_url, "--listen", f"127.0.0.1:{port}",
                              "--heartbeat-staleness", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-    def serving():
+    deadline = time.monotonic() + 15
+    while True:
         assert proc.poll() is None, proc.stderr.read()
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+            if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200:
+                return proc
         except httpx.HTTPError:
-            return False
-
-    wait_until(serving, 15, "the exporter")
-    return proc
+            pass
+        assert time.monotonic() < deadline, "the exporter did not start"
+        time.sleep(0.1)
 
 
 def dashboard_queries(files: dict[str, str]) -> list[tuple[str, str]]:
@@ -92,61 +96,113 @@ def dashboard_queries(files: dict[str, str]) -> list[tuple[str, str]]:
     return queries
 
 
-def insert_jobs(db, kind: str, queue: str, n: int, args: str = "{}", max_attempts: int = 25):
-    db.execute("INSERT INTO awa.jobs_hot (kind, queue, args, max_attempts) "
-               "SELECT %s, %s, %s::jsonb, %s FROM generate_series(1, %s)",
-               (kind, queue, args, max_attempts, n))
+def register_handlers(client: awa.AsyncClient) -> None:
+    @client.task(dict, kind="e2e_fast")
+    async def fast(job):
+        return None
+
+    @client.task(dict, kind="e2e_slow")
+    async def slow(job):  # runs until done or cancelled; a cancelled run reports late (stale)
+        for _ in range(int(job.args["seconds"] / 0.05)):
+            if job.is_cancelled():
+                await asyncio.sleep(0.2)
+                return awa.Cancel("stopped")
+            await asyncio.sleep(0.05)
+
+    @client.task(dict, kind="e2e_fail")
+    async def fail(job):
+        raise RuntimeError("smtp down")
+
+    @client.task(dict, kind="e2e_terminal")
+    async def terminal(job):
+        raise awa.TerminalError("malformed address")
+
+    @client.task(dict, kind="e2e_snooze")
+    async def snooze(job):
+        if not job.metadata.get("snoozed"):
+            job.update_metadata({"snoozed": True})
+            return awa.Snooze(0.2)
+        return None
+
+    @client.task(dict, kind="e2e_retry")
+    async def retry(job):
+        return awa.RetryAfter(0.2) if job.attempt == 1 else None
+
+    @client.task(dict, kind="e2e_cancel")
+    async def cancel(job):
+        return awa.Cancel("not needed")
+
+    @client.task(dict, kind="e2e_wait")
+    async def wait(job):
+        token = await job.register_callback(timeout_seconds=3600)
+        return awa.WaitForCallback(token)
 
 
 @pytest.mark.timeout(120)
-def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
-        database_url, db, tmp_path):
+async def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
+        client, database_url, db, tmp_path):
     files = render(E2E_THRESHOLDS, "")
     rules_path = tmp_path / RULES_FILE
     rules_path.write_text(files[f"{ALERTS_DIR}/{RULES_FILE}"])
-
     runtime_port, exporter_port = free_port(), free_port()
     prometheus = PrometheusServer({"awa-runtime": [f"127.0.0.1:{runtime_port}"],
                                    "awa-exporter": [f"127.0.0.1:{exporter_port}"]},
                                   rule_files=[str(rules_path)])
-    exporter = runtime = crashing = pin = None
+    register_handlers(client)
+    exporter = crashing = pin = None
+    query = prometheus.query
     try:
-        # start everything at once: the processes' start-up dominates this test's time
-        with ThreadPoolExecutor(4) as pool:
-            started = [
-                pool.submit(start_exporter, database_url, exporter_port),
-                pool.submit(start_worker, database_url, "default:8,email:4", settings={
-                    "metrics_addr": f"127.0.0.1:{runtime_port}", "dlq_enabled_by_default": True,
-                    "shutdown_timeout_ms": 300}),
-                # a second worker that dies (SIGKILL by its own poison job) holding a running
-                # attempt; the first takes over leadership if needed and rescues it
-                pool.submit(start_worker, database_url, "doomed:1"),
-                pool.submit(prometheus.start),
-            ]
-            exporter, runtime, crashing, _ = [future.result() for future in started]
-        insert_jobs(db, "crash", "doomed", 1, max_attempts=1)
-        wait_until(lambda: crashing.proc.poll() is not None, 15, "the worker to crash")
+        # processes start while the runtime starts: their start-up dominates this test
+        with ThreadPoolExecutor(3) as pool:
+            started = [pool.submit(start_exporter, database_url, exporter_port),
+                       # a worker that dies (SIGKILL by its own poison job) holding an attempt
+                       pool.submit(start_worker, database_url, "doomed:1"),
+                       pool.submit(prometheus.start)]
+            await client.start(
+                [{"name": "default", "max_workers": 8},
+                 {"name": "email", "max_workers": 4, "dlq_enabled": True,
+                  "rate_limit": {"max_rate": 20, "burst": 2}}],
+                metrics_addr=f"127.0.0.1:{runtime_port}", **SHORT_INTERVALS)
+            exporter, crashing, _ = [await asyncio.wrap_future(f) for f in started]
 
-        # the mixed workload, on the surviving runtime
-        insert_jobs(db, "fast", "default", 200)
-        insert_jobs(db, "fast", "email", 50)
-        insert_jobs(db, "slow", "default", 12, '{"seconds": 0.6}')
-        insert_jobs(db, "fail", "email", 4, '{"message": "smtp down"}', max_attempts=2)
-        insert_jobs(db, "terminal", "email", 3)
-        insert_jobs(db, "snooze", "default", 3, '{"seconds": 0.2}')
-        insert_jobs(db, "retry_after", "default", 3, '{"seconds": 0.2}', max_attempts=2)
-        # still running and still waiting while the dashboards are evaluated
-        insert_jobs(db, "slow", "email", 2, '{"seconds": 60}')
-        insert_jobs(db, "fast", "doomed", 5)  # nobody serves "doomed" any more: a backlog
+        await client.insert_many([{}], kind="crash", queue="doomed", max_attempts=1)
+        # the mixed workload, through the producer (so enqueue metrics are recorded too)
+        await client.insert_many([{}] * 150, kind="e2e_fast")
+        await client.insert_many([{}] * 40, kind="e2e_fast", queue="email")
+        await client.insert_many([{"seconds": 0.5}] * 8, kind="e2e_slow")
+        await client.insert_many([{}] * 3, kind="e2e_fail", queue="email", max_attempts=2)
+        await client.insert_many([{}] * 3, kind="e2e_terminal", queue="email")
+        for kind in ("e2e_snooze", "e2e_retry", "e2e_cancel", "e2e_wait"):
+            await client.insert_many([{}] * 2, kind=kind)
+        # still running, and still waiting, while the dashboards are evaluated
+        running = await client.insert_many([{"seconds": 60}] * 3, kind="e2e_slow",
+                                           queue="email")
+        await client.insert_many([{}] * 5, kind="e2e_fast", queue="doomed")  # nobody serves it
 
         # a pinned horizon: an idle-in-transaction session holding an xid
         pin = psycopg.connect(database_url, autocommit=False)
         pin.execute("SELECT txid_current()")
 
-        def crashed_attempt_rescued():
-            return prometheus.query('sum(awa_maintenance_rescues_total{awa_rescue_kind="heartbeat"}) > 0')
+        await wait_until(lambda: crashing.proc.poll() is not None, 15, "the worker to crash")
+        # operator actions: cancel a running job, resolve a callback, retry and purge the DLQ
+        await wait_until(lambda: db.execute(
+            "SELECT count(*) AS n FROM awa.jobs WHERE id = %s AND state = 'running'",
+            (running[0].id,)).fetchone()["n"], 15, "a long job to run")
+        await client.cancel(running[0].id)
+        (waiting,) = await wait_until(lambda: db.execute(
+            "SELECT callback_id FROM awa.jobs WHERE state = 'waiting_external' LIMIT 1"
+        ).fetchall(), 15, "a job waiting for its callback")
+        await client.complete_external(str(waiting["callback_id"]))
+        dlq = await wait_until(lambda: db.execute(
+            "SELECT job_id FROM awa.dlq_entries WHERE kind = 'e2e_terminal' ORDER BY job_id"
+        ).fetchall()[2:] and db.execute("SELECT job_id FROM awa.dlq_entries").fetchall(), 15,
+            "the terminal jobs in the DLQ")
+        assert await client.retry_from_dlq(dlq[0]["job_id"]) is not None
+        assert await client.purge_dlq(kind="e2e_terminal") >= 1
 
-        wait_until(crashed_attempt_rescued, 30, "the crashed worker's attempt to be rescued")
+        await wait_until(lambda: query(
+            'sum(awa_maintenance_rescues_total{awa_rescue_kind="heartbeat"}) > 0'), 30,
+            "the crashed worker's attempt to be rescued")
 
         def horizon_alert():
             return [a for a in httpx.get(f"{prometheus.url}/api/v1/alerts", timeout=5)
@@ -154,59 +210,55 @@ def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
                     if a["labels"]["alertname"] == "AwaXminHorizonPinned"
                     and a["state"] in ("pending", "firing")]
 
-        alert = wait_until(horizon_alert, 30, "AwaXminHorizonPinned to be pending or firing")
+        alert = await wait_until(horizon_alert, 30, "AwaXminHorizonPinned pending or firing")
         assert alert[0]["labels"]["awa_db_xmin_source"] == "transaction"
         assert alert[0]["labels"]["severity"] == "warning"
-
         # past its 2 s for:, it fires (and so the dashboards' alert annotation has data)
-        wait_until(lambda: prometheus.query(
+        await wait_until(lambda: query(
             'ALERTS{alertname="AwaXminHorizonPinned", alertstate="firing"}'), 20,
             "AwaXminHorizonPinned to fire")
-
-        # let completions, rescues and DLQ moves land in a few scrapes
-        wait_until(lambda: prometheus.query("sum(awa_job_dlq_moved_total) >= 3"), 20,
-                   "terminal jobs to reach the DLQ")
-        time.sleep(1.5)  # so the newest series have two samples for rate()
+        await wait_until(lambda: query("sum(awa_callback_resolved_total) > 0"), 20,
+                         "the resolved callback to be scraped")
+        await asyncio.sleep(1.5)  # so the newest series have two samples for rate()
 
         # one instant query for every awa series name that exists right now
-        names = {sample["metric"]["__name__"] for sample in prometheus.query(
-            'count by (__name__) ({__name__=~"awa_.*"})')}
+        names = {sample["metric"]["__name__"] for sample in await asyncio.to_thread(
+            query, 'count by (__name__) ({__name__=~"awa_.*"})')}
         present = {entry.name for entry in metrics.ALL_METRICS
                    if names & set(metrics.prometheus_series(entry))}
         assert PRODUCED <= present, f"the workload did not produce {sorted(PRODUCED - present)}"
 
         queries = dashboard_queries(files)
-        with ThreadPoolExecutor(8) as pool:  # each query raises on an evaluation error
-            results = list(pool.map(
-                lambda query: prometheus.query(substitute_grafana_variables(query[1],
-                                                                            E2E_SUBSTITUTIONS)),
-                queries))
+        promql = [substitute_grafana_variables(expr, E2E_SUBSTITUTIONS) for _, expr in queries]
+        rules = yaml.safe_load(files[f"{ALERTS_DIR}/{RULES_FILE}"])["groups"][0]["rules"]
+
+        def evaluate_all():
+            with ThreadPoolExecutor(8) as pool:  # each query raises on an evaluation error
+                return (list(pool.map(query, promql)),
+                        list(pool.map(query, [rule["expr"] for rule in rules])))
+
+        results, _ = await asyncio.to_thread(evaluate_all)
         empty = []
-        for (where, expr), result in zip(queries, results):
+        for (where, expr), text, result in zip(queries, promql, results):
             needed = {metrics.by_prometheus_name(name).name
                       for name in references(expr).metrics
                       if metrics.by_prometheus_name(name) is not None}
             if needed <= present and not result:
-                empty.append(f"{where}: {substitute_grafana_variables(expr, E2E_SUBSTITUTIONS)}")
-        evaluated = len(results)
-        assert evaluated > 60
+                empty.append(f"{where}: {text}")
+        assert len(results) > 60
         assert not empty, "queries empty although their metrics exist:\n" + "\n".join(empty)
 
-        # every alert expression evaluates too (most are rightly empty on a healthy system)
-        rules = yaml.safe_load(files[f"{ALERTS_DIR}/{RULES_FILE}"])["groups"][0]["rules"]
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda rule: prometheus.query(rule["expr"]), rules))
-
         # the queue variable of every dashboard has values
-        queues = httpx.get(f"{prometheus.url}/api/v1/label/awa_job_queue/values",
-                           params={"match[]": "awa_db_queue_depth"}, timeout=5).json()["data"]
-        assert {"email", "doomed"} <= set(queues)  # the queues with live jobs right now
+        response = await asyncio.to_thread(
+            httpx.get, f"{prometheus.url}/api/v1/label/awa_job_queue/values",
+            params={"match[]": "awa_db_queue_depth"}, timeout=5)
+        assert {"email", "doomed"} <= set(response.json()["data"])  # queues with live jobs
     finally:
         if pin is not None:
             pin.close()
-        for worker in (crashing, runtime):
-            if worker is not None:
-                worker.kill()
+        await client.shutdown(200)
+        if crashing is not None:
+            crashing.kill()
         if exporter is not None:
             exporter.terminate()
             exporter.wait(timeout=10)
