@@ -143,6 +143,8 @@ class ProducerMixin:
 
     async def _write(self, batch: EnqueueBatch, *, copy: bool,
                      returning: bool = True) -> Any:
+        if not len(batch):
+            return InsertedJobs() if returning else EnqueueCount(0)
         pool = await self._get_pool()
         chunks = batch.chunks(config.ENQUEUE_BATCH_SIZE)
         outcomes: list[tuple[EnqueueBatch, InsertOutcome]] = []

@@ -59,6 +59,11 @@ async def test_insert_many_keeps_order_and_splits_by_run_at(client, db):
     assert count_jobs(db, priority=4) == 3
 
 
+async def test_empty_batches_write_nothing(client, db):
+    assert await client.insert_many([]) == [] and await client.enqueue_many_copy([]) == 0
+    assert await client.insert_many_copy([]) == [] and count_jobs(db) == 0
+
+
 async def test_copy_paths(client, db):
     count = await client.enqueue_many_copy([SendEmail(str(i)) for i in range(1500)],
                                            queue="bulk", tags=["t"])
