@@ -10,7 +10,7 @@ its alert starts to count.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import bargauge, dashboard as sdk, prometheus, stat, timeseries
 from grafana_foundation_sdk.builders import common as common_builders

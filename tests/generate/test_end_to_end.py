@@ -9,13 +9,13 @@ to pending and then firing.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import json
 import psycopg
 import pytest
 import yaml
@@ -37,11 +37,11 @@ E2E_THRESHOLDS = Thresholds(xmin_horizon_age_seconds=1,
 PRODUCED = {
     "awa.job.claimed", "awa.job.completed", "awa.job.failed", "awa.job.retried",
     "awa.job.cancelled", "awa.job.snoozed", "awa.job.waiting_external", "awa.job.in_flight",
-    "awa.job.duration", "awa.job.wait_duration", "awa.job.dlq_moved",
-    "awa.job.dlq_depth", "awa.queue.depth", "awa.queue.lag",
-    "awa.dispatch.claim_batches", "awa.dispatch.claim_batch_size",
-    "awa.dispatch.claim_duration", "awa.dispatch.wakeups", "awa.dispatch.empty_claims",
-    "awa.dispatch.rate_limited", "awa.completion.flushes", "awa.completion.flush_batch_size",
+    "awa.job.duration", "awa.job.wait_duration", "awa.job.dlq_moved", "awa.job.dlq_depth",
+    "awa.queue.depth", "awa.queue.lag", "awa.dispatch.claim_batches",
+    "awa.dispatch.claim_batch_size", "awa.dispatch.claim_duration", "awa.dispatch.wakeups",
+    "awa.dispatch.empty_claims", "awa.dispatch.rate_limited", "awa.completion.stale_ignored",
+    "awa.completion.flushes", "awa.completion.flush_batch_size",
     "awa.completion.flush_duration", "awa.heartbeat.batches", "awa.maintenance.rescues",
     "awa.maintenance.promoted", "awa.maintenance.promote_batches",
     "awa.maintenance.promote_duration", "awa.maintenance.branch.duration",
