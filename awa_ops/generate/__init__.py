@@ -7,6 +7,7 @@ files that differ from what the code produces, so CI can fail on drift.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -56,14 +57,16 @@ def generate(out_dir: str | Path, check: bool = False, thresholds: Thresholds | 
     missing or differ).
     """
     out = Path(out_dir)
-    changed = []
-    for relative, text in render(thresholds, runbook_base_url).items():
+    files = render(thresholds, runbook_base_url)
+    changed = [relative for relative, text in files.items()
+               if not (out / relative).is_file() or (out / relative).read_text() != text]
+    if check or not changed:
+        return changed
+    for relative in changed:  # every directory first, then each file replaced atomically
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+    for relative in changed:
         path = out / relative
-        current = path.read_text() if path.exists() else None
-        if current == text:
-            continue
-        changed.append(relative)
-        if not check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+        partial = path.with_name(f".{path.name}.tmp")
+        partial.write_text(files[relative])
+        os.replace(partial, path)
     return changed
