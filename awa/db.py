@@ -122,6 +122,10 @@ async def open_pool(url: str, application_name: str, max_size: int = config.MAX_
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise DatabaseError(f"invalid database URL {redact(url)}: {one_line(exc)}") from exc
+    # One direct connection first: a wrong URL fails at once with the server's
+    # own reason instead of after the pool's timeout.
+    probe = await connect(url, application_name)
+    await probe.close()
     pool = AsyncConnectionPool(
         url,
         min_size=min(min_size, max_size),
@@ -134,11 +138,5 @@ async def open_pool(url: str, application_name: str, max_size: int = config.MAX_
         await pool.open(wait=True, timeout=config.CONNECT_TIMEOUT_S + 1)
     except PoolTimeout as exc:
         await pool.close()
-        # Ask once more directly so the operator sees the server's reason.
-        try:
-            conn = await connect(url, application_name)
-        except DatabaseError as detailed:
-            raise detailed from exc
-        await conn.close()
         raise DatabaseError(f"cannot connect to {redact(url)}: pool timed out") from exc
     return pool
