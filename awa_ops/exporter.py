@@ -93,7 +93,7 @@ SELECT 'standby_feedback', NULL, max(age(backend_xmin)) FROM pg_stat_replication
 WHERE backend_xmin IS NOT NULL
 UNION ALL
 SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::float8,
-       max(age(transaction)) FROM pg_prepared_xacts
+       max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database()
 """
 PREFER_INDEXES = "SELECT set_config('enable_seqscan', 'off', true)"
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"

@@ -19,11 +19,13 @@ NAME = "enqueue"
 RUNBOOK = runbook("enqueue")
 
 SHARDS = render("all_enqueue_shards")
+# This database's backends only: the waits its producers and workers actually feel.
 WAL_WAITS = """
 SELECT pid, application_name, wait_event_type, wait_event, state, left(query, 200) AS query
 FROM pg_stat_activity
-WHERE wait_event_type = 'LWLock' AND wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping')
-   OR wait_event_type = 'IO' AND wait_event IN ('WALSync', 'WALWrite', 'WALInitSync', 'WALInitWrite')
+WHERE datname = current_database()
+  AND (wait_event_type = 'LWLock' AND wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping')
+       OR wait_event_type = 'IO' AND wait_event IN ('WALSync', 'WALWrite', 'WALInitSync', 'WALInitWrite'))
 """
 
 

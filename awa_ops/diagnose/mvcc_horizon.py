@@ -56,6 +56,7 @@ PREPARED = """
 SELECT gid, owner, database, prepared, transaction::text AS xid, age(transaction) AS xid_age,
        EXTRACT(EPOCH FROM (now() - prepared))::float8 AS age_s
 FROM pg_prepared_xacts
+WHERE database = current_database()  -- those of other databases do not hold back this one's tables
 ORDER BY prepared
 """
 SETTINGS = """
