@@ -126,7 +126,7 @@ def _queue_from_dict(item: dict[str, Any], weighted: bool) -> QueueConfig:
     name = _queue_name(item.get("name", item.get("queue")))
     if unknown:
         raise ValidationError(f"queue {name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
-                              f"use {', '.join(sorted(_QUEUE_KEYS - {'queue', 'claimers'}))}")
+                              f"use {', '.join(sorted(_QUEUE_KEYS - {'queue'}))}")
     kwargs: dict[str, Any] = {}
     if weighted:
         if item.get("max_workers") is not None and item.get("min_workers") is None:
@@ -162,6 +162,9 @@ def _queue_from_dict(item: dict[str, Any], weighted: bool) -> QueueConfig:
         kwargs["dlq_enabled"] = item["dlq_enabled"]
     if item.get("retention") is not None:
         kwargs["retention"] = item["retention"]
+    if item.get("claimers") is not None:
+        kwargs["extra"] = {"claimers": _positive_int(item["claimers"],
+                                                     f"queue {name!r} claimers")}
     return QueueConfig(name, **kwargs)
 
 

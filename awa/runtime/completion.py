@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("awa.runtime.completion")
 
+FLUSHERS = 2
+
 
 class Outcome(enum.Enum):
     # value: (event name for hooks, state the job ends in)
@@ -91,7 +93,8 @@ class CompletionBatcher:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._flushing = 0
         self._closing = False
 
     # -- producer side -------------------------------------------------------
@@ -106,7 +109,9 @@ class CompletionBatcher:
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="awa-completion")
+        # Two flushers: one writes while the other's statement is in flight.
+        self._tasks = [asyncio.create_task(self._run(), name=f"awa-completion-{i}")
+                       for i in range(FLUSHERS)]
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything submitted so far is written (or ``timeout``)."""
@@ -119,10 +124,11 @@ class CompletionBatcher:
     async def stop(self, timeout: float) -> None:
         await self.drain(timeout)
         self._closing = True
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
         if self._pending:
@@ -133,13 +139,17 @@ class CompletionBatcher:
         failures = 0
         while True:
             if not self._pending:
-                self._idle.set()
+                if self._flushing == 0:
+                    self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
                 # Let handlers finishing in this same loop turn join the batch.
                 await asyncio.sleep(0)
+                if not self._pending:
+                    continue
             batch = self._pending[: self.max_rows]
             del self._pending[: len(batch)]
+            self._flushing += 1
             try:
                 await self._flush(batch)
                 failures = 0
@@ -156,6 +166,8 @@ class CompletionBatcher:
             except Exception:  # a bug must not lose the flusher: log, drop, go on
                 log.exception("writing %d outcome(s) failed; rescue will retry those jobs",
                               len(batch))
+            finally:
+                self._flushing -= 1
 
     # -- the writes ----------------------------------------------------------
     async def _flush(self, batch: list[Finished]) -> None:

@@ -60,25 +60,36 @@ class Dispatcher:
         self.poll_interval = poll_ms / 1000.0
         self.deadline_ms = queue.deadline_duration_ms
         self.batch_size = max(queue.claim_batch_size, 1)
+        # Claimers sharing this queue's permits: a second one claims while the
+        # first waits for the database, when there are slots for two batches.
+        capacity = permits.max_workers or runtime.settings.global_max_workers or 1
+        self.claimers = int(queue.extra.get("claimers")
+                            or (2 if capacity > self.batch_size else 1))
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()
-        self.task: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task] = []
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.tasks) and not any(t.done() for t in self.tasks)
 
     def wake(self) -> None:
         self._wake.set()
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name=f"awa-dispatch-{self.name}")
+        self.tasks = [asyncio.create_task(self._run(), name=f"awa-dispatch-{self.name}-{i}")
+                      for i in range(self.claimers)]
 
     async def stop(self) -> None:
         self._stopping = True
         self._wake.set()
         self.permits.notify_freed()
-        if self.task is not None:
-            self.task.cancel()
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
             try:
-                await self.task
+                await task
             except asyncio.CancelledError:
                 pass
 

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from opentelemetry import trace as otel_trace
+
 from awa import lifecycle, telemetry
 from awa.job import (Cancel, Job, RetryAfter, SerializationError, Snooze,
                      TerminalError, WaitForCallback)
@@ -65,6 +67,12 @@ def _traceback_tail(exc: BaseException) -> str:
     return "\n".join(tail)[-ERROR_TEXT_MAX_CHARS:]
 
 
+def _tracing_installed() -> bool:
+    """Spans only cost something to build: skip them until a real provider is set."""
+    return not isinstance(otel_trace.get_tracer_provider(),
+                          (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider))
+
+
 class Executor:
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
@@ -108,6 +116,8 @@ class Executor:
         except SerializationError as exc:
             return self._terminal(ctx, str(exc))
         self.runtime.events.emit("started", job, None)
+        if not _tracing_installed():
+            return await self._outcome_of_call(spec, ctx)
         with telemetry.handler_span(job) as span:
             finished = await self._outcome_of_call(spec, ctx)
             telemetry.set_outcome(span, finished.outcome.event)

@@ -64,8 +64,7 @@ class Health:
         """Recompute the loop flags from the tasks themselves."""
         if self.shutting_down:
             return
-        self.poll_loop_alive = all(d.task is not None and not d.task.done()
-                                   for d in runtime.dispatchers.values())
+        self.poll_loop_alive = all(d.alive for d in runtime.dispatchers.values())
         hb = runtime.heartbeat
         stale_after = 3 * hb.interval + 1.0
         self.heartbeat_alive = (hb.task is not None and not hb.task.done()
@@ -118,6 +117,7 @@ class Runtime:
 
     # -- start ---------------------------------------------------------------
     async def start(self) -> None:
+        telemetry.init_telemetry_from_env()
         self.pool = await self.client._get_pool()
         self.executor = Executor(self)
         self.completion = CompletionBatcher(self)
