@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -34,6 +35,8 @@ def evidence_table(rows: list[dict[str, Any]], limit: int = 10) -> Table:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
     text = "" if value is None else str(plain(value))
     return text if len(text) <= MAX_CELL * 2 else text[:MAX_CELL * 2] + "..."
 

@@ -100,6 +100,7 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
     rescue_overdue = staleness + 2 * options.rescue_interval_s
     leader_alive = any(r.live and r.leader and r.row["maintenance_alive"] for r in runtimes)
     groups: dict[str, list[dict[str, Any]]] = {}
+    owners: dict[Any, str] = {}  # job id -> the gone runtime inferred to have held it
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
@@ -112,7 +113,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         if a.get("receipt_claim"):
             row["receipt_claim"] = True
         if owner is not None:
-            row["runtime"] = f"{owner.label()} last seen {secs(owner.age_s)} ago — gone"
+            owners[a["job_id"]] = f"{owner.label()}, last seen {secs(owner.age_s)} ago"
+            row["runtime"] = f"gone: {owners[a['job_id']]}"
         elif not servers:
             row["runtime"] = "no live runtime serves this queue"
         if remaining is not None and remaining < 0:
@@ -142,12 +144,13 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
             why = ("deadline rescue should pick these up at its next scan; if they stay, the "
                    "leader's maintenance is not running")
         elif cls == ORPHANED:
-            dead = sorted({r["runtime"] for r in rows if r.get("runtime")})
+            dead = sorted({owners[r["job_id"]] for r in rows if r["job_id"] in owners}) or \
+                sorted({r["runtime"] for r in rows if r.get("runtime")})
             critical = oldest > rescue_overdue or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} orphaned: heartbeat {secs(oldest)} old "
                        f"(stale after {secs(staleness)}) and the runtime that ran "
                        f"{'it' if len(rows) == 1 else 'them'} is gone"
-                       + (f" — {dead[0]}" if dead else ""))
+                       + (f": {dead[0]}" if dead else ""))
             why = ("the worker stopped (crash, OOM kill, SIGKILL); stale-heartbeat rescue moves "
                    "these back to retryable at its next scan" +
                    ("" if leader_alive else ", but no live leader runs rescue right now"))
