@@ -141,7 +141,9 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
             critical = -worst > 2 * options.rescue_interval_s or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} past the hard deadline "
                        f"(worst {secs(-worst)} overdue)")
-            why = ("deadline rescue should pick these up at its next scan; if they stay, the "
+            why = ("overdue longer than two deadline-rescue scans: rescue is not running "
+                   "(is there a healthy leader?)" if critical else
+                   "deadline rescue should pick these up at its next scan; if they stay, the "
                    "leader's maintenance is not running")
         elif cls == ORPHANED:
             dead = sorted({owners[r["job_id"]] for r in rows if r["job_id"] in owners}) or \
