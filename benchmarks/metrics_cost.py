@@ -1,0 +1,164 @@
+"""What metrics cost: the throughput benchmark with metrics off and on (issue 8).
+
+    .venv/bin/python benchmarks/metrics_cost.py                      # W=256, N=20000, 3 rounds
+    .venv/bin/python benchmarks/metrics_cost.py --workers 256 --jobs 20000 --rounds 3
+
+Reuses benchmarks/throughput.py (its worker, enqueue and measurement) and
+only changes how the worker process is started:
+
+* off -- no OpenTelemetry SDK installed: every ``METRICS.*`` call lands on
+  OTel's no-op proxy (what an application without an exporter pays);
+* on  -- the worker serves ``/metrics`` (``serve_prometheus``, as
+  ``awa worker --metrics-addr`` does) and this process scrapes it every
+  second during the run, like a Prometheus server would.
+
+Rounds alternate off/on so drift on the shared machine hits both alike; the
+report is the median per mode and the cost = 1 - on/off of processed jobs/s
+(target: <= 10 % at W = 256).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import throughput  # noqa: E402  (benchmarks/throughput.py, the runtime engineer's)
+
+import awa  # noqa: E402
+from awa import schema, telemetry  # noqa: E402
+from awa.telemetry import parse_listen_address  # noqa: E402
+
+METRICS_ADDR_ENV = "AWA_BENCH_METRICS_ADDR"
+
+
+def worker_process(url: str, workers: int, claim_batch: int) -> None:
+    """throughput.worker_main, with the Prometheus endpoint up when metrics are on."""
+    addr = os.environ.get(METRICS_ADDR_ENV)
+    if addr:
+        telemetry.serve_prometheus(addr)
+    asyncio.run(throughput.worker_main(url, workers, claim_batch, None))
+
+
+def start_worker_with(addr: str | None):
+    """A replacement for throughput.start_worker that runs worker_process above."""
+
+    def start_worker(url: str, workers: int, claim_batch: int, profile: str | None):
+        env = {**os.environ}
+        env.pop(METRICS_ADDR_ENV, None)
+        if addr:
+            env[METRICS_ADDR_ENV] = addr
+        proc = subprocess.Popen([sys.executable, __file__, "--worker-process", url, str(workers),
+                                 str(claim_batch)], stdout=subprocess.PIPE, text=True, env=env)
+        line = proc.stdout.readline()
+        if not line.startswith("READY"):
+            raise SystemExit(f"worker failed to start: {line!r}")
+        return proc
+
+    return start_worker
+
+
+class Scraper(threading.Thread):
+    """Scrapes /metrics once a second, as Prometheus would, and keeps the last body."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.stop, self.scrapes, self.last = url, threading.Event(), 0, ""
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self.last = httpx.get(self.url, timeout=5).text
+                self.scrapes += 1
+            except httpx.HTTPError:
+                pass
+
+
+def measure(url: str, mode: str, n: int, workers: int, claim_batch: int, port: int) -> dict:
+    addr = f"127.0.0.1:{port}" if mode == "on" else None
+    throughput.start_worker = start_worker_with(addr)
+    scraper = None
+    if addr:
+        host, port = parse_listen_address(addr)
+        scraper = Scraper(f"http://{host}:{port}/metrics")
+        scraper.start()
+    try:
+        result = throughput.run_throughput(url, n, workers, claim_batch, None)
+    finally:
+        if scraper:
+            scraper.stop.set()
+            scraper.join()
+    if scraper:
+        completed = [line for line in scraper.last.splitlines()
+                     if line.startswith("awa_job_completed_total")]
+        assert scraper.scrapes > 0 and completed, "metrics were on but nothing was scraped"
+        result["scrapes"] = scraper.scrapes
+    return result
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker-process":
+        worker_process(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--claim-batch", type=int, default=awa.config.CLAIM_BATCH_SIZE)
+    args = parser.parse_args()
+    server = throughput.admin_url()
+    name = f"awa_bench_mc_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = make_conninfo(server, dbname=name)
+    port = free_port()
+    results: dict[str, list[dict]] = {"off": [], "on": []}
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            schema.migrate_sync(conn)
+        print(f"N={args.jobs} no-op jobs, W={args.workers}, {args.rounds} rounds alternating "
+              f"off/on; machine: {os.cpu_count()} cores (shared while measuring)")
+        print(f"{'round':>5} {'metrics':>7} {'processed/s':>12} {'CPU ms/job':>11} "
+              f"{'pickup p50':>11}")
+        for i in range(args.rounds):
+            for mode in ("off", "on"):
+                r = measure(url, mode, args.jobs, args.workers, args.claim_batch, port)
+                results[mode].append(r)
+                print(f"{i + 1:>5} {mode:>7} {r['processed_per_s']:>12.0f} "
+                      f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms", flush=True)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    off = statistics.median(r["processed_per_s"] for r in results["off"])
+    on = statistics.median(r["processed_per_s"] for r in results["on"])
+    cpu_off = statistics.median(r["cpu_ms_per_job"] for r in results["off"])
+    cpu_on = statistics.median(r["cpu_ms_per_job"] for r in results["on"])
+    cost = 1 - on / off
+    print(f"\nmedian processed/s: off {off:.0f}, on {on:.0f} -> metrics cost {100 * cost:.1f} % "
+          f"of throughput (target <= 10 %); CPU per job {cpu_off:.3f} -> {cpu_on:.3f} ms")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
