@@ -273,7 +273,9 @@ def bind(host: str, port: int) -> socket.socket:
     """Bind before starting, so a busy port is one clear error rather than a server log."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections;
+        # without it a response written in two parts waits ~40 ms for delayed ACKs.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError as exc:
