@@ -164,6 +164,8 @@ async def explain_all(url: str, queries: list[tuple[str, Any]]) -> list[dict[str
     seen: dict[str, dict[str, Any]] = {}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn, \
             conn.transaction():
+        # As OpsSession does for every read: no parallel workers.
+        await conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         for query, params in queries:
             key = " ".join(query.split())
             if "set_config(" in key:  # a planner setting the scrape applies to its own transaction
