@@ -302,7 +302,10 @@ class WorkerMixin:
             await runtime.start()
         except BaseException:
             self._runtime = None
-            await runtime.shutdown(0)
+            try:
+                await runtime.shutdown(0)
+            except Exception:  # the start error is the one to report
+                pass
             raise
 
     async def shutdown(self, timeout_ms: int = config.SHUTDOWN_TIMEOUT_MS) -> None:

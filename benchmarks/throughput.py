@@ -50,7 +50,8 @@ COPY_BATCH = 1_000
 
 
 # --- the worker process -----------------------------------------------------------
-async def worker_main(url: str, workers: int, claim_batch: int, profile: str | None) -> None:
+async def worker_main(url: str, workers: int, claim_batch: int, profile: str | None,
+                      claimers: int | None = None) -> None:
     import cProfile
     import resource
 
@@ -63,7 +64,10 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await client.start([{"name": QUEUE, "max_workers": workers, "claim_batch_size": claim_batch}],
+    queue = {"name": QUEUE, "max_workers": workers, "claim_batch_size": claim_batch}
+    if claimers:
+        queue["claimers"] = claimers
+    await client.start([queue],
                        run_maintenance=False, heartbeat_interval_ms=5_000,
                        snapshot_interval_ms=10_000)
     profiler = cProfile.Profile() if profile else None
@@ -181,8 +185,9 @@ def print_profile(path: str, top: int = 25) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker-process":
         url, workers, claim_batch = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-        profile = sys.argv[5] if len(sys.argv) > 5 else None
-        asyncio.run(worker_main(url, workers, claim_batch, profile))
+        profile = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+        claimers = int(os.environ.get("AWA_BENCH_CLAIMERS", "0")) or None
+        asyncio.run(worker_main(url, workers, claim_batch, profile, claimers))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)

@@ -62,9 +62,10 @@ class Dispatcher:
         self.batch_size = max(queue.claim_batch_size, 1)
         # Claimers sharing this queue's permits: a second one claims while the
         # first waits for the database, when there are slots for two batches.
+        # Each claims at most half the queue's slots, so the two alternate.
         capacity = permits.max_workers or runtime.settings.global_max_workers or 1
-        self.claimers = int(queue.extra.get("claimers")
-                            or (2 if capacity > self.batch_size else 1))
+        self.claimers = int(queue.extra.get("claimers") or (2 if capacity >= 2 else 1))
+        self.batch_size = min(self.batch_size, max(-(-capacity // self.claimers), 1))
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()

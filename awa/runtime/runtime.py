@@ -128,7 +128,6 @@ class Runtime:
         self.listener = QueueListener(self, self.dispatchers)
         self.cancel_listener = CancelListener(self)
         self._start_metrics_endpoint()
-        await self.snapshot.write()
         self.completion.start()
         self.listener.start()
         self.cancel_listener.start()
@@ -142,6 +141,7 @@ class Runtime:
         for d in self.dispatchers.values():
             d.start()
         self.heartbeat.start()
+        await self.snapshot.write()
         self.snapshot.start()
         self._watchdog_task = asyncio.create_task(self._deadline_watchdog(),
                                                   name="awa-deadline-watchdog")
@@ -208,6 +208,8 @@ class Runtime:
         if self._stopped:
             return
         self._stopped = True
+        if self.executor is None:  # start() failed before anything ran
+            return
         deadline = time.monotonic() + timeout_ms / 1000.0
         self.health.shutting_down = True
         self.health.poll_loop_alive = False
@@ -242,7 +244,8 @@ class Runtime:
         if self.cancel_listener is not None:
             await self.cancel_listener.stop()
         try:
-            await self.snapshot.write()
+            if self.snapshot.written:  # a runtime that never announced itself stays silent
+                await self.snapshot.write()
         except psycopg.Error as exc:
             log.warning("final runtime snapshot failed (%s)", db.one_line(exc))
         self.executor.shutdown()

@@ -53,6 +53,7 @@ class Snapshot:
         self.pid = os.getpid()
         self.started_at = datetime.now(timezone.utc)
         self.task: asyncio.Task | None = None
+        self.written = False
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name="awa-snapshot")
@@ -86,3 +87,4 @@ class Snapshot:
                   Jsonb(queue_descriptions(rt)))
         async with rt.pool.connection() as conn:
             await conn.execute(sql.UPSERT_RUNTIME_INSTANCE, params)
+        self.written = True

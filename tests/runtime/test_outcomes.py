@@ -245,3 +245,35 @@ async def test_start_errors_are_one_line(client):
     health = await client.health_check()
     await client.shutdown()
     assert health.healthy and health.queues["default"].max_workers == 1
+
+
+async def test_start_on_an_unmigrated_database_fails_with_the_fix(empty_database_url):
+    client = awa.AsyncClient(empty_database_url)
+
+    @client.task(Work)
+    async def work(job):
+        return None
+
+    with pytest.raises(awa.SchemaNotMigrated, match="awa migrate"):
+        await client.start([("default", 1)])
+    assert client.runtime is None
+    await client.close()
+
+
+async def test_start_with_a_taken_metrics_port_fails_cleanly(client, db):
+    import socket
+
+    @client.task(Work)
+    async def work(job):
+        return None
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(awa.AwaError, match="cannot serve metrics") as info:
+            await client.start([("default", 1)], metrics_addr=f"127.0.0.1:{port}", **FAST)
+    assert "\n" not in str(info.value) and client.runtime is None
+    # Nothing was left running: the client can start again.
+    await client.start([("default", 1)], **FAST)
+    await client.shutdown()
