@@ -24,13 +24,13 @@ def test_cli_cancel_is_seen_within_a_second_and_the_late_finish_is_ignored(
     with awa.Client(database_url) as client:
         job = client.insert({"linger": 0.3}, kind="cancel_aware")
     worker.wait_for_log("start", kind="cancel_aware")
-    started = time.monotonic()
     out = subprocess.run([str(AWA_CLI), "job", "cancel", str(job.id),
                           "--database-url", database_url],
                          capture_output=True, text=True, timeout=30)
+    committed = time.monotonic()  # the CLI exits after its cancel committed
     assert out.returncode == 0, out.stderr
     worker.wait_for_log("cancelled", kind="cancel_aware", timeout=5)
-    assert time.monotonic() - started < 1.0 + 1.0  # the CLI's own start-up is ~0.5-1 s
+    assert time.monotonic() - committed < 1.0
     worker.wait_for_log("done", kind="cancel_aware", timeout=5)
     time.sleep(0.3)  # the late completion has been written (and rejected) by now
     row = job_row(db, job.id)
