@@ -61,7 +61,8 @@ COMPLETED = _metric("awa.job.completed")
 FAILED = _metric("awa.job.failed")
 RESCUES = _metric("awa.maintenance.rescues")
 BRANCH_OVERRUN = _metric("awa.maintenance.branch.overrun")
-LEADER_ELECTED = _metric("awa.leader.elected")
+LEADER_ACTIVE = _metric("awa.leader.active")
+RUNTIME_INFO = _metric("awa.runtime.info")
 DB_DEPTH = _metric("awa.db.queue.depth")
 DB_LAG = _metric("awa.db.queue.lag")
 DB_HEARTBEAT_AGE = _metric("awa.db.running.oldest_heartbeat_age")
@@ -302,7 +303,8 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
         AlertRule(
             name="AwaRescuesSpiking",
             severity="warning",
-            expr=f"sum by ({Q}, {RESCUE_KIND}) (increase({RESCUES}[10m])) > {num(t.rescues_per_10m)}",
+            expr=f"(\n{recent_increase(RESCUES, (Q, RESCUE_KIND), '10m', RUNTIME_INFO)}\n)\n"
+                 f"> {num(t.rescues_per_10m)}",
             for_="5m",
             summary="Maintenance is rescuing many attempts.",
             description=(
@@ -312,7 +314,8 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             runbook_check="stuck-running",
             cases=lambda r: _increase_cases(
                 r, RESCUES, {Q: "email", KIND: "send_email", RESCUE_KIND: "heartbeat"},
-                {Q: "email", RESCUE_KIND: "heartbeat"}, t.rescues_per_10m, 10),
+                {Q: "email", RESCUE_KIND: "heartbeat"}, t.rescues_per_10m, 10,
+                presence=RUNTIME_INFO),
         ),
         AlertRule(
             name="AwaHeartbeatsStale",
@@ -344,16 +347,17 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
         AlertRule(
             name="AwaDLQGrowing",
             severity="warning",
-            expr=f"sum by ({Q}) (delta({DB_DLQ_DEPTH}[30m])) > {num(t.dlq_growth_per_30m)}",
+            expr=f"{gauge_growth(DB_DLQ_DEPTH, (Q,), '30m', DB_SCRAPE_SUCCESS)}\n"
+                 f"> {num(t.dlq_growth_per_30m)}",
             for_="5m",
             summary="The dead-letter queue is growing.",
             description=(
-                "{{ $value | humanize }} jobs of queue {{ $labels.awa_job_queue }} landed in the "
-                "dead-letter queue in the last 30 minutes."),
+                "The dead-letter queue of queue {{ $labels.awa_job_queue }} grew by "
+                "{{ $value | humanize }} entries in the last 30 minutes."),
             runbook_check="dlq",
             cases=lambda r: _increase_cases(
                 r, DB_DLQ_DEPTH, {Q: "email", DLQ_REASON: "max_attempts_exhausted"},
-                {Q: "email"}, t.dlq_growth_per_30m, 30, start=5),
+                {Q: "email"}, t.dlq_growth_per_30m, 30, start=5, presence=DB_SCRAPE_SUCCESS),
         ),
         AlertRule(
             name="AwaXminHorizonPinned",
@@ -459,7 +463,9 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
         AlertRule(
             name="AwaLeaderFlapping",
             severity="info",
-            expr=(f"sum(increase({LEADER_ELECTED}[1h])) > "
+            # distinct leaders, not elections: a crash-looping runtime is elected once per
+            # process, and a counter born at 1 shows no increase()
+            expr=(f"count(max_over_time({LEADER_ACTIVE}[1h]) == 1) - 1 > "
                   f"{num(t.leader_changes_per_hour)}"),
             for_="10m",
             summary="Leadership keeps changing hands.",
@@ -467,8 +473,7 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
                 "Leadership changed {{ $value | humanize }} times in the last hour: runtimes "
                 "restart or lose their leader connection."),
             runbook_check="runtime",
-            cases=lambda r: _increase_cases(r, LEADER_ELECTED, {}, {}, t.leader_changes_per_hour,
-                                            60),
+            cases=_leader_cases(t),
         ),
         AlertRule(
             name="AwaExporterDown",
@@ -495,6 +500,41 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             for rule in rules]
 
 
+def recent_increase(counter: str, by: tuple[str, ...], window: str, presence: str) -> str:
+    """Increase over ``window`` that also counts counters born inside it.
+
+    A counter series appears at its first increment, a value increase() never
+    sees; a series absent ``window`` ago (while ``presence`` was scraped, so
+    this is not a fresh Prometheus) counts from zero.
+    """
+    group = ", ".join(by)
+    return (f"  (\n"
+            f"    sum by ({group}) (increase({counter}[{window}]))\n"
+            f"    and on ({group}) sum by ({group}) ({counter} offset {window})\n"
+            f"  )\n"
+            f"  or\n"
+            f"  (\n"
+            f"    sum by ({group}) ({counter})\n"
+            f"    unless on ({group}) sum by ({group}) ({counter} offset {window})\n"
+            f"  )\n"
+            f"  and on () (count({presence} offset {window}) > 0)")
+
+
+def gauge_growth(gauge: str, by: tuple[str, ...], window: str, presence: str) -> str:
+    """How much a gauge grew over ``window``; delta() would miss series born inside it.
+
+    A series absent ``window`` ago counts from zero, provided ``presence``
+    reported then (otherwise Prometheus simply has no history yet).
+    """
+    group = ", ".join(by)
+    return (f"sum by ({group}) ({gauge})\n"
+            f"- (\n"
+            f"  sum by ({group}) ({gauge} offset {window})\n"
+            f"  or\n"
+            f"  0 * sum by ({group}) ({gauge}) and on () (max({presence} offset {window}) > 0)\n"
+            f")")
+
+
 def _labels_selector(metric: str, labels: dict[str, str]) -> str:
     return selector(metric, **{k: "=" + v for k, v in labels.items()})
 
@@ -514,17 +554,53 @@ def _gauge_cases(rule: AlertRule, metric: str, labels: dict[str, str], threshold
 
 def _increase_cases(rule: AlertRule, metric: str, labels: dict[str, str],
                     by_labels: dict[str, str], threshold: float, window_minutes: int,
-                    start: float = 0) -> list[RuleCase]:
-    """A counter (or growing gauge) rising by twice the threshold per window fires; half does not."""
-    minutes = window_minutes + rule.for_minutes + 5
+                    start: float = 0, presence: str | None = None) -> list[RuleCase]:
+    """A counter (or growing gauge) rising by twice the threshold per window fires; half does not.
+
+    With ``presence`` (the rule counts series born inside the window): a series that appears
+    with twice the threshold fires; one that was there before Prometheus' history does not.
+    """
+    minutes = 2 * window_minutes + rule.for_minutes + 5
+    at = window_minutes + rule.for_minutes + 3
     series = _labels_selector(metric, labels)
-    fire_step = 2 * threshold / window_minutes
-    return [
-        RuleCase({series: linear(fire_step, minutes, start)}, window_minutes + rule.for_minutes + 3,
-                 (Expected(dict(by_labels), 2 * threshold),)),
-        RuleCase({series: linear(threshold / 2 / window_minutes, minutes, start)},
-                 window_minutes + rule.for_minutes + 3),
+    fire = 2 * threshold
+    cases = [
+        RuleCase({series: linear(fire / window_minutes, minutes, start)}, at,
+                 (Expected(dict(by_labels), fire),)),
+        RuleCase({series: linear(threshold / 2 / window_minutes, minutes, start)}, at),
     ]
+    if presence is None:
+        return cases
+    born = window_minutes + 2
+    if rule.for_minutes + 1 < window_minutes - 2:  # it can fire before the series ages out
+        cases.append(RuleCase(
+            {presence: constant(1, minutes), series: f"_x{born} {constant(fire, minutes - born)}"},
+            born + rule.for_minutes + 1, (Expected(dict(by_labels), fire),)))
+    # a fresh Prometheus sees an old total, not a burst
+    cases.append(RuleCase({presence: constant(1, minutes), series: constant(fire, minutes)},
+                          rule.for_minutes + 2))
+    return cases
+
+
+def _leader_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        leaders = int(t.leader_changes_per_hour) + 2
+        at = leaders + rule.for_minutes + 2
+        minutes = at + 5
+        # runtime i leads during minute i only: one leader change per minute
+        one_each = {_labels_selector(LEADER_ACTIVE, {"instance": f"runtime-{i}:9464"}):
+                    (f"_x{i} " if i else "") + f"1 {constant(0, minutes - i - 1)}"
+                    for i in range(leaders)}
+        steady = {_labels_selector(LEADER_ACTIVE, {"instance": "runtime-0:9464"}):
+                  constant(1, minutes),
+                  _labels_selector(LEADER_ACTIVE, {"instance": "runtime-1:9464"}):
+                  constant(0, minutes)}
+        return [RuleCase(one_each, at, (Expected({}, leaders - 1),)),
+                RuleCase(steady, at)]
+    return cases
+
+
+
 
 
 def _error_rate_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:

@@ -335,9 +335,12 @@ def maintenance(t: Thresholds) -> DashboardSpec:
                           "{{awa_maintenance_branch}}"),),
                   thresholds=warn_at(t.maintenance_overruns_per_15m, "orange"),
                   runbooks=(alert_runbook("AwaMaintenanceOverrun"),)),
-        PanelSpec("Leader changes", "Leadership acquisitions in the window; more than a few an "
-                  "hour means runtimes restart or lose their leader connection.",
-                  (Target(f"sum({increase('awa.leader.elected')})", "elections"),),
+        PanelSpec("Leader changes", "Leadership acquisitions in the window, and how many "
+                  "different runtimes led in it; more than a few an hour means runtimes "
+                  "restart or lose their leader connection.",
+                  (Target(f"sum({increase('awa.leader.elected')})", "elections"),
+                   Target(f"count(max_over_time({m('awa.leader.active')}[{RATE}]) == 1)",
+                          "runtimes that led")),
                   runbooks=(alert_runbook("AwaLeaderFlapping"), diagnostic("runtime"))),
         PanelSpec("Leadership by runtime", "1 for the runtime holding leadership.",
                   (Target(f"max by (instance) ({m('awa.leader.active')})", "{{instance}}"),),
