@@ -28,6 +28,8 @@ from awa.producer import SyncTransaction, Transaction
 from awa.serialization import derive_kind
 from awa import callback_contract
 from awa.callbacks import ResolveResult
+from awa.worker import HealthCheck, QueueHealth
+from awa.runtime.events import JobEvent
 
 __version__ = "0.1.0"
 
@@ -39,4 +41,5 @@ __all__ = [
     "WaitForCallback", "current_migration_version", "derive_kind",
     "DlqEntry", "QueueStat", "RetryFailedResult", "SyncTransaction", "Transaction", "migrations", "migrations_range",
     "init_telemetry", "shutdown_telemetry", "ResolveResult", "callback_contract",
+    "HealthCheck", "QueueHealth", "JobEvent",
 ]
