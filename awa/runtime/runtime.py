@@ -161,7 +161,6 @@ class Runtime:
 
     def _start_metrics_endpoint(self) -> None:
         from awa import __version__
-        telemetry.init_telemetry_from_env()
         if self.settings.metrics_addr:
             self.metrics_endpoint = telemetry.serve_prometheus(self.settings.metrics_addr)
             log.info("serving metrics on %s", self.metrics_endpoint.url)

@@ -105,3 +105,14 @@ def test_the_scan_finds_what_it_looks_for(tmp_path):
         "3: awa_job_completed_total", "4: awa.job.queue",
         "5: awa_job_duration_seconds_bucket", "8: awa_job_queue", "10: awa.job.failed",
         "11: awa_job_queue"]
+
+
+def test_label_values_the_runtime_uses_are_the_catalogue_s():
+    """Dashboards filter on these values; the runtime's constants must be the catalogue's."""
+    from awa.runtime import dispatcher
+    from awa.runtime.maintenance import rescue
+
+    assert {dispatcher.REASON_NOTIFY, dispatcher.REASON_POLL, dispatcher.REASON_CAPACITY} \
+        == set(metrics.DISPATCH_REASONS)
+    assert {rescue.HEARTBEAT_STALE.name, rescue.DEADLINE_EXCEEDED.name,
+            rescue.CALLBACK_TIMEOUT.name} == set(metrics.RESCUE_KINDS)
