@@ -83,6 +83,10 @@ def test_dashboards_are_valid_for_grafana_import():
         assert variables["queue"]["type"] == "query"
         assert variables["queue"]["datasource"]["uid"] == "${datasource}"
         assert variables["queue"]["includeAll"] and variables["queue"]["multi"]
+        cells = [(x, y) for panel in all_panels(dashboard)
+                 for x in range(panel["gridPos"]["x"], panel["gridPos"]["x"] + panel["gridPos"]["w"])
+                 for y in range(panel["gridPos"]["y"], panel["gridPos"]["y"] + panel["gridPos"]["h"])]
+        assert len(cells) == len(set(cells)), f"{path.name}: panels overlap"
         ids = [panel["id"] for panel in all_panels(dashboard)]
         assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
         for panel in all_panels(dashboard):
@@ -163,3 +167,14 @@ def test_every_catalogue_metric_is_on_a_dashboard():
             if entry is not None:
                 used.add(entry.name)
     assert {entry.name for entry in metrics.ALL_METRICS} - used == set()
+
+
+def test_dashboards_round_trip_through_the_grafana_schema_model():
+    """Decoding with the SDK's dashboard model (Grafana's schema) and encoding again loses nothing."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    for path in DASHBOARDS:
+        original = load(path)
+        decoded = Dashboard.from_json(original)
+        assert json.loads(json.dumps(decoded, cls=JSONEncoder)) == original, path.name
