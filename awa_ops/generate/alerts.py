@@ -25,6 +25,7 @@ import yaml
 
 from awa import metrics
 from awa_ops.generate.promql import selector
+from awa_ops.generate.templating import render_template
 
 DEFAULT_RUNBOOK_BASE_URL = "https://github.com/awa-py/awa-py/blob/main/"
 ALERT_RUNBOOK_DIR = "runbooks/alerts"
@@ -696,81 +697,11 @@ def unit_tests_document(rules: list[AlertRule], base_url: str, rules_file: str =
                         "exp_labels": {"severity": rule.severity, **expected.labels},
                         "exp_annotations": {
                             "summary": rule.summary,
-                            "description": render_template(rule.description, expected),
+                            "description": render_template(rule.description, expected.labels,
+                                                           expected.value),
                             "runbook_url": runbook_url(base_url, rule.runbook_path),
                         },
                     } for expected in case.firing],
                 }],
             })
     return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": tests}
-
-
-# Prometheus' template functions, as far as the descriptions use them
-# (prometheus/template/template.go), so the unit tests can state the text.
-_TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value(?:\s*\|\s*(\w+))?)\s*\}\}")
-
-
-def render_template(text: str, expected: Expected) -> str:
-    def replace(match: re.Match) -> str:
-        if match.group(2):
-            return expected.labels.get(match.group(2), "")
-        function = match.group(3)
-        if function not in _HUMANIZERS:
-            raise ValueError(f"template function {function!r} is not supported in descriptions")
-        return _HUMANIZERS[function](float(expected.value))
-    return _TEMPLATE.sub(replace, text)
-
-
-def _g4(value: float) -> str:
-    return "%.4g" % value
-
-
-def humanize(v: float) -> str:
-    if v == 0 or math.isnan(v) or math.isinf(v):
-        return _g4(v)
-    prefix = ""
-    if abs(v) >= 1:
-        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
-            if abs(v) < 1000:
-                break
-            prefix, v = p, v / 1000
-    else:
-        for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-            if abs(v) >= 1:
-                break
-            prefix, v = p, v * 1000
-    return _g4(v) + prefix
-
-
-def humanize_duration(v: float) -> str:
-    if math.isnan(v) or math.isinf(v):
-        return _g4(v)
-    if v == 0:
-        return _g4(v) + "s"
-    if abs(v) >= 1:
-        sign = "-" if v < 0 else ""
-        v = abs(v)
-        whole = int(v)
-        seconds, minutes = whole % 60, (whole // 60) % 60
-        hours, days = (whole // 3600) % 24, whole // 86400
-        if days:
-            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
-        if hours:
-            return f"{sign}{hours}h {minutes}m {seconds}s"
-        if minutes:
-            return f"{sign}{minutes}m {seconds}s"
-        return f"{sign}{_g4(v)}s"
-    prefix = ""
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(v) >= 1:
-            break
-        prefix, v = p, v * 1000
-    return f"{_g4(v)}{prefix}s"
-
-
-def humanize_percentage(v: float) -> str:
-    return _g4(v * 100) + "%"
-
-
-_HUMANIZERS = {"humanize": humanize, "humanizeDuration": humanize_duration,
-               "humanizePercentage": humanize_percentage}

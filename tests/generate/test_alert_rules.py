@@ -13,8 +13,9 @@ import yaml
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import dump_yaml
 from awa_ops.generate.alerts import (ALERT_RUNBOOK_DIR, RULES_FILE, RULES_TEST_FILE, SEVERITIES,
-                                     Thresholds, build_rules, humanize, humanize_duration,
-                                     humanize_percentage, rules_document, unit_tests_document)
+                                     Thresholds, build_rules, rules_document, unit_tests_document)
+from awa_ops.generate.templating import (humanize, humanize_duration, humanize_percentage,
+                                         render_template)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
@@ -138,3 +139,10 @@ def test_humanize_duration_matches_prometheus(value, text):
 def test_humanize_percentage_matches_prometheus():
     assert humanize_percentage(0.3) == "30%"
     assert humanize_percentage(1) == "100%"
+
+
+def test_render_template_fills_labels_and_values():
+    text = "{{ $value | humanizeDuration }} in {{ $labels.awa_job_queue }} ({{ $value | humanize }})"
+    assert render_template(text, {"awa_job_queue": "email"}, 660) == "11m 0s in email (660)"
+    with pytest.raises(ValueError, match="not supported"):
+        render_template("{{ $value | title }}", {}, 1)
