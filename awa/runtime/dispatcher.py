@@ -111,6 +111,8 @@ class Dispatcher:
                 await self.permits.wait_for_capacity(self.poll_interval)
                 recording.wakeup(self.name, REASON_CAPACITY)
                 continue
+            if self.bucket is not None:
+                self.bucket.consume(granted)  # reserved: a second claimer sees fewer tokens
             self._wake.clear()
             started = time.perf_counter()
             try:
@@ -118,26 +120,24 @@ class Dispatcher:
                 failures = 0
                 self.runtime.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                self.permits.release(granted)
+                self._give_back(granted)
                 self.runtime.health.postgres_connected = False
                 failures += 1
                 log.warning("claim on queue %s failed (%s); retrying", self.name, db.one_line(exc))
                 await asyncio.sleep(min(self.poll_interval * failures, 5.0))
                 continue
             except psycopg.Error as exc:
-                self.permits.release(granted)
+                self._give_back(granted)
                 failures += 1
                 log.error("claim on queue %s failed: %s", self.name, db.one_line(exc))
                 await asyncio.sleep(min(self.poll_interval * failures, 5.0))
                 continue
             if len(rows) < granted:
-                self.permits.release(granted - len(rows))
+                self._give_back(granted - len(rows))
             self.permits.hungry = len(rows) == granted
             jobs = [job_from_claim(row) for row in rows]
             recording.claimed(self.name, jobs, time.perf_counter() - started)
             if jobs:
-                if self.bucket is not None:
-                    self.bucket.consume(len(jobs))
                 self._start_jobs(jobs)
                 if len(jobs) == granted:
                     continue  # probably more waiting: claim again at once
@@ -148,6 +148,12 @@ class Dispatcher:
                 recording.wakeup(self.name, REASON_NOTIFY)
             except asyncio.TimeoutError:
                 recording.wakeup(self.name, REASON_POLL)
+
+    def _give_back(self, n: int) -> None:
+        """Slots and tokens reserved for rows the claim did not return."""
+        self.permits.release(n)
+        if self.bucket is not None:
+            self.bucket.consume(-n)
 
     async def _claim(self, n: int) -> list[tuple]:
         async with self.runtime.pool.connection() as conn:

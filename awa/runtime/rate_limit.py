@@ -26,8 +26,9 @@ class TokenBucket:
         return int(self._tokens)
 
     def consume(self, n: int) -> None:
+        """Take ``n`` tokens (negative: give unused ones back, up to the burst)."""
         self._refill()
-        self._tokens -= n
+        self._tokens = min(self.burst, self._tokens - n)
 
     def seconds_until_token(self) -> float:
         """How long until at least one whole token is available."""

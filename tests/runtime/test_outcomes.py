@@ -54,6 +54,7 @@ async def test_completed_with_progress_and_metadata(client, db):
 async def test_exception_retries_with_backoff_and_records_each_attempt(client, db):
     @client.task(Work)
     async def work(job):
+        job.set_progress(30, "got a third of the way")
         raise ValueError(f"bad {job.attempt}")
 
     await client.start([("default", 2)], **FAST)
@@ -61,6 +62,7 @@ async def test_exception_retries_with_backoff_and_records_each_attempt(client, d
     [row] = await run_until_settled(client, db, [job.id], {"retryable"})
     await client.shutdown()
     assert row["attempt"] == 1
+    assert row["progress"]["percent"] == 30  # kept across retries
     assert len(row["errors"]) == 1
     err = row["errors"][0]
     assert err["error"] == "ValueError: bad 1" and err["attempt"] == 1
@@ -277,3 +279,43 @@ async def test_start_with_a_taken_metrics_port_fails_cleanly(client, db):
     # Nothing was left running: the client can start again.
     await client.start([("default", 1)], **FAST)
     await client.shutdown()
+
+
+async def test_paused_queue_is_not_claimed_until_resumed(client, db):
+    @client.task(Work)
+    async def work(job):
+        return None
+
+    await client.pause_queue("default")
+    await client.start([("default", 2)], **FAST)
+    job = await client.insert(Work())
+    await asyncio.sleep(0.4)  # several poll intervals and the insert's NOTIFY
+    assert job_row(db, job.id)["state"] == "available"
+    await client.resume_queue("default")
+    await run_until_settled(client, db, [job.id], {"completed"}, timeout=5)
+    await client.shutdown()
+
+
+async def test_a_retry_colliding_with_a_newer_unique_job_cancels_the_superseded_attempt(
+        client, db):
+    """The unique-claim wedge: the mask excludes running, so a duplicate was
+    enqueued meanwhile; the first attempt's retry would take the key back."""
+    release = asyncio.Event()
+
+    @client.task(Work)
+    async def work(job):
+        if job.args.n == 1:
+            await release.wait()
+            raise RuntimeError("retry me")
+
+    opts = {"states": ["available", "retryable", "scheduled"]}
+    await client.start([("default", 2)], **FAST)
+    first = await client.insert(Work(1), unique_opts=opts, max_attempts=3)
+    await run_until_settled(client, db, [first.id], {"running"})
+    await client.pause_queue("default")  # the newer holder stays available
+    second = await client.insert(Work(1), unique_opts=opts)
+    release.set()
+    [row] = await run_until_settled(client, db, [first.id], {"cancelled"})
+    await client.shutdown()
+    assert row["errors"][-1]["error"] == lifecycle.RESCUED_AS_DUPLICATE
+    assert job_row(db, second.id)["state"] == "available"
