@@ -161,3 +161,24 @@ def test_bad_otlp_endpoint_is_a_validation_error(endpoint, monkeypatch):
     monkeypatch.delenv(telemetry.OTLP_ENDPOINT_ENV, raising=False)
     with pytest.raises(ValidationError, match="pass an http\\(s\\) URL"):
         telemetry.init_telemetry(endpoint)
+
+
+def test_instruments_created_before_the_provider_export_once_it_is_set():
+    """METRICS is built at import, on OTel's proxy meter; a fresh process proves the rebinding."""
+    import subprocess
+    import sys
+
+    program = (
+        "from awa import metrics, telemetry\n"
+        "from awa.metrics import METRICS\n"
+        "from opentelemetry import metrics as otel\n"
+        "assert not hasattr(otel.get_meter_provider(), 'add_metric_reader')  # no SDK yet\n"
+        "METRICS.job_completed.add(1, metrics.job_attributes('k', 'before'))  # dropped\n"
+        "endpoint = telemetry.serve_prometheus('127.0.0.1:0')\n"
+        "METRICS.job_completed.add(2, metrics.job_attributes('k', 'after'))\n"
+        "print(endpoint.url)\n"
+        "import httpx; print(httpx.get(endpoint.url).text)\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert 'awa_job_completed_total{awa_job_kind="k",awa_job_queue="after"} 2.0' in out
+    assert 'awa_job_queue="before"' not in out
