@@ -54,8 +54,10 @@ from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, METRICS
 log = logging.getLogger("awa.callbacks")
 
 RESULT_KEY = "_awa_callback_result"
-# Resolutions that end a wait notify here (payload: the job id), waking the
-# handler in wait_for_callback at once; polling is only the fallback.
+# A resume notifies here (payload: the job id), waking the handler in
+# wait_for_callback at once.  Other resolutions do not: NOTIFY serialises
+# committing transactions, and a waiter interrupted by them notices on its
+# next fallback poll (at most CALLBACK_WAIT_POLL_MAX_MS).
 RESUME_CHANNEL = "awa:callback_resolved"
 LISTEN_RESUME = "LISTEN {}"
 DEFAULT_ACTIONS = ("ignore", "complete", "fail")
@@ -83,34 +85,28 @@ SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text A
   FROM awa.jobs_hot WHERE id = %(job_id)s"""
 
 COMPLETE_EXTERNAL = """
-WITH resolved AS (
-    UPDATE awa.jobs_hot
-       SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
-           metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING *)
-SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
+UPDATE awa.jobs_hot
+   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+       metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
+ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+RETURNING *"""
 
 FAIL_EXTERNAL = """
-WITH resolved AS (
-    UPDATE awa.jobs_hot
-       SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
-           errors = array_append(COALESCE(errors, '{}'::jsonb[]),
-                                 %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING *)
-SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
+UPDATE awa.jobs_hot
+   SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
+       errors = array_append(COALESCE(errors, '{}'::jsonb[]),
+                             %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
+ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+RETURNING *"""
 
 RETRY_EXTERNAL = """
-WITH resolved AS (
-    UPDATE awa.jobs_hot
-       SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
-           deadline_at = NULL, finalized_at = NULL,
-           callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-           callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING *)
-SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
+UPDATE awa.jobs_hot
+   SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
+       deadline_at = NULL, finalized_at = NULL,
+       callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
+       callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
+ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+RETURNING *"""
 
 # An in-place update to 'available' is not an INSERT, so the queue's
 # dispatchers are woken explicitly (at commit).

@@ -6,8 +6,8 @@ Creates its own database on the server of AWA_TEST_DATABASE_URL /
 DATABASE_URL (else 127.0.0.1:5432), and drops it afterwards.  Measures:
 
 1. ``complete_external`` through the API: sequential and 16 concurrent callers;
-2. the HTTP receiver (uvicorn, signed requests, 16 concurrent clients):
-   requests/s and latency p50/p95;
+2. the HTTP receiver (`awa callbacks serve` as its own process, signed
+   requests, 16 concurrent clients): requests/s and latency p50/p95;
 3. ``wait_for_callback`` resume latency through a running worker: from the
    ``resume_external`` call to the handler holding the payload, p50/p95;
 4. the HTTP worker end to end: jobs POSTed to a local endpoint that calls
@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
+from typing import Iterator
 
 import httpx
 import psycopg
@@ -31,7 +38,7 @@ from psycopg.conninfo import make_conninfo
 
 import awa
 from awa import callback_contract, schema
-from awa.callback_server import CallbackApp, serve_in_thread
+from awa.callback_server import serve_in_thread
 from awa.http_worker import HttpWorker, HttpWorkerConfig
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -199,6 +206,32 @@ async def http_worker_round_trips(url: str, receiver: str, endpoint: str, n: int
         await client.close()
 
 
+@contextlib.contextmanager
+def receiver_process(url: str) -> Iterator[str]:
+    """`awa callbacks serve` as its own process, as it would be deployed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("awa")), "callbacks", "serve", "--listen",
+         f"127.0.0.1:{port}", "--secret-env", "AWA_BENCH_SECRET", "--database-url", url],
+        env={**os.environ, "AWA_BENCH_SECRET": SECRET.hex()}, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("awa callbacks serve did not start")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2_000)
@@ -213,9 +246,9 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             schema.migrate_sync(conn)
         asyncio.run(api_resolutions(url, args.jobs))
-        with serve_in_thread(CallbackApp(database_url=url, secret=SECRET)) as receiver:
+        asyncio.run(resume_latency(url, args.resumes))
+        with receiver_process(url) as receiver:
             asyncio.run(receiver_requests(url, receiver, args.jobs))
-            asyncio.run(resume_latency(url, args.resumes))
             with serve_in_thread(CallingBackEndpoint()) as endpoint:
                 asyncio.run(http_worker_round_trips(url, receiver, endpoint, args.jobs))
     finally:
