@@ -19,14 +19,18 @@ NAME = "enqueue"
 RUNBOOK = runbook("enqueue")
 
 SHARDS = render("all_enqueue_shards")
-# This database's backends only: the waits its producers and workers actually feel.
+# The guide's LWLock:WALWrite / LWLock:WALSync waits, of this database's backends
+# (the waits its producers and workers feel).  IO:WALSync alone is every commit's
+# normal fsync wait, so it is not counted.
 WAL_WAITS = """
 SELECT pid, application_name, wait_event_type, wait_event, state, left(query, 200) AS query
 FROM pg_stat_activity
 WHERE datname = current_database()
-  AND (wait_event_type = 'LWLock' AND wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping')
-       OR wait_event_type = 'IO' AND wait_event IN ('WALSync', 'WALWrite', 'WALInitSync', 'WALInitWrite'))
+  AND wait_event_type = 'LWLock'
+  AND wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping')
 """
+# One backend waiting is a flush in progress; contention means a queue behind it.
+WAL_CONTENDED = 2
 
 
 async def sample_wal_waits(session) -> tuple[int, list[dict]]:
@@ -34,7 +38,7 @@ async def sample_wal_waits(session) -> tuple[int, list[dict]]:
     hits, seen = 0, []
     for i in range(config.OPS_WAL_SAMPLES):
         rows = await session.fetch_all(WAL_WAITS)
-        if rows:
+        if len(rows) >= WAL_CONTENDED:
             hits += 1
             seen.extend(rows)
         if i + 1 < config.OPS_WAL_SAMPLES:
@@ -52,7 +56,8 @@ async def check(session, engine, options) -> list[Finding]:
     if hits * 2 > config.OPS_WAL_SAMPLES:
         findings.append(Finding(
             Severity.WARNING,
-            f"backends waited on WAL in {hits} of {config.OPS_WAL_SAMPLES} samples",
+            f"backends queued on the WAL locks (LWLock:WALWrite/WALInsert) in {hits} of "
+            f"{config.OPS_WAL_SAMPLES} samples",
             "commit pressure: every enqueue and completion commits through WAL; the database "
             "may be undersized for the offered rate",
             "check disk latency and wal_buffers / synchronous_commit; compare the offered rate "
@@ -67,7 +72,7 @@ async def check(session, engine, options) -> list[Finding]:
     if not findings:
         findings.append(Finding(
             Severity.OK,
-            f"no WAL waits in {config.OPS_WAL_SAMPLES} samples; "
+            f"no WAL lock contention in {config.OPS_WAL_SAMPLES} samples; "
             f"{plural(len(shards), 'queue')} with queue_meta rows"
             + ("" if options.metrics_url else " (pass --metrics-url for batch sizes and durations)"),
             note, psql(" ".join(upsert.split())), shards[:options.evidence_limit], RUNBOOK))
