@@ -57,9 +57,11 @@ class Endpoint:
             await asyncio.sleep(1)
         elif self.behaviour.startswith("status:"):
             status = int(self.behaviour.split(":")[1])
+        headers = [(b"content-type", b"application/json")]
+        if status == 429:
+            headers.append((b"retry-after", b"120"))
         payload = json.dumps({"accepted": status < 300}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
     async def _call_back(self, body: dict[str, Any], delay: float = 0.0) -> None:
@@ -143,6 +145,18 @@ async def test_response_status_decides_the_attempt(db, client, endpoint, receive
     with pytest.raises(awa.CallbackNotFound):
         await client.complete_external(endpoint.requests[0]["body"]["callback_id"], {})
     assert row_of(db, job.id)["state"] == state
+
+
+async def test_too_many_requests_retries_after_the_servers_delay(db, client, endpoint,
+                                                                 receiver_base):
+    endpoint.behaviour = "status:429"
+    worker = await start_http_worker(client, endpoint, receiver_base)
+    job = await client.insert({"cents": 1}, kind="remote_charge", queue="http", max_attempts=3)
+    await eventually(state_is(db, job.id, "retryable"), what="retryable")
+    await worker.aclose()
+    delay = db.execute("SELECT extract(epoch FROM run_at - now()) AS s FROM awa.jobs "
+                       "WHERE id = %s", (job.id,)).fetchone()["s"]
+    assert 100 < delay <= 120  # Retry-After: 120, not the exponential backoff
 
 
 async def test_unreachable_endpoint_is_retryable(db, client, receiver_base):

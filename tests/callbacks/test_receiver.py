@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -251,13 +252,8 @@ async def test_serve_command_runs_as_a_process(db, database_url, waiting, tmp_pa
 
 
 def test_resolution_commands(db, database_url, running_job):
-    import asyncio
     job_id, lease = running_job()
-    loop = asyncio.new_event_loop()
-    try:
-        token = loop.run_until_complete(_register(database_url, job_id, lease))
-    finally:
-        loop.close()
+    token = asyncio.run(_register(database_url, job_id, lease))
     runner = CliRunner()
     result = runner.invoke(awa_cli, ["--database-url", database_url, "callbacks", "heartbeat",
                                      token, "--timeout-seconds", "120", "--json"])
@@ -277,10 +273,23 @@ def test_resolution_commands(db, database_url, running_job):
     assert result.exit_code == 2 and "must be a JSON object" in result.output
     assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"a": 1}
 
+    job_id, lease = running_job()
+    token = asyncio.run(_register(database_url, job_id, lease, filter="payload.go"))
+    result = runner.invoke(awa_cli, ["callbacks", "resolve", token, "--payload", '{"go": false}',
+                                     "--default-action", "complete",
+                                     "--database-url", database_url])
+    assert result.exit_code == 0
+    assert result.output.strip() == (f"callback {token}: job {job_id} is running (ignored: "
+                                     f"filter did not match the payload)")
+    result = runner.invoke(awa_cli, ["callbacks", "retry", token, "--json",
+                                     "--database-url", database_url])
+    assert result.exit_code == 0 and '"state": "available"' in result.output
 
-async def _register(database_url: str, job_id: int, lease: int) -> str:
+
+async def _register(database_url: str, job_id: int, lease: int, **cel: str) -> str:
     async with awa.AsyncClient(database_url) as c:
-        return (await callbacks.register_callback(await c._get_pool(), job_id, lease, 60)).id
+        return (await callbacks.register_callback(await c._get_pool(), job_id, lease, 60,
+                                                  **cel)).id
 
 
 async def test_unmigrated_database_is_503_and_serve_refuses_to_start(empty_database_url):
