@@ -33,6 +33,7 @@ from awa.job import AwaError, Job, RetryAfter, TerminalError, ValidationError, W
 # Statuses that say "try again later" rather than "this request is wrong".
 _RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 _ERROR_BODY_CHARS = 200
+LAST_RESPONSE_KEY = "http_worker_last_response"  # metadata: why a Retry-After retry happened
 
 
 class HttpWorkerMode(str, enum.Enum):
@@ -146,7 +147,8 @@ class HttpWorker:
         summary = f"POST {cfg.url} returned HTTP {status}: {_excerpt(response.text)}"
         if status >= 500 or status in _RETRYABLE_CLIENT_STATUSES:
             delay = _retry_after(response)
-            if delay is not None:
+            if delay is not None:  # RetryAfter records no error: keep the reason visible
+                job.update_metadata({LAST_RESPONSE_KEY: summary})
                 return RetryAfter(delay)
             raise HttpWorkerError(summary)
         raise TerminalError(summary)

@@ -157,6 +157,7 @@ async def test_too_many_requests_retries_after_the_servers_delay(db, client, end
     delay = db.execute("SELECT extract(epoch FROM run_at - now()) AS s FROM awa.jobs "
                        "WHERE id = %s", (job.id,)).fetchone()["s"]
     assert 100 < delay <= 120  # Retry-After: 120, not the exponential backoff
+    assert "returned HTTP 429" in row_of(db, job.id)["metadata"]["http_worker_last_response"]
 
 
 async def test_unreachable_endpoint_is_retryable(db, client, receiver_base):
