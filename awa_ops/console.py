@@ -182,6 +182,21 @@ SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
  ORDER BY t.id DESC
  LIMIT %(page)s
 """
+# Neither state nor queue given: the newest rows by primary key, then the
+# kind/tag filters within the newest ``window`` of them.
+_JOBS_NEWEST = """
+SELECT t.* FROM (
+    SELECT {columns} FROM {table} t ORDER BY t.id DESC
+     LIMIT CASE WHEN %(post_filtered)s THEN %(window)s ELSE %(page)s END) t
+ WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
+   AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+ ORDER BY t.id DESC
+ LIMIT %(page)s
+"""
+JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=sql.Identifier("awa", "jobs_hot"),
+                                               columns=sql.SQL(JOB_LIST_COLUMNS))
+SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(
+    table=sql.Identifier("awa", "scheduled_jobs"), columns=sql.SQL(JOB_LIST_COLUMNS))
 JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "jobs_hot"),
                                            columns=sql.SQL(JOB_LIST_COLUMNS))
 SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "scheduled_jobs"),
@@ -543,13 +558,16 @@ class ConsoleReader:
         params = {"state": flt.state, "queue": flt.queue, "kind": flt.kind, "tag": flt.tag,
                   "post_filtered": post_filtered, "page": self.row_limit,
                   "window": self.scan_window, "max_pairs": MAX_PAIRS}
+        newest = flt.state is None and flt.queue is None
+        hot, deferred = ((JOBS_HOT_NEWEST, SCHEDULED_JOBS_NEWEST) if newest
+                         else (JOBS_HOT_LIST, SCHEDULED_JOBS_LIST))
         rows: list[dict[str, Any]] = []
         async with self.session.read() as cur:
             now = await self._now(cur)
             if flt.state is None or flt.state in HOT_STATES:
-                rows += await self._run(cur, JOBS_HOT_LIST, params)
+                rows += await self._run(cur, hot, params)
             if flt.state is None or flt.state in DEFERRED_STATES:
-                rows += await self._run(cur, SCHEDULED_JOBS_LIST, params)
+                rows += await self._run(cur, deferred, params)
         rows.sort(key=lambda r: r["id"], reverse=True)
         return JobsPage(now, rows[: self.row_limit], windowed=post_filtered)
 

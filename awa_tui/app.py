@@ -125,8 +125,9 @@ class AwaConsole(App):
         await self._disconnect()
 
     def tick(self) -> None:
-        if not self.frozen and isinstance(self.screen, ConsoleScreen):
-            self.screen.tick()
+        screen = self.screen
+        if not self.frozen and isinstance(screen, ConsoleScreen) and screen.composed():
+            screen.tick()
 
     def display_now(self) -> datetime:
         """The database's clock as of the last refresh, advanced by local time."""
@@ -153,13 +154,13 @@ class AwaConsole(App):
             return
         async with self.db_lock:
             ok, data = await self._read(screen.fetch)
-        if ok and screen.is_mounted:
+        if ok and screen.composed():
             now = getattr(data, "now", None)
             if now is not None:
                 self.anchor, self.anchor_mono = now, time.monotonic()
             screen.show(data)
             self.refreshes += 1
-        if screen.is_mounted:
+        if screen.composed():
             screen.sync_chrome()
 
     async def _read(self, fetch: Callable[[ConsoleReader], Awaitable[Any]]) -> tuple[bool, Any]:
@@ -241,7 +242,7 @@ class AwaConsole(App):
         return " │ ".join(parts)
 
     def sync_screen(self) -> None:
-        if isinstance(self.screen, ConsoleScreen):
+        if isinstance(self.screen, ConsoleScreen) and self.screen.composed():
             self.screen.sync_chrome()
 
     def say(self, text: str) -> None:

@@ -7,10 +7,12 @@ tick its clocks every second between refreshes (``tick``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
+from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer
@@ -48,6 +50,10 @@ class ConsoleScreen(Screen):
     def body(self) -> Iterable[Widget]:
         return ()
 
+    def composed(self) -> bool:
+        """Mounted with its widgets (not yet composed, or torn down at exit, is False)."""
+        return self.is_mounted and bool(self.query(StatusLine))
+
     def on_mount(self) -> None:
         self.query_one(FilterBar).display = False
         self.sync_chrome()
@@ -57,9 +63,9 @@ class ConsoleScreen(Screen):
         self.console.request_refresh()
 
     def sync_chrome(self) -> None:
-        self.query_one(StatusLine).update(self.console.status_text(self.TITLE))
+        self.query_one(StatusLine).set(self.console.status_text(self.TITLE))
         self.query_one(Banner).show(self.console.problem or self.problem())
-        self.query_one(Notice).update(self.console.notice)
+        self.query_one(Notice).set(self.console.notice)
 
     def problem(self) -> str | None:
         """A screen-specific banner (e.g. no leader); the app's own problems come first."""
@@ -125,6 +131,27 @@ class TaggableTable(DataTable):
 
     BINDINGS = [Binding("space", "toggle_tag", "Tag", show=True)]
 
+    class Scrolled(Message):
+        """Other rows came into view (their ticking cells may be behind)."""
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if int(old) != int(new):
+            self.post_message(self.Scrolled())
+
+    def update_visible(self, cells_of: Callable[[str], list[Any] | None]) -> None:
+        """Refresh the cells of the rows on screen only: cheap enough for every second."""
+        columns = [column.key for column in self.ordered_columns][1:]
+        top = int(self.scroll_y)
+        for index in range(top, min(top + self.size.height, self.row_count)):
+            key = self.coordinate_to_cell_key(Coordinate(index, 0)).row_key.value
+            cells = cells_of(key) if key is not None else None
+            if cells is None:
+                continue
+            for column, old, value in zip(columns, self.get_row_at(index)[1:], cells):
+                if old != value:
+                    self.update_cell(key, column, value)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.tagged: set[str] = set()
@@ -155,14 +182,41 @@ class TaggableTable(DataTable):
         key = self.current_key()
         return [key] if key is not None else []
 
-    def replace_rows(self, rows: list[tuple[str, list[Any]]]) -> None:
-        """Swap the contents, keeping the cursor on the same row when it still exists."""
+    def replace_rows(self, rows: list[tuple[str, list[Any]]], key_column: str = "id",
+                     lazy: bool = False) -> None:
+        """Show exactly these rows in this order, touching only what changed.
+
+        Adding a row makes the table measure it, which is what costs CPU; so
+        rows still present are updated cell by cell, and the order is set by
+        sorting on ``key_column`` (the column holding each row's key).  With
+        ``lazy`` only the rows on screen are brought up to date (the rest catch
+        up when scrolled into view): for tables whose every row changes every
+        second.  Columns whose values keep changing should have fixed widths.
+        """
+        present = {row.key.value for row in self.ordered_rows}
+        wanted = dict(rows)
+        gone, new = present - wanted.keys(), wanted.keys() - present
+        self.tagged &= wanted.keys()
         keep = self.current_key()
-        self.clear()
-        present = set()
-        for key, cells in rows:
-            present.add(key)
-            self.add_row(TAG_MARK if key in self.tagged else " ", *cells, key=key)
-        self.tagged &= present
-        if keep is not None and keep in present:
+        if len(gone) + len(new) > max(len(rows), 1) // 2:
+            self.clear()
+            for key, cells in rows:
+                self.add_row(TAG_MARK if key in self.tagged else " ", *cells, key=key)
+        else:
+            for key in gone:
+                self.remove_row(key)
+            for key in new:
+                self.add_row(TAG_MARK if key in self.tagged else " ", *wanted[key], key=key)
+            order = {key: i for i, (key, _) in enumerate(rows)}
+            self.sort(key_column, key=lambda value: order[str(value)])
+            if lazy:
+                self.update_visible(wanted.get)
+            else:
+                columns = [column.key for column in self.ordered_columns][1:]
+                for key, cells in rows:
+                    if key not in new:
+                        for column, old, value in zip(columns, self.get_row(key)[1:], cells):
+                            if old != value:
+                                self.update_cell(key, column, value)
+        if keep is not None and keep in wanted:
             self.move_cursor(row=self.get_row_index(keep), animate=False)

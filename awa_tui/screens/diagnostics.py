@@ -16,6 +16,7 @@ from awa import config
 from awa_ops.console import ConsoleReader
 from awa_ops.findings import CheckResult, Finding, Severity, plain
 from awa_tui.screens.base import ConsoleScreen
+from awa_tui.widgets import TextLine
 
 SEVERITY_STYLE = {Severity.OK: "green", Severity.WARNING: "bold yellow",
                   Severity.CRITICAL: "bold white on red", Severity.ERROR: "bold magenta"}
@@ -46,7 +47,7 @@ class DiagnosticsScreen(ConsoleScreen):
         self.force = False
 
     def body(self) -> Iterable[Widget]:
-        yield Static(id="summary")
+        yield TextLine(id="summary")
         table = DataTable(id="checks", cursor_type="row", zebra_stripes=True)
         table.add_column("Check", key="check")
         table.add_column("Status", key="status")
@@ -73,7 +74,7 @@ class DiagnosticsScreen(ConsoleScreen):
         line = "  ".join(f"{severity.label} [b]{n}[/b]"
                          for severity, n in sorted(counts.items(), reverse=True))
         status = self.console.diagnostic_status or "-"
-        self.query_one("#summary", Static).update(f"worst: [b]{status}[/b]   {line}")
+        self.query_one("#summary", TextLine).set(f"worst: [b]{status}[/b]   {line}")
         self.sync_chrome()
 
     def action_rerun(self) -> None:

@@ -7,13 +7,13 @@ from typing import Iterable
 from rich.markup import escape
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from awa import lifecycle
 from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
 from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
 from awa_tui.screens.modals import PromptScreen
-from awa_tui.widgets import relative
+from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"),
            ("reason", "Reason"), ("attempt", "Attempt"), ("dlq_at", "In DLQ"),
@@ -47,7 +47,7 @@ class DlqScreen(ConsoleScreen):
         self.page: DlqPage | None = None
 
     def body(self) -> Iterable[Widget]:
-        yield Static(id="summary")
+        yield TextLine(id="summary")
         table = TaggableTable(id="dlq")
         for key, label in COLUMNS:
             table.add_column(label, key=key)
@@ -73,7 +73,7 @@ class DlqScreen(ConsoleScreen):
             (r["last_error"] or "")[:ERROR_WIDTH]]) for r in data.rows])
         reasons = "  ".join(f"{escape(reason)} [b]{n}[/b]"
                             for reason, n in sorted(data.by_reason.items()))
-        self.query_one("#summary", Static).update(
+        self.query_one("#summary", TextLine).set(
             f"[b]{len(data.rows)}[/b] entries: {self.flt.describe()}"
             + (f"   by reason: {reasons}" if reasons else ""))
         self.sync_chrome()

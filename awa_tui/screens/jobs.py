@@ -6,12 +6,12 @@ from typing import Iterable
 
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
 from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
-from awa_tui.widgets import relative
+from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),
            ("attempt", "Attempt"), ("priority", "Pri"), ("created", "Created"),
@@ -45,7 +45,7 @@ class JobsScreen(ConsoleScreen):
         self.flt = JobFilter()
 
     def body(self) -> Iterable[Widget]:
-        yield Static(id="summary")
+        yield TextLine(id="summary")
         table = TaggableTable(id="jobs")
         for key, label in COLUMNS:
             table.add_column(label, key=key)
@@ -77,7 +77,7 @@ class JobsScreen(ConsoleScreen):
             for r in data.rows])
         note = " (kind/tag filters search the newest rows per state and queue)" \
             if data.windowed else ""
-        self.query_one("#summary", Static).update(
+        self.query_one("#summary", TextLine).set(
             f"[b]{len(data.rows)}[/b] jobs: {self.flt.describe()}{note}")
         self.sync_chrome()
 

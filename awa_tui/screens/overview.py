@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static
 
 from awa_ops.console import ConsoleReader, Overview
 from awa_tui.screens.base import ConsoleScreen
-from awa_tui.widgets import duration, relative, spark
+from awa_tui.widgets import TextLine, duration, relative, spark
 
 QUEUE_COLUMNS = (("queue", "Queue"), ("available", "Avail"), ("scheduled", "Sched"),
                  ("retryable", "Retry"), ("running", "Run"), ("waiting_external", "Wait"),
@@ -45,7 +45,7 @@ class OverviewScreen(ConsoleScreen):
         self.data: Overview | None = None
 
     def body(self) -> Iterable[Widget]:
-        yield Static(id="summary")
+        yield TextLine(id="summary")
         yield Static("Queues", classes="section")
         queues = DataTable(id="queues", cursor_type="row", zebra_stripes=True)
         for key, label in QUEUE_COLUMNS:
@@ -121,7 +121,7 @@ class OverviewScreen(ConsoleScreen):
                  f"leader [b]{leader.label() if leader else 'NONE'}[/b]"]
         if diag:
             parts.append(f"diagnostics [b]{diag}[/b]")
-        self.query_one("#summary", Static).update("   ".join(parts))
+        self.query_one("#summary", TextLine).set("   ".join(parts))
         self.sync_chrome()
 
     def selected_queue(self) -> str | None:

@@ -8,11 +8,11 @@ from typing import Any, Callable, Iterable
 from rich.text import Text
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
 from awa_tui.screens.base import ConsoleScreen, TaggableTable
-from awa_tui.widgets import duration
+from awa_tui.widgets import TextLine, duration
 
 STATUS_STYLE = {OVERDUE: "bold white on red", STALE: "bold red", ORPHANED: "bold magenta",
                 ALIVE: "green"}
@@ -20,6 +20,8 @@ STATUS_RANK = {OVERDUE: 0, ORPHANED: 1, STALE: 2, ALIVE: 3}
 COLUMNS = (("tag", " "), ("status", "Status"), ("id", "Job"), ("kind", "Kind"),
            ("queue", "Queue"), ("attempt", "Attempt"), ("runtime", "Runtime"),
            ("running", "Running"), ("heartbeat", "Heartbeat age"), ("deadline", "Deadline in"))
+# Columns that change every tick get fixed widths, so a tick never re-measures the table.
+FIXED_WIDTHS = {"status": 8, "running": 7, "heartbeat": 13, "deadline": 11, "runtime": 28}
 _LAST = float("inf")
 
 
@@ -73,10 +75,10 @@ class RunningScreen(ConsoleScreen):
         self.reverse = False
 
     def body(self) -> Iterable[Widget]:
-        yield Static(id="summary")
+        yield TextLine(id="summary")
         table = TaggableTable(id="running")
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(label, key=key, width=FIXED_WIDTHS.get(key))
         yield table
 
     async def fetch(self, reader: ConsoleReader) -> RunningSnapshot:
@@ -103,35 +105,58 @@ class RunningScreen(ConsoleScreen):
                   reverse=self.reverse)
         return rows
 
+    def cells(self, a: RunningAttempt, now: datetime) -> list[Any]:
+        stale_after = self.console.stale_after_s
+        status = a.status(now, stale_after)
+        remaining = a.deadline_remaining(now)
+        return [Text(status, style=STATUS_STYLE[status]), str(a.id), a.kind, a.queue,
+                f"{a.attempt}/{a.max_attempts}" if a.max_attempts else str(a.attempt),
+                a.runtime(now, stale_after), duration(a.running_for(now)),
+                duration(a.heartbeat_age(now)),
+                Text(duration(remaining), style="bold red") if remaining is not None
+                and remaining < 0 else duration(remaining)]
+
     def redraw(self) -> None:
+        """Rebuild the rows: filtered, sorted, every cell current."""
         if self.data is None:
             return
         now = self.console.display_now()
-        stale_after = self.console.stale_after_s
+        rows = self.visible_attempts(now)
+        self.query_one(TaggableTable).replace_rows(
+            [(str(a.id), self.cells(a, now)) for a in rows], lazy=True)
+        self.summarize(now, len(rows))
+
+    def tick(self) -> None:
+        """Advance the clocks of the rows on screen; off-screen rows catch up when scrolled to.
+
+        The order is left alone until the next refresh, so rows do not jump under the cursor.
+        """
+        if self.data is None:
+            return
+        now = self.console.display_now()
         table = self.query_one(TaggableTable)
-        rows = []
+        by_id = {str(a.id): a for a in self.data.attempts}
+        table.update_visible(lambda key: self.cells(by_id[key], now) if key in by_id else None)
+        self.summarize(now, table.row_count)
+
+    def summarize(self, now: datetime, shown_rows: int) -> None:
+        assert self.data is not None
+        stale_after = self.console.stale_after_s
         counts = {OVERDUE: 0, ORPHANED: 0, STALE: 0, ALIVE: 0}
         for a in self.visible_attempts(now):
-            status = a.status(now, stale_after)
-            counts[status] += 1
-            remaining = a.deadline_remaining(now)
-            rows.append((str(a.id), [
-                Text(status, style=STATUS_STYLE[status]), str(a.id), a.kind, a.queue,
-                f"{a.attempt}/{a.max_attempts}" if a.max_attempts else str(a.attempt),
-                a.runtime(now, stale_after),
-                duration(a.running_for(now)), duration(a.heartbeat_age(now)),
-                Text(duration(remaining), style="bold red") if remaining is not None
-                and remaining < 0 else duration(remaining)]))
-        table.replace_rows(rows)
+            counts[a.status(now, stale_after)] += 1
         shown = ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "none"
         more = f" (oldest {len(self.data.attempts)} only)" if self.data.truncated else ""
         filt = f"   filter: {self.filter_text!r}" if self.filter_text else ""
         min_age = (f"   min age {duration(self.console.min_age_s)}"
                    if self.console.min_age_s else "")
         order = "desc" if self.reverse else "asc"
-        self.query_one("#summary", Static).update(
-            f"[b]{len(rows)}[/b] running{more}: {shown}   sort: {self.sort_key} {order}"
+        self.query_one("#summary", TextLine).set(
+            f"[b]{shown_rows}[/b] running{more}: {shown}   sort: {self.sort_key} {order}"
             f"{filt}{min_age}")
+
+    def on_taggable_table_scrolled(self, event: TaggableTable.Scrolled) -> None:
+        self.tick()
 
     def action_sort(self) -> None:
         self.sort_key = SORTABLE[(SORTABLE.index(self.sort_key) + 1) % len(SORTABLE)]

@@ -5,19 +5,31 @@ from __future__ import annotations
 from textual.widgets import Input, Static
 
 
-class StatusLine(Static):
+class TextLine(Static):
+    """Text that repaints only when it changes: screens re-set it every tick."""
+
+    _text: str | None = None
+
+    def set(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self.update(text)
+
+
+class StatusLine(TextLine):
     """Where we are connected, how often we refresh, frozen / read-only."""
 
 
-class Banner(Static):
+class Banner(TextLine):
     """A problem that needs the operator's eye (lost connection, unmigrated, no leader)."""
 
     def show(self, text: str | None) -> None:
-        self.update(text or "")
-        self.display = bool(text)
+        self.set(text or "")
+        if self.display != bool(text):
+            self.display = bool(text)
 
 
-class Notice(Static):
+class Notice(TextLine):
     """The outcome of the last action, or why it was refused; one line."""
 
 

@@ -120,7 +120,7 @@ async def test_cancel_asks_first_and_then_cancels(database_url, db):
 
 
 async def test_space_tags_rows_for_a_bulk_cancel(database_url, db):
-    ids = seed_system(db)
+    seed_system(db)
     async with running_console(database_url) as (app, pilot):
         await press(app, pilot, "2")
         table = app.screen.query_one("#running")
