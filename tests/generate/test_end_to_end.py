@@ -244,7 +244,14 @@ async def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
                       for name in references(expr).metrics
                       if metrics.by_prometheus_name(name) is not None}
             if needed <= present and not result:
-                empty.append(f"{where}: {text}")
+                # a scrape that timed out on this busy machine leaves a one-second gap:
+                # only a query that stays empty is a broken query
+                for _ in range(6):
+                    await asyncio.sleep(0.5)
+                    if await asyncio.to_thread(query, text):
+                        break
+                else:
+                    empty.append(f"{where}: {text}")
         assert len(results) > 60
         assert not empty, "queries empty although their metrics exist:\n" + "\n".join(empty)
 
