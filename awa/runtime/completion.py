@@ -96,7 +96,6 @@ class CompletionBatcher:
         self._idle.set()
         self._tasks: list[asyncio.Task] = []
         self._flushing = 0
-        self._closing = False
 
     # -- producer side -------------------------------------------------------
     def submit(self, finished: Finished) -> None:
@@ -124,7 +123,6 @@ class CompletionBatcher:
 
     async def stop(self, timeout: float) -> None:
         await self.drain(timeout)
-        self._closing = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -148,16 +148,29 @@ async def test_retry_after_spends_the_attempt_and_exhausts(client, db):
     async def work(job):
         return awa.RetryAfter(0.05 if job.args.n else 30)
 
-    await client.start([("default", 2)], **FAST)
+    # Maintenance promotes the short retries back to available.
+    await client.start([("default", 2), {"name": "dlq", "max_workers": 1, "dlq_enabled": True}],
+                       **{**FAST, "run_maintenance": True, "promote_interval_ms": 50,
+                          "leader_election_interval_ms": 100})
     later = await client.insert(Work(0), max_attempts=5)
     [row] = await run_until_settled(client, db, [later.id], {"retryable"})
     delay = (row["run_at"] - row["attempted_at"]).total_seconds()
     assert row["attempt"] == 1 and 29 <= delay <= 31 and not row["errors"]
-    # With max_attempts=1 the RetryAfter exhausts: failed.
-    last = await client.insert(Work(1), max_attempts=1)
-    [row] = await run_until_settled(client, db, [last.id], {"failed"})
+    # Short retries spend every attempt, then the job fails (or is dead-lettered).
+    last = await client.insert(Work(1), max_attempts=2)
+    dead = await client.insert(Work(1), queue="dlq", max_attempts=2)
+    await run_until_settled(client, db, [last.id], {"failed"})
+    for _ in range(200):
+        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
+                           (dead.id,)).fetchone()
+        if entry:
+            break
+        await asyncio.sleep(0.02)
+    row = job_row(db, last.id)
     await client.shutdown()
-    assert row["attempt"] == 1 and "last attempt" in row["errors"][-1]["error"]
+    assert row["state"] == "failed" and row["attempt"] == 2
+    assert "last attempt" in row["errors"][-1]["error"]
+    assert entry["dlq_reason"] == lifecycle.DLQ_MAX_ATTEMPTS and entry["attempt"] == 2
 
 
 async def test_snooze_does_not_spend_an_attempt(client, db):
