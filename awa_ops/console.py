@@ -10,16 +10,14 @@ the console tick them every second between refreshes (and lets tests fix it).
 
 from __future__ import annotations
 
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
-
 import getpass
 import socket
+from collections import deque
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any, AsyncIterator, Callable
 
 import psycopg
 from psycopg import sql
@@ -29,8 +27,8 @@ from awa.admin import AdminMixin
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
 from awa_ops.runtimes import queue_names
-from awa_ops.storage import detect_engine, render
 from awa_ops.session import OpsSession
+from awa_ops.storage import detect_engine, render
 
 # --- statements -------------------------------------------------------------
 
@@ -128,6 +126,7 @@ SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
 
 # Queue storage (the guide's engine): the seed's leases and open receipt-claim
 # queries, bounded; a receipt claim has no heartbeat and no kind column.
+@cache
 def leases_query(schema_name: str) -> str:
     return f"""
 SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts, NULL::bigint AS run_lease,
@@ -136,6 +135,7 @@ SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts, NULL:
  LIMIT %(limit)s"""
 
 
+@cache
 def claims_query(schema_name: str) -> str:
     return f"""
 SELECT s.job_id AS id, '(receipt claim)' AS kind, s.queue, s.attempt, 0 AS max_attempts,
@@ -607,17 +607,6 @@ class ConsoleReader:
         for row in rows:
             by_reason[row["dlq_reason"]] = by_reason.get(row["dlq_reason"], 0) + 1
         return DlqPage(now, rows, by_reason)
-
-
-def monotonic_clock(anchor: datetime) -> Callable[[], datetime]:
-    """A clock that starts at a database timestamp and advances with local time."""
-    started = time.monotonic()
-    return lambda: anchor + timedelta(seconds=time.monotonic() - started)
-
-
-def summarize(values: Iterable[float]) -> str:
-    values = list(values)
-    return f"{values[-1]:.1f}/s" if values else "-"
 
 
 # --- operator actions ---------------------------------------------------------

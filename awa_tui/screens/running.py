@@ -89,10 +89,6 @@ class RunningScreen(ConsoleScreen):
         self.redraw()
         self.sync_chrome()
 
-    def tick(self) -> None:
-        if self.data is not None:
-            self.redraw()
-
     def visible_attempts(self, now: datetime) -> list[RunningAttempt]:
         assert self.data is not None
         stale_after = self.console.stale_after_s
