@@ -243,7 +243,8 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "Cron schedules fired: a job was enqueued for a due fire time."),
     # callbacks
     _counter("awa.callback.resolved", "{callback}", _Q + (ATTR_CALLBACK_OUTCOME,),
-             "External callbacks applied to a waiting job, by outcome (complete, fail, retry)."),
+             "External callbacks applied to a waiting job, by outcome (complete, fail, retry, "
+             "resume)."),
     # producer
     _size_histogram("awa.enqueue.batch_size", "{job}", (),
                     "Rows per enqueue call (insert_many / COPY batch)."),

@@ -147,10 +147,16 @@ def main() -> None:
     on = statistics.median(r["processed_per_s"] for r in results["on"])
     cpu_off = statistics.median(r["cpu_ms_per_job"] for r in results["off"])
     cpu_on = statistics.median(r["cpu_ms_per_job"] for r in results["on"])
-    cost = 1 - on / off
-    print(f"\nmedian processed/s: off {off:.0f}, on {on:.0f} -> metrics cost {100 * cost:.1f} % "
-          f"of throughput (target <= 10 %); CPU per job {cpu_off:.3f} -> {cpu_on:.3f} ms")
 
+    def spread(mode: str) -> str:
+        values = [r["processed_per_s"] for r in results[mode]]
+        return f"{min(values):.0f}-{max(values):.0f}"
+
+    print(f"\nmedian processed/s: off {off:.0f} ({spread('off')}), on {on:.0f} ({spread('on')})"
+          f"\nthroughput cost of metrics: {100 * (1 - on / off):.1f} % (target <= 10 %; a "
+          f"negative cost is run-to-run noise)"
+          f"\nworker CPU per job: off {1000 * cpu_off:.0f} us, on {1000 * cpu_on:.0f} us "
+          f"(+{1000 * (cpu_on - cpu_off):.0f} us per job for recording and scrapes)")
 
 def free_port() -> int:
     import socket
