@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.no_tui and args.duration is None and tui_available():
             from awa_tui.app import run_app  # the demo is an application: it may use the TUI
-            run_app(url)
+            run_app(url, stale_after_s=WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)
         else:
             from rich.live import Live
             with Live(stats_table(client, fleet, counters, started), refresh_per_second=2,
