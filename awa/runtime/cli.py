@@ -15,12 +15,14 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import click
 
 from awa import config
 from awa.job import ValidationError
+from awa.runtime.executor import HANDLER_THREAD_PREFIX
 
 log = logging.getLogger("awa.worker")
 
@@ -116,3 +118,14 @@ def worker_command(target: str, queues: tuple[str, ...], metrics_addr: str | Non
     if parsed is not None and any(n < 1 for _, n in parsed):
         raise ValidationError("--queue MAX_WORKERS must be at least 1")
     asyncio.run(run_worker(client, parsed, metrics_addr, shutdown_timeout_ms))
+    blocked = [t for t in threading.enumerate() if t.name.startswith(HANDLER_THREAD_PREFIX)
+               and t.is_alive()]
+    if blocked:
+        # A plain-def handler stuck in blocking code cannot be interrupted; its
+        # attempt is left to rescue, and the process must still exit.
+        log.warning("%d sync handler(s) still blocked after shutdown; exiting anyway",
+                    len(blocked))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

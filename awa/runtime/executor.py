@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("awa.runtime.executor")
 
 TRACEBACK_TAIL_LINES = 12
+HANDLER_THREAD_PREFIX = "awa-handler"
 ERROR_TEXT_MAX_CHARS = 4_000
 
 
@@ -78,7 +79,7 @@ class Executor:
         self.runtime = runtime
         self.handlers: dict[str, HandlerSpec] = runtime.handlers
         self.threads = ThreadPoolExecutor(max_workers=runtime.settings.sync_handler_threads,
-                                          thread_name_prefix="awa-handler")
+                                          thread_name_prefix=HANDLER_THREAD_PREFIX)
 
     def start_job(self, job: Job[Any], permits: Any, deadline_monotonic: float) -> JobContext:
         ctx = JobContext(job, self.runtime, permits, deadline_monotonic)

@@ -227,3 +227,30 @@ def test_sync_client_starts_and_stops_the_runtime_on_its_own_thread(database_url
     client.shutdown()
     client.close()
     assert done == [job.id]
+
+
+def test_awa_worker_exits_on_sigterm_even_with_a_blocked_sync_handler(database_url, db,
+                                                                     tmp_path):
+    (tmp_path / "stuckapp.py").write_text(
+        "import time, awa\n"
+        "client = awa.Client()\n"
+        "@client.task(dict, kind='stuck')\n"
+        "def stuck(job):\n"
+        "    time.sleep(60)\n")
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen([str(AWA_CLI), "worker", "stuckapp:client",
+                             "--shutdown-timeout-ms", "300"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with awa.Client(database_url) as client:
+            job = client.insert({}, kind="stuck")
+        wait_until(lambda: job_row(db, job.id)["state"] == "running", timeout=20,
+                   message="the stuck job to start")
+        proc.send_signal(15)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "still blocked after shutdown" in err
+    assert job_row(db, job.id)["state"] == "running"  # left to rescue

@@ -35,16 +35,22 @@ async def run_until_settled(client, db, job_ids, states, timeout=10.0):
 
 
 async def test_completed_with_progress_and_metadata(client, db):
+    mid_run = []
+
     @client.task(Work)
     async def work(job):
+        job.set_progress(10, "started")
+        await job.flush_progress()  # durable now, not at the next heartbeat
+        mid_run.append(job_row(db, job.id)["progress"])
         job.set_progress(40, "almost")
         job.update_metadata({"seen": job.args.n})
         return "ignored value"
 
-    await client.start([("default", 2)], **FAST)
+    await client.start([("default", 2)], **{**FAST, "heartbeat_interval_ms": 60_000})
     job = await client.insert(Work(7))
     [row] = await run_until_settled(client, db, [job.id], {"completed"})
     await client.shutdown()
+    assert mid_run[0]["percent"] == 10 and mid_run[0]["message"] == "started"
     assert row["attempt"] == 1 and row["finalized_at"] is not None
     assert row["progress"]["percent"] == 40 and row["progress"]["message"] == "almost"
     assert row["metadata"]["seen"] == 7
