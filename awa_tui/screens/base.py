@@ -108,6 +108,45 @@ class ConsoleScreen(Screen):
             tables.first().focus()
 
 
+class SortableScreen(ConsoleScreen):
+    """``s`` sorts by the next column, ``S`` reverses, a header click sorts by that column."""
+
+    SORTABLE: tuple[str, ...] = ()
+    SORT_BINDINGS = [Binding("s", "sort", "Sort"), Binding("S", "reverse", "Reverse", show=False)]
+
+    def __init__(self, sort_key: str, reverse: bool = False) -> None:
+        super().__init__()
+        self.sort_key = sort_key
+        self.reverse = reverse
+
+    def redraw(self) -> None:
+        raise NotImplementedError
+
+    def sort_label(self) -> str:
+        return f"sort: {self.sort_key} {'desc' if self.reverse else 'asc'}"
+
+    def action_sort(self) -> None:
+        self.sort_key = self.SORTABLE[(self.SORTABLE.index(self.sort_key) + 1) % len(self.SORTABLE)]
+        self.redraw()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self.redraw()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key in self.SORTABLE:
+            self.reverse = not self.reverse if key == self.sort_key else False
+            self.sort_key = key
+            self.redraw()
+
+
+def sorted_rows(rows: list[Any], key: Callable[[Any], Any], reverse: bool) -> list[Any]:
+    """Sorted by ``key``; rows whose key is None (no value) always go last."""
+    known = [r for r in rows if key(r) is not None]
+    return sorted(known, key=key, reverse=reverse) + [r for r in rows if key(r) is None]
+
+
 def parse_filter(text: str, keys: tuple[str, ...], bare: dict[str, str] | None = None
                  ) -> tuple[dict[str, str | None], str | None]:
     """``key=value`` words into a dict; a bare word matching ``bare`` maps to its key."""

@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from awa import lifecycle
 from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
-from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
+from awa_tui.screens.base import SortableScreen, TaggableTable, parse_filter, sorted_rows
 from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
 
@@ -19,12 +19,15 @@ COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"),
            ("reason", "Reason"), ("attempt", "Attempt"), ("dlq_at", "In DLQ"),
            ("error", "Last error"))
 FILTER_KEYS = ("queue", "kind", "reason")
+SORT_FIELDS = {"id": "job_id", "kind": "kind", "queue": "queue", "reason": "dlq_reason",
+               "attempt": "attempt", "dlq_at": "dlq_at", "error": "last_error"}
 ERROR_WIDTH = 60
 
 HELP = """\
 Jobs in the dead letter queue, newest first. They are never claimed until
 an operator retries them.
 
+  s / S    sort by the next column / reverse (or click a header); default newest first
   /        filter, e.g. [b]queue=email reason=terminal_error kind=send_email[/b]
   enter    open the entry: args, every attempt's error
   space    tag rows for bulk actions
@@ -34,15 +37,17 @@ an operator retries them.
 """
 
 
-class DlqScreen(ConsoleScreen):
+class DlqScreen(SortableScreen):
     TITLE = "DLQ"
     HELP = HELP
     FILTER_HINT = "queue=... kind=... reason=...   (empty: everything)"
-    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("r", "retry", "Retry"),
-                Binding("x", "purge", "Purge"), Binding("m", "move", "Move failed→DLQ")]
+    SORTABLE = tuple(SORT_FIELDS)
+    BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
+                Binding("r", "retry", "Retry"), Binding("x", "purge", "Purge"),
+                Binding("m", "move", "Move failed→DLQ")]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("dlq_at", reverse=True)
         self.flt = DlqFilter()
         self.page: DlqPage | None = None
 
@@ -66,17 +71,26 @@ class DlqScreen(ConsoleScreen):
 
     def show(self, data: DlqPage) -> None:
         self.page = data
-        table = self.query_one(TaggableTable)
-        table.replace_rows([(str(r["job_id"]), [
+        self.redraw()
+        self.sync_chrome()
+
+    def redraw(self) -> None:
+        data = self.page
+        if data is None:
+            return
+        field = SORT_FIELDS[self.sort_key]
+        # Newest first by default; equal times fall back to the newest id.
+        rows = sorted_rows(sorted(data.rows, key=lambda r: r["job_id"], reverse=self.reverse),
+                           lambda r: r[field], self.reverse)
+        self.query_one(TaggableTable).replace_rows([(str(r["job_id"]), [
             str(r["job_id"]), r["kind"], r["queue"], r["dlq_reason"],
             f"{r['attempt']}/{r['max_attempts']}", relative(r["dlq_at"], data.now),
-            (r["last_error"] or "")[:ERROR_WIDTH]]) for r in data.rows])
+            (r["last_error"] or "")[:ERROR_WIDTH]]) for r in rows])
         reasons = "  ".join(f"{escape(reason)} [b]{n}[/b]"
                             for reason, n in sorted(data.by_reason.items()))
         self.query_one("#summary", TextLine).set(
-            f"[b]{len(data.rows)}[/b] entries: {self.flt.describe()}"
-            + (f"   by reason: {reasons}" if reasons else ""))
-        self.sync_chrome()
+            f"[b]{len(rows)}[/b] entries: {self.flt.describe()}"
+            + (f"   by reason: {reasons}" if reasons else "") + f"   {self.sort_label()}")
 
     def selected_ids(self) -> list[int]:
         return [int(k) for k in self.query_one(TaggableTable).selection()]

@@ -10,17 +10,21 @@ from textual.widgets import DataTable
 
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
-from awa_tui.screens.base import ConsoleScreen, TaggableTable, parse_filter
+from awa_tui.screens.base import SortableScreen, TaggableTable, parse_filter, sorted_rows
 from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),
            ("attempt", "Attempt"), ("priority", "Pri"), ("created", "Created"),
            ("finished", "Finished"), ("tags", "Tags"))
 FILTER_KEYS = ("state", "kind", "queue", "tag")
+SORT_FIELDS = {"id": "id", "kind": "kind", "queue": "queue", "state": "state",
+               "attempt": "attempt", "priority": "priority", "created": "created_at",
+               "finished": "finalized_at"}
 
 HELP = """\
 The newest jobs matching the filter, newest first.
 
+  s / S    sort by the next column / reverse (or click a header); default newest first
   /        filter, e.g. [b]state=failed queue=email[/b] or just [b]failed[/b];
            keys: state= kind= queue= tag= ; empty shows all jobs
   enter    open the job: args, metadata, progress, errors per attempt, unique key
@@ -33,16 +37,18 @@ through the newest rows of each state and queue.
 """
 
 
-class JobsScreen(ConsoleScreen):
+class JobsScreen(SortableScreen):
     TITLE = "Jobs"
     HELP = HELP
     FILTER_HINT = "state=... kind=... queue=... tag=...   (empty: all jobs)"
-    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("c", "cancel_jobs", "Cancel"),
-                Binding("r", "retry_jobs", "Retry")]
+    SORTABLE = tuple(SORT_FIELDS)
+    BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
+                Binding("c", "cancel_jobs", "Cancel"), Binding("r", "retry_jobs", "Retry")]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("id", reverse=True)
         self.flt = JobFilter()
+        self.page: JobsPage | None = None
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
@@ -69,17 +75,24 @@ class JobsScreen(ConsoleScreen):
         return await reader.jobs(self.flt)
 
     def show(self, data: JobsPage) -> None:
-        table = self.query_one(TaggableTable)
-        table.replace_rows([(str(r["id"]), [
+        self.page = data
+        self.redraw()
+        self.sync_chrome()
+
+    def redraw(self) -> None:
+        data = self.page
+        if data is None:
+            return
+        field = SORT_FIELDS[self.sort_key]
+        rows = sorted_rows(data.rows, lambda r: r[field], self.reverse)
+        self.query_one(TaggableTable).replace_rows([(str(r["id"]), [
             str(r["id"]), r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
             str(r["priority"]), relative(r["created_at"], data.now),
-            relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])])
-            for r in data.rows])
+            relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])]) for r in rows])
         note = " (kind/tag filters search the newest rows per state and queue)" \
             if data.windowed else ""
         self.query_one("#summary", TextLine).set(
-            f"[b]{len(data.rows)}[/b] jobs: {self.flt.describe()}{note}")
-        self.sync_chrome()
+            f"[b]{len(rows)}[/b] jobs: {self.flt.describe()}{note}   {self.sort_label()}")
 
     def selected_ids(self) -> list[int]:
         return [int(k) for k in self.query_one(TaggableTable).selection()]

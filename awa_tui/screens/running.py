@@ -11,7 +11,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 
 from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
-from awa_tui.screens.base import ConsoleScreen, TaggableTable
+from awa_tui.screens.base import SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 
 STATUS_STYLE = {OVERDUE: "bold white on red", STALE: "bold red", ORPHANED: "bold magenta",
@@ -60,19 +60,17 @@ The same classes as `awa-ops diagnose stuck-running`.
 """
 
 
-class RunningScreen(ConsoleScreen):
+class RunningScreen(SortableScreen):
     TITLE = "Running"
     HELP = HELP
     FILTER_HINT = "text to match (id, kind, queue, runtime, status); empty clears"
-    BINDINGS = [Binding("slash", "filter", "Filter"), Binding("s", "sort", "Sort"),
-                Binding("S", "reverse", "Reverse", show=False),
+    SORTABLE = SORTABLE
+    BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
                 Binding("c", "cancel_jobs", "Cancel")]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("heartbeat")
         self.data: RunningSnapshot | None = None
-        self.sort_key = "heartbeat"
-        self.reverse = False
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
@@ -146,28 +144,11 @@ class RunningScreen(ConsoleScreen):
         filt = f"   filter: {self.filter_text!r}" if self.filter_text else ""
         min_age = (f"   min age {duration(self.console.min_age_s)}"
                    if self.console.min_age_s else "")
-        order = "desc" if self.reverse else "asc"
         self.query_one("#summary", TextLine).set(
-            f"[b]{shown_rows}[/b] running{more}: {shown}   sort: {self.sort_key} {order}"
-            f"{filt}{min_age}")
+            f"[b]{shown_rows}[/b] running{more}: {shown}   {self.sort_label()}{filt}{min_age}")
 
     def on_taggable_table_scrolled(self, event: TaggableTable.Scrolled) -> None:
         self.tick()
-
-    def action_sort(self) -> None:
-        self.sort_key = SORTABLE[(SORTABLE.index(self.sort_key) + 1) % len(SORTABLE)]
-        self.redraw()
-
-    def action_reverse(self) -> None:
-        self.reverse = not self.reverse
-        self.redraw()
-
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        key = event.column_key.value
-        if key in SORTABLE:
-            self.reverse = not self.reverse if key == self.sort_key else False
-            self.sort_key = key
-            self.redraw()
 
     def action_cancel_jobs(self) -> None:
         ids = [int(k) for k in self.query_one(TaggableTable).selection()]

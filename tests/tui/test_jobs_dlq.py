@@ -208,3 +208,26 @@ async def test_help_refresh_rate_and_freeze_keys(database_url, db):
         assert app.refreshes == before
         await press(app, pilot, "f")
         assert not app.frozen and app.refreshes == before + 1
+
+
+async def test_jobs_and_dlq_sort_by_column(database_url, db):
+    ids = seed_system(db)
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "3")
+        table = app.screen.query_one("#jobs")
+        assert ids_of(table) == sorted(ids_of(table), reverse=True)  # newest first
+        await press(app, pilot, "s")  # id -> kind, still descending
+        kinds = [str(c) for c in table.get_column("kind")]
+        assert kinds == sorted(kinds, reverse=True)
+        await press(app, pilot, "S")
+        assert [str(c) for c in table.get_column("kind")] == sorted(kinds)
+        assert "sort: kind asc" in screen_text(app)
+        await press(app, pilot, "4")
+        table = app.screen.query_one("#dlq")
+        await press(app, pilot, "s")  # dlq_at -> error
+        assert [str(c) for c in table.get_column("error")] == ["smtp timeout", "invalid address"]
+        table.move_cursor(row=ids_of(table).index(ids["dlq"]))
+        await press(app, pilot, "enter")
+        text = screen_text(app)
+        assert "job 9001" in text and "in the DLQ" in text
+        assert "DLQ reason terminal_error" in text and "invalid address" in text
