@@ -175,22 +175,22 @@ class AwaConsole(App):
         except DatabaseError as exc:
             self.problem = f"{db.one_line(exc)} — retrying every {self._every()}"
             return False, None
-        except pg_errors.QueryCanceled as exc:
-            self.problem = (f"a query ran past the {config.OPS_STATEMENT_TIMEOUT_MS} ms statement "
-                            f"timeout and was cancelled: {db.one_line(exc)}")
-            return False, None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            self.problem = (f"lost the database connection ({db.one_line(exc)}) — reconnecting "
-                            f"every {self._every()}")
-            await self._disconnect()
-            return False, None
         except psycopg.Error as exc:
-            self.problem = f"refresh failed: {db.one_line(exc)}"
-            if self.session is not None and self.session.conn.broken:
+            if self._connection_lost():
+                self.problem = (f"lost the database connection ({db.one_line(exc)}) — "
+                                f"reconnecting every {self._every()}")
                 await self._disconnect()
+            elif isinstance(exc, pg_errors.QueryCanceled):
+                self.problem = (f"a query ran past the {config.OPS_STATEMENT_TIMEOUT_MS} ms "
+                                f"statement timeout and was cancelled: {db.one_line(exc)}")
+            else:
+                self.problem = f"refresh failed: {db.one_line(exc)}"
             return False, None
         self.problem = None
         return True, result
+
+    def _connection_lost(self) -> bool:
+        return self.session is None or self.session.conn.broken or self.session.conn.closed
 
     async def _connect(self) -> None:
         session = await OpsSession.open(self.database_url, application_name=config.APP_NAME_TUI,
@@ -310,11 +310,13 @@ class AwaConsole(App):
                 self.notice = f"{description} refused by the read-only session: {db.one_line(exc)}"
             except AwaError as exc:
                 self.notice = f"{description} failed: {db.one_line(exc)}"
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                self.notice = f"{description} failed: lost the database connection ({db.one_line(exc)})"
-                await self._disconnect()
             except psycopg.Error as exc:
-                self.notice = f"{description} failed: {db.one_line(exc)}"
+                if self._connection_lost():
+                    self.notice = (f"{description} failed: lost the database connection "
+                                   f"({db.one_line(exc)})")
+                    await self._disconnect()
+                else:  # e.g. lock_timeout behind a long transaction: nothing was changed
+                    self.notice = f"{description} failed, nothing changed: {db.one_line(exc)}"
         self.sync_screen()
         await self.refresh_now()
 

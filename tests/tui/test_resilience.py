@@ -90,3 +90,20 @@ async def test_read_only_session_refuses_every_action_in_postgresql(database_url
         async with app.session.conn.cursor() as cur:
             await cur.execute("SHOW default_transaction_read_only")
             assert (await cur.fetchone())["default_transaction_read_only"] == "on"
+
+
+async def test_an_action_blocked_by_a_lock_times_out_without_losing_the_session(database_url, db):
+    ids = seed_system(db)
+    with psycopg.connect(database_url) as locker:  # a long transaction holding the job's row
+        locker.execute("SELECT 1 FROM awa.jobs_hot WHERE id = %s FOR UPDATE", [ids["alive"]])
+        async with running_console(database_url) as (app, pilot):
+            await press(app, pilot, "2")
+            table = app.screen.query_one("#running")
+            table.move_cursor(row=[str(c) for c in table.get_column("id")].index(str(ids["alive"])))
+            await press(app, pilot, "c", "y")
+            assert "cancel failed, nothing changed: canceling statement due to lock timeout" \
+                in screen_text(app)
+            assert app.problem is None and app.session is not None  # still connected
+        locker.rollback()
+    assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s",
+                      [ids["alive"]]).fetchone()["state"] == "running"
