@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from awa import config, lifecycle, schema
-from awa.admin import AdminMixin
+from awa.admin import GET_JOB, AdminMixin
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
 from awa_ops.runtimes import queue_names
@@ -202,8 +202,8 @@ JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "jobs_hot
 SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "scheduled_jobs"),
                                                  columns=sql.SQL(JOB_LIST_COLUMNS))
 
-JOB_DETAIL = "SELECT *, state::text AS state FROM awa.jobs WHERE id = %(id)s"
-DLQ_DETAIL = "SELECT *, state::text AS state FROM awa.dlq_entries WHERE job_id = %(id)s"
+# Job detail is the admin functions' own lookup (awa.admin.GET_JOB: the job, or
+# its DLQ entry with dlq_reason set), plus who holds its unique key.
 UNIQUE_HOLDER = """
 SELECT c.job_id, h.state::text AS state
   FROM awa.job_unique_claims c LEFT JOIN awa.jobs h ON h.id = c.job_id
@@ -574,14 +574,11 @@ class ConsoleReader:
     async def job(self, job_id: int) -> JobDetail | None:
         async with self.session.read() as cur:
             now = await self._now(cur)
-            rows = await self._run(cur, JOB_DETAIL, {"id": job_id})
-            in_dlq = False
-            if not rows:
-                rows = await self._run(cur, DLQ_DETAIL, {"id": job_id})
-                in_dlq = bool(rows)
+            rows = await self._run(cur, GET_JOB, {"id": job_id})
             if not rows:
                 return None
             job = rows[0]
+            in_dlq = job["dlq_reason"] is not None
             holder = None
             if job.get("unique_key") is not None:
                 held = await self._run(cur, UNIQUE_HOLDER, {"key": job["unique_key"]})

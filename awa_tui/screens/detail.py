@@ -59,7 +59,7 @@ class JobDetailScreen(ConsoleScreen):
         job, now = data.job, data.now
         where = "  [b red]in the DLQ[/]" if data.in_dlq else ""
         lines = [
-            f"[b]job {job.get('id', job.get('job_id'))}[/b]  kind [b]{escape(job['kind'])}[/b]  "
+            f"[b]job {job['id']}[/b]  kind [b]{escape(job['kind'])}[/b]  "
             f"queue [b]{escape(job['queue'])}[/b]  state [b]{job['state']}[/b]{where}",
             f"attempt {job['attempt']}/{job['max_attempts']}  priority {job['priority']}  "
             f"run_lease {job['run_lease']}  tags {escape(', '.join(job['tags'] or [])) or '-'}",
@@ -89,7 +89,7 @@ class JobDetailScreen(ConsoleScreen):
         else:
             lines.append(f"  key {bytes(key).hex()}  states {job.get('unique_states') or '-'}")
             holder = data.unique_holder
-            own_id = job.get("id", job.get("job_id"))
+            own_id = job["id"]
             if holder is None:
                 lines.append("  claim: nobody holds this key")
             elif holder["job_id"] == own_id:
