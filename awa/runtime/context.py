@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class JobContext:
     __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
-                 "started", "deadline_monotonic", "dropped", "_progress_dirty",
+                 "started", "deadline_monotonic", "dropped", "_progress_seq", "_written_seq",
                  "_metadata_patch", "is_async", "__weakref__")
 
     def __init__(self, job: Job, runtime: "Runtime", permits: Any,
@@ -37,7 +37,10 @@ class JobContext:
         self.deadline_monotonic = deadline_monotonic
         self.dropped = False
         self.is_async = True
-        self._progress_dirty = False
+        # set_progress may run on a handler thread while the loop writes a
+        # heartbeat: a sequence number (not a flag) cannot lose an update.
+        self._progress_seq = 0
+        self._written_seq = 0
         self._metadata_patch: dict[str, Any] | None = None
         job._ctx = self
 
@@ -63,7 +66,7 @@ class JobContext:
             progress["message"] = str(message)
         progress["updated_at"] = datetime.now(timezone.utc).isoformat()
         self.job.progress = progress
-        self._progress_dirty = True
+        self._progress_seq += 1
 
     def update_metadata(self, updates: dict[str, Any]) -> None:
         if not isinstance(updates, dict):
@@ -76,9 +79,10 @@ class JobContext:
 
     def take_buffered(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The progress and metadata patch not yet written (and forget them)."""
-        progress = self.job.progress if self._progress_dirty else None
+        seq = self._progress_seq
+        progress = self.job.progress if seq != self._written_seq else None
+        self._written_seq = seq
         patch = self._metadata_patch
-        self._progress_dirty = False
         self._metadata_patch = None
         return progress, patch
 
@@ -86,13 +90,13 @@ class JobContext:
                          patch: dict[str, Any] | None) -> None:
         """A write failed: keep the buffered values for the next one."""
         if progress is not None:
-            self._progress_dirty = True
+            self._written_seq = -1
         if patch:
             self._metadata_patch = {**patch, **(self._metadata_patch or {})}
 
     @property
     def has_buffered(self) -> bool:
-        return self._progress_dirty or self._metadata_patch is not None
+        return self._progress_seq != self._written_seq or self._metadata_patch is not None
 
     async def flush_progress(self) -> None:
         await self.runtime.flush_progress(self)

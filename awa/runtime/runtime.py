@@ -84,7 +84,7 @@ class Runtime:
         self.health = Health()
         self.in_flight: dict[tuple[int, int], JobContext] = {}
         self.pool: AsyncConnectionPool = None  # type: ignore[assignment]
-        self.database_url = client.database_url
+        self.database_url: str = ""  # resolved in start(): may start the embedded server
         self.permits = self._build_permits()
         self.dispatchers: dict[str, Dispatcher] = {}
         self.executor: Executor = None  # type: ignore[assignment]
@@ -119,6 +119,7 @@ class Runtime:
     async def start(self) -> None:
         telemetry.init_telemetry_from_env()
         self.pool = await self.client._get_pool()
+        self.database_url = self.client.database_url  # resolved by the pool by now
         self.executor = Executor(self)
         self.completion = CompletionBatcher(self)
         self.heartbeat = Heartbeat(self)
