@@ -254,3 +254,20 @@ def test_awa_worker_exits_on_sigterm_even_with_a_blocked_sync_handler(database_u
     assert proc.returncode == 0, err
     assert "still blocked after shutdown" in err
     assert job_row(db, job.id)["state"] == "running"  # left to rescue
+
+
+def test_awa_worker_mistakes_are_one_line_errors(database_url, tmp_path):
+    (tmp_path / "emptyapp.py").write_text("import awa\nclient = awa.AsyncClient()\n")
+    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(tmp_path)}
+    cases = [
+        (["nosuch_module:client"], "error: cannot import 'nosuch_module'"),
+        (["emptyapp:nothing"], "has no attribute 'nothing'"),
+        (["emptyapp"], "expected MODULE:CLIENT"),
+        (["emptyapp:client"], "error: register at least one worker before starting the runtime"),
+    ]
+    for args, text in cases:
+        out = subprocess.run([str(AWA_CLI), "worker", *args], env=env, capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode != 0
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and text in lines[0], out.stderr
