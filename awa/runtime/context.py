@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class JobContext:
     __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
-                 "started", "deadline_monotonic", "dropped", "_progress_seq", "_written_seq",
+                 "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq", "_written_seq",
                  "_metadata_patch", "is_async", "__weakref__")
 
     def __init__(self, job: Job, runtime: "Runtime", permits: Any,
@@ -36,6 +36,7 @@ class JobContext:
         self.started = time.monotonic()
         self.deadline_monotonic = deadline_monotonic
         self.dropped = False
+        self.waiting = False  # parked in wait_for_callback: the deadline does not run
         self.is_async = True
         # set_progress may run on a handler thread while the loop writes a
         # heartbeat: a sequence number (not a flag) cannot lose an update.
@@ -114,6 +115,10 @@ class JobContext:
     async def wait_for_callback(self, token: CallbackToken | str) -> Any:
         from awa import callbacks
         callback_id = token.id if isinstance(token, CallbackToken) else str(token)
-        return await callbacks.wait_for_resume(
-            self.runtime.pool, self.job.id, self.job.run_lease, callback_id,
-            self.is_cancelled)
+        self.waiting = True
+        try:
+            return await callbacks.wait_for_resume(
+                self.runtime.pool, self.job.id, self.job.run_lease, callback_id,
+                self.is_cancelled)
+        finally:
+            self.waiting = False

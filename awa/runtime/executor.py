@@ -198,7 +198,7 @@ class Executor:
         now = time.monotonic()
         dropped = 0
         for ctx in list(self.runtime.in_flight.values()):
-            if ctx.dropped or now < ctx.deadline_monotonic + grace_s:
+            if ctx.dropped or ctx.waiting or now < ctx.deadline_monotonic + grace_s:
                 continue
             ctx.cancel("deadline exceeded")
             if ctx.is_async and ctx.task is not None:
