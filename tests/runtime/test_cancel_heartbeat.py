@@ -90,9 +90,10 @@ def test_blocking_sync_handler_does_not_delay_other_heartbeats(database_url, db,
     worker.kill()
     distinct = sorted(set(beats))
     gaps = [(b - a).total_seconds() for a, b in zip(distinct, distinct[1:])]
-    # Interval 100 ms: ~25 beats in 2.5 s; never a gap anywhere near the 5 s sleep.
-    assert len(distinct) >= 10, distinct
-    assert max(gaps) < 0.5, gaps
+    # Interval 100 ms: ~25 beats in 2.5 s; never a gap anywhere near the 5 s sleep
+    # (the bounds leave room for a loaded machine).
+    assert len(distinct) >= 8, distinct
+    assert max(gaps) < 1.0, gaps
     assert blocked["state"] == "running"  # its own heartbeat advances too
     assert (blocked["heartbeat_at"] - blocked["attempted_at"]).total_seconds() > 1.5
 
