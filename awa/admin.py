@@ -9,6 +9,7 @@ index; nothing scans a jobs table without a leading-column predicate.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, lifecycle
+from awa import config, lifecycle, metrics
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, ValidationError
 from awa.serialization import encode_args
 from awa.storage.canonical.enqueue import (UNIQUE_INDEX, normalize_run_at, validate_priority,
@@ -166,6 +167,9 @@ BEFORE_ID_FILTER = "job_id < %(before_id)s"
 BEFORE_DLQ_AT_FILTER = "dlq_at < %(before_dlq_at)s"
 PURGE_DLQ = "DELETE FROM awa.dlq_entries"
 PURGE_DLQ_JOB = "DELETE FROM awa.dlq_entries WHERE job_id = %(id)s"
+# Wraps a PURGE_DLQ statement: how many entries per queue it deleted (for the metric).
+PURGE_COUNTED = ("WITH purged AS ({purge} RETURNING queue) "
+                 "SELECT queue, count(*) AS n FROM purged GROUP BY queue")
 DLQ_IDS = "SELECT job_id FROM awa.dlq_entries WHERE {filter} ORDER BY job_id"
 
 _REDRIVE = {
@@ -279,6 +283,19 @@ def _dlq_filters(kind: str | None, queue: str | None, tag: str | None, before_id
     return chosen, params
 
 
+def _record_jobs(instrument: Any, rows: list[dict], extra: dict[str, str] | None = None) -> None:
+    """Count committed operator transitions per (kind, queue) -- after the write, never before."""
+    for (kind, queue), n in Counter((r["kind"], r["queue"]) for r in rows).items():
+        attrs = metrics.job_attributes(kind, queue)
+        instrument.add(n, {**attrs, **extra} if extra else attrs)
+
+
+def _record_queues(instrument: Any, per_queue: Counter[str]) -> None:
+    for queue, n in per_queue.items():
+        if n:
+            instrument.add(n, metrics.queue_attributes(queue))
+
+
 def _where(chosen: list[str]) -> str:
     return " WHERE " + " AND ".join(chosen) if chosen else ""
 
@@ -375,6 +392,8 @@ class AdminMixin:
                     payload = json.dumps({"job_id": row["id"], "run_lease": row["run_lease"]})
                     await conn.execute(NOTIFY, {"channel": config.CANCEL_CHANNEL,
                                                 "payload": payload})
+        if row:
+            _record_jobs(metrics.METRICS.job_cancelled, [row])
         return Job.from_row(row) if row else None
 
     async def cancel_by_unique_key(self, kind: str, *, queue: str | None = None,
@@ -503,6 +522,7 @@ class AdminMixin:
             rows = await self._fetch(RETRY_FROM_DLQ, params)
         except pg_errors.UniqueViolation as exc:
             raise (_unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
+        _record_queues(metrics.METRICS.job_dlq_retried, Counter(r["queue"] for r in rows))
         return Job.from_row(rows[0]) if rows else None
 
     async def bulk_retry_from_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -520,13 +540,14 @@ class AdminMixin:
             try:
                 rows = await (await conn.execute(BULK_RETRY_FROM_DLQ.format(filter=where),
                                                  params)).fetchall()
+                _record_queues(metrics.METRICS.job_dlq_retried, Counter(r["queue"] for r in rows))
                 return len(rows)
             except pg_errors.UniqueViolation:
                 pass
             # A unique collision: redrive one by one, leaving the colliding ones in the DLQ.
             ids = [r["job_id"] for r in await (await conn.execute(
                 DLQ_IDS.format(filter=where), params)).fetchall()]
-            moved = 0
+            moved: Counter[str] = Counter()
             async with conn.transaction():
                 for job_id in ids:
                     try:
@@ -534,10 +555,11 @@ class AdminMixin:
                             rows = await (await conn.execute(RETRY_FROM_DLQ, {
                                 "id": job_id, "run_at": None, "priority": None,
                                 "queue": None})).fetchall()
-                        moved += len(rows)
+                        moved.update(r["queue"] for r in rows)
                     except pg_errors.UniqueViolation:
                         continue
-            return moved
+            _record_queues(metrics.METRICS.job_dlq_retried, moved)
+            return sum(moved.values())
 
     async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None,
                         tag: str | None = None, before_id: int | None = None,
@@ -546,19 +568,21 @@ class AdminMixin:
         if not chosen and not allow_all:
             raise ValidationError("refusing to purge the whole DLQ without a filter: give "
                                   "kind/queue/tag/before, or allow_all=True (CLI: --all)")
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
-            return (await conn.execute(PURGE_DLQ + _where(chosen), params)).rowcount
+        rows = await self._fetch(PURGE_COUNTED.format(purge=PURGE_DLQ + _where(chosen)), params)
+        purged = Counter({r["queue"]: r["n"] for r in rows})
+        _record_queues(metrics.METRICS.job_dlq_purged, purged)
+        return sum(purged.values())
 
     async def purge_dlq_job(self, job_id: int) -> bool:
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
-            return (await conn.execute(PURGE_DLQ_JOB, {"id": int(job_id)})).rowcount > 0
+        rows = await self._fetch(PURGE_COUNTED.format(purge=PURGE_DLQ_JOB), {"id": int(job_id)})
+        _record_queues(metrics.METRICS.job_dlq_purged, Counter({r["queue"]: r["n"] for r in rows}))
+        return bool(rows)
 
     async def move_failed_to_dlq(self, job_id: int,
                                  reason: str = lifecycle.DLQ_MANUAL) -> DlqEntry | None:
         """Move one failed job into the DLQ; ``None`` if it is not a failed job."""
         rows = await self._fetch(MOVE_FAILED_TO_DLQ, {"id": int(job_id), "reason": reason})
+        _record_jobs(metrics.METRICS.job_dlq_moved, rows, {metrics.ATTR_DLQ_REASON: reason})
         return DlqEntry.from_row(rows[0]) if rows else None
 
     async def bulk_move_failed_to_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -573,6 +597,7 @@ class AdminMixin:
         params["reason"] = reason
         rows = await self._fetch(BULK_MOVE_FAILED_TO_DLQ.format(filter=" AND ".join(chosen)),
                                  params)
+        _record_jobs(metrics.METRICS.job_dlq_moved, rows, {metrics.ATTR_DLQ_REASON: reason})
         return len(rows)
 
 

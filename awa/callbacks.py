@@ -49,7 +49,7 @@ from awa.admin import _unique_error
 from awa.db import one_line
 from awa.job import (AwaError, CallbackNotFound, CallbackToken, Job, SerializationError,
                      ValidationError)
-from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, METRICS
+from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, ATTR_TERMINAL, METRICS, job_attributes
 
 log = logging.getLogger("awa.callbacks")
 
@@ -356,6 +356,12 @@ async def _not_found(conn: Any, callback_id: uuid.UUID) -> CallbackNotFound:
 
 def _count(row: dict[str, Any], outcome: str) -> None:
     METRICS.callback_resolved.add(1, {ATTR_QUEUE: row["queue"], ATTR_CALLBACK_OUTCOME: outcome})
+    # A callback that ends the job is that job's completion or failure too.
+    if outcome == "complete":
+        METRICS.job_completed.add(1, job_attributes(row["kind"], row["queue"]))
+    elif outcome == "fail":
+        METRICS.job_failed.add(1, {**job_attributes(row["kind"], row["queue"]),
+                                   ATTR_TERMINAL: True})
 
 
 async def _resolve(conn: Any, sql: str, params: dict[str, Any],

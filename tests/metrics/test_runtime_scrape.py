@@ -114,13 +114,24 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
         release.set()
         await _settle(db, [queue, dlq_queue])
         await asyncio.sleep(0.1)  # the last completion flush
+        # operator and callback transitions, recorded by the process that applies them
+        waiting = _rows(db, "SELECT callback_id FROM awa.jobs WHERE queue = %s AND "
+                            "state = 'waiting_external' ORDER BY id", queue)
+        await client.complete_external(str(waiting[0]["callback_id"]), {"ok": True})
+        dlq_ids = [r["job_id"] for r in _rows(
+            db, "SELECT job_id FROM awa.dlq_entries WHERE queue = %s ORDER BY job_id", dlq_queue)]
+        assert await client.purge_dlq_job(dlq_ids[0])
+        assert await client.move_failed_to_dlq(
+            _rows(db, "SELECT id FROM awa.jobs WHERE queue = %s AND kind = 'm_terminal' "
+                      "ORDER BY id LIMIT 1", queue)[0]["id"]) is not None
 
         def leader_gauges_current(series):
             return (value(series, "awa_queue_depth", awa_job_queue=queue,
-                          awa_job_state="failed") == 6
+                          awa_job_state="failed") == 5
                     and value(series, "awa_queue_depth", awa_job_queue=queue,
-                              awa_job_state="waiting_external") == 2
-                    and value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 2)
+                              awa_job_state="waiting_external") == 1
+                    and value(series, "awa_job_dlq_depth", awa_job_queue=queue) == 1
+                    and value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 1)
 
         series = await _scrape_until(url, leader_gauges_current)
     finally:
@@ -143,30 +154,38 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
     def job_metric(metric, kind, q=queue, **labels):
         return value(series, metric, awa_job_kind=kind, awa_job_queue=q, **labels)
 
-    for kind in ("m_ok", "m_snooze", "m_slow"):
+    for kind in ("m_ok", "m_snooze", "m_slow", "m_wait"):
         assert job_metric("awa_job_completed_total", kind) == states.get((kind, "completed"), 0)
     assert states[("m_ok", "completed")] == 20 and states[("m_snooze", "completed")] == 3
+    assert states[("m_wait", "completed")] == 1  # by its callback
+    assert value(series, "awa_callback_resolved_total", awa_job_queue=queue,
+                 awa_callback_outcome="complete") == 1
     assert job_metric("awa_job_failed_total", "m_terminal", awa_job_terminal="true") \
-        == states[("m_terminal", "failed")] == 3
+        == states[("m_terminal", "failed")] + 1 == 3  # one moved to the DLQ by an operator
     assert job_metric("awa_job_failed_total", "m_retry", awa_job_terminal="true") \
         == states[("m_retry", "failed")] == 3
     assert job_metric("awa_job_retried_total", "m_retry") == 3  # attempt 1 of each, of 2
     assert job_metric("awa_job_snoozed_total", "m_snooze") == 3
     assert job_metric("awa_job_cancelled_total", "m_cancel") == states[("m_cancel", "cancelled")]
+    assert job_metric("awa_job_cancelled_total", "m_slow") == states[("m_slow", "cancelled")] == 1
     assert job_metric("awa_job_waiting_external_total", "m_wait") \
-        == states[("m_wait", "waiting_external")] == 2
-    dlq = {(r["kind"], r["dlq_reason"]): r["n"] for r in _rows(
-        db, "SELECT kind, dlq_reason, count(*) AS n FROM awa.dlq_entries WHERE queue = %s "
-            "GROUP BY 1, 2", dlq_queue)}
-    assert dlq == {("m_poison", "terminal_error"): 2}
+        == states[("m_wait", "waiting_external")] + 1 == 2
+    dlq = {(r["queue"], r["kind"], r["dlq_reason"]): r["n"] for r in _rows(
+        db, "SELECT queue, kind, dlq_reason, count(*) AS n FROM awa.dlq_entries "
+            "WHERE queue = ANY(%s) GROUP BY 1, 2, 3", [queue, dlq_queue])}
+    assert dlq == {(dlq_queue, "m_poison", "terminal_error"): 1, (queue, "m_terminal", "manual"): 1}
     assert job_metric("awa_job_dlq_moved_total", "m_poison", dlq_queue,
-                      awa_dlq_reason="terminal_error") == 2
+                      awa_dlq_reason="terminal_error") == 2  # moved, then one purged
+    assert value(series, "awa_job_dlq_purged_total", awa_job_queue=dlq_queue) == 1
+    assert job_metric("awa_job_dlq_moved_total", "m_terminal", awa_dlq_reason="manual") == 1
     assert job_metric("awa_job_failed_total", "m_poison", dlq_queue, awa_job_terminal="true") == 2
 
     # claims: one per handler run; every run has a duration, a wait and one flushed outcome
     runs = {r["kind"]: r["n"] for r in _rows(
         db, "SELECT kind, sum(attempt) + count(*) FILTER (WHERE kind = 'm_snooze') AS n "
-            "FROM awa.jobs WHERE queue = %s GROUP BY kind", queue)}
+            "FROM (SELECT kind, attempt FROM awa.jobs WHERE queue = %s UNION ALL "
+            "      SELECT kind, attempt FROM awa.dlq_entries WHERE queue = %s) AS j "
+            "GROUP BY kind", queue, queue)}
     for kind, n in runs.items():
         assert job_metric("awa_job_claimed_total", kind) == n, kind
         assert job_metric("awa_job_duration_seconds_count", kind) == n, kind
@@ -205,5 +224,5 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
     for state in ("available", "running", "scheduled", "retryable", "waiting_external", "failed"):
         assert value(series, "awa_queue_depth", awa_job_queue=queue,
                      awa_job_state=state) == depth.get(state, 0), state
-    assert value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 2
+    assert value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 1
     assert "awa_queue_lag_seconds" in series
