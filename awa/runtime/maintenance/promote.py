@@ -57,6 +57,7 @@ async def _promote_row_at_a_time(conn: psycopg.AsyncConnection, limit: int,
                                  outcome: PromoteOutcome) -> int:
     started = time.perf_counter()
     by_queue: Counter[str] = Counter()
+    duplicates: list[dict] = []  # recorded once the outer transaction commits
     async with conn.transaction():
         due = await (await conn.execute(sql.SELECT_DUE_IDS, {"limit": limit})).fetchall()
         outcome.statements += 1
@@ -76,10 +77,11 @@ async def _promote_row_at_a_time(conn: psycopg.AsyncConnection, limit: int,
                     {"id": row["id"], "error": Jsonb(error)})).fetchall()
                 outcome.statements += 1
                 outcome.duplicates += len(cancelled)
-                recording.record_cancelled_duplicates(cancelled)
+                duplicates.extend(cancelled)
                 for c in cancelled:
                     log.warning("job %s (%s) %s: a newer job holds its unique key",
                                 c["id"], c["kind"], lifecycle.RESCUED_AS_DUPLICATE)
+    recording.record_cancelled_duplicates(duplicates)
     n = sum(by_queue.values())
     if n:
         outcome.batches += 1

@@ -88,7 +88,8 @@ def _plan(rows: list[dict[str, Any]], kind: RescueKind,
     return {**plan, "state": kind.state}
 
 
-def _count(outcome: RescueOutcome, applied: list[dict[str, Any]], kind: RescueKind) -> None:
+def _count(outcome: RescueOutcome, applied: list[dict[str, Any]], kind: RescueKind,
+           *, record: bool = True) -> None:
     for row in applied:
         outcome.ended.append((row["id"], row["run_lease"]))
         if row["action"] == "retry":
@@ -97,7 +98,8 @@ def _count(outcome: RescueOutcome, applied: list[dict[str, Any]], kind: RescueKi
             outcome.failed += 1
         else:
             outcome.dead_lettered += 1
-    recording.record_rescues(kind.name, applied)
+    if record:
+        recording.record_rescues(kind.name, applied)
 
 
 async def _rescue_batch(conn: psycopg.AsyncConnection[Any], kind: RescueKind, outcome: RescueOutcome,
@@ -128,6 +130,7 @@ async def _rescue_row_at_a_time(conn: psycopg.AsyncConnection[Any], kind: Rescue
                                 outcome: RescueOutcome, *, params: dict[str, Any],
                                 dlq_enabled: Callable[[str], bool]) -> int:
     """The wedge fallback: each row in its own savepoint; a collision cancels it."""
+    committed: list[dict[str, Any]] = []  # recorded once the outer transaction commits
     async with conn.transaction():
         rows = await (await conn.execute(kind.select_sql, params)).fetchall()
         outcome.statements += 1
@@ -137,7 +140,8 @@ async def _rescue_row_at_a_time(conn: psycopg.AsyncConnection[Any], kind: Rescue
                     applied = await (await conn.execute(
                         sql.APPLY_RESCUE, _plan([row], kind, dlq_enabled))).fetchall()
                     outcome.statements += 1
-                _count(outcome, applied, kind)
+                _count(outcome, applied, kind, record=False)
+                committed.extend(applied)
             except psycopg.errors.UniqueViolation:
                 outcome.statements += 1
                 error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
@@ -161,7 +165,8 @@ async def _rescue_row_at_a_time(conn: psycopg.AsyncConnection[Any], kind: Rescue
                     outcome.ended.append((c["id"], c["run_lease"]))
                     log.warning("job %s (%s) %s: a newer job holds its unique key",
                                 c["id"], c["kind"], lifecycle.RESCUED_AS_DUPLICATE)
-                recording.record_rescues(kind.name, cancelled)
+                committed.extend(cancelled)
+    recording.record_rescues(kind.name, committed)
     return len(rows)
 
 
