@@ -103,7 +103,7 @@ DRAIN_QUEUE = f"""
 WITH live AS (
     UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now()
      WHERE state = 'available' AND queue = %(queue)s
-    RETURNING 1
+    RETURNING kind
 ), m AS (
     DELETE FROM awa.scheduled_jobs
      WHERE state IN ('scheduled', 'retryable') AND queue = %(queue)s
@@ -111,9 +111,11 @@ WITH live AS (
 ), moved AS (
     INSERT INTO awa.jobs_hot ({_COLUMNS})
     SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
-    RETURNING 1
+    RETURNING kind
 )
-SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM moved) AS drained"""
+SELECT kind, %(queue)s AS queue, count(*) AS drained
+  FROM (SELECT kind FROM live UNION ALL SELECT kind FROM moved) AS cancelled
+ GROUP BY kind"""
 # Each branch is served by an index: (state, queue, id) on both tables, the
 # finalized index for the last hour's completions, the claim index for lag.
 QUEUE_STATS = """
@@ -484,7 +486,10 @@ class AdminMixin:
     async def drain_queue(self, queue: str) -> int:
         """Cancel every job of the queue still waiting to run; running ones finish."""
         rows = await self._fetch(DRAIN_QUEUE, {"queue": queue})
-        return int(rows[0]["drained"])
+        for row in rows:
+            metrics.METRICS.job_cancelled.add(row["drained"],
+                                              metrics.job_attributes(row["kind"], row["queue"]))
+        return sum(int(row["drained"]) for row in rows)
 
     async def queue_stats(self) -> list[QueueStat]:
         return [QueueStat(**row) for row in await self._fetch(QUEUE_STATS)]

@@ -406,8 +406,9 @@ async def retry_external(pool: AsyncConnectionPool, callback_id: Any) -> Job[Any
     """``running | waiting_external → available`` with attempt 0: a fresh start."""
     cid = parse_callback_id(callback_id)
     async with pool.connection() as conn, conn.transaction():
-        job = await _resolve(conn, RETRY_EXTERNAL, {"callback_id": cid}, "retry")
+        job = await _resolve(conn, RETRY_EXTERNAL, {"callback_id": cid}, None)
         await conn.execute(NOTIFY_QUEUE, (config.NOTIFY_CHANNEL_PREFIX + job.queue,))
+    _count({"kind": job.kind, "queue": job.queue}, "retry")  # once committed
     return job
 
 
