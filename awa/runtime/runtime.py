@@ -193,6 +193,7 @@ class Runtime:
             raise
         if not matched:
             ctx.cancel("attempt no longer owned by this worker")
+            recording.stale_heartbeats(ctx.job.queue, 1)  # a stale write, counted
 
     # -- health ----------------------------------------------------------------
     async def available_counts(self) -> dict[str, int]:
