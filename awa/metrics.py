@@ -21,7 +21,9 @@ Instruments are created on a meter from the *global* MeterProvider.  Before
 ``awa.telemetry`` (or the application) installs an SDK provider, that meter is
 OpenTelemetry's proxy meter: recording costs one attribute check and goes
 nowhere; once a provider is set, the same instrument objects forward to real
-ones.  So modules may bind ``METRICS.job_completed`` at import time.
+ones.  So modules may bind ``METRICS.job_completed`` at import time; but a
+measurement taken before the provider exists is dropped, so a one-off gauge
+(``runtime.info``) must be set after the exporters are up.
 
 Recording rule (issue 8): a counter is incremented exactly when its
 transition is applied — after the guarded write returned its rows — and per
