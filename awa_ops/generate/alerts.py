@@ -27,7 +27,9 @@ from awa import metrics
 from awa_ops.generate.promql import selector
 from awa_ops.generate.templating import render_template
 
-DEFAULT_RUNBOOK_BASE_URL = "https://github.com/awa-py/awa-py/blob/main/"
+# Empty: runbook links are repository-relative (runbooks/alerts/<Alert>.md) until an
+# operator names where the runbooks are served with --runbook-base-url.
+DEFAULT_RUNBOOK_BASE_URL = ""
 ALERT_RUNBOOK_DIR = "runbooks/alerts"
 RULES_FILE = "awa-rules.yml"
 RULES_TEST_FILE = "awa-rules.test.yml"
@@ -750,8 +752,8 @@ def readme(rules: list[AlertRule], t: Thresholds) -> str:
     lines += [
         "```",
         "",
-        "`--runbook-base-url` sets where `runbook_url` points (default: this repository on",
-        "GitHub; empty for repository-relative links).",
+        "`--runbook-base-url` sets where `runbook_url` points (default: empty, so links are",
+        "repository-relative, e.g. `runbooks/alerts/AwaNoLeader.md`).",
         "",
     ]
     return "\n".join(lines)

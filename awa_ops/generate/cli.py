@@ -16,9 +16,9 @@ from awa_ops.generate.alerts import DEFAULT_RUNBOOK_BASE_URL, ThresholdsError, l
               help="Write nothing; exit 1 when a generated file is missing or differs.")
 @click.option("--thresholds", "thresholds_file", type=click.Path(dir_okay=False),
               help="YAML file overriding alert thresholds (and 'for:' durations per alert).")
-@click.option("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL, show_default=True,
+@click.option("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL,
               help="Prefix of runbook links (runbooks/alerts/<Alert>.md is appended); "
-                   "empty for repository-relative links.")
+                   "default: none, so links are repository-relative.")
 def generate_command(out_dir: str, check: bool, thresholds_file: str | None,
                      runbook_base_url: str) -> None:
     """Generate Grafana dashboards and Prometheus alert rules from the metric catalogue."""

@@ -114,7 +114,7 @@ def test_dashboards_link_runbooks_that_exist():
                    for link in dashboard["links"])
         for panel in all_panels(dashboard):
             for link in panel.get("links", []):
-                relative = "runbooks/" + link["url"].split("/runbooks/", 1)[1]
+                relative = "runbooks/" + link["url"].split("runbooks/", 1)[1]
                 linked.add(relative)
     assert any(path.startswith("runbooks/alerts/") for path in linked)
     assert any(not path.startswith("runbooks/alerts/") for path in linked)

@@ -52,6 +52,9 @@ def test_generate_writes_every_file_then_is_idempotent(tmp_path):
         == sorted(render())
     second = run("--check", "--out", str(tmp_path))
     assert second.exit_code == 0
+    groups = yaml.safe_load((tmp_path / ALERTS_DIR / RULES_FILE).read_text())["groups"]
+    rules = {rule["alert"]: rule for rule in groups[0]["rules"]}
+    assert rules["AwaNoLeader"]["annotations"]["runbook_url"] == "runbooks/alerts/AwaNoLeader.md"
 
 
 def test_thresholds_file_changes_rules_and_their_tests(tmp_path):
