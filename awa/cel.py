@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
-
-import celpy
-import lark
+from typing import TYPE_CHECKING, Any
 
 from awa.db import one_line
 from awa.job import ValidationError
+
+if TYPE_CHECKING:  # celpy/lark cost ~300 ms to import: loaded on first compile only
+    import celpy
+    import lark
 
 VARIABLE = "payload"
 # Macros whose first argument binds a new name inside the expression.
@@ -31,7 +32,11 @@ class CelEvaluationError(Exception):
     """An expression failed at evaluation time (bad type, missing field...)."""
 
 
-_ENV = celpy.Environment()
+@lru_cache(maxsize=1)
+def _environment() -> celpy.Environment:
+    import celpy
+
+    return celpy.Environment()
 
 
 @lru_cache(maxsize=1024)
@@ -39,8 +44,11 @@ def compile_expression(source: str, role: str = "expression") -> celpy.Runner:
     """A runnable program for ``source``; ``ValidationError`` with a one-line reason if bad."""
     if not isinstance(source, str) or not source.strip():
         raise ValidationError(f"CEL {role} must be a non-empty string")
+    import celpy
+
+    env = _environment()
     try:
-        tree = _ENV.compile(source)
+        tree = env.compile(source)
     except celpy.CELParseError as exc:
         context = str(exc.__context__ or "").splitlines()
         reason = context[0].split(" at line")[0].rstrip(", ") if context else "syntax error"
@@ -50,7 +58,7 @@ def compile_expression(source: str, role: str = "expression") -> celpy.Runner:
     if unknown:
         raise ValidationError(f"invalid CEL {role} {source!r}: unknown variable "
                               f"{unknown[0]!r} (the only variable is {VARIABLE!r})")
-    return _ENV.program(tree)
+    return env.program(tree)
 
 
 def validate(**expressions: str | None) -> None:
@@ -63,6 +71,8 @@ def validate(**expressions: str | None) -> None:
 def evaluate(source: str, payload: Any, role: str = "expression") -> Any:
     """Evaluate with ``payload`` bound; returns plain Python (dict, list, str, ...)."""
     program = compile_expression(source, role)
+    import celpy
+
     try:
         result = program.evaluate({VARIABLE: celpy.json_to_cel(payload)})
     except celpy.CELEvalError as exc:
@@ -84,11 +94,15 @@ def evaluate_bool(source: str, payload: Any, role: str = "expression") -> bool:
 
 def to_python(value: Any) -> Any:
     """CEL values back to JSON-compatible Python values."""
+    import celpy
+
     return json.loads(json.dumps(value, cls=celpy.CELJSONEncoder))
 
 
 def _free_names(tree: lark.Tree) -> set[str]:
     """Identifiers used as variables, minus those a macro binds."""
+    import lark
+
     used: set[str] = set()
     bound: set[str] = set()
     for node in tree.iter_subtrees():
