@@ -24,24 +24,22 @@ import os
 import secrets
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import psycopg
-from psycopg.conninfo import make_conninfo
+
+import _support
 
 import awa
-from awa import callback_contract, schema
+from awa import callback_contract
 from awa.callback_server import serve_in_thread
 from awa.http_worker import HttpWorker, HttpWorkerConfig
 
-LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 SECRET = secrets.token_bytes(32)
 FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 500, "run_maintenance": False}
 
@@ -54,22 +52,11 @@ SELECT 'bench', 'bench', 'waiting_external', 1, 1, now(), now(), gen_random_uuid
 RETURNING callback_id::text"""
 
 
-def admin_url() -> str:
-    for var in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return make_conninfo(os.environ[var], dbname="postgres")
-    return LOCAL_SERVER
-
-
-def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
-
-
 def report(name: str, n: int, elapsed: float, latencies: list[float] | None = None) -> None:
     extra = ""
     if latencies:
-        extra = (f"  p50 {pct(latencies, 50) * 1000:6.1f} ms  "
-                 f"p95 {pct(latencies, 95) * 1000:6.1f} ms")
+        extra = (f"  p50 {_support.percentile(latencies, 50) * 1000:6.1f} ms  "
+                 f"p95 {_support.percentile(latencies, 95) * 1000:6.1f} ms")
     print(f"{name:<46} {n:>6}  {elapsed:6.2f} s  {n / elapsed:>8,.0f}/s{extra}", flush=True)
 
 
@@ -165,13 +152,7 @@ class CallingBackEndpoint:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        body = json.loads(raw)
+        body = json.loads(await _support.read_body(receive))
         await send({"type": "http.response.start", "status": 202, "headers": []})
         await send({"type": "http.response.body", "body": b""})
         task = asyncio.create_task(self.call_back(body))
@@ -209,9 +190,7 @@ async def http_worker_round_trips(url: str, receiver: str, endpoint: str, n: int
 @contextlib.contextmanager
 def receiver_process(url: str) -> Iterator[str]:
     """`awa callbacks serve` as its own process, as it would be deployed."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _support.free_port()
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("awa")), "callbacks", "serve", "--listen",
          f"127.0.0.1:{port}", "--secret-env", "AWA_BENCH_SECRET", "--database-url", url],
@@ -237,23 +216,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--resumes", type=int, default=200)
     args = parser.parse_args()
-    server = admin_url()
-    name = f"awa_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(server, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+    with _support.scratch_database() as url:
         asyncio.run(api_resolutions(url, args.jobs))
         asyncio.run(resume_latency(url, args.resumes))
         with receiver_process(url) as receiver:
             asyncio.run(receiver_requests(url, receiver, args.jobs))
             with serve_in_thread(CallingBackEndpoint()) as endpoint:
                 asyncio.run(http_worker_round_trips(url, receiver, endpoint, args.jobs))
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
-import uuid
 from dataclasses import dataclass
 
-import psycopg
-from psycopg.conninfo import make_conninfo
+import _support
 
 import awa
-from awa import schema
-
-LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @dataclass
@@ -34,20 +28,13 @@ class SendEmail:
     template_id: int
 
 
-def admin_url() -> str:
-    for var in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return make_conninfo(os.environ[var], dbname="postgres")
-    return LOCAL_SERVER
-
-
 def payloads(n: int) -> list[SendEmail]:
     return [SendEmail(f"user{i}@example.com", f"welcome #{i}", i % 17) for i in range(n)]
 
 
 async def reset(client: awa.AsyncClient) -> None:
     async with await client.transaction() as tx:
-        await tx.execute("TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims")
+        await tx.execute(_support.EMPTY_JOB_TABLES)
 
 
 async def measure(name: str, jobs: int, run) -> float:
@@ -73,31 +60,21 @@ async def bench(url: str, jobs: int, batch: int, single: int) -> dict[str, float
         results["insert"] = await measure("insert (one per call)", single, singles)
         await reset(client)
 
-        async def many() -> None:
-            for i in range(0, jobs, batch):
-                await client.insert_many(data[i:i + batch])
-        results["insert_many"] = await measure(f"insert_many (batches of {batch})", jobs, many)
-        await reset(client)
-
-        async def copy() -> None:
-            for i in range(0, jobs, batch):
-                await client.enqueue_many_copy(data[i:i + batch])
-        results["enqueue_many_copy"] = await measure(
-            f"enqueue_many_copy (batches of {batch})", jobs, copy)
-        await reset(client)
-
-        async def copy_returning() -> None:
-            for i in range(0, jobs, batch):
-                await client.insert_many_copy(data[i:i + batch])
-        results["insert_many_copy"] = await measure(
-            f"insert_many_copy (batches of {batch})", jobs, copy_returning)
-        await reset(client)
-
-        async def unique_copy() -> None:
-            for i in range(0, jobs, batch):
-                await client.enqueue_many_copy(data[i:i + batch], unique_opts={})
-        results["enqueue_many_copy_unique"] = await measure(
-            "enqueue_many_copy, unique_opts={}", jobs, unique_copy)
+        batched_paths = (
+            ("insert_many", f"insert_many (batches of {batch})", client.insert_many, {}),
+            ("enqueue_many_copy", f"enqueue_many_copy (batches of {batch})",
+             client.enqueue_many_copy, {}),
+            ("insert_many_copy", f"insert_many_copy (batches of {batch})",
+             client.insert_many_copy, {}),
+            ("enqueue_many_copy_unique", "enqueue_many_copy, unique_opts={}",
+             client.enqueue_many_copy, {"unique_opts": {}}),
+        )
+        for key, label, insert_batch, options in batched_paths:
+            async def in_batches() -> None:
+                for i in range(0, jobs, batch):
+                    await insert_batch(data[i:i + batch], **options)
+            results[key] = await measure(label, jobs, in_batches)
+            await reset(client)
     finally:
         await client.close()
     return results
@@ -110,18 +87,8 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=5_000,
                         help="jobs for the one-insert-per-call path (it is the slow one)")
     args = parser.parse_args()
-    server = admin_url()
-    name = f"awa_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(server, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+    with _support.scratch_database() as url:
         asyncio.run(bench(url, args.jobs, args.batch, min(args.single, args.jobs)))
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

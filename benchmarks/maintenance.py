@@ -2,9 +2,9 @@
 
     python3 dev.py bench benchmarks/maintenance.py [--rescue 10000] [--promote 100000]
 
-Runs against a scratch database created next to ``$AWA_BENCH_DATABASE_URL`` /
-``$DATABASE_URL`` (default: the local server at 127.0.0.1:5432) and dropped
-afterwards.  Uses the production batch sizes (``config.RESCUE_BATCH_SIZE``,
+Runs against a scratch database created on the server of
+``$AWA_TEST_DATABASE_URL`` / ``$DATABASE_URL`` (default: the local server at
+127.0.0.1:5432) and dropped afterwards.  Uses the production batch sizes (``config.RESCUE_BATCH_SIZE``,
 ``config.PROMOTE_BATCH_SIZE``) and drives the same functions the leader runs
 each tick, back to back until nothing is left:
 
@@ -19,21 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _support
 
-from awa import config, db, schema  # noqa: E402
-from awa.runtime.maintenance import promote, rescue  # noqa: E402
-
-LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+from awa import config, db
+from awa.runtime.maintenance import promote, rescue
 
 SEED_STALE_RUNNING = """
 INSERT INTO awa.jobs_hot (kind, queue, args, state, attempt, max_attempts, run_lease,
@@ -50,13 +43,6 @@ SELECT 'bench', 'bench', jsonb_build_object('i', i), 'scheduled',
        now() - make_interval(secs => i %% 60)
   FROM generate_series(1, %(n)s) AS i
 """
-
-
-def admin_url() -> str:
-    for var in ("AWA_BENCH_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return make_conninfo(os.environ[var], dbname="postgres")
-    return LOCAL_SERVER
 
 
 async def bench_rescue(pool, url: str, n: int) -> None:
@@ -83,7 +69,7 @@ async def bench_rescue(pool, url: str, n: int) -> None:
 
 async def bench_promote(pool, url: str, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims")
+        _support.empty_job_tables(conn)
         conn.execute(SEED_DUE_SCHEDULED, {"n": n})
         conn.execute("VACUUM ANALYZE awa.scheduled_jobs")
     started = time.perf_counter()
@@ -102,14 +88,7 @@ async def bench_promote(pool, url: str, n: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    server = admin_url()
-    name = f"awa_bench_maint_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(server, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+    with _support.scratch_database("awa_bench_maint") as url:
         pool = await db.open_pool(url, config.APP_NAME_WORKER, max_size=2)
         try:
             if args.rescue:
@@ -118,9 +97,6 @@ async def main(args: argparse.Namespace) -> None:
                 await bench_promote(pool, url, args.promote)
         finally:
             await pool.close()
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

@@ -23,25 +23,17 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import threading
-import uuid
-from pathlib import Path
 
 import httpx
-import psycopg
-from psycopg.conninfo import make_conninfo
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+import _support
+import throughput  # benchmarks/throughput.py, the runtime engineer's
 
-import throughput  # noqa: E402  (benchmarks/throughput.py, the runtime engineer's)
-
-import awa  # noqa: E402
-from awa import schema, telemetry  # noqa: E402
-from awa.telemetry import parse_listen_address  # noqa: E402
+import awa
+from awa import telemetry
+from awa.telemetry import parse_listen_address
 
 METRICS_ADDR_ENV = "AWA_BENCH_METRICS_ADDR"
 
@@ -62,12 +54,8 @@ def start_worker_with(addr: str | None):
         env.pop(METRICS_ADDR_ENV, None)
         if addr:
             env[METRICS_ADDR_ENV] = addr
-        proc = subprocess.Popen([sys.executable, __file__, "--worker-process", url, str(workers),
-                                 str(claim_batch)], stdout=subprocess.PIPE, text=True, env=env)
-        line = proc.stdout.readline()
-        if not line.startswith("READY"):
-            raise SystemExit(f"worker failed to start: {line!r}")
-        return proc
+        return throughput.spawn_worker([sys.executable, __file__, "--worker-process", url,
+                                        str(workers), str(claim_batch)], env=env)
 
     return start_worker
 
@@ -120,16 +108,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--claim-batch", type=int, default=awa.config.CLAIM_BATCH_SIZE)
     args = parser.parse_args()
-    server = throughput.admin_url()
-    name = f"awa_bench_mc_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(server, dbname=name)
-    port = free_port()
+    port = _support.free_port()
     results: dict[str, list[dict]] = {"off": [], "on": []}
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+    with _support.scratch_database("awa_bench_mc") as url:
         print(f"N={args.jobs} no-op jobs, W={args.workers}, {args.rounds} rounds alternating "
               f"off/on; machine: {os.cpu_count()} cores (shared while measuring)")
         print(f"{'round':>5} {'metrics':>7} {'processed/s':>12} {'CPU ms/job':>11} "
@@ -140,9 +121,6 @@ def main() -> None:
                 results[mode].append(r)
                 print(f"{i + 1:>5} {mode:>7} {r['processed_per_s']:>12.0f} "
                       f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms", flush=True)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     off = statistics.median(r["processed_per_s"] for r in results["off"])
     on = statistics.median(r["processed_per_s"] for r in results["on"])
     cpu_off = statistics.median(r["cpu_ms_per_job"] for r in results["off"])
@@ -157,13 +135,6 @@ def main() -> None:
           f"negative cost is run-to-run noise)"
           f"\nworker CPU per job: off {1000 * cpu_off:.0f} us, on {1000 * cpu_on:.0f} us "
           f"(+{1000 * (cpu_on - cpu_off):.0f} us per job for recording and scrapes)")
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
                                        [--jobs 1000000] [--running 500] [--rebuild]
 
 Builds (once; reused while it holds the requested row count) a database
-``awa_ops_bench`` with --jobs jobs made by INSERT ... SELECT generate_series
+on the server of --admin-url (default: AWA_TEST_DATABASE_URL / DATABASE_URL,
+else 127.0.0.1:5432) named ``awa_ops_bench`` with --jobs jobs made by INSERT ... SELECT generate_series
 (mostly completed history, a backlog of available and scheduled jobs, ~500
 running with fresh heartbeats, failed, cancelled, DLQ entries, unique claims),
 then measures:
@@ -30,13 +31,11 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _support
 
-from awa import schema  # noqa: E402
-from awa_ops.diagnose import Options, run_all  # noqa: E402
-from awa_ops.exporter import DatabaseCollector  # noqa: E402
-from awa_ops.session import OpsSession  # noqa: E402
+from awa_ops.diagnose import Options, run_all
+from awa_ops.exporter import DatabaseCollector
+from awa_ops.session import OpsSession
 
 DB_NAME = "awa_ops_bench"
 JOBS_TABLES = ("jobs_hot", "scheduled_jobs")
@@ -98,22 +97,15 @@ def plan_counts(total: int, running: int) -> dict[str, Any]:
 
 
 def build(admin_url: str, total: int, running: int, rebuild: bool) -> str:
-    url = make_conninfo(admin_url, dbname=DB_NAME)
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
-        if exists and not rebuild:
-            with psycopg.connect(url) as conn:
-                have = conn.execute("SELECT (SELECT count(*) FROM awa.jobs_hot) + "
-                                    "(SELECT count(*) FROM awa.scheduled_jobs)").fetchone()[0]
-            if have == total:
-                print(f"reusing {DB_NAME} with {have:,} jobs")
-                _refresh_running(url)
-                return url
-        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB_NAME}")
+    have = None if rebuild else _support.kept_job_count(admin_url, DB_NAME)
+    if have == total:
+        url = make_conninfo(admin_url, dbname=DB_NAME)
+        print(f"reusing {DB_NAME} with {have:,} jobs")
+        _refresh_running(url)
+        return url
     started = time.perf_counter()
+    url = _support.recreate_database(admin_url, DB_NAME)
     with psycopg.connect(url, autocommit=True) as conn:
-        schema.migrate_sync(conn)
         counts = plan_counts(total, running)
         for statement in POPULATE:
             conn.execute(statement, counts)
@@ -202,7 +194,7 @@ async def measure(url: str) -> int:
 
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "all", "--json",
-                           "--database-url", url], cwd=ROOT, capture_output=True, text=True)
+                           "--database-url", url], cwd=_support.ROOT, capture_output=True, text=True)
     cli_s = time.perf_counter() - started
     print(f"`awa-ops diagnose all` as a fresh process (incl. interpreter start): {cli_s * 1000:.0f} ms "
           f"(exit {proc.returncode})")
@@ -238,7 +230,7 @@ async def measure(url: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--admin-url", default=_support.admin_url())
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--running", type=int, default=500)
     parser.add_argument("--rebuild", action="store_true")

@@ -27,23 +27,16 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _support
 
-import awa  # noqa: E402
-from awa import schema  # noqa: E402
+import awa
 
-LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 QUEUE = "bench"
 KIND = "noop"
 COPY_BATCH = 1_000
@@ -94,22 +87,20 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
 
 
 # --- the driver ---------------------------------------------------------------------
-def admin_url() -> str:
-    for var in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return make_conninfo(os.environ[var], dbname="postgres")
-    return LOCAL_SERVER
+def spawn_worker(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A worker process, returned once it says READY (its queue is being claimed)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        raise SystemExit(f"worker failed to start: {line!r}")
+    return proc
 
 
 def start_worker(url: str, workers: int, claim_batch: int, profile: str | None):
     args = [sys.executable, __file__, "--worker-process", url, str(workers), str(claim_batch)]
     if profile:
         args.append(profile)
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        raise SystemExit(f"worker failed to start: {line!r}")
-    return proc
+    return spawn_worker(args)
 
 
 def count_done(conn) -> int:
@@ -130,7 +121,7 @@ async def enqueue_all(url: str, n: int) -> float:
 def run_throughput(url: str, n: int, workers: int, claim_batch: int,
                    profile: str | None) -> dict:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims")
+        _support.empty_job_tables(conn)
         proc = start_worker(url, workers, claim_batch, profile)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.1)
@@ -151,8 +142,8 @@ def run_throughput(url: str, n: int, workers: int, claim_batch: int,
         attempts = conn.execute("SELECT max(attempt) FROM awa.jobs_hot").fetchone()[0]
     return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
             "processed_per_s": n / float(span), "wall_s": wall, "cpu_ms_per_job": 1000 * cpu / n,
-            "pickup_p50_ms": statistics.median(latencies),
-            "pickup_p95_ms": statistics.quantiles(latencies, n=20)[18],
+            "pickup_p50_ms": _support.percentile(latencies, 50),
+            "pickup_p95_ms": _support.percentile(latencies, 95),
             "max_attempt": attempts}
 
 
@@ -196,14 +187,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=None, metavar="W",
                         help="profile the worker process during the W run")
     args = parser.parse_args()
-    server = admin_url()
-    name = f"awa_bench_tp_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = make_conninfo(server, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+    with _support.scratch_database("awa_bench_tp") as url:
         print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
               f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
               f"(shared with other work while measuring)")
@@ -220,9 +204,6 @@ def main() -> None:
             if profile_path:
                 print(f"\nprofile of the worker process at W={w} (top functions by own time):")
                 print_profile(profile_path)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

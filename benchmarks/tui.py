@@ -15,9 +15,11 @@ What it reports, per screen refresh (the reads one refresh of that screen makes)
 then the app's CPU while it sits idle on a screen (headless Textual, refreshing
 every --refresh seconds, ages ticking every second).
 
-The database: --jobs rows across 8 queues (mostly completed history, a backlog
-of available / scheduled / retryable, failed and cancelled rows), --running
-running attempts with spread heartbeats, DLQ entries and five runtimes.
+The database (awa_bench_tui on the server of --admin-url; default:
+AWA_TEST_DATABASE_URL / DATABASE_URL, else 127.0.0.1:5432): --jobs rows
+across 8 queues (mostly completed history, a backlog of available /
+scheduled / retryable, failed and cancelled rows), --running running
+attempts with spread heartbeats, DLQ entries and five runtimes.
 """
 
 from __future__ import annotations
@@ -27,22 +29,19 @@ import asyncio
 import re
 import resource
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _support
 
-from awa import config, schema  # noqa: E402
-from awa_ops.console import ConsoleReader, DlqFilter, JobFilter  # noqa: E402
-from awa_ops.session import OpsSession  # noqa: E402
-from awa_tui.app import AwaConsole  # noqa: E402
+from awa import config
+from awa_ops.console import ConsoleReader, DlqFilter, JobFilter
+from awa_ops.session import OpsSession
+from awa_tui.app import AwaConsole
 
 BENCH_DB = "awa_bench_tui"
 QUEUES = 8
@@ -98,22 +97,14 @@ SELECT gen_random_uuid(), 'bench-' || i, 1000 + i, '0.1.0', now(), i = 1, i = 1,
 
 
 def build(admin_url: str, jobs: int, running: int, rebuild: bool) -> str:
-    url = make_conninfo(admin_url, dbname=BENCH_DB)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone()
-        if exists and not rebuild:
-            with psycopg.connect(url) as bench:
-                have = bench.execute("SELECT (SELECT count(*) FROM awa.jobs_hot) + "
-                                     "(SELECT count(*) FROM awa.scheduled_jobs)").fetchone()[0]
-            print(f"reusing {BENCH_DB}: {have:,} jobs (--rebuild to start over)")
-            return url
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(BENCH_DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB)))
+    have = None if rebuild else _support.kept_job_count(admin_url, BENCH_DB)
+    if have is not None:
+        print(f"reusing {BENCH_DB}: {have:,} jobs (--rebuild to start over)")
+        return make_conninfo(admin_url, dbname=BENCH_DB)
     started = time.perf_counter()
+    url = _support.recreate_database(admin_url, BENCH_DB)
     deferred = jobs // 50
     with psycopg.connect(url, autocommit=True) as conn:
-        schema.migrate_sync(conn)
         params = {"queues": QUEUES}
         conn.execute(POPULATE, {**params, "n": jobs - deferred - running})
         conn.execute(POPULATE_DEFERRED, {**params, "n": deferred})
@@ -216,7 +207,7 @@ async def idle_cpu(url: str, screen_key: str, seconds: float, refresh_s: float) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--admin-url", default=_support.admin_url())
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--running", type=int, default=500)
     parser.add_argument("--rebuild", action="store_true")

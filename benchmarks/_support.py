@@ -1,0 +1,124 @@
+"""What every benchmark needs: its database on the test server, and the timing maths.
+
+The server is found the way the tests find it: AWA_TEST_DATABASE_URL, then
+DATABASE_URL, else the local PostgreSQL at 127.0.0.1:5432.  Most benchmarks
+measure in a scratch database (created, migrated, dropped afterwards); the
+big ones (ops.py, tui.py) build a named database once and reuse it, because
+filling a million rows takes minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import statistics
+import sys
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from any checkout
+    sys.path.insert(0, str(ROOT))
+
+from awa import schema  # noqa: E402
+
+LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+SERVER_URL_VARS = ("AWA_TEST_DATABASE_URL", "DATABASE_URL")
+
+DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %s"
+COUNT_JOBS = ("SELECT (SELECT count(*) FROM awa.jobs_hot) + "
+              "(SELECT count(*) FROM awa.scheduled_jobs)")
+EMPTY_JOB_TABLES = "TRUNCATE awa.jobs_hot, awa.scheduled_jobs, awa.job_unique_claims"
+
+
+def admin_url() -> str:
+    """The server's maintenance database (``postgres``), where databases are created."""
+    for var in SERVER_URL_VARS:
+        if os.environ.get(var):
+            return make_conninfo(os.environ[var], dbname="postgres")
+    return LOCAL_SERVER
+
+
+def _admin_execute(admin: str, statement: sql.Composable) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def drop_database(admin: str, name: str) -> None:
+    _admin_execute(admin, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+        sql.Identifier(name)))
+
+
+def create_database(admin: str, name: str) -> str:
+    """Create ``name`` and migrate it; returns its URL.  Dropped again if migrating fails."""
+    _admin_execute(admin, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_conninfo(admin, dbname=name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            schema.migrate_sync(conn)
+    except BaseException:
+        drop_database(admin, name)
+        raise
+    return url
+
+
+def recreate_database(admin: str, name: str) -> str:
+    """A kept benchmark database, emptied by dropping and creating it again (migrated)."""
+    drop_database(admin, name)
+    return create_database(admin, name)
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str = "awa_bench") -> Iterator[str]:
+    """A fresh migrated database for one benchmark run, dropped however the run ends."""
+    admin = admin_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    url = create_database(admin, name)
+    try:
+        yield url
+    finally:
+        drop_database(admin, name)
+
+
+def kept_job_count(admin: str, name: str) -> int | None:
+    """Jobs in a kept benchmark database, or None when it does not exist yet."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if conn.execute(DATABASE_EXISTS, (name,)).fetchone() is None:
+            return None
+    with psycopg.connect(make_conninfo(admin, dbname=name)) as conn:
+        return conn.execute(COUNT_JOBS).fetchone()[0]
+
+
+def empty_job_tables(conn: psycopg.Connection) -> None:
+    """Between measured phases: no jobs left from the previous one."""
+    conn.execute(EMPTY_JOB_TABLES)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (1-99) by statistics.quantiles; a single value is its own."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100)[int(q) - 1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def read_body(receive) -> bytes:
+    """The whole request body of an ASGI http request, however many messages it came in."""
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
