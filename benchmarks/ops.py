@@ -4,9 +4,9 @@
                                        [--jobs 1000000] [--running 500] [--rebuild]
 
 Builds (once; reused while it holds the requested row count) a database
-on the server of --admin-url (default: AWA_TEST_DATABASE_URL / DATABASE_URL,
-else 127.0.0.1:5432) named ``awa_ops_bench`` with --jobs jobs made by INSERT ... SELECT generate_series
-(mostly completed history, a backlog of available and scheduled jobs, ~500
+``awa_ops_bench`` on the server of --admin-url (default: AWA_TEST_DATABASE_URL
+/ DATABASE_URL, else 127.0.0.1:5432) with --jobs jobs made by INSERT ... SELECT
+generate_series (mostly completed history, a backlog of available and scheduled jobs, ~500
 running with fresh heartbeats, failed, cancelled, DLQ entries, unique claims),
 then measures:
 
