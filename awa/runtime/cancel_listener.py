@@ -15,10 +15,8 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-import psycopg
-from psycopg import sql as pgsql
-
 from awa import config, db
+from awa.runtime.loops import BackgroundLoop, listen_forever
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
@@ -29,26 +27,15 @@ CREATE_FAILED = "Failed to create PG listener for admin cancel"
 LISTEN_FAILED = "Failed to LISTEN on cancel channel"
 TRANSIENT_ERROR = "PG cancel listener error; will retry"
 
-LISTEN_CANCEL = pgsql.SQL("LISTEN {}").format(pgsql.Identifier(config.CANCEL_CHANNEL))
 
+class CancelListener(BackgroundLoop):
+    task_name = "awa-cancel-listener"
 
-class CancelListener:
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
         self.task: asyncio.Task | None = None
         self.listening = asyncio.Event()
         self.retry_s = config.CANCEL_LISTENER_RETRY_MS / 1000.0
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="awa-cancel-listener")
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
 
     def handle(self, payload: str) -> bool:
         """Flip the flag named by one notification; True when it matched."""
@@ -65,31 +52,12 @@ class CancelListener:
         return True
 
     async def _run(self) -> None:
-        while True:
-            conn = None
-            try:
-                try:
-                    conn = await db.connect(self.runtime.database_url, config.APP_NAME_LISTENER)
-                except Exception as exc:
-                    log.warning("%s: %s", CREATE_FAILED, db.one_line(exc))
-                    raise
-                try:
-                    await conn.execute(LISTEN_CANCEL)
-                except Exception as exc:
-                    log.warning("%s: %s", LISTEN_FAILED, db.one_line(exc))
-                    raise
-                self.listening.set()
-                async for note in conn.notifies():
-                    self.handle(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.listening.clear()
-                log.warning("%s: %s", TRANSIENT_ERROR, db.one_line(exc))
-            finally:
-                if conn is not None:
-                    try:
-                        await conn.close()
-                    except (psycopg.Error, OSError):
-                        pass
-            await asyncio.sleep(self.retry_s)
+        await listen_forever(self.runtime.database_url, [config.CANCEL_CHANNEL],
+                             on_listening=self.listening.set,
+                             on_notify=lambda note: self.handle(note.payload),
+                             on_lost=self._lost, log=log, connect_failed=CREATE_FAILED,
+                             listen_failed=LISTEN_FAILED, retry_s=self.retry_s)
+
+    def _lost(self, exc: Exception) -> None:
+        self.listening.clear()
+        log.warning("%s: %s", TRANSIENT_ERROR, db.one_line(exc))

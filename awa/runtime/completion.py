@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 from awa import config, lifecycle
 from awa.job import JobState
 from awa.runtime import recording
+from awa.runtime.loops import stop_tasks
 from awa.storage.canonical import execution as sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,13 +124,7 @@ class CompletionBatcher:
 
     async def stop(self, timeout: float) -> None:
         await self.drain(timeout)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await stop_tasks(self._tasks)
         if self._pending:
             log.warning("shutdown left %d outcome(s) unwritten; rescue will retry those jobs",
                         len(self._pending))

@@ -17,7 +17,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql as pgsql
 from psycopg.rows import tuple_row
 from psycopg.types.json import JsonbLoader
 
@@ -25,6 +24,7 @@ from awa import config, db
 from awa.config import QueueConfig
 from awa.job import Job, JobState
 from awa.runtime import recording
+from awa.runtime.loops import BackgroundLoop, listen_forever, stop_tasks
 from awa.runtime.permits import QueuePermits
 from awa.runtime.rate_limit import TokenBucket
 from awa.storage.canonical import execution as sql
@@ -101,13 +101,7 @@ class Dispatcher:
         self._stopping = True
         self._wake.set()
         self.permits.notify_freed()
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await stop_tasks(self.tasks)
 
     async def _run(self) -> None:
         failures = 0
@@ -184,12 +178,14 @@ class Dispatcher:
             start_job(job, self.permits, deadline)
 
 
-class QueueListener:
+class QueueListener(BackgroundLoop):
     """One connection LISTENing on ``awa:<queue>`` for every queue of the runtime.
 
     Reconnects when the connection dies; after a reconnect every dispatcher
     is woken once, since notifications sent meanwhile were lost.
     """
+
+    task_name = "awa-queue-listener"
 
     def __init__(self, runtime: "Runtime", dispatchers: dict[str, Dispatcher]) -> None:
         self.runtime = runtime
@@ -198,46 +194,23 @@ class QueueListener:
                            for name, d in dispatchers.items()}
         self.task: asyncio.Task | None = None
         self.connected = asyncio.Event()
-        self.conn: psycopg.AsyncConnection | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="awa-queue-listener")
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
-        if self.conn is not None:
-            await self.conn.close()
 
     async def _run(self) -> None:
-        retry = config.CANCEL_LISTENER_RETRY_MS / 1000.0
-        while True:
-            try:
-                self.conn = await db.connect(self.runtime.database_url, config.APP_NAME_LISTENER)
-                for channel in self.by_channel:
-                    await self.conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
-                self.connected.set()
-                for d in self.dispatchers.values():
-                    d.wake()
-                async for note in self.conn.notifies():
-                    d = self.by_channel.get(note.channel)
-                    if d is not None:
-                        d.wake()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.connected.clear()
-                log.warning("queue listener connection lost (%s); polling until it is back",
-                            db.one_line(exc))
-            finally:
-                if self.conn is not None:
-                    try:
-                        await self.conn.close()
-                    except Exception:  # closing a broken connection may fail again
-                        pass
-                    self.conn = None
-            await asyncio.sleep(retry)
+        await listen_forever(self.runtime.database_url, self.by_channel,
+                             on_listening=self._listening, on_notify=self._notified,
+                             on_lost=self._lost, log=log)
+
+    def _listening(self) -> None:
+        self.connected.set()
+        for d in self.dispatchers.values():
+            d.wake()
+
+    def _notified(self, note: psycopg.Notify) -> None:
+        d = self.by_channel.get(note.channel)
+        if d is not None:
+            d.wake()
+
+    def _lost(self, exc: Exception) -> None:
+        self.connected.clear()
+        log.warning("queue listener connection lost (%s); polling until it is back",
+                    db.one_line(exc))

@@ -18,8 +18,8 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from awa import db
 from awa.runtime import recording
+from awa.runtime.loops import BackgroundLoop, every
 from awa.storage.canonical import execution as sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,37 +28,27 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("awa.runtime.heartbeat")
 
 
-class Heartbeat:
+class Heartbeat(BackgroundLoop):
+    task_name = "awa-heartbeat"
+
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
         self.interval = runtime.settings.heartbeat_interval_ms / 1000.0
         self.task: asyncio.Task | None = None
         self.last_beat_at = time.monotonic()
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="awa-heartbeat")
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
-
     async def _run(self) -> None:
-        health = self.runtime.health
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.beat()
-                health.heartbeat_alive = True
-                health.postgres_connected = True
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                health.postgres_connected = False
-                log.warning("heartbeat failed (%s); retrying next interval", db.one_line(exc))
-            except psycopg.Error as exc:
-                log.warning("heartbeat failed (%s); retrying next interval", db.one_line(exc))
+        await every(self.interval, self._beat_and_mark, log=log, on_error=self._failed,
+                    failed="heartbeat failed (%s); retrying next interval")
+
+    async def _beat_and_mark(self) -> None:
+        await self.beat()
+        self.runtime.health.heartbeat_alive = True
+        self.runtime.health.postgres_connected = True
+
+    def _failed(self, exc: psycopg.Error) -> None:
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            self.runtime.health.postgres_connected = False
 
     async def beat(self) -> int:
         """Write one heartbeat for all in-flight attempts; returns rows matched."""

@@ -14,10 +14,9 @@ import socket
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
-from awa import db
+from awa.runtime.loops import BackgroundLoop, every
 from awa.storage.canonical import execution as sql
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,7 +44,9 @@ def queue_descriptions(runtime: "Runtime") -> list[dict[str, Any]]:
     return out
 
 
-class Snapshot:
+class Snapshot(BackgroundLoop):
+    task_name = "awa-snapshot"
+
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
         self.interval = runtime.settings.snapshot_interval_ms / 1000.0
@@ -55,24 +56,8 @@ class Snapshot:
         self.task: asyncio.Task | None = None
         self.written = False
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="awa-snapshot")
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
-
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.write()
-            except psycopg.Error as exc:
-                log.warning("runtime snapshot failed (%s)", db.one_line(exc))
+        await every(self.interval, self.write, log=log, failed="runtime snapshot failed (%s)")
 
     async def write(self) -> None:
         from awa import __version__
