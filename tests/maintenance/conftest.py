@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from awa import config, db as awa_db
+from support.polling import eventually  # noqa: F401 (re-exported for the maintenance tests)
+from support.rows import dlq_entry as dlq, job_row as job  # noqa: F401 (re-exported)
 
 
 def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str = "maint",
@@ -46,32 +46,8 @@ def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str =
     return row["id"]
 
 
-def job(conn, job_id: int) -> dict[str, Any] | None:
-    return conn.execute("SELECT *, state::text AS state FROM awa.jobs WHERE id = %s",
-                        (job_id,)).fetchone()
-
-
-def dlq(conn, job_id: int) -> dict[str, Any] | None:
-    return conn.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s", (job_id,)).fetchone()
-
-
 @pytest.fixture
 async def pool(database_url):
     p = await awa_db.open_pool(database_url, config.APP_NAME_WORKER, max_size=4)
     yield p
     await p.close()
-
-
-async def eventually(predicate, timeout: float = 10.0, message: str = "condition"):
-    """Poll ``predicate`` without blocking the loop (in-process runtimes keep running)."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        await asyncio.sleep(0.05)

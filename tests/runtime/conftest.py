@@ -1,28 +1,11 @@
-"""Helpers for runtime tests: polling the database until a condition holds."""
+"""Helpers for runtime tests: job rows, polling until a condition holds, worker logs."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
-
 import pytest
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
-
-
-def job_row(conn, job_id: int) -> dict[str, Any] | None:
-    return conn.execute("SELECT *, state::text AS state FROM awa.jobs WHERE id = %s",
-                        (job_id,)).fetchone()
+from support.polling import wait_until  # noqa: F401 (re-exported for the runtime tests)
+from support.rows import job_row
 
 
 def job_state(conn, job_id: int) -> str | None:

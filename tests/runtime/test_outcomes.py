@@ -11,6 +11,9 @@ import pytest
 import awa
 from awa import lifecycle
 
+from support.polling import eventually
+from support.rows import dlq_entry
+
 from .conftest import job_row
 
 FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
@@ -19,6 +22,12 @@ FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance":
 @dataclass
 class Work:
     n: int = 0
+
+
+async def dead_lettered(db, job_id):
+    """The job's DLQ entry, once the runtime has moved it there."""
+    return await eventually(lambda: dlq_entry(db, job_id), timeout=4.0, interval=0.02,
+                            message=f"job {job_id} in the DLQ")
 
 
 async def run_until_settled(client, db, job_ids, states, timeout=10.0):
@@ -90,12 +99,7 @@ async def test_exhausted_attempts_fail_or_go_to_the_dlq(client, db):
     plain = await client.insert(Work(), max_attempts=1)
     dead = await client.insert(Work(), queue="dlq", max_attempts=1)
     [row] = await run_until_settled(client, db, [plain.id], {"failed"})
-    for _ in range(200):
-        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
-                           (dead.id,)).fetchone()
-        if entry:
-            break
-        await asyncio.sleep(0.02)
+    entry = await dead_lettered(db, dead.id)
     await client.shutdown()
     assert row["attempt"] == 1 and row["errors"][-1]["error"] == "RuntimeError: poison"
     assert entry["dlq_reason"] == lifecycle.DLQ_MAX_ATTEMPTS
@@ -139,12 +143,7 @@ async def test_terminal_error_goes_to_the_dlq_with_its_reason(client, db):
 
     await client.start([("default", 2)], dlq_enabled_by_default=True, **FAST)
     job = await client.insert(Work())
-    for _ in range(200):
-        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
-                           (job.id,)).fetchone()
-        if entry:
-            break
-        await asyncio.sleep(0.02)
+    entry = await dead_lettered(db, job.id)
     await client.shutdown()
     assert entry["dlq_reason"] == lifecycle.DLQ_TERMINAL_ERROR
 
@@ -166,12 +165,7 @@ async def test_retry_after_spends_the_attempt_and_exhausts(client, db):
     last = await client.insert(Work(1), max_attempts=2)
     dead = await client.insert(Work(1), queue="dlq", max_attempts=2)
     await run_until_settled(client, db, [last.id], {"failed"})
-    for _ in range(200):
-        entry = db.execute("SELECT * FROM awa.dlq_entries WHERE job_id = %s",
-                           (dead.id,)).fetchone()
-        if entry:
-            break
-        await asyncio.sleep(0.02)
+    entry = await dead_lettered(db, dead.id)
     row = job_row(db, last.id)
     await client.shutdown()
     assert row["state"] == "failed" and row["attempt"] == 2
