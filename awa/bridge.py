@@ -17,6 +17,7 @@ import psycopg
 
 from awa import config
 from awa.job import JOB_COLUMNS, ValidationError
+from awa.producer import raise_if_unique_skipped
 from awa.storage.canonical import enqueue
 
 
@@ -51,9 +52,7 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
                                 max_attempts=max_attempts, tags=tags, metadata=metadata,
                                 run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
     outcome = await enqueue.insert_batch(aconn, batch)
-    if outcome.skipped:
-        holder, state = await enqueue.unique_holder(aconn, batch.unique_key[0])
-        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+    await raise_if_unique_skipped(aconn, batch, outcome)
     return _row(batch, outcome)
 
 

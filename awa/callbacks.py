@@ -383,13 +383,18 @@ async def _resolve(conn: Any, sql: str, params: dict[str, Any],
     return Job.from_row(row)
 
 
+async def _resolve_with_payload(pool: AsyncConnectionPool, query: str, callback_id: Any,
+                                payload: Any, outcome: str) -> Job[Any]:
+    cid = parse_callback_id(callback_id)
+    params = {"callback_id": cid, "key": RESULT_KEY, "result": _result(cid, outcome, payload)}
+    async with pool.connection() as conn:
+        return await _resolve(conn, query, params, outcome)
+
+
 async def complete_external(pool: AsyncConnectionPool, callback_id: Any,
                             payload: Any = None) -> Job[Any]:
     """``running | waiting_external → completed``, storing the payload as the result."""
-    cid = parse_callback_id(callback_id)
-    params = {"callback_id": cid, "key": RESULT_KEY, "result": _result(cid, "complete", payload)}
-    async with pool.connection() as conn:
-        return await _resolve(conn, COMPLETE_EXTERNAL, params, "complete")
+    return await _resolve_with_payload(pool, COMPLETE_EXTERNAL, callback_id, payload, "complete")
 
 
 async def fail_external(pool: AsyncConnectionPool, callback_id: Any, error: str) -> Job[Any]:
@@ -415,10 +420,7 @@ async def retry_external(pool: AsyncConnectionPool, callback_id: Any) -> Job[Any
 async def resume_external(pool: AsyncConnectionPool, callback_id: Any,
                           payload: Any = None) -> Job[Any]:
     """``waiting_external → running``: the handler in ``wait_for_callback`` gets ``payload``."""
-    cid = parse_callback_id(callback_id)
-    params = {"callback_id": cid, "key": RESULT_KEY, "result": _result(cid, "resume", payload)}
-    async with pool.connection() as conn:
-        return await _resolve(conn, RESUME_EXTERNAL, params, "resume")
+    return await _resolve_with_payload(pool, RESUME_EXTERNAL, callback_id, payload, "resume")
 
 
 async def heartbeat_callback(pool: AsyncConnectionPool, callback_id: Any,

@@ -317,9 +317,20 @@ def job_dump(job_id: int, as_json: bool) -> None:
         click.echo(run_client(lambda c: c.dump_job(job_id)))
 
 
-async def _explain_noop(client: AsyncClient, job_id: int, action: str, allowed: str) -> str:
-    found = await client.get_job(job_id)  # raises JobNotFound for an unknown id
-    return f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
+def _apply_to_job(job_id: int, operation: Callable[[AsyncClient], Awaitable[T | None]],
+                  action: str, allowed: str) -> T:
+    """Run a one-job operation; when it matched nothing, exit saying the job's actual state."""
+    async def go(client: AsyncClient) -> tuple[T | None, str]:
+        done = await operation(client)
+        if done is not None:
+            return done, ""
+        found = await client.get_job(job_id)  # raises JobNotFound for an unknown id
+        return None, f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
+
+    done, why = run_client(go)
+    if done is None:
+        fail(why)
+    return done
 
 
 @job.command("cancel")
@@ -327,15 +338,7 @@ async def _explain_noop(client: AsyncClient, job_id: int, action: str, allowed: 
 @_job_id_argument
 def job_cancel(job_id: int) -> None:
     """Cancel a job; a running handler is signalled at once (awa:cancel)."""
-    async def go(client: AsyncClient) -> tuple[Job[Any] | None, str]:
-        done = await client.cancel(job_id)
-        if done is None:
-            return None, await _explain_noop(client, job_id, "cancelled", "unfinished")
-        return done, ""
-
-    cancelled, why = run_client(go)
-    if cancelled is None:
-        fail(why)
+    cancelled = _apply_to_job(job_id, lambda c: c.cancel(job_id), "cancelled", "unfinished")
     click.echo(f"cancelled job {job_id} ({cancelled.kind} on {cancelled.queue})")
 
 
@@ -344,15 +347,7 @@ def job_cancel(job_id: int) -> None:
 @_job_id_argument
 def job_retry(job_id: int) -> None:
     """Run a failed or cancelled job again with a fresh attempt budget."""
-    async def go(client: AsyncClient) -> tuple[Job[Any] | None, str]:
-        done = await client.retry(job_id)
-        if done is None:
-            return None, await _explain_noop(client, job_id, "retried", "failed or cancelled")
-        return done, ""
-
-    retried, why = run_client(go)
-    if retried is None:
-        fail(why)
+    retried = _apply_to_job(job_id, lambda c: c.retry(job_id), "retried", "failed or cancelled")
     click.echo(f"job {job_id} is available again on queue {retried.queue}")
 
 
@@ -551,15 +546,8 @@ def dlq_move(job_id: int | None, kind: str | None, queue: str | None, reason: st
              allow_all: bool) -> None:
     """Move failed jobs (one by id, or by filter) into the DLQ."""
     if job_id is not None:
-        async def one(client: AsyncClient) -> tuple[DlqEntry | None, str]:
-            entry = await client.move_failed_to_dlq(job_id, reason)
-            if entry is None:
-                return None, await _explain_noop(client, job_id, "moved to the DLQ", "failed")
-            return entry, ""
-
-        entry, why = run_client(one)
-        if entry is None:
-            fail(why)
+        _apply_to_job(job_id, lambda c: c.move_failed_to_dlq(job_id, reason),
+                      "moved to the DLQ", "failed")
         click.echo(f"moved job {job_id} to the DLQ ({reason})")
         return
     if not allow_all and kind is None and queue is None:

@@ -57,6 +57,19 @@ async def raise_if_unique_skipped(conn: psycopg.AsyncConnection[Any], batch: Enq
         raise enqueue.unique_conflict(batch.kind[0], holder, state)
 
 
+async def insert_one(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> Job[Any]:
+    """Write a one-row batch; a unique duplicate raises ``UniqueConflict``."""
+    outcome = await enqueue.insert_batch(conn, batch)
+    await raise_if_unique_skipped(conn, batch, outcome)
+    return jobs_from(batch, outcome)[0]
+
+
+def inserted_jobs(outcomes: Sequence[tuple[EnqueueBatch, InsertOutcome]]) -> InsertedJobs:
+    """The jobs of every written chunk, in order, with the duplicates skipped counted."""
+    return InsertedJobs([job for chunk, o in outcomes for job in jobs_from(chunk, o)],
+                        sum(o.skipped for _, o in outcomes))
+
+
 def _record(batch_size: int, started: float) -> None:
     """Producer histograms (awa.enqueue.batch_size / awa.enqueue.duration)."""
     METRICS.enqueue_batch_size.record(batch_size)
@@ -82,10 +95,9 @@ class ProducerMixin:
         pool = await self._get_pool()
         async with pool.connection() as conn:
             started = time.perf_counter()
-            outcome = await enqueue.insert_batch(conn, batch)
-            await raise_if_unique_skipped(conn, batch, outcome)
+            job = await insert_one(conn, batch)
         _record(1, started)
-        return jobs_from(batch, outcome)[0]
+        return job
 
     async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
                           queue: str = config.DEFAULT_QUEUE,
@@ -156,11 +168,10 @@ class ProducerMixin:
                                                                         returning)))
             else:
                 outcomes.append((batch, await self._write_chunk(conn, batch, copy, returning)))
-        skipped = sum(o.skipped for _, o in outcomes)
         if not returning:
-            return EnqueueCount(sum(o.inserted for _, o in outcomes), skipped)
-        return InsertedJobs([job for chunk, o in outcomes for job in jobs_from(chunk, o)],
-                            skipped)
+            return EnqueueCount(sum(o.inserted for _, o in outcomes),
+                                sum(o.skipped for _, o in outcomes))
+        return inserted_jobs(outcomes)
 
     @staticmethod
     async def _write_chunk(conn: psycopg.AsyncConnection[Any], chunk: EnqueueBatch, copy: bool,
@@ -268,9 +279,7 @@ class Transaction:
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
-        outcome = await enqueue.insert_batch(self.connection, batch)
-        await raise_if_unique_skipped(self.connection, batch, outcome)
-        return jobs_from(batch, outcome)[0]
+        return await insert_one(self.connection, batch)
 
     async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
                           queue: str = config.DEFAULT_QUEUE,
@@ -284,13 +293,9 @@ class Transaction:
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
-        jobs_out: list[Job[Any]] = []
-        skipped = 0
-        for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE):
-            outcome = await enqueue.insert_batch(self.connection, chunk)
-            jobs_out.extend(jobs_from(chunk, outcome))
-            skipped += outcome.skipped
-        return InsertedJobs(jobs_out, skipped)
+        conn = self.connection
+        return inserted_jobs([(chunk, await enqueue.insert_batch(conn, chunk))
+                              for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
 
     def __repr__(self) -> str:
         return f"Transaction({'open' if self._conn is not None else 'finished'})"

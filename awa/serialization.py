@@ -52,44 +52,54 @@ def kind_for(args: Any, kind: str | None = None) -> str:
     return derive_kind(args)
 
 
-def _to_plain(args: Any) -> Any:
-    if dataclasses.is_dataclass(args) and not isinstance(args, type):
-        return dataclasses.asdict(args)
-    dump = getattr(args, "model_dump", None)
+def json_default(value: Any) -> Any:
+    """The JSON encoders' ``default`` hook: dataclasses and pydantic models as plain values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _plain_object(args: Any) -> dict[str, Any]:
     if isinstance(args, dict):
-        return args
-    raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
-                             f"not {type(args).__name__}")
+        plain = args
+    else:
+        try:
+            plain = json_default(args)
+        except TypeError:
+            raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
+                                     f"not {type(args).__name__}") from None
+    if not isinstance(plain, dict):
+        raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
+                                 f"object, got {type(plain).__name__}")
+    return plain
+
+
+def _not_json(args: Any, exc: Exception) -> SerializationError:
+    return SerializationError(f"job args of {type(args).__name__} are not JSON-serializable: "
+                              f"{' '.join(str(exc).split())}")
 
 
 def encode_args(args: Any) -> dict[str, Any]:
     """A JSON-able dict of the args; fails with one line when it is not JSON."""
-    plain = _to_plain(args)
-    if not isinstance(plain, dict):
-        raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
-                                 f"object, got {type(plain).__name__}")
+    plain = _plain_object(args)
     try:
         # Round trip: proves it is JSON and drops tuple/str-key differences the
         # database would otherwise introduce.
         return json.loads(json.dumps(plain, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise SerializationError(f"job args of {type(args).__name__} are not JSON-serializable: "
-                                 f"{' '.join(str(exc).split())}") from None
+        raise _not_json(args, exc) from None
 
 
 def encode_args_json(args: Any) -> str:
     """The args as a compact JSON text (the form COPY and unnest arrays take)."""
-    plain = _to_plain(args)
-    if not isinstance(plain, dict):
-        raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
-                                 f"object, got {type(plain).__name__}")
+    plain = _plain_object(args)
     try:
         return json.dumps(plain, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise SerializationError(f"job args of {type(args).__name__} are not JSON-serializable: "
-                                 f"{' '.join(str(exc).split())}") from None
+        raise _not_json(args, exc) from None
 
 
 def canonical_json(value: Any) -> str:

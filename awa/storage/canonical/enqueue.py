@@ -34,7 +34,7 @@ from psycopg.rows import dict_row
 
 from awa import config, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
-from awa.serialization import derive_kind
+from awa.serialization import derive_kind, json_default
 from awa.unique import UniqueOpts, key_for
 
 UNIQUE_INDEX = "idx_awa_jobs_unique"
@@ -226,20 +226,21 @@ def validate_queue(queue: Any) -> str:
     return queue
 
 
+def _int_in_range(value: Any, name: str, low: int, high: int, hint: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{name} must be an integer from {low} to {high}{hint}, "
+                              f"got {value!r}")
+    return value
+
+
 def validate_priority(priority: Any) -> int:
-    if (isinstance(priority, bool) or not isinstance(priority, int)
-            or not config.MIN_PRIORITY <= priority <= config.MAX_PRIORITY):
-        raise ValidationError(f"priority must be an integer from {config.MIN_PRIORITY} to "
-                              f"{config.MAX_PRIORITY} (1 = most urgent), got {priority!r}")
-    return priority
+    return _int_in_range(priority, "priority", config.MIN_PRIORITY, config.MAX_PRIORITY,
+                         " (1 = most urgent)")
 
 
 def validate_max_attempts(max_attempts: Any) -> int:
-    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-            or not config.MIN_MAX_ATTEMPTS <= max_attempts <= config.MAX_MAX_ATTEMPTS):
-        raise ValidationError(f"max_attempts must be an integer from {config.MIN_MAX_ATTEMPTS} "
-                              f"to {config.MAX_MAX_ATTEMPTS}, got {max_attempts!r}")
-    return max_attempts
+    return _int_in_range(max_attempts, "max_attempts", config.MIN_MAX_ATTEMPTS,
+                         config.MAX_MAX_ATTEMPTS)
 
 
 def _validate_kind(kind: Any) -> str:
@@ -291,17 +292,8 @@ def _dumps(value: Any, what: str) -> str:
                                  f"{' '.join(str(exc).split())}") from None
 
 
-def _json_default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
 # One encoder for every row: json.dumps with options builds a new one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default)
 
 
 @cache
