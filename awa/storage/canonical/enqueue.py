@@ -483,17 +483,39 @@ def _statement(batch: EnqueueBatch, returning: bool) -> str:
     return PLAIN_INSERT_RETURNING if returning else PLAIN_INSERT_COUNT
 
 
+def _returned(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> InsertOutcome:
+    return InsertOutcome(rows, len(rows), len(batch) - len(rows))
+
+
+def _counted(batch: EnqueueBatch, inserted: int) -> InsertOutcome:
+    return InsertOutcome([], inserted, len(batch) - inserted)
+
+
+async def _outcome(batch: EnqueueBatch, cur: psycopg.AsyncCursor[Any],
+                   returning: bool) -> InsertOutcome:
+    """What the insert ``cur`` just ran wrote: its rows, or (general statements) its count row."""
+    if returning:
+        return _returned(batch, await cur.fetchall())
+    return _counted(batch, cur.rowcount if not batch.needs_general
+                    else (await cur.fetchone())["inserted"])
+
+
 def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[Any],
                   returning: bool) -> InsertOutcome:
     if returning:
-        rows = cur.fetchall()
-        return InsertOutcome(rows, len(rows), len(batch) - len(rows))
-    inserted = cur.rowcount if not batch.needs_general else cur.fetchone()["inserted"]
-    return InsertOutcome([], inserted, len(batch) - inserted)
+        return _returned(batch, cur.fetchall())
+    return _counted(batch, cur.rowcount if not batch.needs_general
+                    else cur.fetchone()["inserted"])
 
 
 def _in_transaction(conn: Any) -> bool:
     return conn.info.transaction_status != TransactionStatus.IDLE
+
+
+def _give_up(exc: BaseException, attempt: int, conn: Any, guarded: bool) -> bool:
+    """Retry only a lost unique race, while attempts remain and a savepoint can undo it."""
+    return (not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1
+            or (_in_transaction(conn) and not guarded))
 
 
 async def insert_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -511,15 +533,9 @@ async def insert_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                         await cur.execute(sql, params)
                 else:
                     await cur.execute(sql, params)
-                if returning:
-                    rows = await cur.fetchall()
-                    return InsertOutcome(rows, len(rows), len(batch) - len(rows))
-                inserted = (cur.rowcount if not batch.needs_general
-                            else (await cur.fetchone())["inserted"])
-                return InsertOutcome([], inserted, len(batch) - inserted)
+                return await _outcome(batch, cur, returning)
         except pg_errors.UniqueViolation as exc:
-            if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1 or (
-                    _in_transaction(conn) and not guard):
+            if _give_up(exc, attempt, conn, guard):
                 raise _conflict_from(exc) from None
     raise AssertionError("unreachable")
 
@@ -541,8 +557,7 @@ def insert_batch_sync(conn: psycopg.Connection[Any], batch: EnqueueBatch,
                     cur.execute(sql, params)
                 return _outcome_sync(batch, cur, returning)
         except pg_errors.UniqueViolation as exc:
-            if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1 or (
-                    _in_transaction(conn) and not guard):
+            if _give_up(exc, attempt, conn, guard):
                 raise _conflict_from(exc) from None
     raise AssertionError("unreachable")
 
@@ -577,13 +592,10 @@ async def copy_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                 try:
                     async with conn.transaction():
                         await cur.execute(sql)
-                    if returning:
-                        rows = await cur.fetchall()
-                        return InsertOutcome(rows, len(rows), len(batch) - len(rows))
-                    inserted = (await cur.fetchone())["inserted"]
-                    return InsertOutcome([], inserted, len(batch) - inserted)
+                    # (not returning implies needs_general here: the count arrives as a row)
+                    return await _outcome(batch, cur, returning)
                 except pg_errors.UniqueViolation as exc:
-                    if not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1:
+                    if _give_up(exc, attempt, conn, guarded=True):
                         raise _conflict_from(exc) from None
     raise AssertionError("unreachable")
 
