@@ -27,8 +27,3 @@ def running_job(db):
 @pytest.fixture
 async def pool(client):
     return await client._get_pool()
-
-
-def row_of(db, job_id: int) -> dict:
-    return db.execute("SELECT *, state::text AS state FROM awa.jobs WHERE id = %s",
-                      (job_id,)).fetchone()

@@ -16,8 +16,10 @@ from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.http_worker import HttpWorker, HttpWorkerConfig, HttpWorkerMode
 
-from .conftest import row_of
-from .test_runtime_callbacks import FAST, eventually, state_is
+from support.polling import eventually
+from support.rows import job_row
+
+from .test_runtime_callbacks import FAST, state_is
 
 SECRET = secrets.token_bytes(32)
 
@@ -103,8 +105,8 @@ async def test_round_trip_parks_then_completes_by_signed_callback(db, client, en
     worker = await start_http_worker(client, endpoint, receiver_base)
     job = await client.insert({"cents": 1250}, kind="remote_charge", queue="http")
     if behaviour == "later":  # parked between the 202 and the callback
-        await eventually(state_is(db, job.id, "waiting_external"), what="parked")
-    await eventually(state_is(db, job.id, "completed"), what="completed by callback")
+        await eventually(state_is(db, job.id, "waiting_external"), message="parked")
+    await eventually(state_is(db, job.id, "completed"), message="completed by callback")
     await worker.aclose()
 
     [request] = endpoint.requests
@@ -115,9 +117,9 @@ async def test_round_trip_parks_then_completes_by_signed_callback(db, client, en
     assert set(body["callback_urls"]) == {"complete", "fail", "heartbeat", "resume", "resolve"}
     assert callback_contract.verify(SECRET, cid, headers["x-awa-signature"])
     assert headers["x-awa-signature"] == body["callback_signature"]
-    await eventually(lambda: endpoint.callback_status, what="the receiver's answer")
+    await eventually(lambda: endpoint.callback_status, message="the receiver's answer")
     assert endpoint.callback_status == [200]
-    row = row_of(db, job.id)
+    row = job_row(db, job.id)
     assert str(row["callback_id"]) == cid and row["attempt"] == 1
     assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"charged": 1250}
 
@@ -135,16 +137,16 @@ async def test_response_status_decides_the_attempt(db, client, endpoint, receive
     worker = await start_http_worker(client, endpoint, receiver_base,
                                      request_timeout_seconds=0.5)
     job = await client.insert({"cents": 1}, kind="remote_charge", queue="http", max_attempts=3)
-    await eventually(state_is(db, job.id, state), what=state)
+    await eventually(state_is(db, job.id, state), message=state)
     await worker.aclose()
-    row = row_of(db, job.id)
+    row = job_row(db, job.id)
     [entry] = row["errors"]
     assert error in entry["error"] and entry["attempt"] == 1
     assert bool(entry.get("terminal")) is (state == "failed")
     # The callback registered for the failed attempt cannot resolve the job any more.
     with pytest.raises(awa.CallbackNotFound):
         await client.complete_external(endpoint.requests[0]["body"]["callback_id"], {})
-    assert row_of(db, job.id)["state"] == state
+    assert job_row(db, job.id)["state"] == state
 
 
 async def test_too_many_requests_retries_after_the_servers_delay(db, client, endpoint,
@@ -152,12 +154,12 @@ async def test_too_many_requests_retries_after_the_servers_delay(db, client, end
     endpoint.behaviour = "status:429"
     worker = await start_http_worker(client, endpoint, receiver_base)
     job = await client.insert({"cents": 1}, kind="remote_charge", queue="http", max_attempts=3)
-    await eventually(state_is(db, job.id, "retryable"), what="retryable")
+    await eventually(state_is(db, job.id, "retryable"), message="retryable")
     await worker.aclose()
     delay = db.execute("SELECT extract(epoch FROM run_at - now()) AS s FROM awa.jobs "
                        "WHERE id = %s", (job.id,)).fetchone()["s"]
     assert 100 < delay <= 120  # Retry-After: 120, not the exponential backoff
-    assert "returned HTTP 429" in row_of(db, job.id)["metadata"]["http_worker_last_response"]
+    assert "returned HTTP 429" in job_row(db, job.id)["metadata"]["http_worker_last_response"]
 
 
 async def test_unreachable_endpoint_is_retryable(db, client, receiver_base):
@@ -166,8 +168,8 @@ async def test_unreachable_endpoint_is_retryable(db, client, receiver_base):
     HttpWorker(cfg).register(client, kind="remote_charge", queue="http")
     await client.start([("http", 1)], **FAST)
     job = await client.insert({"cents": 1}, kind="remote_charge", queue="http", max_attempts=3)
-    await eventually(state_is(db, job.id, "retryable"), what="retryable")
-    assert "ConnectError" in row_of(db, job.id)["errors"][0]["error"]
+    await eventually(state_is(db, job.id, "retryable"), message="retryable")
+    assert "ConnectError" in job_row(db, job.id)["errors"][0]["error"]
 
 
 async def test_sync_mode_completes_on_2xx(db, client, endpoint):
@@ -176,7 +178,7 @@ async def test_sync_mode_completes_on_2xx(db, client, endpoint):
     worker.register(client, kind="ping", queue="http")
     await client.start([("http", 1)], **FAST)
     job = await client.insert({"cents": 0}, kind="ping", queue="http")
-    await eventually(state_is(db, job.id, "completed"), what="completed")
+    await eventually(state_is(db, job.id, "completed"), message="completed")
     await worker.aclose()
     assert "callback_id" not in endpoint.requests[0]["body"]
 

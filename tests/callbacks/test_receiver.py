@@ -23,7 +23,7 @@ from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.cli import main as awa_cli
 
-from .conftest import row_of
+from support.rows import job_row
 
 SECRET = secrets.token_bytes(32)
 AWA = str(Path(sys.executable).with_name("awa"))
@@ -60,14 +60,14 @@ async def test_signed_actions_resolve_the_job(db, receiver, waiting):
         done = await http.post(f"{receiver}/{cid}/complete", json={"payload": {"ok": True}},
                                headers=signed(cid))
     assert done.status_code == 200 and done.json()["state"] == "completed"
-    assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"ok": True}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"ok": True}
 
     job_id, cid = await waiting()
     async with httpx.AsyncClient() as http:
         failed = await http.post(f"{receiver}/{cid}/fail", json={"error": "card declined"},
                                  headers=signed(cid))
     assert failed.json()["state"] == "failed"
-    assert row_of(db, job_id)["errors"][0]["error"] == "card declined"
+    assert job_row(db, job_id)["errors"][0]["error"] == "card declined"
 
     job_id, cid = await waiting()
     async with httpx.AsyncClient() as http:
@@ -94,12 +94,12 @@ async def test_resolve_lets_the_jobs_cel_rules_decide(db, pool, running_job, rec
     assert paid.json() == {"id": cid, "job_id": job_id, "state": "completed",
                            "outcome": "completed",
                            "reason": 'on_complete matched: payload.status == "paid"'}
-    assert row_of(db, job_id)["state"] == "completed"
+    assert job_row(db, job_id)["state"] == "completed"
 
 
 async def test_bad_or_missing_signature_is_refused_and_changes_nothing(db, receiver, waiting):
     job_id, cid = await waiting()
-    before = row_of(db, job_id)
+    before = job_row(db, job_id)
     other_id = str(uuid.uuid4())
     attempts = [
         {},                                              # unsigned
@@ -113,7 +113,7 @@ async def test_bad_or_missing_signature_is_refused_and_changes_nothing(db, recei
                                 headers=headers)
             assert r.status_code == 401, headers
             assert callback_contract.SIGNATURE_HEADER in r.json()["error"]
-    assert row_of(db, job_id) == before
+    assert job_row(db, job_id) == before
 
 
 async def test_replayed_callback_is_409_and_changes_nothing(db, receiver, waiting):
@@ -122,19 +122,19 @@ async def test_replayed_callback_is_409_and_changes_nothing(db, receiver, waitin
         first = await http.post(f"{receiver}/{cid}/complete", json={"payload": {"n": 1}},
                                 headers=signed(cid))
         assert first.status_code == 200
-        after_first = row_of(db, job_id)
+        after_first = job_row(db, job_id)
         for action, body in [("complete", {"payload": {"n": 2}}), ("fail", {"error": "x"}),
                              ("resume", {}), ("heartbeat", {})]:
             replay = await http.post(f"{receiver}/{cid}/{action}", json=body,
                                      headers=signed(cid))
             assert replay.status_code == 409
             assert "already resolved" in replay.json()["error"]
-    assert row_of(db, job_id) == after_first
+    assert job_row(db, job_id) == after_first
 
 
 async def test_oversized_body_is_413_and_changes_nothing(db, receiver, waiting):
     job_id, cid = await waiting()
-    before = row_of(db, job_id)
+    before = job_row(db, job_id)
     big = {"payload": {"blob": "x" * 2000}}
 
     async def chunks():  # no Content-Length: the limit holds while streaming too
@@ -147,12 +147,12 @@ async def test_oversized_body_is_413_and_changes_nothing(db, receiver, waiting):
                                    headers=signed(cid))
     assert declared.status_code == 413 and "larger than 1024 bytes" in declared.json()["error"]
     assert streamed.status_code == 413
-    assert row_of(db, job_id) == before
+    assert job_row(db, job_id) == before
 
 
 async def test_unknown_ids_routes_and_methods(db, receiver, waiting):
     job_id, cid = await waiting()
-    before = row_of(db, job_id)
+    before = job_row(db, job_id)
     unknown = str(uuid.uuid4())
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{receiver}/{unknown}/complete", json={}, headers=signed(unknown))
@@ -163,7 +163,7 @@ async def test_unknown_ids_routes_and_methods(db, receiver, waiting):
         assert r.status_code == 404
         r = await http.get(f"{receiver}/{cid}/complete", headers=signed(cid))
         assert r.status_code == 405 and r.headers["allow"] == "POST"
-    assert row_of(db, job_id) == before
+    assert job_row(db, job_id) == before
 
 
 @pytest.mark.parametrize("action, body, message", [
@@ -179,11 +179,11 @@ async def test_unknown_ids_routes_and_methods(db, receiver, waiting):
 async def test_invalid_bodies_are_400_and_change_nothing(db, receiver, waiting, action, body,
                                                          message):
     job_id, cid = await waiting()
-    before = row_of(db, job_id)
+    before = job_row(db, job_id)
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{receiver}/{cid}/{action}", content=body, headers=signed(cid))
     assert r.status_code == 400 and message in r.json()["error"]
-    assert row_of(db, job_id) == before
+    assert job_row(db, job_id) == before
 
 
 async def test_allow_unsigned_still_refuses_a_wrong_signature(db, database_url, waiting):
@@ -199,7 +199,7 @@ async def test_allow_unsigned_still_refuses_a_wrong_signature(db, database_url, 
             assert wrong.status_code == 401
             unsigned = await http.post(f"{url}/{cid}/complete")
             assert unsigned.status_code == 200
-    assert row_of(db, job_id)["state"] == "completed"
+    assert job_row(db, job_id)["state"] == "completed"
 
 
 def _free_port() -> int:
@@ -271,7 +271,7 @@ def test_resolution_commands(db, database_url, running_job):
     result = runner.invoke(awa_cli, ["callbacks", "complete", token, "--payload", "[1]",
                                      "--database-url", database_url])
     assert result.exit_code == 2 and "must be a JSON object" in result.output
-    assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"a": 1}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"a": 1}
 
     job_id, lease = running_job()
     token = asyncio.run(_register(database_url, job_id, lease, filter="payload.go"))

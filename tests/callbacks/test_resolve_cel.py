@@ -9,7 +9,7 @@ import pytest
 import awa
 from awa import callbacks
 
-from .conftest import row_of
+from support.rows import job_row
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ async def test_filter_comes_first_and_ignores_without_a_change(db, client, regis
     job_id, cid = await registered(**RULES)
     result = await client.resolve_callback(cid, {"kind": "refund", "status": "declined"})
     assert result.is_ignored() and "filter did not match" in result.reason
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "running" and str(row["callback_id"]) == cid
     assert callbacks.RESULT_KEY not in row["metadata"]
 
@@ -40,7 +40,7 @@ async def test_on_fail_is_checked_before_on_complete(db, client, registered):
     job_id, cid = await registered(on_fail="payload.n > 1", on_complete="payload.n > 0")
     result = await client.resolve_callback(cid, {"n": 2}, default_action="complete")
     assert result.is_failed() and result.reason.startswith("on_fail matched: payload.n > 1")
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "failed"
     assert row["errors"][0]["error"].startswith("callback failed: on_fail matched")
     with pytest.raises(awa.CallbackNotFound, match="already resolved"):
@@ -52,7 +52,7 @@ async def test_on_complete_applies_the_transform(db, client, registered):
     payload = {"kind": "charge", "status": "paid", "cents": 1250, "ref": "ch_1"}
     result = await client.resolve_callback(cid, payload)
     assert result.is_completed() and result.payload == {"amount": 12.5, "ref": "ch_1"}
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "completed"
     assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"amount": 12.5, "ref": "ch_1"}
 
@@ -70,7 +70,7 @@ async def test_default_action_when_nothing_matches(db, client, registered, defau
                                            default_action=default_action)
     assert result.outcome == outcome
     assert f"default_action={default_action}" in result.reason
-    assert row_of(db, job_id)["state"] == state
+    assert job_row(db, job_id)["state"] == state
 
 
 async def test_no_expressions_uses_the_default(db, client, registered):
@@ -84,7 +84,7 @@ async def test_fail_open_filter_error_lets_the_payload_through(db, client, regis
     result = await client.resolve_callback(cid, {"no_kind_here": 1})
     assert result.is_completed()
     assert "CEL filter" in result.reason and "fail-open" in result.reason
-    assert row_of(db, job_id)["state"] == "completed"
+    assert job_row(db, job_id)["state"] == "completed"
 
 
 async def test_fail_open_condition_errors_fall_through_to_the_default(db, client, registered):
@@ -94,7 +94,7 @@ async def test_fail_open_condition_errors_fall_through_to_the_default(db, client
     assert result.is_ignored()
     assert "CEL on_fail" in result.reason and "CEL on_complete" in result.reason
     assert "returned str, not a boolean" in result.reason
-    assert row_of(db, job_id)["state"] == "running"
+    assert job_row(db, job_id)["state"] == "running"
 
 
 async def test_fail_open_transform_error_completes_with_the_raw_payload(db, client, registered):
@@ -102,7 +102,7 @@ async def test_fail_open_transform_error_completes_with_the_raw_payload(db, clie
     result = await client.resolve_callback(cid, {"status": "paid"})
     assert result.is_completed() and result.payload == {"status": "paid"}
     assert "untransformed payload" in result.reason
-    assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"status": "paid"}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"status": "paid"}
 
 
 async def test_resolve_input_errors(client, registered):

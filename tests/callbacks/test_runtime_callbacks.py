@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable
 
 import pytest
@@ -11,25 +10,14 @@ import pytest
 import awa
 from awa import callbacks
 
-from .conftest import row_of
+from support.polling import eventually
+from support.rows import job_row
 
 FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 10.0,
-                     what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 def state_is(db, job_id: int, state: str) -> Callable[[], bool]:
-    return lambda: (row_of(db, job_id) or {}).get("state") == state
+    return lambda: (job_row(db, job_id) or {}).get("state") == state
 
 
 async def test_wait_for_callback_resumes_the_live_handler(db, client):
@@ -47,12 +35,12 @@ async def test_wait_for_callback_resumes_the_live_handler(db, client):
     await client.start([("cb", 2)], **FAST)
     job = await client.insert({"doc": 1}, kind="approval", queue="cb")
     token = await asyncio.wait_for(tokens.get(), 10)
-    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    await eventually(state_is(db, job.id, "waiting_external"), message="parked")
     resumed = await client.resume_external(token, {"approved": True})
     assert resumed.state is awa.JobState.Running
-    await eventually(state_is(db, job.id, "completed"), what="completed after resume")
+    await eventually(state_is(db, job.id, "completed"), message="completed after resume")
     assert seen == [(1, {"approved": True})]
-    row = row_of(db, job.id)
+    row = job_row(db, job.id)
     assert row["attempt"] == 1 and row["errors"] is None  # one attempt throughout
     with pytest.raises(awa.CallbackNotFound):
         await client.resume_external(token, {"approved": False})
@@ -70,11 +58,11 @@ async def test_returning_wait_for_callback_parks_until_complete(db, client):
     await client.start([("cb", 2)], **FAST)
     job = await client.insert({}, kind="export", queue="cb")
     token = await asyncio.wait_for(tokens.get(), 10)
-    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    await eventually(state_is(db, job.id, "waiting_external"), message="parked")
     ignored = await client.resolve_callback(token, {"ok": False})
-    assert ignored.is_ignored() and row_of(db, job.id)["state"] == "waiting_external"
+    assert ignored.is_ignored() and job_row(db, job.id)["state"] == "waiting_external"
     done = await client.resolve_callback(token, {"ok": True})
-    assert done.is_completed() and row_of(db, job.id)["state"] == "completed"
+    assert done.is_completed() and job_row(db, job.id)["state"] == "completed"
 
 
 async def test_early_callback_before_the_handler_returns(db, client):
@@ -87,9 +75,9 @@ async def test_early_callback_before_the_handler_returns(db, client):
 
     await client.start([("cb", 1)], **FAST)
     job = await client.insert({}, kind="fast_external", queue="cb")
-    await eventually(state_is(db, job.id, "completed"), what="completed")
+    await eventually(state_is(db, job.id, "completed"), message="completed")
     await asyncio.sleep(0.3)  # the stale park has been written (and ignored) by now
-    row = row_of(db, job.id)
+    row = job_row(db, job.id)
     assert row["state"] == "completed"
     assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"fast": True}
 
@@ -107,9 +95,9 @@ async def test_bad_cel_is_rejected_at_registration_inside_the_handler(db, client
 
     await client.start([("cb", 1)], **FAST)
     job = await client.insert({}, kind="bad_rules", queue="cb", max_attempts=1)
-    await eventually(state_is(db, job.id, "failed"), what="failed")
+    await eventually(state_is(db, job.id, "failed"), message="failed")
     assert errors and errors[0].startswith("invalid CEL filter 'payload.status =='")
-    assert row_of(db, job.id)["callback_id"] is None
+    assert job_row(db, job.id)["callback_id"] is None
 
 
 async def test_shutdown_interrupts_a_waiting_handler_and_leaves_the_job_parked(db, client):
@@ -129,10 +117,10 @@ async def test_shutdown_interrupts_a_waiting_handler_and_leaves_the_job_parked(d
     await client.start([("cb", 1)], **FAST)
     job = await client.insert({}, kind="long_wait", queue="cb")
     token = await asyncio.wait_for(tokens.get(), 10)
-    await eventually(state_is(db, job.id, "waiting_external"), what="parked")
+    await eventually(state_is(db, job.id, "waiting_external"), message="parked")
     await client.shutdown(timeout_ms=5000)
     assert outcomes and "interrupted" in outcomes[0]
-    row = row_of(db, job.id)
+    row = job_row(db, job.id)
     assert row["state"] == "waiting_external" and row["errors"] is None  # stale write ignored
     # The callback still resolves the parked job after the worker is gone.
     assert (await client.complete_external(token, {"late": 1})).state is awa.JobState.Completed
@@ -150,9 +138,9 @@ async def test_timed_out_wait_is_rescued_and_a_late_callback_is_refused(db, clie
     await client.start([("cb", 1)], **{**FAST, "run_maintenance": True},
                        leader_election_interval_ms=100, callback_rescue_interval_ms=100)
     job = await client.insert({}, kind="slow_partner", queue="cb", max_attempts=1)
-    await eventually(state_is(db, job.id, "failed"), timeout=15, what="callback timeout rescue")
-    row = row_of(db, job.id)
+    await eventually(state_is(db, job.id, "failed"), timeout=15, message="callback timeout rescue")
+    row = job_row(db, job.id)
     assert row["errors"][-1]["error"] == "callback timed out"
     with pytest.raises(awa.CallbackNotFound, match="already resolved: job .* is failed"):
         await client.complete_external(tokens[0], {"too": "late"})
-    assert row_of(db, job.id)["state"] == "failed"
+    assert job_row(db, job.id)["state"] == "failed"

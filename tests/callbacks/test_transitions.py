@@ -12,7 +12,7 @@ import awa
 from awa import callbacks
 from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
 
-from .conftest import row_of
+from support.rows import job_row
 
 
 async def park(pool, job_id: int, run_lease: int, token) -> bool:
@@ -37,7 +37,7 @@ async def test_register_sets_callback_columns_guarded_by_lease_and_state(db, poo
     job_id, lease = running_job()
     token = await callbacks.register_callback(pool, job_id, lease, 90, filter="payload.ok",
                                               transform="payload.value")
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert str(row["callback_id"]) == token.id
     assert row["callback_filter"] == "payload.ok" and row["callback_transform"] == "payload.value"
     seconds = db.execute("SELECT extract(epoch FROM callback_timeout_at - now()) AS s "
@@ -49,7 +49,7 @@ async def test_register_sets_callback_columns_guarded_by_lease_and_state(db, poo
     db.execute("UPDATE awa.jobs_hot SET state = 'cancelled' WHERE id = %s", (job_id,))
     with pytest.raises(awa.AwaError, match="not registered"):
         await callbacks.register_callback(pool, job_id, lease, 60)
-    assert str(row_of(db, job_id)["callback_id"]) == token.id  # neither write applied
+    assert str(job_row(db, job_id)["callback_id"]) == token.id  # neither write applied
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -65,14 +65,14 @@ async def test_register_rejects_bad_expressions_and_timeouts(db, pool, running_j
     params = {"timeout_seconds": 60, **kwargs}
     with pytest.raises(awa.ValidationError, match=message):
         await callbacks.register_callback(pool, job_id, lease, **params)
-    assert row_of(db, job_id)["callback_id"] is None
+    assert job_row(db, job_id)["callback_id"] is None
 
 
 async def test_complete_external_once(db, client, waiting):
     job_id, _, token = await waiting()
     job = await client.complete_external(token.id, {"receipt": 7})
     assert job.id == job_id and job.state is awa.JobState.Completed
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "completed" and row["finalized_at"] is not None
     assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"receipt": 7}
     assert row["callback_timeout_at"] is None
@@ -81,7 +81,7 @@ async def test_complete_external_once(db, client, waiting):
         await client.complete_external(token.id, {"receipt": 8})
     with pytest.raises(awa.CallbackNotFound):
         await client.fail_external(token.id, "late")
-    after = row_of(db, job_id)
+    after = job_row(db, job_id)
     assert after["metadata"] == row["metadata"] and after["errors"] is None
 
 
@@ -89,14 +89,14 @@ async def test_fail_external_records_the_error(db, client, waiting):
     job_id, _, token = await waiting()
     job = await client.fail_external(token.id, "provider rejected the charge")
     assert job.state is awa.JobState.Failed
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "failed" and row["finalized_at"] is not None
     [entry] = row["errors"]
     assert entry["error"] == "provider rejected the charge"
     assert entry["attempt"] == 1 and entry["terminal"] is True
     with pytest.raises(awa.CallbackNotFound, match="not found or already resolved"):
         await client.fail_external(token.id, "again")
-    assert len(row_of(db, job_id)["errors"]) == 1
+    assert len(job_row(db, job_id)["errors"]) == 1
     with pytest.raises(awa.ValidationError, match="non-empty error"):
         await client.fail_external(str(uuid.uuid4()), " ")
 
@@ -110,34 +110,34 @@ async def test_retry_external_starts_from_scratch_and_wakes_the_queue(db, databa
         notes = [n.channel for n in listener.notifies(timeout=2, stop_after=1)]
     assert notes == ["awa:cb"]
     assert job.state is awa.JobState.Available and job.attempt == 0
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "available" and row["attempt"] == 0
     assert row["callback_id"] is None and row["callback_timeout_at"] is None
     assert row["heartbeat_at"] is None and row["deadline_at"] is None
     with pytest.raises(awa.CallbackNotFound, match="not found or already resolved$"):
         await client.retry_external(token.id)
-    assert row_of(db, job_id)["attempt"] == 0
+    assert job_row(db, job_id)["attempt"] == 0
 
 
 async def test_resume_external_returns_the_job_to_running(db, client, waiting):
     job_id, lease, token = await waiting()
     job = await client.resume_external(token.id, {"step": 2})
     assert job.state is awa.JobState.Running and job.run_lease == lease
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == "running" and row["callback_id"] is None
     assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"step": 2}
     assert row["metadata"][callbacks.RESULT_KEY]["action"] == "resume"
     with pytest.raises(awa.CallbackNotFound):
         await client.resume_external(token.id, {"step": 3})
-    assert row_of(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"step": 2}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"step": 2}
 
 
 async def test_heartbeat_extends_the_wait(db, client, waiting):
     job_id, _, token = await waiting()
-    before = row_of(db, job_id)["callback_timeout_at"]
+    before = job_row(db, job_id)["callback_timeout_at"]
     job = await client.heartbeat_callback(token.id, timeout_seconds=7200)
     assert job.callback_timeout_at > before
-    assert row_of(db, job_id)["state"] == "waiting_external"
+    assert job_row(db, job_id)["state"] == "waiting_external"
     with pytest.raises(awa.ValidationError, match="positive"):
         await client.heartbeat_callback(token.id, timeout_seconds=-1)
     await client.complete_external(token.id)
@@ -156,9 +156,9 @@ async def test_early_complete_wins_and_the_late_park_is_stale(db, pool, client, 
     job_id, lease = running_job()
     token = await callbacks.register_callback(pool, job_id, lease, 60)
     await client.complete_external(token.id, {"fast": True})  # before the handler returned
-    assert row_of(db, job_id)["state"] == "completed"
+    assert job_row(db, job_id)["state"] == "completed"
     assert not await park(pool, job_id, lease, token)
-    assert row_of(db, job_id)["state"] == "completed"
+    assert job_row(db, job_id)["state"] == "completed"
 
 
 async def test_concurrent_resolutions_apply_exactly_once(db, client, waiting):
@@ -169,7 +169,7 @@ async def test_concurrent_resolutions_apply_exactly_once(db, client, waiting):
     applied = [r for r in results if isinstance(r, awa.Job)]
     refused = [r for r in results if isinstance(r, awa.CallbackNotFound)]
     assert len(applied) == 1 and len(refused) == 7
-    row = row_of(db, job_id)
+    row = job_row(db, job_id)
     assert row["state"] == applied[0].state.value
     assert row["errors"] is None or len(row["errors"]) == 1
 
@@ -180,14 +180,14 @@ async def test_wait_for_resume_parks_then_returns_the_payload(db, pool, client, 
     waiter = asyncio.create_task(
         callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False))
     for _ in range(100):
-        if row_of(db, job_id)["state"] == "waiting_external":
+        if job_row(db, job_id)["state"] == "waiting_external":
             break
         await asyncio.sleep(0.02)
-    assert row_of(db, job_id)["state"] == "waiting_external"
+    assert job_row(db, job_id)["state"] == "waiting_external"
     assert not waiter.done()
     await client.resume_external(token.id, {"approved": True})
     assert await asyncio.wait_for(waiter, 5) == {"approved": True}
-    assert row_of(db, job_id)["state"] == "running"
+    assert job_row(db, job_id)["state"] == "running"
 
 
 async def test_early_resume_is_returned_without_parking(db, pool, client, running_job):
@@ -197,7 +197,7 @@ async def test_early_resume_is_returned_without_parking(db, pool, client, runnin
     payload = await asyncio.wait_for(
         callbacks.wait_for_resume(pool, job_id, lease, token, lambda: False), 5)
     assert payload == {"early": 1}
-    assert row_of(db, job_id)["state"] == "running"
+    assert job_row(db, job_id)["state"] == "running"
 
 
 async def test_wait_is_interrupted_by_a_finalizing_callback_and_by_cancel(db, pool, client,
@@ -220,7 +220,7 @@ async def test_wait_is_interrupted_by_a_finalizing_callback_and_by_cancel(db, po
     cancelled.set()
     with pytest.raises(CallbackWaitInterrupted, match="cancelled"):
         await asyncio.wait_for(waiter, 5)
-    assert row_of(db, job_id)["state"] == "waiting_external"  # left for callback or timeout
+    assert job_row(db, job_id)["state"] == "waiting_external"  # left for callback or timeout
     await client.resume_external(token.id)  # still resolvable afterwards
 
 
@@ -287,11 +287,11 @@ async def test_resolution_into_a_taken_unique_key_is_a_conflict_and_changes_noth
                "WHERE id = %s", (key, job_id))
     db.execute("INSERT INTO awa.jobs_hot (kind, queue, unique_key, unique_states) "
                "VALUES ('external', 'cb', %s, B'11111000')", (key,))
-    before = row_of(db, job_id)
+    before = job_row(db, job_id)
     with pytest.raises(awa.UniqueConflict, match="another live job holds its unique key"):
         await client.complete_external(token.id, {"x": 1})
     with pytest.raises(awa.UniqueConflict):
         await client.retry_external(token.id)
-    assert row_of(db, job_id) == before
+    assert job_row(db, job_id) == before
     await client.fail_external(token.id, "gave up")  # failed is outside the mask: allowed
-    assert row_of(db, job_id)["state"] == "failed"
+    assert job_row(db, job_id)["state"] == "failed"
