@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -113,3 +115,12 @@ async def test_resolve_input_errors(client, registered):
         await client.resolve_callback(cid, {"when": object()})
     with pytest.raises(awa.CallbackNotFound):
         await client.resolve_callback(str(uuid.uuid4()), {})
+
+
+def test_importing_awa_leaves_cel_python_unloaded_until_an_expression_compiles():
+    # cel-python costs a third of `import awa`; producers and CLI commands never need it.
+    probe = ("import sys, awa; print('celpy' in sys.modules); "
+             "awa.cel.compile_expression('payload.ok'); print('celpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]
