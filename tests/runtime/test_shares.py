@@ -45,21 +45,17 @@ async def test_weighted_mode_shares_global_workers_by_weight(client, db):
     peak = {"heavy": 0, "light": 0}
     samples = []
 
-    @client.task(Tick, queue="heavy")
-    async def heavy(job):
-        running["heavy"] += 1
-        try:
-            await asyncio.sleep(0.05)
-        finally:
-            running["heavy"] -= 1
+    def counting(queue):
+        async def handler(job):
+            running[queue] += 1
+            try:
+                await asyncio.sleep(0.05)
+            finally:
+                running[queue] -= 1
+        return handler
 
-    @client.task(Busy, queue="light")
-    async def light(job):
-        running["light"] += 1
-        try:
-            await asyncio.sleep(0.05)
-        finally:
-            running["light"] -= 1
+    client.task(Tick, queue="heavy")(counting("heavy"))
+    client.task(Busy, queue="light")(counting("light"))
 
     await client.enqueue_many_copy([Tick() for _ in range(2000)], queue="heavy")
     await client.enqueue_many_copy([Busy() for _ in range(2000)], queue="light")

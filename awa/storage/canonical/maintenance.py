@@ -3,8 +3,9 @@
 Moves between ``awa.jobs_hot`` and ``awa.scheduled_jobs`` (and into
 ``awa.dlq_entries``) are one ``DELETE ... RETURNING`` feeding an ``INSERT`` in
 the same statement, keeping the job's id.  Batches travel as ``unnest``
-arrays so a whole batch is one statement.  The column lists are composed once,
-at import, from the fixed job column tuple -- never from input.
+arrays so a whole batch is one statement.  The column lists (and the shared
+shapes of the retention deletes and descriptor upserts) are composed once, at
+import, from fixed table and column names -- never from input.
 """
 
 from __future__ import annotations
@@ -28,35 +29,24 @@ LEADER_PING = "SELECT 1"
 # Candidates are locked for the rest of the transaction, then one apply
 # statement moves them all.  SKIP LOCKED: rows a completion is writing right
 # now are simply left for the next tick.
-SELECT_STALE_HEARTBEATS = """
+def _rescue_candidates(state: str, expired: str, oldest_first_by: str) -> str:
+    """Lock up to a batch of ``state`` attempts for which ``expired`` holds."""
+    return f"""
 SELECT id, run_lease, kind, queue, attempt, max_attempts
   FROM awa.jobs_hot
- WHERE state = 'running'
-   AND heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
- ORDER BY heartbeat_at
+ WHERE state = '{state}'
+   AND {expired}
+ ORDER BY {oldest_first_by}
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 """
 
-SELECT_EXPIRED_DEADLINES = """
-SELECT id, run_lease, kind, queue, attempt, max_attempts
-  FROM awa.jobs_hot
- WHERE state = 'running'
-   AND deadline_at < now()
- ORDER BY deadline_at
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED
-"""
 
-SELECT_EXPIRED_CALLBACKS = """
-SELECT id, run_lease, kind, queue, attempt, max_attempts
-  FROM awa.jobs_hot
- WHERE state = 'waiting_external'
-   AND callback_timeout_at < now()
- ORDER BY callback_timeout_at
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED
-"""
+SELECT_STALE_HEARTBEATS = _rescue_candidates(
+    "running", "heartbeat_at < now() - make_interval(secs => %(staleness_s)s)", "heartbeat_at")
+SELECT_EXPIRED_DEADLINES = _rescue_candidates("running", "deadline_at < now()", "deadline_at")
+SELECT_EXPIRED_CALLBACKS = _rescue_candidates(
+    "waiting_external", "callback_timeout_at < now()", "callback_timeout_at")
 
 _RESCUE_INPUT = """
 WITH input AS (
@@ -206,71 +196,40 @@ RETURNING id, run_lease, kind, queue
 # Each delete takes at most one batch; the caller loops a bounded number of
 # times.  Per-queue overrides run as their own statements; the default
 # statement skips the overridden queues.
-DELETE_FINALIZED_DEFAULT = """
-DELETE FROM awa.jobs_hot
- WHERE id IN (
-    SELECT id FROM awa.jobs_hot
-     WHERE state = %(state)s::awa.job_state
-       AND finalized_at < now() - make_interval(secs => %(age_s)s)
-       AND queue <> ALL(%(excluded_queues)s::text[])
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-"""
 
-DELETE_FINALIZED_QUEUE = """
-DELETE FROM awa.jobs_hot
- WHERE id IN (
-    SELECT id FROM awa.jobs_hot
-     WHERE state = %(state)s::awa.job_state AND queue = %(queue)s
-       AND finalized_at < now() - make_interval(secs => %(age_s)s)
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-"""
 
-DELETE_DLQ_DEFAULT = """
-DELETE FROM awa.dlq_entries
- WHERE job_id IN (
-    SELECT job_id FROM awa.dlq_entries
-     WHERE dlq_at < now() - make_interval(secs => %(age_s)s)
-       AND queue <> ALL(%(excluded_queues)s::text[])
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-RETURNING queue
-"""
+def _delete_batch(table: str, key: str, condition: str, *, returning: str = "",
+                  skip_locked: bool = True) -> str:
+    """One bounded batch of ``table``'s rows matching ``condition``."""
+    lock = "\n       FOR UPDATE SKIP LOCKED" if skip_locked else ""
+    return f"""
+DELETE FROM {table}
+ WHERE {key} IN (
+    SELECT {key} FROM {table}
+     WHERE {condition}
+     LIMIT %(limit)s{lock})
+{returning}"""
 
-DELETE_DLQ_QUEUE = """
-DELETE FROM awa.dlq_entries
- WHERE job_id IN (
-    SELECT job_id FROM awa.dlq_entries
-     WHERE queue = %(queue)s AND dlq_at < now() - make_interval(secs => %(age_s)s)
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-RETURNING queue
-"""
 
-DELETE_UNSEEN_RUNTIMES = """
-DELETE FROM awa.runtime_instances
- WHERE instance_id IN (
-    SELECT instance_id FROM awa.runtime_instances
-     WHERE last_seen_at < now() - make_interval(secs => %(age_s)s)
-     LIMIT %(limit)s)
-"""
+_FINALIZED_AGED = ("state = %(state)s::awa.job_state"
+                   " AND finalized_at < now() - make_interval(secs => %(age_s)s)")
+_DLQ_AGED = "dlq_at < now() - make_interval(secs => %(age_s)s)"
+_NOT_OVERRIDDEN = " AND queue <> ALL(%(excluded_queues)s::text[])"
+_IN_QUEUE = " AND queue = %(queue)s"
+_UNSEEN = "last_seen_at < now() - make_interval(secs => %(age_s)s)"
 
-DELETE_UNSEEN_QUEUE_DESCRIPTORS = """
-DELETE FROM awa.queue_descriptors
- WHERE queue IN (
-    SELECT queue FROM awa.queue_descriptors
-     WHERE last_seen_at < now() - make_interval(secs => %(age_s)s)
-     LIMIT %(limit)s)
-"""
-
-DELETE_UNSEEN_KIND_DESCRIPTORS = """
-DELETE FROM awa.job_kind_descriptors
- WHERE kind IN (
-    SELECT kind FROM awa.job_kind_descriptors
-     WHERE last_seen_at < now() - make_interval(secs => %(age_s)s)
-     LIMIT %(limit)s)
-"""
+DELETE_FINALIZED_DEFAULT = _delete_batch("awa.jobs_hot", "id", _FINALIZED_AGED + _NOT_OVERRIDDEN)
+DELETE_FINALIZED_QUEUE = _delete_batch("awa.jobs_hot", "id", _FINALIZED_AGED + _IN_QUEUE)
+DELETE_DLQ_DEFAULT = _delete_batch("awa.dlq_entries", "job_id", _DLQ_AGED + _NOT_OVERRIDDEN,
+                                   returning="RETURNING queue")
+DELETE_DLQ_QUEUE = _delete_batch("awa.dlq_entries", "job_id", _DLQ_AGED + _IN_QUEUE,
+                                 returning="RETURNING queue")
+DELETE_UNSEEN_RUNTIMES = _delete_batch("awa.runtime_instances", "instance_id", _UNSEEN,
+                                       skip_locked=False)
+DELETE_UNSEEN_QUEUE_DESCRIPTORS = _delete_batch("awa.queue_descriptors", "queue", _UNSEEN,
+                                                skip_locked=False)
+DELETE_UNSEEN_KIND_DESCRIPTORS = _delete_batch("awa.job_kind_descriptors", "kind", _UNSEEN,
+                                               skip_locked=False)
 
 # --- priority aging -------------------------------------------------------------------
 # A waiting job's effective priority is its original one minus one step per
@@ -398,34 +357,28 @@ RETURNING name
 """
 
 # --- descriptors -------------------------------------------------------------------------
-_DESCRIPTOR_FIELDS = """display_name text, description text, owner text, docs_url text,
-       tags text[], extra jsonb, descriptor_hash text"""
 
-UPSERT_QUEUE_DESCRIPTORS = f"""
-INSERT INTO awa.queue_descriptors (queue, display_name, description, owner, docs_url, tags,
-                                   extra, descriptor_hash, last_seen_at)
+
+def _upsert_descriptors(table: str, key: str) -> str:
+    """Insert or refresh the declared descriptors of one catalogue table."""
+    return f"""
+INSERT INTO {table} ({key}, display_name, description, owner, docs_url, tags,
+    extra, descriptor_hash, last_seen_at)
 SELECT name, display_name, description, owner, docs_url, coalesce(tags, '{{}}'),
        coalesce(extra, '{{}}'), descriptor_hash, now()
-  FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, {_DESCRIPTOR_FIELDS})
-ON CONFLICT (queue) DO UPDATE
+  FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, display_name text,
+       description text, owner text, docs_url text, tags text[], extra jsonb,
+       descriptor_hash text)
+ON CONFLICT ({key}) DO UPDATE
    SET display_name = EXCLUDED.display_name, description = EXCLUDED.description,
        owner = EXCLUDED.owner, docs_url = EXCLUDED.docs_url, tags = EXCLUDED.tags,
        extra = EXCLUDED.extra, descriptor_hash = EXCLUDED.descriptor_hash,
        last_seen_at = now()
 """
 
-UPSERT_KIND_DESCRIPTORS = f"""
-INSERT INTO awa.job_kind_descriptors (kind, display_name, description, owner, docs_url, tags,
-                                      extra, descriptor_hash, last_seen_at)
-SELECT name, display_name, description, owner, docs_url, coalesce(tags, '{{}}'),
-       coalesce(extra, '{{}}'), descriptor_hash, now()
-  FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, {_DESCRIPTOR_FIELDS})
-ON CONFLICT (kind) DO UPDATE
-   SET display_name = EXCLUDED.display_name, description = EXCLUDED.description,
-       owner = EXCLUDED.owner, docs_url = EXCLUDED.docs_url, tags = EXCLUDED.tags,
-       extra = EXCLUDED.extra, descriptor_hash = EXCLUDED.descriptor_hash,
-       last_seen_at = now()
-"""
+
+UPSERT_QUEUE_DESCRIPTORS = _upsert_descriptors("awa.queue_descriptors", "queue")
+UPSERT_KIND_DESCRIPTORS = _upsert_descriptors("awa.job_kind_descriptors", "kind")
 
 # --- queue health -------------------------------------------------------------------------
 # Index-only counts per (queue, state) of the non-finished states, plus the
