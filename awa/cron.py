@@ -111,11 +111,7 @@ def _validate_fields(name: str, queue: str, priority: int, max_attempts: int,
         raise ValidationError(f"periodic job {name!r}: tags must be a list of strings")
     if not isinstance(metadata, dict):
         raise ValidationError(f"periodic job {name!r}: metadata must be a dict")
-    try:
-        json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"periodic job {name!r}: metadata is not JSON-serializable: "
-                              f"{' '.join(str(exc).split())}") from None
+    serialization.require_json(metadata, f"periodic job {name!r}: metadata")
 
 
 def _row_dict(row: dict[str, Any]) -> dict[str, Any]:

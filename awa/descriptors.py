@@ -10,13 +10,12 @@ runtimes that disagree about a descriptor (drift during a deploy) show it in
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import blake3
 
 from awa.job import ValidationError
-from awa.serialization import canonical_json
+from awa.serialization import canonical_json, require_json
 
 DESCRIPTOR_FIELDS = ("display_name", "description", "owner", "docs_url", "tags", "extra")
 
@@ -40,11 +39,7 @@ def _descriptor(what: str, name: str, display_name: str | None, description: str
     if not all(isinstance(t, str) for t in tags):
         raise ValidationError(f"{what} descriptor {name!r}: tags must be a list of strings")
     extra = dict(extra) if extra is not None else {}
-    try:
-        json.dumps(extra, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{what} descriptor {name!r}: extra is not JSON-serializable: "
-                              f"{' '.join(str(exc).split())}") from None
+    require_json(extra, f"{what} descriptor {name!r}: extra")
     fields = {"display_name": display_name, "description": description, "owner": owner,
               "docs_url": docs_url, "tags": tags, "extra": extra}
     return {"name": name, **fields, "descriptor_hash": descriptor_hash(fields)}

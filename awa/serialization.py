@@ -107,6 +107,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def require_json(value: Any, what: str) -> None:
+    """Reject (``ValidationError`` naming ``what``) a value JSON cannot store."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: "
+                              f"{' '.join(str(exc).split())}") from None
+
+
 def decode_args(args_type: type[T] | None, data: Any) -> T:
     """Build ``args_type`` from stored JSON; ``SerializationError`` when it does not fit."""
     if args_type is None or args_type is dict or args_type is Any:
