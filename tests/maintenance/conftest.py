@@ -8,6 +8,15 @@ from awa import config, db as awa_db
 from support.polling import eventually  # noqa: F401 (re-exported for the maintenance tests)
 from support.rows import dlq_entry as dlq, job_row as job  # noqa: F401 (re-exported)
 
+# The troubleshooting guide's query for the unique-claim wedge, verbatim.
+WEDGE_QUERY = """
+SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key,
+       c.job_id AS claim_holder, h.state AS holder_state
+FROM awa.jobs_hot j
+JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
+LEFT JOIN awa.jobs h ON h.id = c.job_id
+WHERE j.state = 'running';"""
+
 
 def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str = "maint",
                attempt: int = 1, max_attempts: int = 5, run_lease: int = 1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from awa import lifecycle
 from awa.runtime.maintenance import rescue
 
-from .conftest import dlq, insert_job, job
+from .conftest import WEDGE_QUERY, dlq, insert_job, job
 
 
 class Flag:
@@ -109,13 +109,7 @@ async def test_unique_wedge_cancels_superseded_attempt_and_rescues_the_rest(db, 
     newer = insert_job(db, state="available", unique_key=key, unique_states=mask)
     others = [insert_job(db, heartbeat_age_s=300) for _ in range(3)]
     # The seed's wedge query sees the stuck job and its claim holder.
-    wedge = db.execute("""
-        SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key,
-               c.job_id AS claim_holder, h.state AS holder_state
-        FROM awa.jobs_hot j
-        JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
-        LEFT JOIN awa.jobs h ON h.id = c.job_id
-        WHERE j.state = 'running';""").fetchall()
+    wedge = db.execute(WEDGE_QUERY).fetchall()
     assert [(w["stuck_job"], w["claim_holder"]) for w in wedge] == [(old, newer)]
 
     out = await rescue.rescue(pool, rescue.HEARTBEAT_STALE, staleness_ms=1_000)

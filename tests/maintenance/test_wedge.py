@@ -8,16 +8,10 @@ import awa
 from runtime.conftest import job_row, log_dir, wait_until  # noqa: F401 (log_dir: fixture)
 from support.processes import start_worker
 
+from .conftest import WEDGE_QUERY
+
 MASK_WITHOUT_RUNNING = {"states": ["scheduled", "available", "retryable"]}
 SETTINGS = {"heartbeat_staleness_ms": 600}
-
-WEDGE_QUERY = """
-SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key,
-       c.job_id AS claim_holder, h.state AS holder_state
-FROM awa.jobs_hot j
-JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
-LEFT JOIN awa.jobs h ON h.id = c.job_id
-WHERE j.state = 'running';"""
 
 
 def test_rescue_cancels_the_superseded_attempt_and_keeps_rescuing(database_url, db, log_dir):

@@ -33,6 +33,16 @@ class PromoteOutcome:
     statements: int = 0
 
 
+def _count_promoted(by_queue: Counter[str], started: float, outcome: PromoteOutcome) -> int:
+    """Count one batch's promotions (per queue) once they are written; returns how many."""
+    n = sum(by_queue.values())
+    if n:
+        outcome.batches += 1
+        outcome.promoted += n
+        recording.record_promotion(by_queue, time.perf_counter() - started)
+    return n
+
+
 async def _promote_batch(conn: psycopg.AsyncConnection, limit: int,
                          outcome: PromoteOutcome) -> int:
     started = time.perf_counter()
@@ -44,13 +54,7 @@ async def _promote_batch(conn: psycopg.AsyncConnection, limit: int,
         log.warning("promotion collided on a unique key (%s); promoting row by row",
                     " ".join(str(exc).split()))
         return await _promote_row_at_a_time(conn, limit, outcome)
-    by_queue = Counter({r["queue"]: r["promoted"] for r in rows})
-    n = sum(by_queue.values())
-    if n:
-        outcome.batches += 1
-        outcome.promoted += n
-        recording.record_promotion(by_queue, time.perf_counter() - started)
-    return n
+    return _count_promoted(Counter({r["queue"]: r["promoted"] for r in rows}), started, outcome)
 
 
 async def _promote_row_at_a_time(conn: psycopg.AsyncConnection, limit: int,
@@ -82,11 +86,7 @@ async def _promote_row_at_a_time(conn: psycopg.AsyncConnection, limit: int,
                     log.warning("job %s (%s) %s: a newer job holds its unique key",
                                 c["id"], c["kind"], lifecycle.RESCUED_AS_DUPLICATE)
     recording.record_cancelled_duplicates(duplicates)
-    n = sum(by_queue.values())
-    if n:
-        outcome.batches += 1
-        outcome.promoted += n
-        recording.record_promotion(by_queue, time.perf_counter() - started)
+    _count_promoted(by_queue, started, outcome)
     return len(due)
 
 

@@ -32,6 +32,12 @@ class RetentionOutcome:
     statements: int = 0
 
 
+def _finalized_ages(completed_hours: float, failed_hours: float) -> dict[str, float]:
+    """Seconds after finishing that each finished state is kept."""
+    return {"completed": completed_hours * HOUR_S, "cancelled": completed_hours * HOUR_S,
+            "failed": failed_hours * HOUR_S}
+
+
 async def _drain(conn, statement: str, params: dict, limit: int, max_batches: int,
                  outcome: RetentionOutcome, what: str) -> None:
     """Run one bounded delete until it takes less than a batch (or the cap)."""
@@ -54,11 +60,8 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
     overrides: dict[str, RetentionPolicy] = {
         name: q.retention for name, q in (queues or {}).items() if q.retention is not None}
     excluded = list(overrides)
-    finalized_ages = {
-        "completed": settings.completed_retention_hours * HOUR_S,
-        "cancelled": settings.completed_retention_hours * HOUR_S,
-        "failed": settings.failed_retention_hours * HOUR_S,
-    }
+    finalized_ages = _finalized_ages(settings.completed_retention_hours,
+                                     settings.failed_retention_hours)
     async with pool.connection() as conn:
         for state, age_s in finalized_ages.items():
             await _drain(conn, sql.DELETE_FINALIZED_DEFAULT,
@@ -68,10 +71,8 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
                      {"age_s": settings.dlq_retention_days * DAY_S,
                       "excluded_queues": excluded}, limit, max_batches, outcome, "dlq")
         for queue, policy in overrides.items():
-            per_state = {"completed": policy.completed_hours * HOUR_S,
-                         "cancelled": policy.completed_hours * HOUR_S,
-                         "failed": policy.failed_hours * HOUR_S}
-            for state, age_s in per_state.items():
+            for state, age_s in _finalized_ages(policy.completed_hours,
+                                                policy.failed_hours).items():
                 await _drain(conn, sql.DELETE_FINALIZED_QUEUE,
                              {"state": state, "queue": queue, "age_s": age_s},
                              limit, max_batches, outcome, state)
