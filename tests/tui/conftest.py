@@ -151,8 +151,13 @@ async def settle(app: AwaConsole, pilot) -> None:
 
 
 async def press(app: AwaConsole, pilot, *keys: str) -> None:
-    await pilot.press(*keys)
-    await settle(app, pilot)
+    """Press each key only after what the previous one started has finished
+    (a screen switch loads its rows before the next key acts on them)."""
+    for key in keys:
+        await pilot.press(key)
+        await settle(app, pilot)
+    if not keys:
+        await settle(app, pilot)
 
 
 @asynccontextmanager
