@@ -33,7 +33,6 @@ class CancelListener(BackgroundLoop):
 
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
-        self.task: asyncio.Task | None = None
         self.listening = asyncio.Event()
         self.retry_s = config.CANCEL_LISTENER_RETRY_MS / 1000.0
 

@@ -192,7 +192,6 @@ class QueueListener(BackgroundLoop):
         self.dispatchers = dispatchers
         self.by_channel = {config.NOTIFY_CHANNEL_PREFIX + name: d
                            for name, d in dispatchers.items()}
-        self.task: asyncio.Task | None = None
         self.connected = asyncio.Event()
 
     async def _run(self) -> None:

@@ -9,7 +9,6 @@ cancel flag is flipped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -34,7 +33,6 @@ class Heartbeat(BackgroundLoop):
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
         self.interval = runtime.settings.heartbeat_interval_ms / 1000.0
-        self.task: asyncio.Task | None = None
         self.last_beat_at = time.monotonic()
 
     async def _run(self) -> None:

@@ -7,7 +7,6 @@ leads maintenance.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -53,7 +52,6 @@ class Snapshot(BackgroundLoop):
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.started_at = datetime.now(timezone.utc)
-        self.task: asyncio.Task | None = None
         self.written = False
 
     async def _run(self) -> None:
