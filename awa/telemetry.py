@@ -42,37 +42,34 @@ def _resource(service_name: str | None):
     return Resource.create({"service.name": name})
 
 
+def _install_sdk_provider(get_provider, set_provider, sdk_class, service_name: str | None,
+                          what: str):
+    """The global provider when it is the SDK's; installs one when none is set yet."""
+    with _lock:
+        current = get_provider()
+        if isinstance(current, sdk_class):
+            return current
+        provider = sdk_class(resource=_resource(service_name))
+        set_provider(provider)
+        if get_provider() is not provider:
+            raise AwaError(f"the application installed a {sdk_class.__name__} that is not the "
+                           f"OpenTelemetry SDK's; add awa's {what} to it yourself")
+        return provider
+
+
 def _sdk_meter_provider(service_name: str | None = None):
-    """The global SDK MeterProvider; installs one when none is set yet."""
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.sdk.metrics import MeterProvider
 
-    with _lock:
-        current = otel_metrics.get_meter_provider()
-        if isinstance(current, MeterProvider):
-            return current
-        provider = MeterProvider(resource=_resource(service_name))
-        otel_metrics.set_meter_provider(provider)
-        if otel_metrics.get_meter_provider() is not provider:
-            raise AwaError("the application installed a MeterProvider that is not the "
-                           "OpenTelemetry SDK's; add awa's exporters to it yourself")
-        return provider
+    return _install_sdk_provider(otel_metrics.get_meter_provider, otel_metrics.set_meter_provider,
+                                 MeterProvider, service_name, "exporters")
 
 
 def _sdk_tracer_provider(service_name: str | None = None):
-    """The global SDK TracerProvider; installs one when none is set yet."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    with _lock:
-        current = trace.get_tracer_provider()
-        if isinstance(current, TracerProvider):
-            return current
-        provider = TracerProvider(resource=_resource(service_name))
-        trace.set_tracer_provider(provider)
-        if trace.get_tracer_provider() is not provider:
-            raise AwaError("the application installed a TracerProvider that is not the "
-                           "OpenTelemetry SDK's; add awa's span exporter to it yourself")
-        return provider
+    return _install_sdk_provider(trace.get_tracer_provider, trace.set_tracer_provider,
+                                 TracerProvider, service_name, "span exporter")
 
 
 # --- Prometheus scrape endpoint ------------------------------------------------

@@ -370,16 +370,26 @@ class RunningSnapshot:
     truncated: bool
 
 
+class _Filter:
+    """A screen filter: its set fields, written back as ``key=value`` words."""
+
+    UNFILTERED = ""
+
+    def words(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in vars(self).items() if v)
+
+    def describe(self) -> str:
+        return self.words() or self.UNFILTERED
+
+
 @dataclass
-class JobFilter:
+class JobFilter(_Filter):
+    UNFILTERED = "all jobs"
+
     state: str | None = None
     kind: str | None = None
     queue: str | None = None
     tag: str | None = None
-
-    def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in vars(self).items() if v]
-        return " ".join(parts) or "all jobs"
 
 
 @dataclass
@@ -398,14 +408,12 @@ class JobDetail:
 
 
 @dataclass
-class DlqFilter:
+class DlqFilter(_Filter):
+    UNFILTERED = "all entries"
+
     queue: str | None = None
     kind: str | None = None
     reason: str | None = None
-
-    def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in vars(self).items() if v]
-        return " ".join(parts) or "all entries"
 
 
 @dataclass

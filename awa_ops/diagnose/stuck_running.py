@@ -50,24 +50,23 @@ LIMIT %(limit)s
 """
 
 
-def _leases_query(schema: str) -> str:
+def _seed_rows_query(seed: str, schema: str, oldest_first_by: str) -> str:
+    """A storage engine's seed query, filtered by queue and capped, with the full count."""
     return f"""
-WITH seed AS ({render("running_leases", schema=schema, as_subquery=True)})
+WITH seed AS ({render(seed, schema=schema, as_subquery=True)})
 SELECT s.*, count(*) OVER () AS total FROM seed s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
-ORDER BY s.heartbeat_at ASC
+ORDER BY s.{oldest_first_by} ASC
 LIMIT %(limit)s
 """
+
+
+def _leases_query(schema: str) -> str:
+    return _seed_rows_query("running_leases", schema, "heartbeat_at")
 
 
 def _claims_query(schema: str) -> str:
-    return f"""
-WITH seed AS ({render("open_lease_claims", schema=schema, as_subquery=True)})
-SELECT s.*, count(*) OVER () AS total FROM seed s
-WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
-ORDER BY s.claimed_at ASC
-LIMIT %(limit)s
-"""
+    return _seed_rows_query("open_lease_claims", schema, "claimed_at")
 
 
 ALIVE, STALE, OVERDUE, ORPHANED, CANCELLED = (

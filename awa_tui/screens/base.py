@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer
 
-from awa_tui.widgets import Banner, FilterBar, Notice, StatusLine
+from awa_tui.widgets import Banner, FilterBar, Notice, StatusLine, TextLine
 
 if TYPE_CHECKING:
     from awa_ops.console import ConsoleReader
@@ -139,6 +139,47 @@ class SortableScreen(ConsoleScreen):
             self.reverse = not self.reverse if key == self.sort_key else False
             self.sort_key = key
             self.redraw()
+
+
+
+class JobTableScreen(SortableScreen):
+    """A summary line over a taggable table keyed by job id: enter opens the job,
+    bulk actions act on the tagged rows (else the row under the cursor)."""
+
+    TABLE_ID = ""
+    COLUMNS: tuple[tuple[str, str], ...] = ()
+    FIXED_WIDTHS: dict[str, int] = {}
+    NOTHING_SELECTED = "no job selected"
+
+    def __init__(self, sort_key: str, reverse: bool = False) -> None:
+        super().__init__(sort_key, reverse)
+        self.data: Any = None
+
+    def body(self) -> Iterable[Widget]:
+        yield TextLine(id="summary")
+        table = TaggableTable(id=self.TABLE_ID)
+        for key, label in self.COLUMNS:
+            table.add_column(label, key=key, width=self.FIXED_WIDTHS.get(key))
+        yield table
+
+    def show(self, data: Any) -> None:
+        self.data = data
+        self.redraw()
+        self.sync_chrome()
+
+    def selected_ids(self) -> list[int]:
+        return [int(k) for k in self.query_one(TaggableTable).selection()]
+
+    def act_on_selection(self, action: Callable[[list[int]], None]) -> None:
+        ids = self.selected_ids()
+        if ids:
+            action(ids)
+        else:
+            self.console.say(self.NOTHING_SELECTED)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.console.open_job(int(event.row_key.value))
 
 
 def sorted_rows(rows: list[Any], key: Callable[[Any], Any], reverse: bool) -> list[Any]:

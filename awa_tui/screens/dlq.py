@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from rich.markup import escape
 from textual.binding import Binding
-from textual.widget import Widget
-from textual.widgets import DataTable
 
 from awa import lifecycle
 from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
-from awa_tui.screens.base import SortableScreen, TaggableTable, parse_filter, sorted_rows
+from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable, parse_filter, sorted_rows
 from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
 
@@ -37,8 +33,11 @@ an operator retries them.
 """
 
 
-class DlqScreen(SortableScreen):
+class DlqScreen(JobTableScreen):
     TITLE = "DLQ"
+    TABLE_ID = "dlq"
+    COLUMNS = COLUMNS
+    NOTHING_SELECTED = "no DLQ entry selected"
     HELP = HELP
     FILTER_HINT = "queue=... kind=... reason=...   (empty: everything)"
     SORTABLE = tuple(SORT_FIELDS)
@@ -49,14 +48,7 @@ class DlqScreen(SortableScreen):
     def __init__(self) -> None:
         super().__init__("dlq_at", reverse=True)
         self.flt = DlqFilter()
-        self.page: DlqPage | None = None
-
-    def body(self) -> Iterable[Widget]:
-        yield TextLine(id="summary")
-        table = TaggableTable(id="dlq")
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
-        yield table
+        self.data: DlqPage | None = None
 
     def apply_filter(self, text: str) -> str | None:
         values, error = parse_filter(text, FILTER_KEYS)
@@ -69,13 +61,8 @@ class DlqScreen(SortableScreen):
     async def fetch(self, reader: ConsoleReader) -> DlqPage:
         return await reader.dlq(self.flt)
 
-    def show(self, data: DlqPage) -> None:
-        self.page = data
-        self.redraw()
-        self.sync_chrome()
-
     def redraw(self) -> None:
-        data = self.page
+        data = self.data
         if data is None:
             return
         field = SORT_FIELDS[self.sort_key]
@@ -92,22 +79,11 @@ class DlqScreen(SortableScreen):
             f"[b]{len(rows)}[/b] entries: {self.flt.describe()}"
             + (f"   by reason: {reasons}" if reasons else "") + f"   {self.sort_label()}")
 
-    def selected_ids(self) -> list[int]:
-        return [int(k) for k in self.query_one(TaggableTable).selection()]
-
     def action_retry(self) -> None:
-        ids = self.selected_ids()
-        if ids:
-            self.console.confirm_dlq_retry(ids)
-        else:
-            self.console.say("no DLQ entry selected")
+        self.act_on_selection(self.console.confirm_dlq_retry)
 
     def action_purge(self) -> None:
-        ids = self.selected_ids()
-        if ids:
-            self.console.confirm_dlq_purge(ids)
-        else:
-            self.console.say("no DLQ entry selected")
+        self.act_on_selection(self.console.confirm_dlq_purge)
 
     def action_move(self) -> None:
         table = self.query_one(TaggableTable)
@@ -130,7 +106,3 @@ class DlqScreen(SortableScreen):
 
         self.app.push_screen(PromptScreen(
             "Move every failed job of which queue into the DLQ?", default), with_queue)
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value:
-            self.console.open_job(int(event.row_key.value))

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from textual.binding import Binding
-from textual.widget import Widget
-from textual.widgets import DataTable
 
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
-from awa_tui.screens.base import SortableScreen, TaggableTable, parse_filter, sorted_rows
+from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable, parse_filter, sorted_rows
 from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),
@@ -37,8 +33,10 @@ through the newest rows of each state and queue.
 """
 
 
-class JobsScreen(SortableScreen):
+class JobsScreen(JobTableScreen):
     TITLE = "Jobs"
+    TABLE_ID = "jobs"
+    COLUMNS = COLUMNS
     HELP = HELP
     FILTER_HINT = "state=... kind=... queue=... tag=...   (empty: all jobs)"
     SORTABLE = tuple(SORT_FIELDS)
@@ -48,18 +46,11 @@ class JobsScreen(SortableScreen):
     def __init__(self) -> None:
         super().__init__("id", reverse=True)
         self.flt = JobFilter()
-        self.page: JobsPage | None = None
-
-    def body(self) -> Iterable[Widget]:
-        yield TextLine(id="summary")
-        table = TaggableTable(id="jobs")
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
-        yield table
+        self.data: JobsPage | None = None
 
     def set_filter(self, flt: JobFilter) -> None:
         self.flt = flt
-        self.filter_text = " ".join(f"{k}={v}" for k, v in vars(flt).items() if v)
+        self.filter_text = flt.words()
 
     def apply_filter(self, text: str) -> str | None:
         values, error = parse_filter(text, FILTER_KEYS, {s: "state" for s in config.JOB_STATES})
@@ -74,13 +65,8 @@ class JobsScreen(SortableScreen):
     async def fetch(self, reader: ConsoleReader) -> JobsPage:
         return await reader.jobs(self.flt)
 
-    def show(self, data: JobsPage) -> None:
-        self.page = data
-        self.redraw()
-        self.sync_chrome()
-
     def redraw(self) -> None:
-        data = self.page
+        data = self.data
         if data is None:
             return
         field = SORT_FIELDS[self.sort_key]
@@ -94,23 +80,8 @@ class JobsScreen(SortableScreen):
         self.query_one("#summary", TextLine).set(
             f"[b]{len(rows)}[/b] jobs: {self.flt.describe()}{note}   {self.sort_label()}")
 
-    def selected_ids(self) -> list[int]:
-        return [int(k) for k in self.query_one(TaggableTable).selection()]
-
     def action_cancel_jobs(self) -> None:
-        ids = self.selected_ids()
-        if ids:
-            self.console.confirm_cancel(ids)
-        else:
-            self.console.say("no job selected")
+        self.act_on_selection(self.console.confirm_cancel)
 
     def action_retry_jobs(self) -> None:
-        ids = self.selected_ids()
-        if ids:
-            self.console.confirm_retry(ids)
-        else:
-            self.console.say("no job selected")
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value:
-            self.console.open_job(int(event.row_key.value))
+        self.act_on_selection(self.console.confirm_retry)

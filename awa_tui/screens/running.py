@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.widget import Widget
-from textual.widgets import DataTable
 
 from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
-from awa_tui.screens.base import SortableScreen, TaggableTable
+from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 
 STATUS_STYLE = {OVERDUE: "bold white on red", STALE: "bold red", ORPHANED: "bold magenta",
@@ -60,8 +58,11 @@ The same classes as `awa-ops diagnose stuck-running`.
 """
 
 
-class RunningScreen(SortableScreen):
+class RunningScreen(JobTableScreen):
     TITLE = "Running"
+    TABLE_ID = "running"
+    COLUMNS = COLUMNS
+    FIXED_WIDTHS = FIXED_WIDTHS
     HELP = HELP
     FILTER_HINT = "text to match (id, kind, queue, runtime, status); empty clears"
     SORTABLE = SORTABLE
@@ -72,20 +73,8 @@ class RunningScreen(SortableScreen):
         super().__init__("heartbeat")
         self.data: RunningSnapshot | None = None
 
-    def body(self) -> Iterable[Widget]:
-        yield TextLine(id="summary")
-        table = TaggableTable(id="running")
-        for key, label in COLUMNS:
-            table.add_column(label, key=key, width=FIXED_WIDTHS.get(key))
-        yield table
-
     async def fetch(self, reader: ConsoleReader) -> RunningSnapshot:
         return await reader.running(self.console.min_age_s)
-
-    def show(self, data: RunningSnapshot) -> None:
-        self.data = data
-        self.redraw()
-        self.sync_chrome()
 
     def visible_attempts(self, now: datetime) -> list[RunningAttempt]:
         assert self.data is not None
@@ -151,12 +140,4 @@ class RunningScreen(SortableScreen):
         self.tick()
 
     def action_cancel_jobs(self) -> None:
-        ids = [int(k) for k in self.query_one(TaggableTable).selection()]
-        if not ids:
-            self.console.say("no job selected")
-            return
-        self.console.confirm_cancel(ids)
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value:
-            self.console.open_job(int(event.row_key.value))
+        self.act_on_selection(self.console.confirm_cancel)

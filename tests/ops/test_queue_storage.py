@@ -53,23 +53,31 @@ def rust_awa(binary: Path, url: str, *args: str) -> str:
     return proc.stdout
 
 
-def test_checks_run_on_a_queue_storage_database(awa_cli, empty_database_url, tmp_path):
-    url = empty_database_url
-    rust_awa(awa_cli, url, "migrate")
-    rust_awa(awa_cli, url, "storage", "prepare-queue-storage-schema", "--schema", QS_SCHEMA)
-    rust_awa(awa_cli, url, "storage", "prepare", "--engine", "queue_storage",
-             "--details", json.dumps({"schema": QS_SCHEMA}))
-    rust_awa(awa_cli, url, "storage", "enter-mixed-transition", "--quiesced")
-    status = json.loads(rust_awa(awa_cli, url, "storage", "finalize"))
-    assert status["active_engine"] == "queue_storage"
 
+def route_to_queue_storage(binary: Path, url: str) -> dict:
+    """Migrate, lay out the queue-storage schema and finalize the switch; the final status."""
+    rust_awa(binary, url, "migrate")
+    rust_awa(binary, url, "storage", "prepare-queue-storage-schema", "--schema", QS_SCHEMA)
+    rust_awa(binary, url, "storage", "prepare", "--engine", "queue_storage",
+             "--details", json.dumps({"schema": QS_SCHEMA}))
+    rust_awa(binary, url, "storage", "enter-mixed-transition", "--quiesced")
+    return json.loads(rust_awa(binary, url, "storage", "finalize"))
+
+
+def insert_stale_lease(url: str) -> None:
+    """Job 4711 of queue email: a materialized lease whose worker stopped heartbeating 5 min ago."""
     with psycopg.connect(url, autocommit=True) as conn:
-        # A materialized lease whose worker stopped heartbeating five minutes ago.
         conn.execute(f"""INSERT INTO {QS_SCHEMA}.leases (lease_slot, lease_generation, ready_slot,
                          ready_generation, job_id, queue, priority, lane_seq, heartbeat_at,
                          deadline_at, attempted_at)
                          VALUES (0, 0, 0, 0, 4711, 'email', 2, 1, now() - interval '5 minutes',
                                  now() + interval '1 minute', now() - interval '6 minutes')""")
+
+def test_checks_run_on_a_queue_storage_database(awa_cli, empty_database_url, tmp_path):
+    url = empty_database_url
+    status = route_to_queue_storage(awa_cli, url)
+    assert status["active_engine"] == "queue_storage"
+    insert_stale_lease(url)
 
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     results = {}
