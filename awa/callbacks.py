@@ -283,7 +283,7 @@ class _ResolutionListener:
         channel = sql.SQL(LISTEN_RESUME).format(sql.Identifier(RESUME_CHANNEL))
         while True:
             try:
-                conn = await db.connect(self.conninfo, config.APP_NAME_LISTENER)
+                conn = await db.connect(self.conninfo, config.APP_NAME_CALLBACK_LISTENER)
                 try:
                     await conn.execute(channel)
                     self._wake(None)  # a resolution may have slipped in before LISTEN: re-check

@@ -197,7 +197,8 @@ class QueueListener(BackgroundLoop):
     async def _run(self) -> None:
         await listen_forever(self.runtime.database_url, self.by_channel,
                              on_listening=self._listening, on_notify=self._notified,
-                             on_lost=self._lost, log=log)
+                             on_lost=self._lost, log=log,
+                             application_name=config.APP_NAME_QUEUE_LISTENER)
 
     def _listening(self) -> None:
         self.connected.set()

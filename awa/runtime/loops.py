@@ -81,7 +81,8 @@ async def listen_forever(database_url: str, channels: Iterable[str], *,
                          log: logging.Logger,
                          connect_failed: str | None = None,
                          listen_failed: str | None = None,
-                         retry_s: float = config.CANCEL_LISTENER_RETRY_MS / 1000.0) -> None:
+                         retry_s: float = config.CANCEL_LISTENER_RETRY_MS / 1000.0,
+                         application_name: str = config.APP_NAME_LISTENER) -> None:
     """LISTEN on ``channels`` over a dedicated connection, reconnecting forever.
 
     ``on_lost`` hears every failure (connecting, LISTEN, or the connection
@@ -94,7 +95,7 @@ async def listen_forever(database_url: str, channels: Iterable[str], *,
     while True:
         conn: psycopg.AsyncConnection | None = None
         try:
-            conn = await _logged_step(db.connect(database_url, config.APP_NAME_LISTENER),
+            conn = await _logged_step(db.connect(database_url, application_name),
                                       log, connect_failed)
             for channel in channels:
                 await _logged_step(conn.execute(LISTEN.format(pgsql.Identifier(channel))),

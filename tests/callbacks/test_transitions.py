@@ -240,7 +240,7 @@ def test_sync_client_forwards_the_resolutions(database_url, db, running_job):
 
 LISTENERS = """
 SELECT count(*) AS n FROM pg_stat_activity
- WHERE datname = current_database() AND application_name = 'awa-listener'
+ WHERE datname = current_database() AND application_name = 'awa-callback-listener'
    AND query LIKE 'LISTEN%%'"""
 
 

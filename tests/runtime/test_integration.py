@@ -40,7 +40,8 @@ async def test_listener_connections_that_die_are_logged_and_reconnected(client, 
     await client.start([("default", 4)], **FAST)
     runtime = client.runtime
     killed = db.execute("SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
-                        "WHERE application_name = 'awa-listener' AND datname = current_database()"
+                        "WHERE application_name IN ('awa-listener', 'awa-queue-listener') "
+                        "AND datname = current_database()"
                         ).fetchone()["n"]
     assert killed == 2  # the queue listener and the cancel listener
     # Jobs still run meanwhile (poll fallback), and both listeners come back.
@@ -83,7 +84,7 @@ async def test_snapshot_row_describes_the_runtime(client, db):
     assert health.queues["alpha"].capacity == 3 and health.queues["alpha"].in_flight == 0
     apps = db.execute("SELECT DISTINCT application_name FROM pg_stat_activity "
                       "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
-    assert {r["application_name"] for r in apps} <= {"awa-worker", "awa-listener"}
+    assert {r["application_name"] for r in apps} <= {"awa-worker", "awa-listener", "awa-queue-listener"}
 
 
 async def test_metrics_endpoint_exports_what_the_runtime_records(client, db):
