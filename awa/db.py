@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ def embedded_data_dir() -> Path:
 
 def embedded_database_url() -> str:
     """Start (or reuse) the embedded server and return a URL for its awa database."""
+    # pgserver asks platformdirs for a runtime dir, which warns on hosts
+    # without XDG_RUNTIME_DIR (containers, CI); its fallback is fine.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         import pgserver  # imported lazily: it is only needed without a configured database
     except ImportError as exc:  # pragma: no cover - pgserver is a declared dependency

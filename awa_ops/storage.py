@@ -36,6 +36,8 @@ PROBE = load_sql("engine_probe")
 ACTIVE_SCHEMA = load_sql("active_queue_storage_schema")
 STORAGE_BACKENDS = load_sql("storage_backends")
 RELATION_EXISTS = "SELECT to_regclass(%s) IS NOT NULL AS present"
+# Asked only once the probe saw the table (a missing relation would fail the plan).
+SCHEMA_VERSION = "SELECT max(version) AS schema_version FROM awa.schema_version"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,10 @@ async def detect_engine(session: OpsSession) -> Engine:
         return cached
     probe = await session.fetch_one(PROBE)
     assert probe is not None
-    version = probe["schema_version"]
+    version = None
+    if probe["has_schema_version"]:
+        row = await session.fetch_one(SCHEMA_VERSION)
+        version = row and row["schema_version"]
     foreign = bool(probe["has_storage_status"])
     if not probe["has_control_schema"]:
         engine = Engine(NO_SCHEMA, CONTROL_SCHEMA, None)
