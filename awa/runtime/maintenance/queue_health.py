@@ -28,7 +28,9 @@ class QueueHealthPublisher:
             lag_rows = await (await conn.execute(sql.QUEUE_LAG)).fetchall()
             dlq_rows = await (await conn.execute(sql.DLQ_DEPTH)).fetchall()
         depth = {(r["queue"], r["state"]): r["depth"] for r in depth_rows}
-        lag = {r["queue"]: max(r["lag_s"], 0.0) for r in lag_rows}
+        # Every queue with jobs has a lag: 0 when nothing waits to be claimed.
+        lag = {queue: 0.0 for queue, _state in depth}
+        lag.update({r["queue"]: max(r["lag_s"], 0.0) for r in lag_rows})
         dlq = {r["queue"]: r["depth"] for r in dlq_rows}
         # Zero what vanished since the previous pass.
         depth_out = {**{k: 0 for k in self.depth if k not in depth}, **depth}
