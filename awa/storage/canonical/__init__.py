@@ -1,1 +1,24 @@
-"""Hot-path SQL of the canonical engine, one module per concern (enqueue, execution, maintenance)."""
+"""Engine 1, canonical: a row per job in ``awa.jobs_hot`` / ``awa.scheduled_jobs``, updated in place.
+
+Each module holds one group of the ``Engine`` protocol: its SQL as named
+constants beside the mixin whose methods run it.
+"""
+
+from __future__ import annotations
+
+from awa.storage.canonical.admin import CanonicalAdmin
+from awa.storage.canonical.callbacks import CanonicalCallbacks
+from awa.storage.canonical.enqueue import CanonicalEnqueue
+from awa.storage.canonical.execution import CanonicalExecution
+from awa.storage.canonical.maintenance import CanonicalMaintenance
+from awa.storage.canonical.reads import CanonicalReads
+
+
+class CanonicalEngine(CanonicalEnqueue, CanonicalExecution, CanonicalMaintenance, CanonicalAdmin,
+                      CanonicalCallbacks, CanonicalReads):
+    """The row-per-job engine behind ``awa.storage.engine.Engine``."""
+
+    name = "canonical"
+
+
+ENGINE = CanonicalEngine()

@@ -620,3 +620,7 @@ def unique_conflict(kind: str, holder: int | None, state: Any) -> UniqueConflict
         return UniqueConflict(f"a unique {kind} job with the same key already exists")
     return UniqueConflict(f"a unique {kind} job with the same key already exists: "
                           f"job {holder} ({state}) holds the claim")
+
+
+class CanonicalEnqueue:
+    """The enqueue group of the Engine protocol on the canonical engine."""

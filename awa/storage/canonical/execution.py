@@ -211,3 +211,7 @@ ON CONFLICT (instance_id) DO UPDATE SET
     global_max_workers = EXCLUDED.global_max_workers,
     queues = EXCLUDED.queues
 """
+
+
+class CanonicalExecution:
+    """The execution group of the Engine protocol on the canonical engine."""

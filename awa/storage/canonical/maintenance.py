@@ -423,3 +423,7 @@ UPDATE awa.runtime_instances
  WHERE instance_id = %(instance_id)s
    AND descriptor_hashes IS DISTINCT FROM %(hashes)s::jsonb
 """
+
+
+class CanonicalMaintenance:
+    """The maintenance group of the Engine protocol on the canonical engine."""
