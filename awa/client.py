@@ -31,6 +31,8 @@ from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin
 from awa.worker import WorkerMixin
+from awa.storage import open_engine
+from awa.storage.engine import Engine
 
 
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
@@ -43,6 +45,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         self._pool: AsyncConnectionPool | None = None
         self._pool_lock: asyncio.Lock | None = None
         self._schema_checked = False
+        self._engine: Engine | None = None
         WorkerMixin.__init__(self)
 
     @property
@@ -66,6 +69,13 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
                 self._schema_checked = True
         return self._pool
 
+    async def _get_engine(self) -> Engine:
+        """The storage engine serving this database, decided once (``awa.storage.open_engine``)."""
+        pool = await self._get_pool()
+        if self._engine is None:
+            self._engine = await open_engine(pool)
+        return self._engine
+
     async def migrate(self) -> list[int]:
         pool = await self._get_pool(check_schema=False)
         async with pool.connection() as conn:
@@ -79,6 +89,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             await self._pool.close()
             self._pool = None
             self._schema_checked = False
+            self._engine = None
 
     async def __aenter__(self) -> "AsyncClient":
         return self
