@@ -25,6 +25,10 @@ matches its token; ``awa job dump`` shows the last result.  Resume and retry
 clear the callback columns (the callback is spent, a new one may be
 registered); complete and fail keep them as a record.  Timeouts
 (``callback_timeout_at``) are rescued by maintenance, not here.
+
+The statements live in the storage engine (``awa.storage.engine.CallbackOps``);
+this module keeps validation, the CEL decision, the resume listener, error
+mapping and metrics.
 """
 
 from __future__ import annotations
@@ -37,11 +41,10 @@ import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from awa import cel, config, db, lifecycle
@@ -50,93 +53,22 @@ from awa.db import one_line
 from awa.job import (AwaError, CallbackNotFound, CallbackToken, Job, SerializationError,
                      ValidationError)
 from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, ATTR_TERMINAL, METRICS, job_attributes
+from awa.storage import open_engine
+# PARK_FOR_WAIT: re-exported for callers that still name the statement.
+from awa.storage.canonical.callbacks import PARK_FOR_WAIT  # noqa: F401 - re-export
+from awa.storage.engine import (CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackSpec,
+                                Engine)
 
 log = logging.getLogger("awa.callbacks")
 
-RESULT_KEY = "_awa_callback_result"
+RESULT_KEY = CALLBACK_RESULT_KEY
 # A resume notifies here (payload: the job id), waking the handler in
 # wait_for_callback at once.  Other resolutions do not: NOTIFY serialises
 # committing transactions, and a waiter interrupted by them notices on its
 # next fallback poll (at most CALLBACK_WAIT_POLL_MAX_MS).
-RESUME_CHANNEL = "awa:callback_resolved"
+RESUME_CHANNEL = CALLBACK_RESUME_CHANNEL
 LISTEN_RESUME = "LISTEN {}"
 DEFAULT_ACTIONS = ("ignore", "complete", "fail")
-
-# --- SQL (every resolution: callback_id + an open state, in one statement) ---
-REGISTER_CALLBACK = """
-UPDATE awa.jobs_hot
-   SET callback_id = %(callback_id)s,
-       callback_timeout_at = now() + make_interval(secs => %(timeout)s),
-       callback_filter = %(filter)s,
-       callback_on_complete = %(on_complete)s,
-       callback_on_fail = %(on_fail)s,
-       callback_transform = %(transform)s
- WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-RETURNING id"""
-
-PARK_FOR_WAIT = """
-UPDATE awa.jobs_hot SET state = 'waiting_external'
- WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-   AND callback_id = %(callback_id)s
-RETURNING id"""
-
-POLL_WAIT = """
-SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text AS result
-  FROM awa.jobs_hot WHERE id = %(job_id)s"""
-
-COMPLETE_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
-       metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-FAIL_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
-       errors = array_append(COALESCE(errors, '{}'::jsonb[]),
-                             %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-RETRY_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
-       deadline_at = NULL, finalized_at = NULL,
-       callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-       callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-# An in-place update to 'available' is not an INSERT, so the queue's
-# dispatchers are woken explicitly (at commit).
-NOTIFY_QUEUE = "SELECT pg_notify(%s, '')"
-
-RESUME_EXTERNAL = """
-WITH resolved AS (
-    UPDATE awa.jobs_hot
-       SET state = 'running', heartbeat_at = now(),
-           metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb),
-           callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-           callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING *)
-SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
-
-HEARTBEAT_CALLBACK = """
-UPDATE awa.jobs_hot
-   SET callback_timeout_at = now() + make_interval(secs => %(timeout)s)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-LOCK_OPEN_CALLBACK = """
-SELECT * FROM awa.jobs_hot
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-   FOR UPDATE"""
-
-FIND_CALLBACK = """
-SELECT id, state::text AS state FROM awa.jobs_hot WHERE callback_id = %(callback_id)s"""
-
 
 # --- errors and results -------------------------------------------------------
 class CallbackAlreadyResolved(CallbackNotFound):
@@ -198,17 +130,22 @@ def check_timeout(timeout_seconds: Any) -> float:
     return value
 
 
-def _json(value: Any, what: str) -> Jsonb:
+def _json(value: Any, what: str) -> Any:
+    """``value`` itself, once it is known to serialize (the engine stores it as JSON)."""
     try:
         json.dumps(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serializable: {exc}") from None
-    return Jsonb(value)
+    return value
 
 
-def _result(callback_id: uuid.UUID, action: str, payload: Any) -> Jsonb:
+def _result(callback_id: uuid.UUID, action: str, payload: Any) -> dict[str, Any]:
     return _json({"callback_id": str(callback_id), "action": action, "payload": payload,
                   "at": datetime.now(timezone.utc).isoformat()}, "callback payload")
+
+
+async def _engine_for(pool: AsyncConnectionPool, engine: Engine | None) -> Engine:
+    return engine if engine is not None else await open_engine(pool)
 
 
 # --- the handler side (called lazily by the runtime's JobContext) --------------
@@ -216,18 +153,18 @@ async def register_callback(pool: AsyncConnectionPool, job_id: int, run_lease: i
                             timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS,
                             filter: str | None = None, on_complete: str | None = None,
                             on_fail: str | None = None,
-                            transform: str | None = None) -> CallbackToken:
+                            transform: str | None = None, *,
+                            engine: Engine | None = None) -> CallbackToken:
     """Give the running attempt a fresh callback id; CEL is compiled first."""
     timeout = check_timeout(timeout_seconds)
     cel.validate(filter=filter, on_complete=on_complete, on_fail=on_fail, transform=transform)
     callback_id = uuid.uuid4()
+    spec = CallbackSpec(callback_id=callback_id, timeout_s=timeout, filter=filter,
+                        on_complete=on_complete, on_fail=on_fail, transform=transform)
+    engine = await _engine_for(pool, engine)
     async with pool.connection() as conn:
-        cur = await conn.execute(REGISTER_CALLBACK, {
-            "callback_id": callback_id, "timeout": timeout, "filter": filter,
-            "on_complete": on_complete, "on_fail": on_fail, "transform": transform,
-            "job_id": job_id, "run_lease": run_lease})
-        registered = await cur.fetchone()
-    if registered is None:
+        registered = await engine.register_callback(conn, job_id, run_lease, spec)
+    if not registered:
         raise AwaError(f"job {job_id} is no longer running under run lease {run_lease} "
                        f"(cancelled or rescued); the callback was not registered")
     return CallbackToken(str(callback_id))
@@ -299,7 +236,8 @@ class _ResolutionListener:
 
 
 async def wait_for_resume(pool: AsyncConnectionPool, job_id: int, run_lease: int,
-                          callback_id: Any, is_cancelled: Callable[[], bool]) -> Any:
+                          callback_id: Any, is_cancelled: Callable[[], bool], *,
+                          engine: Engine | None = None) -> Any:
     """Park the still-live attempt and return the payload of the resume that wakes it.
 
     A resolution notifies ``RESUME_CHANNEL``; the row is re-read on each
@@ -313,24 +251,25 @@ async def wait_for_resume(pool: AsyncConnectionPool, job_id: int, run_lease: int
     or the timeout rescue.
     """
     cid = parse_callback_id(callback_id)
-    params = {"job_id": job_id, "run_lease": run_lease, "callback_id": cid, "key": RESULT_KEY}
+    engine = await _engine_for(pool, engine)
     listener, woken = _ResolutionListener.subscribe(pool, job_id)
     try:
         async with pool.connection() as conn:
-            await conn.execute(PARK_FOR_WAIT, params)
+            await engine.park_for_callback(conn, job_id, run_lease, cid)
         delay = config.CALLBACK_WAIT_POLL_MIN_MS / 1000
         while True:
             woken.clear()
             async with pool.connection() as conn:
-                row = await (await conn.execute(POLL_WAIT, params)).fetchone()
-            mine = row is not None and row["run_lease"] == run_lease
-            result = (row or {}).get("result") or {}
-            if mine and row["state"] == "running" and result.get("callback_id") == str(cid) \
+                wait = await engine.poll_callback_wait(conn, job_id)
+            mine = wait is not None and wait.run_lease == run_lease
+            result = (wait.result if wait is not None else None) or {}
+            if mine and wait is not None and wait.state == "running" \
+                    and result.get("callback_id") == str(cid) \
                     and result.get("action") == "resume":
                 return result.get("payload")
-            if not (mine and row["state"] in ("waiting_external", "running")
-                    and row["callback_id"] == cid):
-                state = row["state"] if row is not None else "no longer in the hot table"
+            if not (mine and wait is not None and wait.state in ("waiting_external", "running")
+                    and wait.callback_id == cid):
+                state = wait.state if wait is not None else "no longer in the hot table"
                 raise CallbackWaitInterrupted(
                     f"callback {cid} of job {job_id} ended without a resume: the job is {state}")
             if is_cancelled():
@@ -345,95 +284,109 @@ async def wait_for_resume(pool: AsyncConnectionPool, job_id: int, run_lease: int
 
 
 # --- resolutions ------------------------------------------------------------------
-async def _not_found(conn: Any, callback_id: uuid.UUID) -> CallbackNotFound:
-    row = await (await conn.execute(FIND_CALLBACK, {"callback_id": callback_id})).fetchone()
-    if row is not None:
+async def _not_found(engine: Engine, conn: Any, callback_id: uuid.UUID) -> CallbackNotFound:
+    holder = await engine.find_callback(conn, callback_id)
+    if holder is not None:
         return CallbackAlreadyResolved(
-            f"callback {callback_id} not found or already resolved: job {row['id']} is "
-            f"{row['state']}", row["id"], row["state"])
+            f"callback {callback_id} not found or already resolved: job {holder.job_id} is "
+            f"{holder.state}", holder.job_id, holder.state)
     return CallbackNotFound(f"callback {callback_id} not found or already resolved")
 
 
-def _count(row: dict[str, Any], outcome: str) -> None:
-    METRICS.callback_resolved.add(1, {ATTR_QUEUE: row["queue"], ATTR_CALLBACK_OUTCOME: outcome})
+def _count(job: Job[Any], outcome: str) -> None:
+    METRICS.callback_resolved.add(1, {ATTR_QUEUE: job.queue, ATTR_CALLBACK_OUTCOME: outcome})
     # A callback that ends the job is that job's completion or failure too.
     if outcome == "complete":
-        METRICS.job_completed.add(1, job_attributes(row["kind"], row["queue"]))
+        METRICS.job_completed.add(1, job_attributes(job.kind, job.queue))
     elif outcome == "fail":
-        METRICS.job_failed.add(1, {**job_attributes(row["kind"], row["queue"]),
+        METRICS.job_failed.add(1, {**job_attributes(job.kind, job.queue),
                                    ATTR_TERMINAL: True})
 
 
-async def _resolve(conn: Any, sql: str, params: dict[str, Any],
-                   outcome: str | None) -> Job[Any]:
+async def _resolve(engine: Engine, conn: Any, callback_id: uuid.UUID, outcome: str | None,
+                   resolution: Callable[[], Awaitable[Job[Any] | None]]) -> Job[Any]:
     """Run one guarded resolution; nothing matched means unknown or already resolved."""
     try:
-        row = await (await conn.execute(sql, {**params, "channel": RESUME_CHANNEL})).fetchone()
+        job = await resolution()
     except psycopg.errors.UniqueViolation as exc:
         # waiting_external is outside the default unique mask, so a newer job
         # may have taken the key meanwhile; nothing was written.
-        conflict = _unique_error(exc, f"{outcome or 'resolve'} callback {params['callback_id']}")
+        conflict = _unique_error(exc, f"{outcome or 'resolve'} callback {callback_id}")
         if conflict is None:
             raise
         raise conflict from None
-    if row is None:
-        raise await _not_found(conn, params["callback_id"])
+    if job is None:
+        raise await _not_found(engine, conn, callback_id)
     if outcome is not None:
-        _count(row, outcome)
-    return Job.from_row(row)
+        _count(job, outcome)
+    return job
 
 
-async def _resolve_with_payload(pool: AsyncConnectionPool, query: str, callback_id: Any,
-                                payload: Any, outcome: str) -> Job[Any]:
-    cid = parse_callback_id(callback_id)
-    params = {"callback_id": cid, "key": RESULT_KEY, "result": _result(cid, outcome, payload)}
-    async with pool.connection() as conn:
-        return await _resolve(conn, query, params, outcome)
+def _fail_entry(error: str) -> dict[str, Any]:
+    entry: dict[str, Any] = _json(lifecycle.error_entry(error, 0, terminal=True), "error")
+    return entry
 
 
 async def complete_external(pool: AsyncConnectionPool, callback_id: Any,
-                            payload: Any = None) -> Job[Any]:
+                            payload: Any = None, *, engine: Engine | None = None) -> Job[Any]:
     """``running | waiting_external → completed``, storing the payload as the result."""
-    return await _resolve_with_payload(pool, COMPLETE_EXTERNAL, callback_id, payload, "complete")
+    cid = parse_callback_id(callback_id)
+    result = _result(cid, "complete", payload)
+    engine = await _engine_for(pool, engine)
+    async with pool.connection() as conn:
+        return await _resolve(engine, conn, cid, "complete",
+                              lambda: engine.complete_external(conn, cid, result))
 
 
-async def fail_external(pool: AsyncConnectionPool, callback_id: Any, error: str) -> Job[Any]:
+async def fail_external(pool: AsyncConnectionPool, callback_id: Any, error: str, *,
+                        engine: Engine | None = None) -> Job[Any]:
     """``running | waiting_external → failed``, recording ``error`` for the attempt."""
     cid = parse_callback_id(callback_id)
     if not isinstance(error, str) or not error.strip():
         raise ValidationError("fail_external needs a non-empty error message")
-    entry = _json(lifecycle.error_entry(error, 0, terminal=True), "error")
+    entry = _fail_entry(error)
+    engine = await _engine_for(pool, engine)
     async with pool.connection() as conn:
-        return await _resolve(conn, FAIL_EXTERNAL, {"callback_id": cid, "entry": entry}, "fail")
+        return await _resolve(engine, conn, cid, "fail",
+                              lambda: engine.fail_external(conn, cid, entry))
 
 
-async def retry_external(pool: AsyncConnectionPool, callback_id: Any) -> Job[Any]:
+async def retry_external(pool: AsyncConnectionPool, callback_id: Any, *,
+                         engine: Engine | None = None) -> Job[Any]:
     """``running | waiting_external → available`` with attempt 0: a fresh start."""
     cid = parse_callback_id(callback_id)
+    engine = await _engine_for(pool, engine)
     async with pool.connection() as conn, conn.transaction():
-        job = await _resolve(conn, RETRY_EXTERNAL, {"callback_id": cid}, None)
-        await conn.execute(NOTIFY_QUEUE, (config.NOTIFY_CHANNEL_PREFIX + job.queue,))
-    _count({"kind": job.kind, "queue": job.queue}, "retry")  # once committed
+        job = await _resolve(engine, conn, cid, None,
+                             lambda: engine.retry_external(conn, cid))
+    _count(job, "retry")  # once committed
     return job
 
 
 async def resume_external(pool: AsyncConnectionPool, callback_id: Any,
-                          payload: Any = None) -> Job[Any]:
+                          payload: Any = None, *, engine: Engine | None = None) -> Job[Any]:
     """``waiting_external → running``: the handler in ``wait_for_callback`` gets ``payload``."""
-    return await _resolve_with_payload(pool, RESUME_EXTERNAL, callback_id, payload, "resume")
+    cid = parse_callback_id(callback_id)
+    result = _result(cid, "resume", payload)
+    engine = await _engine_for(pool, engine)
+    async with pool.connection() as conn:
+        return await _resolve(engine, conn, cid, "resume",
+                              lambda: engine.resume_external(conn, cid, result))
 
 
 async def heartbeat_callback(pool: AsyncConnectionPool, callback_id: Any,
-                             timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS) -> Job[Any]:
+                             timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS, *,
+                             engine: Engine | None = None) -> Job[Any]:
     """Push the callback's timeout to now + ``timeout_seconds``."""
     cid = parse_callback_id(callback_id)
     timeout = check_timeout(timeout_seconds)
+    engine = await _engine_for(pool, engine)
     async with pool.connection() as conn:
-        return await _resolve(conn, HEARTBEAT_CALLBACK,
-                              {"callback_id": cid, "timeout": timeout}, None)
+        return await _resolve(engine, conn, cid, None,
+                              lambda: engine.heartbeat_callback(conn, cid, timeout))
 
 
-def decide(row: dict[str, Any], payload: Any, default_action: str) -> tuple[str, str]:
+def decide(job: Job[Any], payload: Any, default_action: str) -> tuple[str, str]:
     """``(action, reason)`` from the CEL expressions: filter → on_fail → on_complete → default.
 
     Fail-open: an expression that errors at evaluation is skipped as if it
@@ -456,46 +409,47 @@ def decide(row: dict[str, Any], payload: Any, default_action: str) -> tuple[str,
     def because(text: str) -> str:
         return "; ".join([text, *notes])
 
-    if check("filter", row.get("callback_filter")) is False:
+    if check("filter", job.callback_filter) is False:
         return "ignore", because("filter did not match the payload")
-    if check("on_fail", row.get("callback_on_fail")):
-        return "fail", because(f"on_fail matched: {row['callback_on_fail']}")
-    if check("on_complete", row.get("callback_on_complete")):
-        return "complete", because(f"on_complete matched: {row['callback_on_complete']}")
+    if check("on_fail", job.callback_on_fail):
+        return "fail", because(f"on_fail matched: {job.callback_on_fail}")
+    if check("on_complete", job.callback_on_complete):
+        return "complete", because(f"on_complete matched: {job.callback_on_complete}")
     return default_action, because(f"no expression matched; default_action={default_action}")
 
 
 async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload: Any = None,
-                           default_action: str = "ignore") -> ResolveResult:
+                           default_action: str = "ignore", *,
+                           engine: Engine | None = None) -> ResolveResult:
     """Let the job's CEL expressions decide; ``transform`` shapes a completing payload."""
     cid = parse_callback_id(callback_id)
     if default_action not in DEFAULT_ACTIONS:
         raise ValidationError(f"default_action must be one of {', '.join(DEFAULT_ACTIONS)}, "
                               f"got {default_action!r}")
     _json(payload, "callback payload")
+    engine = await _engine_for(pool, engine)
     async with pool.connection() as conn, conn.transaction():
-        row = await (await conn.execute(LOCK_OPEN_CALLBACK, {"callback_id": cid})).fetchone()
-        if row is None:
-            raise await _not_found(conn, cid)
-        action, reason = decide(row, payload, default_action)
+        locked = await engine.lock_open_callback(conn, cid)
+        if locked is None:
+            raise await _not_found(engine, conn, cid)
+        action, reason = decide(locked, payload, default_action)
         if action == "ignore":
-            return ResolveResult("ignored", Job.from_row(row), payload, reason)
+            return ResolveResult("ignored", locked, payload, reason)
         if action == "fail":
-            entry = _json(lifecycle.error_entry(f"callback failed: {reason}", 0, terminal=True),
-                          "error")
-            job = await _resolve(conn, FAIL_EXTERNAL, {"callback_id": cid, "entry": entry},
-                                 "fail")
+            entry = _fail_entry(f"callback failed: {reason}")
+            job = await _resolve(engine, conn, cid, "fail",
+                                 lambda: engine.fail_external(conn, cid, entry))
             return ResolveResult("failed", job, payload, reason)
         result = payload
-        transform = row.get("callback_transform")
+        transform = locked.callback_transform
         if transform is not None:
             try:
                 result = cel.evaluate(transform, payload, "transform")
             except cel.CelEvaluationError as exc:
                 reason = f"{reason}; {exc} (completed with the untransformed payload: fail-open)"
-        params = {"callback_id": cid, "key": RESULT_KEY,
-                  "result": _result(cid, "complete", result)}
-        job = await _resolve(conn, COMPLETE_EXTERNAL, params, "complete")
+        record = _result(cid, "complete", result)
+        job = await _resolve(engine, conn, cid, "complete",
+                             lambda: engine.complete_external(conn, cid, record))
         return ResolveResult("completed", job, result, reason)
 
 
@@ -503,26 +457,37 @@ async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload:
 class CallbackMixin:
     """Resolve external callbacks from the client; the CLI and HTTP receiver use these."""
 
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def _get_engine(self) -> Engine:
+        raise NotImplementedError  # provided by AsyncClient
+
     async def complete_external(self, callback_id: str,
                                 payload: dict[str, Any] | None = None) -> Job[Any]:
-        return await complete_external(await self._get_pool(), callback_id, payload)
+        return await complete_external(await self._get_pool(), callback_id, payload,
+                                       engine=await self._get_engine())
 
     async def fail_external(self, callback_id: str, error: str) -> Job[Any]:
-        return await fail_external(await self._get_pool(), callback_id, error)
+        return await fail_external(await self._get_pool(), callback_id, error,
+                                   engine=await self._get_engine())
 
     async def retry_external(self, callback_id: str) -> Job[Any]:
-        return await retry_external(await self._get_pool(), callback_id)
+        return await retry_external(await self._get_pool(), callback_id,
+                                    engine=await self._get_engine())
 
     async def resume_external(self, callback_id: str,
                               payload: dict[str, Any] | None = None) -> Job[Any]:
-        return await resume_external(await self._get_pool(), callback_id, payload)
+        return await resume_external(await self._get_pool(), callback_id, payload,
+                                     engine=await self._get_engine())
 
     async def heartbeat_callback(self, callback_id: str,
                                  timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS
                                  ) -> Job[Any]:
-        return await heartbeat_callback(await self._get_pool(), callback_id, timeout_seconds)
+        return await heartbeat_callback(await self._get_pool(), callback_id, timeout_seconds,
+                                        engine=await self._get_engine())
 
     async def resolve_callback(self, callback_id: str, payload: dict[str, Any] | None = None,
                                default_action: str = "ignore") -> ResolveResult:
         return await resolve_callback(await self._get_pool(), callback_id, payload,
-                                      default_action)
+                                      default_action, engine=await self._get_engine())

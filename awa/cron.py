@@ -8,7 +8,6 @@ manual trigger and delete work on the stored rows, for the CLI and operators.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +18,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config, serialization
 from awa.job import Job, ValidationError
-from awa.storage.canonical import maintenance as sql
+from awa.storage import open_engine
+from awa.storage.engine import CronJobInfo, CronSchedule, Engine
 
 
 MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
@@ -44,6 +44,10 @@ class PeriodicJob:
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
+
+    def schedule(self) -> CronSchedule:
+        """What the engine stores for this declaration."""
+        return CronSchedule(**self.record())
 
 
 # --- schedule arithmetic (shared with the leader's evaluator) ----------------------
@@ -114,9 +118,9 @@ def _validate_fields(name: str, queue: str, priority: int, max_attempts: int,
     serialization.require_json(metadata, f"periodic job {name!r}: metadata")
 
 
-def _row_dict(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
-    out["paused"] = row.get("paused_at") is not None
+def _row_dict(info: CronJobInfo) -> dict[str, Any]:
+    out = asdict(info)
+    out["paused"] = info.paused_at is not None
     return out
 
 
@@ -164,6 +168,12 @@ class CronMixin:
             timezone=timezone, queue=queue, priority=priority, max_attempts=max_attempts,
             tags=tags, metadata=metadata, missed_fire_policy=missed_fire_policy))
 
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def _get_engine(self) -> Engine:
+        raise NotImplementedError  # provided by AsyncClient
+
     async def sync_cron_jobs(self, pool: AsyncConnectionPool | None = None) -> int:
         """Upsert the declared schedules into ``awa.cron_jobs``; returns rows changed.
 
@@ -172,54 +182,55 @@ class CronMixin:
         """
         if not self._periodic_jobs:
             return 0
-        pool = pool or await self._get_pool()
-        payload = json.dumps([p.record() for p in self._periodic_jobs])
+        if pool is None:
+            pool, engine = await self._get_pool(), await self._get_engine()
+        else:
+            engine = await open_engine(pool)
         async with pool.connection() as conn:
-            cur = await conn.execute(sql.UPSERT_CRON_JOBS, {"schedules": payload})
-            return cur.rowcount
+            return await engine.upsert_cron_jobs(conn, [p.schedule() for p in self._periodic_jobs])
 
     async def list_cron_jobs(self) -> list[dict[str, Any]]:
-        pool = await self._get_pool()
+        pool, engine = await self._get_pool(), await self._get_engine()
         async with pool.connection() as conn:
-            rows = await (await conn.execute(sql.LIST_CRON_JOBS)).fetchall()
-        return [_row_dict(r) for r in rows]
+            infos = await engine.list_cron_jobs(conn)
+        return [_row_dict(i) for i in infos]
 
     async def get_cron_job(self, name: str) -> dict[str, Any]:
-        pool = await self._get_pool()
+        pool, engine = await self._get_pool(), await self._get_engine()
         async with pool.connection() as conn:
-            row = await (await conn.execute(sql.GET_CRON_JOB, {"name": name})).fetchone()
-        if row is None:
+            info = await engine.get_cron_job(conn, name)
+        if info is None:
             raise _not_found(name)
-        return _row_dict(row)
+        return _row_dict(info)
 
     async def delete_cron_job(self, name: str) -> bool:
-        pool = await self._get_pool()
+        pool, engine = await self._get_pool(), await self._get_engine()
         async with pool.connection() as conn:
-            return (await (await conn.execute(sql.DELETE_CRON_JOB,
-                                              {"name": name})).fetchone()) is not None
+            return await engine.delete_cron_job(conn, name)
 
     async def pause_cron_job(self, name: str, paused_by: str | None = None) -> None:
         """Stop firing until resumed; raises ``ValidationError`` for an unknown name."""
-        await self._update_cron(sql.PAUSE_CRON_JOB, name, paused_by=paused_by)
+        pool, engine = await self._get_pool(), await self._get_engine()
+        async with pool.connection() as conn:
+            found = await engine.pause_cron_job(conn, name, paused_by)
+        if not found:
+            raise _not_found(name)
 
     async def resume_cron_job(self, name: str) -> None:
-        await self._update_cron(sql.RESUME_CRON_JOB, name)
+        pool, engine = await self._get_pool(), await self._get_engine()
+        async with pool.connection() as conn:
+            found = await engine.resume_cron_job(conn, name)
+        if not found:
+            raise _not_found(name)
 
-    async def trigger_cron_job(self, name: str) -> Job:
+    async def trigger_cron_job(self, name: str) -> Job[Any]:
         """Enqueue one run now, outside the schedule (the schedule itself is untouched)."""
-        pool = await self._get_pool()
+        pool, engine = await self._get_pool(), await self._get_engine()
         async with pool.connection() as conn:
-            row = await (await conn.execute(sql.TRIGGER_CRON_JOB, {"name": name})).fetchone()
-        if row is None:
+            job = await engine.trigger_cron_job(conn, name)
+        if job is None:
             raise _not_found(name)
-        return Job.from_row(row)
-
-    async def _update_cron(self, statement: str, name: str, **params: Any) -> None:
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
-            row = await (await conn.execute(statement, {"name": name, **params})).fetchone()
-        if row is None:
-            raise _not_found(name)
+        return job
 
 
 def _not_found(name: str) -> ValidationError:

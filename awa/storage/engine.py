@@ -15,7 +15,14 @@ conformance suite every engine must pass unchanged.
 
 from __future__ import annotations
 
-from typing import Protocol
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from awa.job import Job
 
 
 # ============================================================================
@@ -51,8 +58,180 @@ class AdminOps(Protocol):
 # ============================================================================
 # callbacks: register, resolve, complete / fail / retry / resume / heartbeat
 # ============================================================================
+CALLBACK_RESULT_KEY = "_awa_callback_result"
+"""Where resume and complete store ``{callback_id, action, payload, at}`` in the job's metadata."""
+
+CALLBACK_RESUME_CHANNEL = "awa:callback_resolved"
+"""A resume notifies here (payload: the job id), waking the handler in ``wait_for_callback``."""
+
+
+@dataclass(frozen=True)
+class CallbackSpec:
+    """What a running attempt registers: a fresh id, its timeout and its CEL rules."""
+
+    callback_id: uuid.UUID
+    timeout_s: float
+    filter: str | None = None
+    on_complete: str | None = None
+    on_fail: str | None = None
+    transform: str | None = None
+
+
+@dataclass(frozen=True)
+class CallbackWait:
+    """One poll of a handler waiting in ``wait_for_callback``: the row's current owner."""
+
+    state: str
+    run_lease: int
+    callback_id: uuid.UUID | None
+    result: dict[str, Any] | None
+    """The stored ``CALLBACK_RESULT_KEY`` record, if any."""
+
+
+@dataclass(frozen=True)
+class CallbackHolder:
+    """The job a callback id belongs to, whatever its state (for "already resolved")."""
+
+    job_id: int
+    state: str
+
+
 class CallbackOps(Protocol):
-    """External-wait jobs: the attempt parks until a callback resolves it."""
+    """External-wait jobs: the attempt parks until a callback resolves it.
+
+    Every resolution matches the job by ``callback_id`` AND an open state
+    (``running`` or ``waiting_external``) in one guarded statement and
+    returns ``None`` when nothing matched (unknown or already resolved:
+    ``find_callback`` tells which), so a second resolution never transitions
+    twice.  A unique-key collision surfaces as ``psycopg.errors.UniqueViolation``
+    with nothing written.
+    """
+
+    async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, spec: CallbackSpec) -> bool:
+        """Store the callback on the attempt ``(job_id, run_lease)`` while it runs; False if stale."""
+        ...
+
+    async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, callback_id: uuid.UUID) -> bool:
+        """``running → waiting_external`` for the attempt still holding ``callback_id``."""
+        ...
+
+    async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any],
+                                 job_id: int) -> CallbackWait | None:
+        """The waiting handler's view of its job; None once the job left the live rows."""
+        ...
+
+    async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                                result: dict[str, Any]) -> Job[Any] | None:
+        """``open → completed``, storing ``result`` under ``CALLBACK_RESULT_KEY``."""
+        ...
+
+    async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                            error: dict[str, Any]) -> Job[Any] | None:
+        """``open → failed``, appending ``error`` (its ``attempt`` filled in) to the errors."""
+        ...
+
+    async def retry_external(self, conn: psycopg.AsyncConnection[Any],
+                             callback_id: uuid.UUID) -> Job[Any] | None:
+        """``open → available`` with attempt 0 and the callback cleared; wakes the queue at commit."""
+        ...
+
+    async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                              result: dict[str, Any]) -> Job[Any] | None:
+        """``open → running``, storing ``result``, clearing the callback and notifying
+        ``CALLBACK_RESUME_CHANNEL`` with the job id."""
+        ...
+
+    async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any],
+                                 callback_id: uuid.UUID, timeout_s: float) -> Job[Any] | None:
+        """Push the open callback's timeout to now + ``timeout_s``."""
+        ...
+
+    async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],
+                                 callback_id: uuid.UUID) -> Job[Any] | None:
+        """The open job of ``callback_id``, locked for the caller's transaction (CEL resolve)."""
+        ...
+
+    async def find_callback(self, conn: psycopg.AsyncConnection[Any],
+                            callback_id: uuid.UUID) -> CallbackHolder | None:
+        """The job holding ``callback_id`` in any state; None for an unknown id."""
+        ...
+
+
+# ============================================================================
+# cron admin: the stored schedules behind the client's cron API and the CLI
+# ============================================================================
+@dataclass(frozen=True)
+class CronSchedule:
+    """One declared schedule as stored (the ``awa.cron_jobs`` definition columns)."""
+
+    name: str
+    cron_expr: str
+    timezone: str
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    priority: int
+    max_attempts: int
+    tags: list[str]
+    metadata: dict[str, Any]
+    missed_fire_policy: str
+
+
+@dataclass(frozen=True)
+class CronJobInfo:
+    """A stored schedule with its firing and pause state, for ``awa cron list``."""
+
+    name: str
+    cron_expr: str
+    timezone: str
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    priority: int
+    max_attempts: int
+    tags: list[str]
+    metadata: dict[str, Any]
+    missed_fire_policy: str
+    last_enqueued_at: datetime | None
+    paused_at: datetime | None
+    paused_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CronAdminOps(Protocol):
+    """Schedule storage for declarations and operators; firing is the leader's (maintenance)."""
+
+    async def upsert_cron_jobs(self, conn: psycopg.AsyncConnection[Any],
+                               schedules: list[CronSchedule]) -> int:
+        """Insert or update the schedules; rows changed.  Firing and pause state are kept."""
+        ...
+
+    async def list_cron_jobs(self, conn: psycopg.AsyncConnection[Any]) -> list[CronJobInfo]:
+        """Every stored schedule, by name."""
+        ...
+
+    async def get_cron_job(self, conn: psycopg.AsyncConnection[Any],
+                           name: str) -> CronJobInfo | None:
+        ...
+
+    async def delete_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
+        ...
+
+    async def pause_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str,
+                             paused_by: str | None) -> bool:
+        """Stop firing (an already paused schedule keeps its ``paused_at``); False if unknown."""
+        ...
+
+    async def resume_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
+        ...
+
+    async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any],
+                               name: str) -> Job[Any] | None:
+        """Enqueue one available run of the schedule now; the schedule is untouched."""
+        ...
 
 
 # ============================================================================
@@ -63,7 +242,8 @@ class OpsReads(Protocol):
 
 
 # ============================================================================
-class Engine(EnqueueOps, ExecutionOps, MaintenanceOps, AdminOps, CallbackOps, OpsReads, Protocol):
+class Engine(EnqueueOps, ExecutionOps, MaintenanceOps, AdminOps, CallbackOps, CronAdminOps,
+             OpsReads, Protocol):
     """A storage engine: every group above."""
 
     name: str

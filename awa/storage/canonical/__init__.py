@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from awa.storage.canonical.admin import CanonicalAdmin
 from awa.storage.canonical.callbacks import CanonicalCallbacks
+from awa.storage.canonical.cron_admin import CanonicalCronAdmin
 from awa.storage.canonical.enqueue import CanonicalEnqueue
 from awa.storage.canonical.execution import CanonicalExecution
 from awa.storage.canonical.maintenance import CanonicalMaintenance
@@ -15,7 +16,7 @@ from awa.storage.canonical.reads import CanonicalReads
 
 
 class CanonicalEngine(CanonicalEnqueue, CanonicalExecution, CanonicalMaintenance, CanonicalAdmin,
-                      CanonicalCallbacks, CanonicalReads):
+                      CanonicalCallbacks, CanonicalCronAdmin, CanonicalReads):
     """The row-per-job engine behind ``awa.storage.engine.Engine``."""
 
     name = "canonical"
