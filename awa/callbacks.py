@@ -187,10 +187,11 @@ class _ResolutionListener:
     def subscribe(cls, pool: AsyncConnectionPool, job_id: int) -> tuple["_ResolutionListener",
                                                                          asyncio.Event]:
         loop = asyncio.get_running_loop()
-        key = (id(loop), pool.conninfo)
+        conninfo = str(pool.conninfo)  # awa opens its pools from a URL string
+        key = (id(loop), conninfo)
         listener = cls._registry.get(key)
         if listener is None or listener.loop is not loop or listener.task.done():
-            listener = cls._registry[key] = cls(key, pool.conninfo)
+            listener = cls._registry[key] = cls(key, conninfo)
         event = asyncio.Event()
         listener.waiters.setdefault(job_id, set()).add(event)
         return listener, event

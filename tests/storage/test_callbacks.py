@@ -71,7 +71,7 @@ def spec(timeout_s: float = 60, **cel: str) -> CallbackSpec:
 async def registered(engine: Any, aconn: Any, hold: Hold, *, park: bool = True,
                      **cel: str) -> tuple[int, int, uuid.UUID]:
     job_id, lease = await hold()
-    s = spec(**cel)
+    s = spec(60, **cel)
     assert await engine.register_callback(aconn, job_id, lease, s)
     if park:
         assert await engine.park_for_callback(aconn, job_id, lease, s.callback_id)
@@ -123,7 +123,7 @@ async def test_park_for_callback_moves_the_attempt_to_waiting_external(engine, a
 
 
 async def test_complete_external_then_already_resolved(engine, aconn, hold):
-    job_id, lease, cid = await registered(engine, aconn, hold)
+    job_id, _lease, cid = await registered(engine, aconn, hold)
     done = await engine.complete_external(aconn, cid, result(cid, "complete", {"receipt": 7}))
     assert done is not None and done.id == job_id
     assert done.state is awa.JobState.Completed and done.queue == QUEUE and done.kind == "held"
@@ -144,7 +144,7 @@ async def test_complete_external_then_already_resolved(engine, aconn, hold):
 
 
 async def test_fail_external_records_the_error_for_the_attempt(engine, aconn, hold):
-    job_id, lease, cid = await registered(engine, aconn, hold)
+    job_id, _lease, cid = await registered(engine, aconn, hold)
     failed = await engine.fail_external(aconn, cid, {"error": "card declined", "terminal": True})
     assert failed is not None and failed.state is awa.JobState.Failed
     row = await job_row(aconn, job_id)
@@ -156,7 +156,7 @@ async def test_fail_external_records_the_error_for_the_attempt(engine, aconn, ho
 
 
 async def test_retry_external_is_a_fresh_start(engine, aconn, hold, engine_url):
-    job_id, lease, cid = await registered(engine, aconn, hold)
+    job_id, _lease, cid = await registered(engine, aconn, hold)
     async with await psycopg.AsyncConnection.connect(engine_url, autocommit=True) as listener:
         await listener.execute(f'LISTEN "awa:{QUEUE}"')
         async with aconn.transaction():
@@ -201,7 +201,7 @@ async def test_an_early_callback_resolves_a_still_running_attempt(engine, aconn,
 
 
 async def test_heartbeat_extends_the_callback_timeout(engine, aconn, hold):
-    job_id, lease, cid = await registered(engine, aconn, hold)
+    job_id, _lease, cid = await registered(engine, aconn, hold)
     before = (await job_row(aconn, job_id))["callback_timeout_at"]
     beaten = await engine.heartbeat_callback(aconn, cid, 600)
     assert beaten is not None and beaten.state is awa.JobState.WaitingExternal
@@ -212,7 +212,7 @@ async def test_heartbeat_extends_the_callback_timeout(engine, aconn, hold):
 
 
 async def test_lock_open_callback_sees_the_rules_until_resolved(engine, aconn, hold):
-    job_id, lease, cid = await registered(engine, aconn, hold, filter="payload.ok",
+    job_id, _lease, cid = await registered(engine, aconn, hold, filter="payload.ok",
                                           transform="payload.value")
     async with aconn.transaction():
         locked = await engine.lock_open_callback(aconn, cid)
