@@ -83,7 +83,7 @@ class CompletionBatcher:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._flushing = 0
 
     # -- producer side -------------------------------------------------------

@@ -55,7 +55,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     @property
     def alive(self) -> bool:

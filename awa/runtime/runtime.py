@@ -2,6 +2,7 @@
 listeners, snapshot and maintenance together, and takes them down again.
 
 Maintenance (issue: maintenance) reads these attributes: ``pool``,
+``engine`` (the storage engine every job-table write goes through),
 ``database_url``, ``settings``, ``queues``, ``instance_id``, ``health``,
 ``in_flight``, ``dlq_enabled(queue)`` and ``client``.
 """
@@ -93,8 +94,8 @@ class Runtime:
         self.listener: QueueListener | None = None
         self.cancel_listener: CancelListener | None = None
         self.maintenance: Any = None
-        self._maintenance_task: asyncio.Task | None = None
-        self._watchdog_task: asyncio.Task | None = None
+        self._maintenance_task: asyncio.Task[Any] | None = None
+        self._watchdog_task: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics_endpoint: Any = None
 

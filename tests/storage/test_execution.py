@@ -304,14 +304,14 @@ async def test_a_move_colliding_with_a_newer_unique_holder_cancels_the_supersede
 async def test_a_colliding_retry_inside_the_callers_transaction(engine, engine_url, aconn, client):
     """The caller owns the transaction: the fallback stays inside it."""
     wedged, plain, newer = await _superseded_setup(engine, aconn, client)
-    async with await psycopg.AsyncConnection.connect(engine_url) as conn:
-        async with conn.transaction():
-            result = await engine.retry_batch(conn, [write(wedged, delay_s=60.0),
-                                                     write(plain, delay_s=60.0)])
-            assert await state(aconn, plain.id) == "running"  # not committed yet
+    async with await psycopg.AsyncConnection.connect(engine_url) as conn, conn.transaction():
+        result = await engine.retry_batch(conn, [write(wedged, delay_s=60.0),
+                                                 write(plain, delay_s=60.0)])
+        assert await state(aconn, plain.id) == "running"  # not committed yet
     assert result.applied == [plain.id] and result.superseded == [wedged.id]
     assert await state(aconn, plain.id) == "retryable"
     assert await state(aconn, wedged.id) == "cancelled"
+    assert await state(aconn, newer.id) == "available"
 
 
 async def test_a_stale_row_in_a_colliding_batch_is_neither_applied_nor_superseded(
@@ -396,12 +396,13 @@ async def test_flush_progress_touches_only_matching_attempts_and_not_the_heartbe
 
 # -- runtime snapshot ------------------------------------------------------------------------
 def _snapshot(instance_id: uuid.UUID, **kw: Any) -> RuntimeSnapshot:
-    values: dict[str, Any] = dict(
-        instance_id=instance_id, hostname="host-a", pid=123, version="9.9.9",
-        started_at=datetime.now(timezone.utc) - timedelta(minutes=1), snapshot_interval_ms=10_000,
-        healthy=True, postgres_connected=True, poll_loop_alive=True, heartbeat_alive=True,
-        maintenance_alive=False, leader=False, shutting_down=False, global_max_workers=None,
-        queues=[{"queue": "default", "max_workers": 4, "in_flight": 0}])
+    values: dict[str, Any] = {
+        "instance_id": instance_id, "hostname": "host-a", "pid": 123, "version": "9.9.9",
+        "started_at": datetime.now(timezone.utc) - timedelta(minutes=1),
+        "snapshot_interval_ms": 10_000, "healthy": True, "postgres_connected": True,
+        "poll_loop_alive": True, "heartbeat_alive": True, "maintenance_alive": False,
+        "leader": False, "shutting_down": False, "global_max_workers": None,
+        "queues": [{"queue": "default", "max_workers": 4, "in_flight": 0}]}
     values.update(kw)
     return RuntimeSnapshot(**values)
 
