@@ -15,6 +15,8 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+import psycopg
+
 from awa import config, db
 from awa.runtime.loops import BackgroundLoop, listen_forever
 
@@ -53,9 +55,12 @@ class CancelListener(BackgroundLoop):
     async def _run(self) -> None:
         await listen_forever(self.runtime.database_url, [config.CANCEL_CHANNEL],
                              on_listening=self.listening.set,
-                             on_notify=lambda note: self.handle(note.payload),
+                             on_notify=self._notified,
                              on_lost=self._lost, log=log, connect_failed=CREATE_FAILED,
                              listen_failed=LISTEN_FAILED, retry_s=self.retry_s)
+
+    def _notified(self, note: psycopg.Notify) -> None:
+        self.handle(note.payload)
 
     def _lost(self, exc: Exception) -> None:
         self.listening.clear()

@@ -1,10 +1,10 @@
 """The completion batcher: attempt outcomes written in batches.
 
 Handlers hand their outcome to ``submit`` and return at once; one flusher
-writes everything pending with one statement per outcome kind (``unnest``
-of arrays), guarded by ``(id, run_lease)`` and ``state = 'running'``.  Rows
-the guard rejects are stale (the attempt was cancelled, rescued or
-re-claimed meanwhile): counted and ignored.  Hooks and metrics fire only
+writes everything pending with one engine call (one statement) per outcome
+kind, guarded by ``(id, run_lease)`` and ``state = 'running'``.  Rows the
+guard rejects are stale (the attempt was cancelled, rescued or re-claimed
+meanwhile): counted and ignored.  Hooks and metrics fire only
 for rows whose write committed.
 """
 
@@ -14,17 +14,16 @@ import asyncio
 import enum
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
 
-from awa import config, lifecycle
+from awa import config
 from awa.job import JobState
 from awa.runtime import recording
 from awa.runtime.loops import stop_tasks
-from awa.storage.canonical import execution as sql
+from awa.storage.engine import AppliedBatch, AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.context import JobContext
@@ -75,17 +74,6 @@ def _job_id(f: Finished) -> int:
     return f.ctx.job.id
 
 
-def _jsonb(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
-
-
-async def _execute(conn: psycopg.AsyncConnection, query: str, params: Any) -> psycopg.AsyncCursor:
-    """Run on a tuple-row cursor: the hot path never builds dict rows."""
-    cur = conn.cursor(row_factory=tuple_row)
-    await cur.execute(query, params)
-    return cur
-
-
 class CompletionBatcher:
     def __init__(self, runtime: "Runtime") -> None:
         self.runtime = runtime
@@ -95,7 +83,7 @@ class CompletionBatcher:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._flushing = 0
 
     # -- producer side -------------------------------------------------------
@@ -177,11 +165,14 @@ class CompletionBatcher:
             for outcome, items in groups.items():
                 if len(items) > 1:
                     items.sort(key=_job_id)
-                done = await self._apply(conn, outcome, items)
-                if len(done) == len(items):
+                result = await self._apply(conn, outcome, items)
+                if len(result.applied) == len(items):
                     applied.append((outcome, items))
                     continue
-                ok = []
+                # Superseded attempts (cancelled as duplicates) count as stale,
+                # like any other write of an attempt that is no longer current.
+                done = set(result.applied)
+                ok: list[Finished] = []
                 for f in items:
                     (ok if f.ctx.job.id in done else stale).append(f)
                 applied.append((outcome, ok))
@@ -200,68 +191,36 @@ class CompletionBatcher:
                 item.ctx.job.state = state
                 emit(event, item.ctx.job, item.result)
 
-    async def _apply(self, conn: psycopg.AsyncConnection, outcome: Outcome,
-                     items: list[Finished]) -> set[int]:
-        ids = [f.ctx.job.id for f in items]
-        leases = [f.ctx.job.run_lease for f in items]
-        buffered = [f.ctx.take_buffered() for f in items]
-        progress = [_jsonb(p) for p, _ in buffered]
-        meta = [_jsonb(m) for _, m in buffered]
-        anything_buffered = any(p is not None or m is not None for p, m in buffered)
+    async def _apply(self, conn: psycopg.AsyncConnection[Any], outcome: Outcome,
+                     items: list[Finished]) -> AppliedBatch:
+        """One engine call for one outcome kind; the buffered progress and metadata
+        ride along, and are put back when the write fails."""
+        attempts: list[AttemptWrite] = []
+        append = attempts.append
+        for f in items:
+            ctx = f.ctx
+            job = ctx.job
+            progress, meta = ctx.take_buffered()
+            append(AttemptWrite(job.id, job.run_lease, progress, meta, f.error, f.delay_s,
+                                f.reason, f.callback_id, job.attempt))
         try:
-            if outcome is Outcome.COMPLETED:
-                if anything_buffered:
-                    cur = await _execute(conn, sql.COMPLETE_JOBS_WITH_PROGRESS,
-                                             (ids, leases, progress, meta))
-                else:
-                    cur = await _execute(conn, sql.COMPLETE_JOBS, (ids, leases))
-            elif outcome in (Outcome.FAIL, Outcome.CANCEL):
-                errors = [_jsonb(f.error) for f in items]
-                cur = await _execute(conn, sql.FINALIZE_JOBS, (
-                    outcome.state.value, ids, leases, errors, progress, meta))
-            elif outcome is Outcome.WAIT:
-                callback_ids = [f.callback_id for f in items]
-                cur = await _execute(conn, sql.PARK_JOBS,
-                                         (ids, leases, callback_ids, progress, meta))
-            else:
-                statement = {Outcome.RETRY: sql.RETRY_JOBS, Outcome.SNOOZE: sql.SNOOZE_JOBS,
-                             Outcome.DLQ: sql.DEAD_LETTER_JOBS}[outcome]
-                params = (ids, leases, [f.delay_s for f in items],
-                          [_jsonb(f.error) for f in items], progress, meta,
-                          [f.reason for f in items])
-                try:
-                    cur = await _execute(conn, statement, params)
-                except psycopg.errors.UniqueViolation:
-                    return await self._apply_one_by_one(conn, statement, items, buffered)
-            return {row[0] for row in await cur.fetchall()}
+            return await _WRITES[outcome](self.runtime.engine, conn, attempts)
         except BaseException:
-            for f, (p, m) in zip(items, buffered):
-                f.ctx.restore_buffered(p, m)
+            for f, a in zip(items, attempts):
+                f.ctx.restore_buffered(a.progress, a.metadata)
             raise
 
-    async def _apply_one_by_one(self, conn: psycopg.AsyncConnection, statement: str,
-                                items: list[Finished], buffered: list) -> set[int]:
-        """A retry collided with a newer holder of a unique key: the rare path.
 
-        Each row is moved on its own; a row that still collides is the
-        superseded attempt and is cancelled (``rescued as duplicate``).
-        """
-        done: set[int] = set()
-        for f, (p, m) in zip(items, buffered):
-            job = f.ctx.job
-            params = ([job.id], [job.run_lease], [f.delay_s], [_jsonb(f.error)],
-                      [_jsonb(p)], [_jsonb(m)], [f.reason])
-            try:
-                async with conn.transaction():
-                    cur = await _execute(conn, statement, params)
-                    rows = await cur.fetchall()
-            except psycopg.errors.UniqueViolation:
-                entry = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, job.attempt)
-                cur = await _execute(conn, sql.CANCEL_SUPERSEDED,
-                                         (Jsonb(entry), job.id, job.run_lease))
-                if await cur.fetchall():
-                    log.info("job %s: retry collided with a newer unique job; cancelled",
-                             job.id)
-                continue
-            done.update(r[0] for r in rows)
-        return done
+_Write = Callable[[Engine, "psycopg.AsyncConnection[Any]", Sequence[AttemptWrite]],
+                  Awaitable[AppliedBatch]]
+
+# The engine method that writes each outcome kind.
+_WRITES: dict[Outcome, _Write] = {
+    Outcome.COMPLETED: lambda e, c, a: e.complete_batch(c, a),
+    Outcome.RETRY: lambda e, c, a: e.retry_batch(c, a),
+    Outcome.SNOOZE: lambda e, c, a: e.snooze_batch(c, a),
+    Outcome.CANCEL: lambda e, c, a: e.cancel_batch(c, a),
+    Outcome.FAIL: lambda e, c, a: e.fail_batch(c, a),
+    Outcome.DLQ: lambda e, c, a: e.dead_letter_batch(c, a),
+    Outcome.WAIT: lambda e, c, a: e.park_batch(c, a),
+}

@@ -25,14 +25,14 @@ class JobContext:
                  "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq", "_written_seq",
                  "_metadata_patch", "is_async", "__weakref__")
 
-    def __init__(self, job: Job, runtime: "Runtime", permits: Any,
+    def __init__(self, job: Job[Any], runtime: "Runtime", permits: Any,
                  deadline_monotonic: float) -> None:
         self.job = job
         self.runtime = runtime
         self.permits = permits
         self.cancelled = False
         self.cancel_reason: str | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.started = time.monotonic()
         self.deadline_monotonic = deadline_monotonic
         self.dropped = False

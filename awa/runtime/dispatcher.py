@@ -11,57 +11,28 @@ listener connection is down).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import tuple_row
-from psycopg.types.json import JsonbLoader
 
 from awa import config, db
 from awa.config import QueueConfig
-from awa.job import Job, JobState
+from awa.job import Job
 from awa.runtime import recording
 from awa.runtime.loops import BackgroundLoop, listen_forever, stop_tasks
 from awa.runtime.permits import QueuePermits
 from awa.runtime.rate_limit import TokenBucket
-from awa.storage.canonical import execution as sql
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
 
 log = logging.getLogger("awa.runtime.dispatcher")
 
-_RUNNING = JobState.Running
-
 REASON_NOTIFY = "notify"
 REASON_POLL = "poll"
 REASON_CAPACITY = "capacity"
-
-
-_decode_json = json.JSONDecoder().decode
-
-
-class _ClaimJsonbLoader(JsonbLoader):
-    """jsonb for claimed rows: most metadata is ``{}``, and decoding text skips
-    the encoding sniffing ``json.loads`` does on bytes (measurable per job)."""
-
-    def load(self, data: Any) -> Any:
-        if data == b"{}":
-            return {}
-        return _decode_json(bytes(data).decode())
-
-
-def job_from_claim(row: tuple) -> Job[Any]:
-    (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
-     attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
-    return Job(id=id_, kind=kind, queue=queue, args=args, state=_RUNNING, priority=priority,
-               attempt=attempt, max_attempts=max_attempts, run_at=run_at,
-               deadline_at=deadline_at, attempted_at=attempted_at, created_at=created_at,
-               errors=errors or [], metadata=metadata or {}, tags=tags or [],
-               run_lease=run_lease, progress=progress)
 
 
 class Dispatcher:
@@ -84,7 +55,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     @property
     def alive(self) -> bool:
@@ -125,7 +96,7 @@ class Dispatcher:
             self._wake.clear()
             started = time.perf_counter()
             try:
-                rows = await self._claim(granted)
+                jobs = await self._claim(granted)
                 failures = 0
                 self.runtime.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -141,10 +112,9 @@ class Dispatcher:
                 log.error("claim on queue %s failed: %s", self.name, db.one_line(exc))
                 await asyncio.sleep(min(self.poll_interval * failures, 5.0))
                 continue
-            if len(rows) < granted:
-                self._give_back(granted - len(rows))
-            self.permits.hungry = len(rows) == granted
-            jobs = [job_from_claim(row) for row in rows]
+            if len(jobs) < granted:
+                self._give_back(granted - len(jobs))
+            self.permits.hungry = len(jobs) == granted
             recording.claimed(self.name, jobs, time.perf_counter() - started)
             if jobs:
                 self._start_jobs(jobs)
@@ -164,12 +134,10 @@ class Dispatcher:
         if self.bucket is not None:
             self.bucket.consume(-n)
 
-    async def _claim(self, n: int) -> list[tuple]:
+    async def _claim(self, n: int) -> list[Job[Any]]:
+        """One claim statement: the engine builds the running jobs from its rows."""
         async with self.runtime.pool.connection() as conn:
-            cur = conn.cursor(row_factory=tuple_row)
-            cur.adapters.register_loader("jsonb", _ClaimJsonbLoader)
-            await cur.execute(sql.CLAIM_JOBS, (self.name, self.name, n, self.deadline_ms))
-            return await cur.fetchall()
+            return await self.runtime.engine.claim_batch(conn, self.name, n, self.deadline_ms)
 
     def _start_jobs(self, jobs: list[Job[Any]]) -> None:
         start_job = self.runtime.executor.start_job

@@ -184,8 +184,9 @@ class Executor:
 
     def _terminal(self, ctx: JobContext, message: str, *, traceback: str | None = None,
                   result: Any = None) -> Finished:
-        extra = {"traceback": traceback} if traceback else {}
-        entry = lifecycle.error_entry(message, ctx.job.attempt, terminal=True, **extra)
+        entry = lifecycle.error_entry(message, ctx.job.attempt, terminal=True)
+        if traceback:
+            entry["traceback"] = traceback
         if self.runtime.dlq_enabled(ctx.job.queue):
             return Finished(ctx, Outcome.DLQ, error=entry, reason=lifecycle.DLQ_TERMINAL_ERROR,
                             result=result)

@@ -14,12 +14,10 @@ import time
 from typing import TYPE_CHECKING
 
 import psycopg
-from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb
 
 from awa.runtime import recording
 from awa.runtime.loops import BackgroundLoop, every
-from awa.storage.canonical import execution as sql
+from awa.storage.engine import AttemptWrite
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
@@ -54,18 +52,16 @@ class Heartbeat(BackgroundLoop):
         contexts = sorted(self.runtime.in_flight.values(), key=lambda c: c.job.id)
         if not contexts:
             return 0
-        buffered = [c.take_buffered() for c in contexts]
-        params = ([c.job.id for c in contexts], [c.job.run_lease for c in contexts],
-                  [None if p is None else Jsonb(p) for p, _ in buffered],
-                  [None if m is None else Jsonb(m) for _, m in buffered])
+        beats: list[AttemptWrite] = []
+        for c in contexts:
+            progress, meta = c.take_buffered()
+            beats.append(AttemptWrite(c.job.id, c.job.run_lease, progress, meta))
         try:
             async with self.runtime.pool.connection() as conn:
-                cur = conn.cursor(row_factory=tuple_row)
-                await cur.execute(sql.HEARTBEAT_JOBS, params)
-                matched = {row[0] for row in await cur.fetchall()}
+                matched = set(await self.runtime.engine.heartbeat_batch(conn, beats))
         except BaseException:
-            for c, (p, m) in zip(contexts, buffered):
-                c.restore_buffered(p, m)
+            for c, b in zip(contexts, beats):
+                c.restore_buffered(b.progress, b.metadata)
             raise
         recording.heartbeat_batch()
         for c in contexts:

@@ -2,6 +2,7 @@
 listeners, snapshot and maintenance together, and takes them down again.
 
 Maintenance (issue: maintenance) reads these attributes: ``pool``,
+``engine`` (the storage engine every job-table write goes through),
 ``database_url``, ``settings``, ``queues``, ``instance_id``, ``health``,
 ``in_flight``, ``dlq_enabled(queue)`` and ``client``.
 """
@@ -16,8 +17,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.types.json import Jsonb
-from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa import db, telemetry
@@ -32,7 +31,7 @@ from awa.runtime.executor import Executor, HandlerSpec
 from awa.runtime.heartbeat import Heartbeat
 from awa.runtime.permits import QueuePermits, WeightedPool
 from awa.runtime.snapshot import Snapshot
-from awa.storage.canonical import execution as sql
+from awa.storage.engine import AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.client import AsyncClient
@@ -84,6 +83,7 @@ class Runtime:
         self.health = Health()
         self.in_flight: dict[tuple[int, int], JobContext] = {}
         self.pool: AsyncConnectionPool = None  # type: ignore[assignment]
+        self.engine: Engine = None  # type: ignore[assignment]  # set in start()
         self.database_url: str = ""  # resolved in start(): may start the embedded server
         self.permits = self._build_permits()
         self.dispatchers: dict[str, Dispatcher] = {}
@@ -94,8 +94,8 @@ class Runtime:
         self.listener: QueueListener | None = None
         self.cancel_listener: CancelListener | None = None
         self.maintenance: Any = None
-        self._maintenance_task: asyncio.Task | None = None
-        self._watchdog_task: asyncio.Task | None = None
+        self._maintenance_task: asyncio.Task[Any] | None = None
+        self._watchdog_task: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics_endpoint: Any = None
 
@@ -119,6 +119,7 @@ class Runtime:
     async def start(self) -> None:
         telemetry.init_telemetry_from_env()
         self.pool = await self.client._get_pool()
+        self.engine = await self.client._get_engine()
         self.database_url = self.client.database_url  # resolved by the pool by now
         self.executor = Executor(self)
         self.completion = CompletionBatcher(self)
@@ -180,27 +181,22 @@ class Runtime:
         progress, patch = ctx.take_buffered()
         if progress is None and patch is None:
             return
+        job = ctx.job
         try:
             async with self.pool.connection() as conn:
-                cur = conn.cursor(row_factory=tuple_row)
-                await cur.execute(sql.FLUSH_PROGRESS, (
-                    ctx.job.id, ctx.job.run_lease,
-                    None if progress is None else Jsonb(progress),
-                    None if patch is None else Jsonb(patch)))
-                matched = await cur.fetchall()
+                matched = await self.engine.flush_progress_batch(
+                    conn, [AttemptWrite(job.id, job.run_lease, progress, patch)])
         except BaseException:
             ctx.restore_buffered(progress, patch)
             raise
         if not matched:
             ctx.cancel("attempt no longer owned by this worker")
-            recording.stale_heartbeats(ctx.job.queue, 1)  # a stale write, counted
+            recording.stale_heartbeats(job.queue, 1)  # a stale write, counted
 
     # -- health ----------------------------------------------------------------
     async def available_counts(self) -> dict[str, int]:
         async with self.pool.connection() as conn:
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(sql.AVAILABLE_COUNTS, (list(self.queues),))
-            return {q: n for q, n in await cur.fetchall()}
+            return await self.engine.available_counts(conn, list(self.queues))
 
     # -- shutdown --------------------------------------------------------------
     async def shutdown(self, timeout_ms: int) -> None:

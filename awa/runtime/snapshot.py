@@ -13,10 +13,8 @@ import socket
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from psycopg.types.json import Jsonb
-
 from awa.runtime.loops import BackgroundLoop, every
-from awa.storage.canonical import execution as sql
+from awa.storage.engine import RuntimeSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
@@ -63,11 +61,15 @@ class Snapshot(BackgroundLoop):
         rt = self.runtime
         h = rt.health
         h.refresh(rt)
-        params = (rt.instance_id, self.hostname, self.pid, __version__, self.started_at,
-                  int(rt.settings.snapshot_interval_ms), h.healthy, h.postgres_connected,
-                  h.poll_loop_alive, h.heartbeat_alive, h.maintenance_alive, h.leader,
-                  h.shutting_down, rt.settings.global_max_workers,
-                  Jsonb(queue_descriptions(rt)))
+        snapshot = RuntimeSnapshot(
+            instance_id=rt.instance_id, hostname=self.hostname, pid=self.pid,
+            version=__version__, started_at=self.started_at,
+            snapshot_interval_ms=int(rt.settings.snapshot_interval_ms), healthy=h.healthy,
+            postgres_connected=h.postgres_connected, poll_loop_alive=h.poll_loop_alive,
+            heartbeat_alive=h.heartbeat_alive, maintenance_alive=h.maintenance_alive,
+            leader=h.leader, shutting_down=h.shutting_down,
+            global_max_workers=rt.settings.global_max_workers,
+            queues=queue_descriptions(rt))
         async with rt.pool.connection() as conn:
-            await conn.execute(sql.UPSERT_RUNTIME_INSTANCE, params)
+            await rt.engine.upsert_runtime_snapshot(conn, snapshot)
         self.written = True

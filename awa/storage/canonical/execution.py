@@ -13,7 +13,21 @@ statement, keeping their id.
 
 from __future__ import annotations
 
-from awa.job import JOB_COLUMNS
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb, JsonbLoader
+
+from awa import lifecycle
+from awa.job import JOB_COLUMNS, Job, JobState
+from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
+
+log = logging.getLogger("awa.storage")
 
 # Columns the claim hands to the executor, in this order (tuple rows).
 CLAIM_COLUMNS = (
@@ -154,12 +168,14 @@ RETURNING job_id
 
 # When a retry collides with a newer holder of the job's unique key, the
 # superseded attempt is cancelled instead (row by row, the rare path).
+# Params: ids, leases, errors.
 CANCEL_SUPERSEDED = """
-UPDATE awa.jobs_hot
+UPDATE awa.jobs_hot j
    SET state = 'cancelled', finalized_at = now(),
-       errors = array_append(COALESCE(errors, '{}'), %s::jsonb)
- WHERE id = %s AND run_lease = %s AND state = 'running'
-RETURNING id
+       errors = array_append(COALESCE(j.errors, '{}'), u.error)
+  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS u(id, lease, error)
+ WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
+RETURNING j.id
 """
 
 # One heartbeat per interval for every attempt this process runs, carrying
@@ -179,7 +195,8 @@ RETURNING j.id
 FLUSH_PROGRESS = f"""
 UPDATE awa.jobs_hot j
    SET progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM (SELECT %s::bigint AS id, %s::bigint AS lease, %s::jsonb AS progress, %s::jsonb AS meta) u
+  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[])
+       AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
 RETURNING j.id
 """
@@ -213,5 +230,183 @@ ON CONFLICT (instance_id) DO UPDATE SET
 """
 
 
+_RUNNING = JobState.Running
+_decode_json = json.JSONDecoder().decode
+
+
+class ClaimJsonbLoader(JsonbLoader):
+    """jsonb for claimed rows: most metadata is ``{}``, and decoding text skips
+    the encoding sniffing ``json.loads`` does on bytes (measurable per job)."""
+
+    def load(self, data: Any) -> Any:
+        if data == b"{}":
+            return {}
+        return _decode_json(bytes(data).decode())
+
+
+def job_from_claim(row: tuple[Any, ...]) -> Job[Any]:
+    """A claimed tuple row (``CLAIM_COLUMNS``) as a running ``Job``: positional, no dict row."""
+    (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
+     attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
+    return Job(id=id_, kind=kind, queue=queue, args=args, state=_RUNNING, priority=priority,
+               attempt=attempt, max_attempts=max_attempts, run_at=run_at,
+               deadline_at=deadline_at, attempted_at=attempted_at, created_at=created_at,
+               errors=errors or [], metadata=metadata or {}, tags=tags or [],
+               run_lease=run_lease, progress=progress)
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
+               params: Sequence[Any]) -> list[int]:
+    """Run a guarded write on a tuple-row cursor (the hot path never builds dict rows)
+    and return the ids it touched."""
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(query, params)
+    return [row[0] for row in await cur.fetchall()]
+
+
+def _buffered(attempts: Sequence[AttemptWrite]) -> tuple[list[Jsonb | None], list[Jsonb | None]]:
+    return ([None if a.progress is None else Jsonb(a.progress) for a in attempts],
+            [None if a.metadata is None else Jsonb(a.metadata) for a in attempts])
+
+
+def _move_params(attempts: Sequence[AttemptWrite]) -> tuple[Any, ...]:
+    progress, meta = _buffered(attempts)
+    return ([a.id for a in attempts], [a.run_lease for a in attempts],
+            [a.delay_s for a in attempts], [_jsonb(a.error) for a in attempts],
+            progress, meta, [a.reason for a in attempts])
+
+
+def _finalize_params(state: JobState, attempts: Sequence[AttemptWrite]) -> tuple[Any, ...]:
+    progress, meta = _buffered(attempts)
+    return (state.value, [a.id for a in attempts], [a.run_lease for a in attempts],
+            [_jsonb(a.error) for a in attempts], progress, meta)
+
+
+def _progress_params(attempts: Sequence[AttemptWrite]) -> tuple[Any, ...]:
+    progress, meta = _buffered(attempts)
+    return ([a.id for a in attempts], [a.run_lease for a in attempts], progress, meta)
+
+
 class CanonicalExecution:
     """The execution group of the Engine protocol on the canonical engine."""
+
+    async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
+                          deadline_ms: int) -> list[Job[Any]]:
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
+        await cur.execute(CLAIM_JOBS, (queue, queue, limit, deadline_ms))
+        return [job_from_claim(row) for row in await cur.fetchall()]
+
+    async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
+                             attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        ids = [a.id for a in attempts]
+        leases = [a.run_lease for a in attempts]
+        if any(a.progress is not None or a.metadata is not None for a in attempts):
+            progress, meta = _buffered(attempts)
+            return AppliedBatch(await _ids(conn, COMPLETE_JOBS_WITH_PROGRESS,
+                                           (ids, leases, progress, meta)))
+        return AppliedBatch(await _ids(conn, COMPLETE_JOBS, (ids, leases)))
+
+    async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
+                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, RETRY_JOBS, attempts, "retry")
+
+    async def snooze_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, SNOOZE_JOBS, attempts, "snooze")
+
+    async def dead_letter_batch(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, DEAD_LETTER_JOBS, attempts, "dead-letter")
+
+    async def cancel_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
+                                       _finalize_params(JobState.Cancelled, attempts)))
+
+    async def fail_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
+                                       _finalize_params(JobState.Failed, attempts)))
+
+    async def park_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        progress, meta = _buffered(attempts)
+        return AppliedBatch(await _ids(conn, PARK_JOBS, (
+            [a.id for a in attempts], [a.run_lease for a in attempts],
+            [a.callback_id for a in attempts], progress, meta)))
+
+    async def cancel_superseded(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        errors = [Jsonb(lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, a.attempt))
+                  for a in attempts]
+        return await _ids(conn, CANCEL_SUPERSEDED,
+                          ([a.id for a in attempts], [a.run_lease for a in attempts], errors))
+
+    async def heartbeat_batch(self, conn: psycopg.AsyncConnection[Any],
+                              attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        return await _ids(conn, HEARTBEAT_JOBS, _progress_params(attempts))
+
+    async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
+                                   attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        return await _ids(conn, FLUSH_PROGRESS, _progress_params(attempts))
+
+    async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
+                                      snapshot: RuntimeSnapshot) -> None:
+        s = snapshot
+        await conn.execute(UPSERT_RUNTIME_INSTANCE, (
+            s.instance_id, s.hostname, s.pid, s.version, s.started_at, s.snapshot_interval_ms,
+            s.healthy, s.postgres_connected, s.poll_loop_alive, s.heartbeat_alive,
+            s.maintenance_alive, s.leader, s.shutting_down, s.global_max_workers,
+            Jsonb(s.queues)))
+
+    async def available_counts(self, conn: psycopg.AsyncConnection[Any],
+                               queues: Sequence[str]) -> dict[str, int]:
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(AVAILABLE_COUNTS, (list(queues),))
+        return {queue: int(n) for queue, n in await cur.fetchall()}
+
+    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+                    attempts: Sequence[AttemptWrite], what: str) -> AppliedBatch:
+        """A move out of ``jobs_hot`` (retry, snooze, dead-letter): one statement, and
+        on a unique collision the shared fallback (row by row, the superseded
+        attempt cancelled) so one wedged row never stops the rest."""
+        if not attempts:
+            return AppliedBatch()
+        if conn.autocommit:
+            # The common case in one round trip: a lone statement is atomic by
+            # itself; the fallback's transaction is only paid when it collides.
+            try:
+                return AppliedBatch(await _ids(conn, statement, _move_params(attempts)))
+            except psycopg.errors.UniqueViolation:
+                pass
+
+        async def batch(items: Sequence[AttemptWrite]) -> list[int]:
+            return await _ids(conn, statement, _move_params(items))
+
+        async def supersede(item: AttemptWrite) -> list[int]:
+            return await self.cancel_superseded(conn, [item])
+
+        outcome = await apply_batch_or_each(conn, attempts, batch=batch, on_collision=supersede,
+                                            what=f"{what} of {len(attempts)} job(s)")
+        for job_id in outcome.superseded:
+            log.info("job %s: %s collided with a newer unique job; cancelled", job_id, what)
+        return AppliedBatch(outcome.applied, outcome.superseded)
