@@ -20,8 +20,6 @@ from awa import config, lifecycle, metrics
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, ValidationError
 from awa.serialization import encode_args
 from awa.storage import open_engine
-# The SQL of these operations now lives with the canonical engine; the names
-# stay importable from here (awa_ops' console and the index-path tests use them).
 from awa.storage.canonical.admin import (GET_JOB, KIND_FILTER, LIST_JOBS, LIST_JOBS_ORDER,
                                          QUEUE_FILTER, QUEUE_STATS, STATE_FILTER, TAG_FILTER)
 from awa.storage.canonical.enqueue import (normalize_run_at, unique_error, validate_priority,
@@ -30,6 +28,8 @@ from awa.storage.engine import (DlqEntry, DlqFilter, Engine, JobDump, KindQueueC
                                 QueueCount, QueueStat, RetryFailedResult)
 from awa.unique import unique_key
 
+# The SQL of these operations lives with the canonical engine now; its names stay
+# importable from here (awa_ops' console and the index-path tests use them).
 __all__ = ["AdminMixin", "DlqEntry", "QueueStat", "RetryFailedResult", "render_dump",
            "GET_JOB", "KIND_FILTER", "LIST_JOBS", "LIST_JOBS_ORDER", "QUEUE_FILTER",
            "QUEUE_STATS", "STATE_FILTER", "TAG_FILTER"]

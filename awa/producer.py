@@ -20,7 +20,7 @@ from awa import config
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
 from awa.storage.canonical import enqueue
-from awa.storage.engine import EnqueueBatch, Engine, InsertOutcome
+from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
 
 class InsertedJobs(list):
@@ -28,7 +28,7 @@ class InsertedJobs(list):
 
     skipped: int = 0
 
-    def __init__(self, jobs: list[Job[Any]] = (), skipped: int = 0) -> None:
+    def __init__(self, jobs: Sequence[Job[Any]] = (), skipped: int = 0) -> None:
         super().__init__(jobs)
         self.skipped = skipped
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -72,7 +72,7 @@ async def settle(aconn: psycopg.AsyncConnection[Any], job_id: int, wanted: str,
 class Stage:
     """Puts jobs into a state the way production does: inserted, then run by a runtime."""
 
-    ARGS = {"failed": Fail, "retryable": Flaky, "running": Block, "waiting_external": Park,
+    ARGS: ClassVar[dict[str, type]] = {"failed": Fail, "retryable": Flaky, "running": Block, "waiting_external": Park,
             "completed": Done}
 
     def __init__(self, client: awa.AsyncClient, aconn: psycopg.AsyncConnection[Any]) -> None:

@@ -22,11 +22,9 @@ from psycopg.rows import dict_row
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical.collisions import apply_batch_or_each
-from awa.storage.canonical.enqueue import UNIQUE_HOLDER, unique_error
+from awa.storage.canonical.enqueue import unique_error
 from awa.storage.engine import (DlqEntry, DlqFilter, JobDump, KindQueueCount, QueueCount,
                                 QueueStat, RetryFailedResult)
-
-__all__ = ["CanonicalAdmin", "UNIQUE_HOLDER"]
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)

@@ -297,7 +297,8 @@ def _row_kind(args: Any, kind: str | None) -> str:
     if isinstance(args, dict):
         raise ValidationError("dict args need an explicit kind= (there is no class to derive "
                               "the kind from)")
-    return _kind_of(type(args))
+    cls: type = type(args)
+    return _kind_of(cls)
 
 
 def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
