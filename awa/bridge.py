@@ -18,7 +18,10 @@ import psycopg
 from awa import config
 from awa.job import JOB_COLUMNS, ValidationError
 from awa.producer import raise_if_unique_skipped
+from awa.storage import open_engine
+from awa.storage.canonical import ENGINE as CANONICAL
 from awa.storage.canonical import enqueue
+from awa.storage.engine import EnqueueBatch, EnqueueOps, InsertOutcome
 
 
 def _unwrap(conn: Any, wanted: type) -> Any:
@@ -31,9 +34,15 @@ def _unwrap(conn: Any, wanted: type) -> Any:
                           f"wrapping one), got {type(conn).__name__}")
 
 
-def _row(batch: enqueue.EnqueueBatch, outcome: enqueue.InsertOutcome) -> dict[str, Any]:
+def _sync_engine(conn: psycopg.Connection[Any]) -> EnqueueOps:
+    """The engine for a blocking connection: ``open_engine`` is async, and only canonical
+    exists so far; when a second engine arrives this needs a sync twin of the decision."""
+    return CANONICAL
+
+
+def _row(batch: EnqueueBatch, outcome: InsertOutcome) -> dict[str, Any]:
     """The new job as a row of ``awa.jobs`` (args as stored JSON, state as text)."""
-    job = enqueue.jobs_from(batch, outcome.rows)[0]
+    job = outcome.jobs[0]
     row = {name: getattr(job, name) for name in JOB_COLUMNS}
     row.update(args=json.loads(batch.args[0]), state=job.state.value)
     return row
@@ -51,8 +60,9 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
     batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
                                 max_attempts=max_attempts, tags=tags, metadata=metadata,
                                 run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
-    outcome = await enqueue.insert_batch(aconn, batch)
-    await raise_if_unique_skipped(aconn, batch, outcome)
+    engine = await open_engine(aconn)
+    outcome = await engine.insert_batch(aconn, batch)
+    await raise_if_unique_skipped(engine, aconn, batch, outcome)
     return _row(batch, outcome)
 
 
@@ -68,8 +78,9 @@ def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
     batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
                                 max_attempts=max_attempts, tags=tags, metadata=metadata,
                                 run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
-    outcome = enqueue.insert_batch_sync(sconn, batch)
-    if outcome.skipped:
-        holder, state = enqueue.unique_holder_sync(sconn, batch.unique_key[0])
-        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+    engine = _sync_engine(sconn)
+    outcome = engine.insert_batch_sync(sconn, batch)
+    if outcome.skipped and batch.unique_key[0] is not None:
+        raise enqueue.unique_conflict(batch.kind[0],
+                                      engine.unique_holder_sync(sconn, batch.unique_key[0]))
     return _row(batch, outcome)

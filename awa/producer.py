@@ -20,7 +20,7 @@ from awa import config
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
 from awa.storage.canonical import enqueue
-from awa.storage.canonical.enqueue import EnqueueBatch, InsertOutcome
+from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
 
 class InsertedJobs(list):
@@ -28,7 +28,7 @@ class InsertedJobs(list):
 
     skipped: int = 0
 
-    def __init__(self, jobs: list[Job[Any]] = (), skipped: int = 0) -> None:
+    def __init__(self, jobs: Sequence[Job[Any]] = (), skipped: int = 0) -> None:
         super().__init__(jobs)
         self.skipped = skipped
 
@@ -44,30 +44,26 @@ class EnqueueCount(int):
         return value
 
 
-def jobs_from(batch: EnqueueBatch, outcome: InsertOutcome) -> list[Job[Any]]:
-    """Jobs for the inserted rows, carrying the caller's own args objects."""
-    return enqueue.jobs_from(batch, outcome.rows)
-
-
-async def raise_if_unique_skipped(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
-                                  outcome: InsertOutcome) -> None:
+async def raise_if_unique_skipped(engine: Engine, conn: psycopg.AsyncConnection[Any],
+                                  batch: EnqueueBatch, outcome: InsertOutcome) -> None:
     """A single insert that was skipped as a duplicate is a ``UniqueConflict``."""
     if outcome.skipped and batch.unique_key[0] is not None:
-        holder, state = await enqueue.unique_holder(conn, batch.unique_key[0])
-        raise enqueue.unique_conflict(batch.kind[0], holder, state)
+        holder = await engine.unique_holder(conn, batch.unique_key[0])
+        raise enqueue.unique_conflict(batch.kind[0], holder)
 
 
-async def insert_one(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> Job[Any]:
+async def insert_one(engine: Engine, conn: psycopg.AsyncConnection[Any],
+                     batch: EnqueueBatch) -> Job[Any]:
     """Write a one-row batch; a unique duplicate raises ``UniqueConflict``."""
-    outcome = await enqueue.insert_batch(conn, batch)
-    await raise_if_unique_skipped(conn, batch, outcome)
-    return jobs_from(batch, outcome)[0]
+    outcome = await engine.insert_batch(conn, batch)
+    await raise_if_unique_skipped(engine, conn, batch, outcome)
+    return outcome.jobs[0]
 
 
-def inserted_jobs(outcomes: Sequence[tuple[EnqueueBatch, InsertOutcome]]) -> InsertedJobs:
+def inserted_jobs(outcomes: Sequence[InsertOutcome]) -> InsertedJobs:
     """The jobs of every written chunk, in order, with the duplicates skipped counted."""
-    return InsertedJobs([job for chunk, o in outcomes for job in jobs_from(chunk, o)],
-                        sum(o.skipped for _, o in outcomes))
+    return InsertedJobs([job for o in outcomes for job in o.jobs],
+                        sum(o.skipped for o in outcomes))
 
 
 def _record(batch_size: int, started: float) -> None:
@@ -82,6 +78,9 @@ class ProducerMixin:
     async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
         raise NotImplementedError  # provided by AsyncClient
 
+    async def _get_engine(self) -> Engine:
+        raise NotImplementedError  # provided by AsyncClient
+
     async def insert(self, args: Any, *, kind: str | None = None,
                      queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
                      max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
@@ -93,9 +92,10 @@ class ProducerMixin:
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
         pool = await self._get_pool()
+        engine = await self._get_engine()
         async with pool.connection() as conn:
             started = time.perf_counter()
-            job = await insert_one(conn, batch)
+            job = await insert_one(engine, conn, batch)
         _record(1, started)
         return job
 
@@ -158,42 +158,44 @@ class ProducerMixin:
         if not len(batch):
             return InsertedJobs() if returning else EnqueueCount(0)
         pool = await self._get_pool()
+        engine = await self._get_engine()
         chunks = batch.chunks(config.ENQUEUE_BATCH_SIZE)
-        outcomes: list[tuple[EnqueueBatch, InsertOutcome]] = []
+        outcomes: list[InsertOutcome] = []
         async with pool.connection() as conn:
             if len(chunks) > 1:
                 async with conn.transaction():
                     for chunk in chunks:
-                        outcomes.append((chunk, await self._write_chunk(conn, chunk, copy,
-                                                                        returning)))
+                        outcomes.append(await self._write_chunk(engine, conn, chunk, copy,
+                                                                returning))
             else:
-                outcomes.append((batch, await self._write_chunk(conn, batch, copy, returning)))
+                outcomes.append(await self._write_chunk(engine, conn, batch, copy, returning))
         if not returning:
-            return EnqueueCount(sum(o.inserted for _, o in outcomes),
-                                sum(o.skipped for _, o in outcomes))
+            return EnqueueCount(sum(o.inserted for o in outcomes),
+                                sum(o.skipped for o in outcomes))
         return inserted_jobs(outcomes)
 
     @staticmethod
-    async def _write_chunk(conn: psycopg.AsyncConnection[Any], chunk: EnqueueBatch, copy: bool,
-                           returning: bool) -> InsertOutcome:
+    async def _write_chunk(engine: Engine, conn: psycopg.AsyncConnection[Any],
+                           chunk: EnqueueBatch, copy: bool, returning: bool) -> InsertOutcome:
         started = time.perf_counter()
         if copy:
-            outcome = await enqueue.copy_batch(conn, chunk, returning)
+            outcome = await engine.copy_batch(conn, chunk, returning)
         else:
-            outcome = await enqueue.insert_batch(conn, chunk, returning)
+            outcome = await engine.insert_batch(conn, chunk, returning)
         _record(len(chunk), started)
         return outcome
 
     async def transaction(self) -> "Transaction":
         """A transaction on one pooled connection: ``async with await client.transaction() as tx``."""
         pool = await self._get_pool()
+        engine = await self._get_engine()
         conn = await pool.getconn()
         try:
             await conn.execute("BEGIN")
         except BaseException:
             await pool.putconn(conn)
             raise
-        return Transaction(pool, conn)
+        return Transaction(pool, conn, engine)
 
 
 _DOLLAR_PARAM = re.compile(r"\$(\d+)")
@@ -210,9 +212,11 @@ def translate_query(query: str, args: tuple[Any, ...]) -> tuple[str, Any]:
 class Transaction:
     """Inserts and queries that commit or roll back together with the caller's work."""
 
-    def __init__(self, pool: AsyncConnectionPool, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, pool: AsyncConnectionPool, conn: psycopg.AsyncConnection[Any],
+                 engine: Engine) -> None:
         self._pool = pool
         self._conn: psycopg.AsyncConnection[Any] | None = conn
+        self._engine = engine
 
     @property
     def connection(self) -> psycopg.AsyncConnection[Any]:
@@ -279,7 +283,7 @@ class Transaction:
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
-        return await insert_one(self.connection, batch)
+        return await insert_one(self._engine, self.connection, batch)
 
     async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
                           queue: str = config.DEFAULT_QUEUE,
@@ -294,7 +298,7 @@ class Transaction:
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
         conn = self.connection
-        return inserted_jobs([(chunk, await enqueue.insert_batch(conn, chunk))
+        return inserted_jobs([await self._engine.insert_batch(conn, chunk)
                               for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
 
     def __repr__(self) -> str:

@@ -1,7 +1,448 @@
-"""Canonical engine: the admin group of the Engine protocol."""
+"""Canonical engine: the admin group of the Engine protocol (jobs, queues, the DLQ).
+
+Every read is index-backed: lookups by id, by ``(state, queue, id)``,
+``(kind, state)`` or the finalized index; nothing scans a jobs table without
+a leading-column predicate.  Filters are constant SQL fragments joined with
+AND; values always travel as parameters.  A job moving between
+``awa.jobs_hot``, ``awa.scheduled_jobs`` and ``awa.dlq_entries`` is DELETEd
+and INSERTed in one statement, keeping its id.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from awa import config
+from awa.job import JOB_COLUMNS, Job, JobState
+from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.enqueue import unique_error
+from awa.storage.engine import (DlqEntry, DlqFilter, JobDump, KindQueueCount, QueueCount,
+                                QueueStat, RetryFailedResult)
+
+# --- column lists (constants built from the schema's column names) -----------
+_COLUMNS = ", ".join(JOB_COLUMNS)
+_DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
+_NON_ID_COLUMNS = ", ".join(c for c in JOB_COLUMNS if c != "id")
+
+
+def _select_list(overrides: dict[str, str], source: str = "m", id_column: str = "id") -> str:
+    """The job columns of ``source`` in table order, some replaced by expressions."""
+    parts = []
+    for column in JOB_COLUMNS:
+        if column in overrides:
+            parts.append(f"{overrides[column]} AS {column}")
+        elif column == "id":
+            parts.append(f"{source}.{id_column} AS id")
+        else:
+            parts.append(f"{source}.{column}")
+    return ", ".join(parts)
+
+
+_FINALIZED_NOW = {"finalized_at": "now()"}
+_FRESH_RUN = {
+    "attempt": "0", "heartbeat_at": "NULL", "deadline_at": "NULL", "finalized_at": "NULL",
+    "callback_id": "NULL", "callback_timeout_at": "NULL", "callback_filter": "NULL",
+    "callback_on_complete": "NULL", "callback_on_fail": "NULL", "callback_transform": "NULL",
+}
+_FRESH_RUN_SET = ", ".join(f"{k} = {v}" for k, v in _FRESH_RUN.items())
+
+# --- jobs ------------------------------------------------------------------
+GET_JOB = f"""
+SELECT {_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
+  FROM awa.jobs WHERE id = %(id)s
+UNION ALL
+SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at FROM awa.dlq_entries WHERE job_id = %(id)s
+LIMIT 1"""
+LIST_JOBS = f"SELECT {_COLUMNS} FROM awa.jobs"
+LIST_JOBS_ORDER = " ORDER BY id DESC LIMIT %(limit)s"
+STATE_FILTER = "state = %(state)s::awa.job_state"
+KIND_FILTER = "kind = %(kind)s"
+QUEUE_FILTER = "queue = %(queue)s"
+TAG_FILTER = "tags @> ARRAY[%(tag)s]::text[]"
+
+CANCEL_LIVE = """
+UPDATE awa.jobs_hot j
+   SET state = 'cancelled', finalized_at = now(), callback_timeout_at = NULL
+  FROM (SELECT id, state AS previous_state FROM awa.jobs_hot WHERE id = %(id)s FOR UPDATE) old
+ WHERE j.id = old.id AND j.state IN ('available', 'running', 'waiting_external')
+RETURNING j.*, old.previous_state"""
+CANCEL_DEFERRED = f"""
+WITH m AS (DELETE FROM awa.scheduled_jobs WHERE id = %(id)s RETURNING *)
+INSERT INTO awa.jobs_hot ({_COLUMNS})
+SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
+RETURNING *"""
+NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
+
+RETRY_JOB = f"""
+UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
+ WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+RETURNING *"""
+RETRY_FAILED = f"""
+UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
+ WHERE state = 'failed' AND {{filter}}
+RETURNING *"""
+RETRY_FAILED_IDS = RETRY_FAILED.format(filter="id = ANY(%(ids)s::bigint[])")
+FAILED_IDS = "SELECT id FROM awa.jobs_hot WHERE state = 'failed' AND {filter} ORDER BY id"
+DISCARD_FAILED = "DELETE FROM awa.jobs_hot WHERE state = 'failed' AND kind = %(kind)s"
+
+# --- queues ----------------------------------------------------------------
+PAUSE_QUEUE = """
+INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by)
+VALUES (%(queue)s, true, now(), %(paused_by)s)
+ON CONFLICT (queue)
+DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by"""
+RESUME_QUEUE = """
+INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
+ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL"""
+DRAIN_QUEUE = f"""
+WITH live AS (
+    UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now()
+     WHERE state = 'available' AND queue = %(queue)s
+    RETURNING kind
+), m AS (
+    DELETE FROM awa.scheduled_jobs
+     WHERE state IN ('scheduled', 'retryable') AND queue = %(queue)s
+    RETURNING *
+), moved AS (
+    INSERT INTO awa.jobs_hot ({_COLUMNS})
+    SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
+    RETURNING kind
+)
+SELECT kind, %(queue)s AS queue, count(*) AS drained
+  FROM (SELECT kind FROM live UNION ALL SELECT kind FROM moved) AS cancelled
+ GROUP BY kind"""
+# Each branch is served by an index: (state, queue, id) on both tables, the
+# finalized index for the last hour's completions, the claim index for lag.
+QUEUE_STATS = """
+WITH counts AS (
+    SELECT queue, state, count(*) AS n FROM awa.jobs_hot
+     WHERE state IN ('available', 'running', 'waiting_external', 'failed')
+     GROUP BY queue, state
+    UNION ALL
+    SELECT queue, state, count(*) FROM awa.scheduled_jobs
+     WHERE state IN ('scheduled', 'retryable')
+     GROUP BY queue, state
+), completed AS (
+    SELECT queue, count(*) AS n FROM awa.jobs_hot
+     WHERE state = 'completed' AND finalized_at > now() - interval '1 hour'
+     GROUP BY queue
+), lag AS (
+    SELECT queue, EXTRACT(EPOCH FROM now() - min(run_at))::float8 AS seconds
+      FROM awa.jobs_hot WHERE state = 'available' GROUP BY queue
+), queues AS (
+    SELECT queue FROM counts UNION SELECT queue FROM completed
+    UNION SELECT queue FROM awa.queue_meta
+)
+SELECT q.queue,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'available'), 0)::bigint AS available,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'failed'), 0)::bigint AS failed,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'scheduled'), 0)::bigint AS scheduled,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'retryable'), 0)::bigint AS retryable,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'waiting_external'), 0)::bigint
+           AS waiting_external,
+       COALESCE(max(d.n), 0)::bigint AS completed_last_hour,
+       CASE WHEN max(l.seconds) IS NOT NULL THEN GREATEST(max(l.seconds), 0) END AS lag_seconds,
+       COALESCE(bool_or(m.paused), false) AS paused
+  FROM queues q
+  LEFT JOIN counts c ON c.queue = q.queue
+  LEFT JOIN completed d ON d.queue = q.queue
+  LEFT JOIN lag l ON l.queue = q.queue
+  LEFT JOIN awa.queue_meta m ON m.queue = q.queue
+ GROUP BY q.queue
+ ORDER BY q.queue"""
+
+# --- dead-letter queue -------------------------------------------------------
+DLQ_DEPTH = "SELECT count(*) AS n FROM awa.dlq_entries"
+DLQ_DEPTH_BY_QUEUE = ("SELECT queue, count(*) AS n FROM awa.dlq_entries "
+                      "GROUP BY queue ORDER BY queue")
+GET_DLQ = "SELECT * FROM awa.dlq_entries WHERE job_id = %(id)s"
+LIST_DLQ = "SELECT * FROM awa.dlq_entries"
+LIST_DLQ_ORDER = " ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s"
+BEFORE_CURSOR_FILTER = "(dlq_at, job_id) < (%(before_dlq_at)s, %(before_id)s)"
+BEFORE_ID_FILTER = "job_id < %(before_id)s"
+BEFORE_DLQ_AT_FILTER = "dlq_at < %(before_dlq_at)s"
+PURGE_DLQ = "DELETE FROM awa.dlq_entries"
+PURGE_DLQ_JOB = "DELETE FROM awa.dlq_entries WHERE job_id = %(id)s"
+# Wraps a PURGE_DLQ statement: how many entries per queue it deleted (for the metric).
+PURGE_COUNTED = ("WITH purged AS ({purge} RETURNING queue) "
+                 "SELECT queue, count(*) AS n FROM purged GROUP BY queue")
+DLQ_IDS = "SELECT job_id FROM awa.dlq_entries WHERE {filter} ORDER BY job_id"
+
+_REDRIVE = {
+    **_FRESH_RUN,
+    "queue": "COALESCE(%(queue)s, m.queue)",
+    "priority": "COALESCE(%(priority)s::smallint, m.priority)",
+    "run_at": "COALESCE(%(run_at)s::timestamptz, now())",
+    "run_lease": "m.original_run_lease",
+}
+# A redriven job keeps its id and run_lease (so a stale write of an old
+# attempt still cannot match) and starts with a fresh attempt budget.
+_REDRIVE_FROM = f"""
+WITH m AS (DELETE FROM awa.dlq_entries WHERE {{filter}} RETURNING *),
+hot AS (
+    INSERT INTO awa.jobs_hot ({_COLUMNS})
+    SELECT {_select_list({**_REDRIVE, "state": "'available'"}, id_column="job_id")} FROM m
+     WHERE COALESCE(%(run_at)s::timestamptz, now()) <= now()
+    RETURNING *
+), later AS (
+    INSERT INTO awa.scheduled_jobs ({_COLUMNS})
+    SELECT {_select_list({**_REDRIVE, "state": "'scheduled'"}, id_column="job_id")} FROM m
+     WHERE COALESCE(%(run_at)s::timestamptz, now()) > now()
+    RETURNING *
+)
+SELECT * FROM hot UNION ALL SELECT * FROM later"""
+RETRY_FROM_DLQ = _REDRIVE_FROM.format(filter="job_id = %(id)s")
+BULK_RETRY_FROM_DLQ = _REDRIVE_FROM  # .format(filter=<constant fragments>)
+RETRY_FROM_DLQ_IDS = _REDRIVE_FROM.format(filter="job_id = ANY(%(ids)s::bigint[])")
+
+_TO_DLQ = f"""
+WITH m AS (DELETE FROM awa.jobs_hot WHERE state = 'failed' AND {{filter}} RETURNING *),
+moved AS (
+    INSERT INTO awa.dlq_entries (job_id, {_NON_ID_COLUMNS}, dlq_reason, dlq_at,
+                                 original_run_lease)
+    SELECT id, {_NON_ID_COLUMNS}, %(reason)s, now(), run_lease FROM m
+    RETURNING *
+)"""
+MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM moved"
+# The bulk move reports only how many of each (kind, queue) it moved.
+BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
+                           "GROUP BY kind, queue")  # .format(filter=<constant fragments>)
+
+_FRAGMENTS = {"state": STATE_FILTER, "kind": KIND_FILTER, "queue": QUEUE_FILTER,
+              "tag": TAG_FILTER}
+
+
+def _filters(**values: Any) -> tuple[list[str], dict[str, Any]]:
+    """Constant SQL fragments for the filters given, and their parameters."""
+    chosen = [_FRAGMENTS[name] for name, value in values.items() if value is not None]
+    return chosen, {k: v for k, v in values.items() if v is not None}
+
+
+def _dlq_filters(where: DlqFilter) -> tuple[list[str], dict[str, Any]]:
+    chosen, params = _filters(kind=where.kind, queue=where.queue, tag=where.tag)
+    if where.before_id is not None and where.before_dlq_at is not None:
+        chosen.append(BEFORE_CURSOR_FILTER)
+    elif where.before_id is not None:
+        chosen.append(BEFORE_ID_FILTER)
+    elif where.before_dlq_at is not None:
+        chosen.append(BEFORE_DLQ_AT_FILTER)
+    params.update({k: v for k, v in (("before_id", where.before_id),
+                                     ("before_dlq_at", where.before_dlq_at)) if v is not None})
+    return chosen, params
+
+
+def _where(chosen: list[str]) -> str:
+    return " WHERE " + " AND ".join(chosen) if chosen else ""
+
+
+def _all_of(chosen: list[str]) -> str:
+    """A filter for the bulk templates; no filter at all matches everything."""
+    return " AND ".join(chosen) if chosen else "true"
+
+
+def _queue_channel(queue: str) -> str:
+    return config.NOTIFY_CHANNEL_PREFIX + queue
+
+
+def _dlq_entry(row: dict[str, Any]) -> DlqEntry:
+    return DlqEntry(job=Job.from_row({**row, "id": row["job_id"]}), reason=row["dlq_reason"],
+                    dlq_at=row["dlq_at"], original_run_lease=row["original_run_lease"])
+
+
+def _queue_counts(rows: list[dict[str, Any]]) -> list[QueueCount]:
+    return [QueueCount(r["queue"], int(r["n"])) for r in rows]
+
+
+def _per_queue(rows: Sequence[dict[str, Any]]) -> list[QueueCount]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["queue"]] = counts.get(row["queue"], 0) + 1
+    return [QueueCount(queue, n) for queue, n in counts.items()]
+
+
+async def _rows(conn: psycopg.AsyncConnection[Any], sql: str,
+                params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def _row(conn: psycopg.AsyncConnection[Any], sql: str,
+               params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchone()
+
+
+async def _notify(conn: psycopg.AsyncConnection[Any], channel: str, payload: str = "") -> None:
+    await conn.execute(NOTIFY, {"channel": channel, "payload": payload})
+
+
+async def _notify_queues(conn: psycopg.AsyncConnection[Any], rows: list[dict[str, Any]]) -> None:
+    """Wake the dispatchers of every queue that got an available job."""
+    for queue in sorted({r["queue"] for r in rows if r["state"] == "available"}):
+        await _notify(conn, _queue_channel(queue))
+
 
 class CanonicalAdmin:
-    """Filled in by the admin group."""
+    """The admin group of the Engine protocol on the canonical engine."""
+
+    # -- jobs --------------------------------------------------------------
+    async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        row = await _row(conn, GET_JOB, {"id": job_id})
+        return Job.from_row(row) if row else None
+
+    async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobDump | None:
+        row = await _row(conn, GET_JOB, {"id": job_id})
+        if row is None:
+            return None
+        return JobDump(Job.from_row(row), row["dlq_reason"], row["dlq_at"])
+
+    async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
+                        state: JobState | None = None, kind: str | None = None,
+                        queue: str | None = None, tag: str | None = None,
+                        limit: int = 100) -> list[Job[Any]]:
+        chosen, params = _filters(state=None if state is None else JobState(state).value,
+                                  kind=kind, queue=queue, tag=tag)
+        params["limit"] = limit
+        rows = await _rows(conn, LIST_JOBS + _where(chosen) + LIST_JOBS_ORDER, params)
+        return [Job.from_row(r) for r in rows]
+
+    async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        async with conn.transaction():
+            row = await _row(conn, CANCEL_LIVE, {"id": job_id})
+            if row is None:
+                row = await _row(conn, CANCEL_DEFERRED, {"id": job_id})
+            elif row["previous_state"] in ("running", "waiting_external"):
+                payload = json.dumps({"job_id": row["id"], "run_lease": row["run_lease"]})
+                await _notify(conn, config.CANCEL_CHANNEL, payload)
+        return Job.from_row(row) if row else None
+
+    async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        try:
+            async with conn.transaction():
+                row = await _row(conn, RETRY_JOB, {"id": job_id})
+                if row is not None:
+                    await _notify(conn, _queue_channel(row["queue"]))
+        except pg_errors.UniqueViolation as exc:
+            raise (unique_error(exc, f"retry job {job_id}") or exc) from None
+        return Job.from_row(row) if row else None
+
+    async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
+                           queue: str | None = None) -> RetryFailedResult:
+        chosen, params = _filters(kind=kind, queue=queue)
+
+        async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
+            return await _rows(conn, RETRY_FAILED_IDS, {"ids": list(ids)})
+
+        async with conn.transaction():
+            ids = [r["id"] for r in await _rows(conn, FAILED_IDS.format(filter=_all_of(chosen)),
+                                                params)]
+            outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
+            await _notify_queues(conn, outcome.applied)
+        jobs = [Job.from_row(r) for r in outcome.applied]
+        if not outcome.degraded:
+            return RetryFailedResult(jobs, len(jobs))
+        return RetryFailedResult(jobs, len(ids), skipped=len(ids) - len(jobs))
+
+    async def discard_failed(self, conn: psycopg.AsyncConnection[Any], kind: str) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(DISCARD_FAILED, {"kind": kind})
+            return cur.rowcount
+
+    # -- queues ------------------------------------------------------------
+    async def pause_queue(self, conn: psycopg.AsyncConnection[Any], queue: str,
+                          paused_by: str | None = None) -> None:
+        await conn.execute(PAUSE_QUEUE, {"queue": queue, "paused_by": paused_by})
+
+    async def resume_queue(self, conn: psycopg.AsyncConnection[Any], queue: str) -> None:
+        async with conn.transaction():
+            await conn.execute(RESUME_QUEUE, {"queue": queue})
+            await _notify(conn, _queue_channel(queue))
+
+    async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
+                          queue: str) -> list[KindQueueCount]:
+        rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
+        return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
+
+    async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
+        return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
+
+    # -- dead-letter queue ---------------------------------------------------
+    async def dlq_depth(self, conn: psycopg.AsyncConnection[Any], *,
+                        queue: str | None = None) -> int:
+        chosen, params = _filters(queue=queue)
+        row = await _row(conn, DLQ_DEPTH + _where(chosen), params)
+        return int(row["n"]) if row else 0
+
+    async def dlq_depth_by_queue(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueCount]:
+        return _queue_counts(await _rows(conn, DLQ_DEPTH_BY_QUEUE))
+
+    async def get_dlq_job(self, conn: psycopg.AsyncConnection[Any],
+                          job_id: int) -> DlqEntry | None:
+        row = await _row(conn, GET_DLQ, {"id": job_id})
+        return _dlq_entry(row) if row else None
+
+    async def list_dlq(self, conn: psycopg.AsyncConnection[Any], where: DlqFilter,
+                       limit: int = 100) -> list[DlqEntry]:
+        chosen, params = _dlq_filters(where)
+        params["limit"] = limit
+        rows = await _rows(conn, LIST_DLQ + _where(chosen) + LIST_DLQ_ORDER, params)
+        return [_dlq_entry(r) for r in rows]
+
+    async def purge_dlq(self, conn: psycopg.AsyncConnection[Any],
+                        where: DlqFilter) -> list[QueueCount]:
+        chosen, params = _dlq_filters(where)
+        return _queue_counts(await _rows(
+            conn, PURGE_COUNTED.format(purge=PURGE_DLQ + _where(chosen)), params))
+
+    async def purge_dlq_job(self, conn: psycopg.AsyncConnection[Any],
+                            job_id: int) -> list[QueueCount]:
+        return _queue_counts(await _rows(conn, PURGE_COUNTED.format(purge=PURGE_DLQ_JOB),
+                                         {"id": job_id}))
+
+    async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                             run_at: datetime | None = None, priority: int | None = None,
+                             queue: str | None = None) -> Job[Any] | None:
+        params = {"id": job_id, "run_at": run_at, "priority": priority, "queue": queue}
+        try:
+            rows = await _rows(conn, RETRY_FROM_DLQ, params)
+        except pg_errors.UniqueViolation as exc:
+            raise (unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
+        return Job.from_row(rows[0]) if rows else None
+
+    async def bulk_retry_from_dlq(self, conn: psycopg.AsyncConnection[Any],
+                                  where: DlqFilter) -> list[QueueCount]:
+        chosen, params = _filters(kind=where.kind, queue=where.queue, tag=where.tag)
+
+        async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
+            return await _rows(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
+                                                         "priority": None, "queue": None})
+
+        async with conn.transaction():
+            ids = [r["job_id"] for r in await _rows(conn, DLQ_IDS.format(filter=_all_of(chosen)),
+                                                    params)]
+            outcome = await apply_batch_or_each(conn, ids, batch=redrive,
+                                                what="bulk_retry_from_dlq")
+        return _per_queue(outcome.applied)
+
+    async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                 reason: str) -> DlqEntry | None:
+        row = await _row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
+        return _dlq_entry(row) if row else None
+
+    async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
+                                      kind: str | None = None, queue: str | None = None,
+                                      reason: str) -> list[KindQueueCount]:
+        chosen, params = _filters(kind=kind, queue=queue)
+        params["reason"] = reason
+        rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
+        return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]

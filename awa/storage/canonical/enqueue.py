@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 from awa import config, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
 from awa.serialization import derive_kind, json_default
+from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
 from awa.unique import UniqueOpts, key_for
 
 UNIQUE_INDEX = "idx_awa_jobs_unique"
@@ -150,52 +151,18 @@ SELECT c.job_id, j.state
 
 
 # --- the builder -----------------------------------------------------------
-@dataclass
-class EnqueueBatch:
-    """Validated, encoded columns of the rows one statement writes."""
+def _params(batch: EnqueueBatch) -> dict[str, list[Any]]:
+    """The ``unnest`` statement's array parameters."""
+    return {name: getattr(batch, name) for name in _INSERTED_COLUMNS}
 
-    kind: list[str] = field(default_factory=list)
-    queue: list[str] = field(default_factory=list)
-    args: list[str] = field(default_factory=list)
-    priority: list[int] = field(default_factory=list)
-    max_attempts: list[int] = field(default_factory=list)
-    run_at: list[datetime | None] = field(default_factory=list)
-    metadata: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)  # text[] literals
-    unique_key: list[bytes | None] = field(default_factory=list)
-    unique_states: list[str | None] = field(default_factory=list)
-    originals: list[Any] = field(default_factory=list)
-    metadata_dicts: list[dict[str, Any]] = field(default_factory=list)
-    tag_lists: list[list[str]] = field(default_factory=list)
 
-    def __len__(self) -> int:
-        return len(self.kind)
-
-    @property
-    def needs_general(self) -> bool:
-        """Unique keys or explicit run_at need the general statement."""
-        return self.has_unique or any(r is not None for r in self.run_at)
-
-    @property
-    def has_unique(self) -> bool:
-        return any(k is not None for k in self.unique_key)
-
-    def chunks(self, size: int) -> list["EnqueueBatch"]:
-        if len(self) <= size:
-            return [self]
-        names = [f.name for f in dataclasses.fields(self)]
-        return [EnqueueBatch(**{n: getattr(self, n)[i:i + size] for n in names})
-                for i in range(0, len(self), size)]
-
-    def params(self) -> dict[str, list[Any]]:
-        return {name: getattr(self, name) for name in _INSERTED_COLUMNS}
-
-    def copy_rows(self, with_ord: bool):
-        cols = [getattr(self, name) for name in _INSERTED_COLUMNS]
-        if with_ord:
-            return zip(range(1, len(self) + 1), *cols)
-        return zip(self.kind, self.queue, self.args, self.priority, self.max_attempts,
-                   self.metadata, self.tags)
+def _copy_rows(batch: EnqueueBatch, with_ord: bool) -> Iterator[tuple[Any, ...]]:
+    """COPY rows: every inserted column after its ordinal (staging), or only jobs_hot's."""
+    if with_ord:
+        cols = [getattr(batch, name) for name in _INSERTED_COLUMNS]
+        return zip(range(1, len(batch) + 1), *cols)
+    return zip(batch.kind, batch.queue, batch.args, batch.priority, batch.max_attempts,
+               batch.metadata, batch.tags)
 
 
 @dataclass(frozen=True)
@@ -330,7 +297,8 @@ def _row_kind(args: Any, kind: str | None) -> str:
     if isinstance(args, dict):
         raise ValidationError("dict args need an explicit kind= (there is no class to derive "
                               "the kind from)")
-    return _kind_of(type(args))
+    cls: type = type(args)
+    return _kind_of(cls)
 
 
 def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
@@ -464,17 +432,18 @@ def jobs_from(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> list[Job[Any]]
 
 
 # --- executing -------------------------------------------------------------
-@dataclass
-class InsertOutcome:
-    rows: list[dict[str, Any]]
-    inserted: int
-    skipped: int
-
-
 def _is_unique_race(exc: BaseException) -> bool:
     diag = getattr(exc, "diag", None)
     return (isinstance(exc, pg_errors.UniqueViolation)
             and getattr(diag, "constraint_name", None) == UNIQUE_INDEX)
+
+
+def unique_error(exc: BaseException, what: str) -> UniqueConflict | None:
+    """The operator's error for a move that collided with a live job's unique claim."""
+    if getattr(getattr(exc, "diag", None), "constraint_name", None) == UNIQUE_INDEX:
+        return UniqueConflict(f"cannot {what}: another live job holds its unique key "
+                              f"(cancel or finish that job first)")
+    return None
 
 
 def _statement(batch: EnqueueBatch, returning: bool) -> str:
@@ -484,82 +453,43 @@ def _statement(batch: EnqueueBatch, returning: bool) -> str:
 
 
 def _returned(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> InsertOutcome:
-    return InsertOutcome(rows, len(rows), len(batch) - len(rows))
+    return InsertOutcome(jobs_from(batch, rows), len(rows), len(batch) - len(rows))
 
 
 def _counted(batch: EnqueueBatch, inserted: int) -> InsertOutcome:
     return InsertOutcome([], inserted, len(batch) - inserted)
 
 
-async def _outcome(batch: EnqueueBatch, cur: psycopg.AsyncCursor[Any],
+async def _outcome(batch: EnqueueBatch, cur: psycopg.AsyncCursor[dict[str, Any]],
                    returning: bool) -> InsertOutcome:
     """What the insert ``cur`` just ran wrote: its rows, or (general statements) its count row."""
     if returning:
         return _returned(batch, await cur.fetchall())
-    return _counted(batch, cur.rowcount if not batch.needs_general
-                    else (await cur.fetchone())["inserted"])
+    if not batch.needs_general:
+        return _counted(batch, cur.rowcount)
+    row = await cur.fetchone()
+    return _counted(batch, int(row["inserted"]) if row else 0)
 
 
-def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[Any],
+def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[dict[str, Any]],
                   returning: bool) -> InsertOutcome:
     if returning:
         return _returned(batch, cur.fetchall())
-    return _counted(batch, cur.rowcount if not batch.needs_general
-                    else cur.fetchone()["inserted"])
+    if not batch.needs_general:
+        return _counted(batch, cur.rowcount)
+    row = cur.fetchone()
+    return _counted(batch, int(row["inserted"]) if row else 0)
 
 
-def _in_transaction(conn: Any) -> bool:
+def _in_transaction(conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> bool:
     return conn.info.transaction_status != TransactionStatus.IDLE
 
 
-def _give_up(exc: BaseException, attempt: int, conn: Any, guarded: bool) -> bool:
+def _give_up(exc: BaseException, attempt: int,
+             conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any], guarded: bool) -> bool:
     """Retry only a lost unique race, while attempts remain and a savepoint can undo it."""
     return (not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1
             or (_in_transaction(conn) and not guarded))
-
-
-async def insert_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
-                       returning: bool = True) -> InsertOutcome:
-    """One statement for the whole batch; retries a lost unique race."""
-    if not len(batch):
-        return InsertOutcome([], 0, 0)
-    sql, params = _statement(batch, returning), batch.params()
-    guard = batch.has_unique and _in_transaction(conn)
-    for attempt in range(UNIQUE_RACE_RETRIES):
-        try:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                if guard:
-                    async with conn.transaction():
-                        await cur.execute(sql, params)
-                else:
-                    await cur.execute(sql, params)
-                return await _outcome(batch, cur, returning)
-        except pg_errors.UniqueViolation as exc:
-            if _give_up(exc, attempt, conn, guard):
-                raise _conflict_from(exc) from None
-    raise AssertionError("unreachable")
-
-
-def insert_batch_sync(conn: psycopg.Connection[Any], batch: EnqueueBatch,
-                      returning: bool = True) -> InsertOutcome:
-    """The blocking twin of ``insert_batch`` for the caller's own sync connection."""
-    if not len(batch):
-        return InsertOutcome([], 0, 0)
-    sql, params = _statement(batch, returning), batch.params()
-    guard = batch.has_unique and _in_transaction(conn)
-    for attempt in range(UNIQUE_RACE_RETRIES):
-        try:
-            with conn.cursor(row_factory=dict_row) as cur:
-                if guard:
-                    with conn.transaction():
-                        cur.execute(sql, params)
-                else:
-                    cur.execute(sql, params)
-                return _outcome_sync(batch, cur, returning)
-        except pg_errors.UniqueViolation as exc:
-            if _give_up(exc, attempt, conn, guard):
-                raise _conflict_from(exc) from None
-    raise AssertionError("unreachable")
 
 
 def _conflict_from(exc: BaseException) -> UniqueConflict:
@@ -567,60 +497,106 @@ def _conflict_from(exc: BaseException) -> UniqueConflict:
                           f"{' '.join(str(exc).split())}")
 
 
-async def copy_batch(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
-                     returning: bool) -> InsertOutcome:
-    """COPY the batch in: straight into jobs_hot when it can, else via staging."""
-    if not len(batch):
-        return InsertOutcome([], 0, 0)
-    if not returning and not batch.needs_general:
-        async with conn.cursor() as cur:
-            async with cur.copy(COPY_INTO_HOT) as copy:
-                for row in batch.copy_rows(with_ord=False):
-                    await copy.write_row(row)
-        return InsertOutcome([], len(batch), 0)
-    if returning:
-        sql = STAGED_GENERAL_RETURNING if batch.needs_general else STAGED_PLAIN_RETURNING
-    else:
-        sql = STAGED_GENERAL_COUNT
-    async with conn.transaction():
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(CREATE_STAGING)
-            async with cur.copy(COPY_INTO_STAGING) as copy:
-                for row in batch.copy_rows(with_ord=True):
-                    await copy.write_row(row)
-            for attempt in range(UNIQUE_RACE_RETRIES):
-                try:
-                    async with conn.transaction():
-                        await cur.execute(sql)
-                    # (not returning implies needs_general here: the count arrives as a row)
-                    return await _outcome(batch, cur, returning)
-                except pg_errors.UniqueViolation as exc:
-                    if _give_up(exc, attempt, conn, guarded=True):
-                        raise _conflict_from(exc) from None
-    raise AssertionError("unreachable")
+def _holder(row: dict[str, Any] | None) -> UniqueHolder | None:
+    if row is None:
+        return None
+    return UniqueHolder(row["job_id"], None if row["state"] is None else JobState(row["state"]))
 
 
-async def unique_holder(conn: psycopg.AsyncConnection[Any],
-                        key: bytes) -> tuple[int | None, str | None]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(UNIQUE_HOLDER, (key,))
-        row = await cur.fetchone()
-    return (row["job_id"], row["state"]) if row else (None, None)
-
-
-def unique_holder_sync(conn: psycopg.Connection[Any],
-                       key: bytes) -> tuple[int | None, str | None]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(UNIQUE_HOLDER, (key,)).fetchone()
-    return (row["job_id"], row["state"]) if row else (None, None)
-
-
-def unique_conflict(kind: str, holder: int | None, state: Any) -> UniqueConflict:
+def unique_conflict(kind: str, holder: UniqueHolder | None) -> UniqueConflict:
+    """A single insert skipped as a duplicate: who holds the key, when anybody still does."""
     if holder is None:
         return UniqueConflict(f"a unique {kind} job with the same key already exists")
+    state = "None" if holder.state is None else holder.state.value
     return UniqueConflict(f"a unique {kind} job with the same key already exists: "
-                          f"job {holder} ({state}) holds the claim")
+                          f"job {holder.job_id} ({state}) holds the claim")
 
 
 class CanonicalEnqueue:
     """The enqueue group of the Engine protocol on the canonical engine."""
+
+    async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                           returning: bool = True) -> InsertOutcome:
+        """One statement for the whole batch; retries a lost unique race."""
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        sql, params = _statement(batch, returning), _params(batch)
+        guard = batch.has_unique and _in_transaction(conn)
+        for attempt in range(UNIQUE_RACE_RETRIES):
+            try:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    if guard:
+                        async with conn.transaction():
+                            await cur.execute(sql, params)
+                    else:
+                        await cur.execute(sql, params)
+                    return await _outcome(batch, cur, returning)
+            except pg_errors.UniqueViolation as exc:
+                if _give_up(exc, attempt, conn, guard):
+                    raise _conflict_from(exc) from None
+        raise AssertionError("unreachable")
+
+    def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
+                          returning: bool = True) -> InsertOutcome:
+        """The blocking twin of ``insert_batch`` for the caller's own sync connection."""
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        sql, params = _statement(batch, returning), _params(batch)
+        guard = batch.has_unique and _in_transaction(conn)
+        for attempt in range(UNIQUE_RACE_RETRIES):
+            try:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    if guard:
+                        with conn.transaction():
+                            cur.execute(sql, params)
+                    else:
+                        cur.execute(sql, params)
+                    return _outcome_sync(batch, cur, returning)
+            except pg_errors.UniqueViolation as exc:
+                if _give_up(exc, attempt, conn, guard):
+                    raise _conflict_from(exc) from None
+        raise AssertionError("unreachable")
+
+    async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                         returning: bool = True) -> InsertOutcome:
+        """COPY the batch in: straight into jobs_hot when it can, else via staging."""
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        if not returning and not batch.needs_general:
+            async with conn.cursor() as plain:
+                async with plain.copy(COPY_INTO_HOT) as copy:
+                    for row in _copy_rows(batch, with_ord=False):
+                        await copy.write_row(row)
+            return InsertOutcome([], len(batch), 0)
+        if returning:
+            sql = STAGED_GENERAL_RETURNING if batch.needs_general else STAGED_PLAIN_RETURNING
+        else:
+            sql = STAGED_GENERAL_COUNT
+        async with conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(CREATE_STAGING)
+                async with cur.copy(COPY_INTO_STAGING) as copy:
+                    for row in _copy_rows(batch, with_ord=True):
+                        await copy.write_row(row)
+                for attempt in range(UNIQUE_RACE_RETRIES):
+                    try:
+                        async with conn.transaction():
+                            await cur.execute(sql)
+                        # (not returning implies needs_general here: the count arrives as a row)
+                        return await _outcome(batch, cur, returning)
+                    except pg_errors.UniqueViolation as exc:
+                        if _give_up(exc, attempt, conn, guarded=True):
+                            raise _conflict_from(exc) from None
+        raise AssertionError("unreachable")
+
+    async def unique_holder(self, conn: psycopg.AsyncConnection[Any],
+                            key: bytes) -> UniqueHolder | None:
+        """The one unique-claim-holder lookup (insert conflicts and admin's cancel by key)."""
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(UNIQUE_HOLDER, (key,))
+            return _holder(await cur.fetchone())
+
+    def unique_holder_sync(self, conn: psycopg.Connection[Any],
+                           key: bytes) -> UniqueHolder | None:
+        with conn.cursor(row_factory=dict_row) as cur:
+            return _holder(cur.execute(UNIQUE_HOLDER, (key,)).fetchone())
