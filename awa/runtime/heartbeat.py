@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from awa import config
 from awa.runtime import recording
 from awa.runtime.loops import BackgroundLoop, every
 from awa.storage.engine import AttemptWrite
@@ -34,8 +35,11 @@ class Heartbeat(BackgroundLoop):
         self.last_beat_at = time.monotonic()
 
     async def _run(self) -> None:
+        # After a failed beat, retry at the pool's reconnect pace: the first
+        # write once the database is back is the held-back heartbeat.
         await every(self.interval, self._beat_and_mark, log=log, on_error=self._failed,
-                    failed="heartbeat failed (%s); retrying next interval")
+                    failed="heartbeat failed (%s); retrying",
+                    retry_s=config.POOL_RECONNECT_DELAY_MS / 1000)
 
     async def _beat_and_mark(self) -> None:
         await self.beat()

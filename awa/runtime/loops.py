@@ -52,17 +52,23 @@ class BackgroundLoop:
 
 async def every(interval_s: float, action: Callable[[], Awaitable[object]], *,
                 log: logging.Logger, failed: str,
-                on_error: Callable[[psycopg.Error], None] | None = None) -> None:
+                on_error: Callable[[psycopg.Error], None] | None = None,
+                retry_s: float | None = None) -> None:
     """Run ``action`` after each interval, forever.  A database error is logged
-    (``failed`` gets the one-line error) and the next interval tries again."""
+    (``failed`` gets the one-line error) and the action is tried again after
+    ``retry_s`` (default: the next interval), so a write the outage held back
+    goes out as soon as the database answers."""
+    wait_s = interval_s
     while True:
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(wait_s)
         try:
             await action()
+            wait_s = interval_s
         except psycopg.Error as exc:
             if on_error is not None:
                 on_error(exc)
             log.warning(failed, db.one_line(exc))
+            wait_s = min(interval_s, retry_s) if retry_s is not None else interval_s
 
 
 async def _logged_step(step: Awaitable[T], log: logging.Logger, failed: str | None) -> T:

@@ -51,8 +51,29 @@ class Health:
         self.maintenance_alive = False
         self.heartbeat_alive = True
         self.poll_loop_alive = True
-        self.postgres_connected = True
+        self._postgres_connected = True
         self.shutting_down = False
+        # When this process last saw the database come back after losing it
+        # (time.monotonic()); None while it never lost it.
+        self.database_back_at: float | None = None
+
+    @property
+    def postgres_connected(self) -> bool:
+        return self._postgres_connected
+
+    @postgres_connected.setter
+    def postgres_connected(self, value: bool) -> None:
+        if value and not self._postgres_connected:
+            self.database_back_at = time.monotonic()
+        self._postgres_connected = value
+
+    def database_steady_for(self) -> float:
+        """Seconds the database has answered since this process last lost it (inf: never lost)."""
+        if not self._postgres_connected:
+            return 0.0
+        if self.database_back_at is None:
+            return float("inf")
+        return time.monotonic() - self.database_back_at
 
     @property
     def healthy(self) -> bool:
