@@ -402,6 +402,7 @@ WITH RECURSIVE hot AS (
       FROM hot p WHERE p.queue IS NOT NULL
 ), deferred AS (
     SELECT s.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d WHERE d.state = s.state)
+           AS queue
       FROM unnest(%(deferred_states)s::awa.job_state[]) AS s(state)
     UNION ALL
     SELECT p.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d
