@@ -189,10 +189,10 @@ class QueueDepth:
     ``depth`` maps each state of ``awa.lifecycle.DEPTH_STATES`` that has jobs
     in this queue to its count (absent means 0; terminal history is never
     depth).  With a ``cap``, each count stops at the cap (``capped`` names the
-    states, and ``"dlq"``, whose counts reached it).  ``oldest_available_at`` / ``lag_s``: the run_at of
-    the queue's oldest ``available`` job and how long it has waited (>= 0, by
-    the database clock), None when nothing waits.  ``dlq_depth``: the queue's
-    DLQ entries (capped likewise).
+    states, and ``"dlq"``, whose counts reached it).  ``oldest_available_at`` /
+    ``lag_s``: the run_at of the queue's oldest ``available`` job and how long
+    it has waited (>= 0, by the database clock), None when nothing waits.
+    ``dlq_depth``: the queue's DLQ entries (capped likewise).
     """
 
     queue: str

@@ -24,7 +24,6 @@ from awa import lifecycle
 from awa.storage.engine import ORIGINAL_PRIORITY_KEY, Descriptor, Engine, QueueDepth
 
 
-
 def NO_DLQ(queue: str) -> bool:
     """No queue has the DLQ enabled."""
     return False

@@ -49,11 +49,6 @@ def _select_list(source: str, overrides: dict[str, str]) -> str:
     return ", ".join(overrides.get(c, f"{source}.{c}") for c in JOB_COLUMNS)
 
 
-# --- leader election ---------------------------------------------------------
-TRY_LEADER_LOCK = "SELECT pg_try_advisory_lock(%(key)s) AS acquired"
-RELEASE_LEADER_LOCK = "SELECT pg_advisory_unlock(%(key)s) AS released"
-LEADER_PING = "SELECT 1"
-
 # --- rescue ----------------------------------------------------------------------
 # Candidates are locked for the rest of the transaction, then one apply
 # statement moves them all.  SKIP LOCKED: rows a completion is writing right
