@@ -1,4 +1,6 @@
-"""SQL of the maintenance leader on the canonical engine, as named constants.
+"""The maintenance group of the Engine protocol on the canonical engine:
+``CanonicalMaintenance`` (at the bottom) and the SQL it runs, as named constants.
+(The cron *admin* statements used by ``awa.cron`` live here too, for now.)
 
 Moves between ``awa.jobs_hot`` and ``awa.scheduled_jobs`` (and into
 ``awa.dlq_entries``) are one ``DELETE ... RETURNING`` feeding an ``INSERT`` in
