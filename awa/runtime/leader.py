@@ -17,9 +17,13 @@ import psycopg
 
 from awa import config, db
 from awa.job import DatabaseError
-from awa.storage.canonical import maintenance as sql
 
 log = logging.getLogger("awa.leader")
+
+# Session advisory locks: plain PostgreSQL, no job table, the same for every engine.
+TRY_LEADER_LOCK = "SELECT pg_try_advisory_lock(%(key)s) AS acquired"
+RELEASE_LEADER_LOCK = "SELECT pg_advisory_unlock(%(key)s) AS released"
+LEADER_PING = "SELECT 1"
 
 
 class LeaderElector:
@@ -38,13 +42,13 @@ class LeaderElector:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = await db.connect(self.database_url, self.application_name)
-            row = await (await self._conn.execute(sql.TRY_LEADER_LOCK,
+            row = await (await self._conn.execute(TRY_LEADER_LOCK,
                                                   {"key": self.lock_key})).fetchone()
         except (psycopg.Error, DatabaseError, OSError) as exc:
             log.warning("leader election attempt failed: %s", db.one_line(exc))
             await self._drop_connection()
             return False
-        self.is_leader = bool(row["acquired"])
+        self.is_leader = row is not None and bool(row["acquired"])
         if not self.is_leader:
             # Followers do not keep an idle connection open between attempts.
             await self._drop_connection()
@@ -55,7 +59,7 @@ class LeaderElector:
         if not self.is_leader or self._conn is None:
             return False
         try:
-            await self._conn.execute(sql.LEADER_PING)
+            await self._conn.execute(LEADER_PING)
             return True
         except (psycopg.Error, OSError) as exc:
             log.warning("leader connection lost, stepping down: %s", db.one_line(exc))
@@ -67,7 +71,7 @@ class LeaderElector:
         """Give up leadership (graceful shutdown): unlock, then close."""
         if self.is_leader and self._conn is not None and not self._conn.closed:
             try:
-                await self._conn.execute(sql.RELEASE_LEADER_LOCK, {"key": self.lock_key})
+                await self._conn.execute(RELEASE_LEADER_LOCK, {"key": self.lock_key})
             except (psycopg.Error, OSError) as exc:
                 log.warning("could not release the leader lock cleanly: %s", db.one_line(exc))
         self.is_leader = False
