@@ -304,61 +304,6 @@ SELECT %(kind)s, %(queue)s, %(args)s::jsonb, 'available', %(priority)s, %(max_at
 RETURNING *
 """
 
-UPSERT_CRON_JOBS = """
-INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority,
-                           max_attempts, tags, metadata, missed_fire_policy)
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy
-  FROM jsonb_to_recordset(%(schedules)s::jsonb) AS t(
-       name text, cron_expr text, timezone text, kind text, queue text, args jsonb,
-       priority smallint, max_attempts smallint, tags text[], metadata jsonb,
-       missed_fire_policy text)
-ON CONFLICT (name) DO UPDATE
-   SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-       queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-       max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags,
-       metadata = EXCLUDED.metadata, missed_fire_policy = EXCLUDED.missed_fire_policy,
-       updated_at = now()
- WHERE (awa.cron_jobs.cron_expr, awa.cron_jobs.timezone, awa.cron_jobs.kind,
-        awa.cron_jobs.queue, awa.cron_jobs.args, awa.cron_jobs.priority,
-        awa.cron_jobs.max_attempts, awa.cron_jobs.tags, awa.cron_jobs.metadata,
-        awa.cron_jobs.missed_fire_policy)
-       IS DISTINCT FROM
-       (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-        EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-        EXCLUDED.missed_fire_policy)
-"""
-
-LIST_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- ORDER BY name
-"""
-
-GET_CRON_JOB = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-"""
-
-DELETE_CRON_JOB = "DELETE FROM awa.cron_jobs WHERE name = %(name)s RETURNING name"
-
-PAUSE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = coalesce(paused_at, now()), paused_by = %(paused_by)s, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
-RESUME_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = NULL, paused_by = NULL, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
 # --- descriptors -------------------------------------------------------------------------
 
 
@@ -450,18 +395,6 @@ SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true)
        set_config('enable_bitmapscan', 'off', true)
 """
 
-# --- cron admin ---------------------------------------------------------------------------
-TRIGGER_CRON_JOB = """
-INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, metadata, tags)
-SELECT kind, queue, args, 'available', priority, max_attempts,
-       metadata || jsonb_build_object('cron_name', name, 'cron_triggered_at', now()), tags
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-RETURNING *
-"""
-
-# Each runtime records the hashes of what it declares, so the ops layer can
-# spot drift between runtimes (the snapshot upsert leaves this column alone).
 SET_RUNTIME_DESCRIPTOR_HASHES = """
 UPDATE awa.runtime_instances
    SET descriptor_hashes = %(hashes)s::jsonb
