@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from awa import config
+from awa import metrics as awa_metrics
 from awa.job import JOB_COLUMNS, ValidationError
 from awa.producer import raise_if_unique_skipped
 from awa.storage.canonical import enqueue
@@ -53,6 +54,7 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
                                 run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
     outcome = await enqueue.insert_batch(aconn, batch)
     await raise_if_unique_skipped(aconn, batch, outcome)
+    awa_metrics.record_inserted(batch, outcome)
     return _row(batch, outcome)
 
 
@@ -72,4 +74,5 @@ def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
     if outcome.skipped:
         holder, state = enqueue.unique_holder_sync(sconn, batch.unique_key[0])
         raise enqueue.unique_conflict(batch.kind[0], holder, state)
+    awa_metrics.record_inserted(batch, outcome)
     return _row(batch, outcome)

@@ -14,6 +14,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from awa.descriptors import descriptor_hashes
+from awa.runtime.maintenance import recording
 from awa.storage.canonical import maintenance as sql
 
 
@@ -35,4 +36,5 @@ async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
                 await conn.execute(sql.SET_RUNTIME_DESCRIPTOR_HASHES, {
                     "instance_id": instance_id,
                     "hashes": json.dumps(descriptor_hashes(client))})
+    recording.record_descriptors(queues, kinds)
     return len(queues) + len(kinds)
