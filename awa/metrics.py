@@ -17,19 +17,29 @@ gives the name a metric is scraped as (dots -> underscores, ``_seconds`` for
 second-valued metrics, ``_total`` on counters), ``prometheus_label`` the
 label of an attribute key (``awa.job.queue`` -> ``awa_job_queue``).
 
-Instruments are created on a meter from the *global* MeterProvider.  Before
-``awa.telemetry`` (or the application) installs an SDK provider, that meter is
-OpenTelemetry's proxy meter: recording costs one attribute check and goes
-nowhere; once a provider is set, the same instrument objects forward to real
-ones.  So modules may bind ``METRICS.job_completed`` at import time; but a
-measurement taken before the provider exists is dropped, so a one-off gauge
-(``runtime.info``) must be set after the exporters are up.
+Recording is pre-aggregated in the process (issue 18): each runtime entry is a
+``PreCounter`` / ``PreUpDownCounter`` / ``PreGauge`` / ``PreHistogram`` holding
+cumulative values keyed by the tuple of its attribute values in catalogue order
+(``(kind, queue)``), updated without a lock by the thread that records first
+(the runtime's event loop).  Nothing reaches OpenTelemetry per job: each entry
+registers one *observable* instrument whose callback reports the state at
+collection time -- counters as ObservableCounter (cumulative, monotonic), gauges
+and up-down counters as ObservableGauge / ObservableUpDownCounter, histograms as
+an ObservableGauge of whole fixed-bucket histograms that the reader-side
+aggregation of ``awa.telemetry`` turns into explicit-bucket histogram points
+(same boundaries, so Prometheus keeps ``_bucket``/``_sum``/``_count``).  Names,
+units, attributes and boundaries are the catalogue's, as before.
+
+Until a MeterProvider is set (``awa.telemetry`` or the application), nothing
+could export a measurement, so recording returns at once and the measurement is
+dropped: a one-off gauge (``runtime.info``) must be set after the exporters are
+up.
 
 Recording rule (issue 8): a counter is incremented exactly when its
-transition is applied — after the guarded write returned its rows — and per
-batch (``add(n)``) on the hot path.  Use ``job_attributes`` /
-``queue_attributes`` for the attribute dicts: they are cached, so the hot path
-does not build a dict per call (never mutate what they return).
+transition is applied -- after the guarded write returned its rows -- and per
+batch (``inc(key, n)``) on the hot path.  The OTel-shaped ``add(n, attrs)`` /
+``record(v, attrs)`` / ``set(v, attrs)`` still work for code holding a dict
+(``job_attributes`` / ``queue_attributes`` are cached; never mutate them).
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import re
 import threading
 import time
 import weakref
+from _thread import get_ident as _get_ident
 from bisect import bisect_left
 from collections import Counter as _Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -448,8 +459,13 @@ class _Store:
     The key is the tuple of attribute values in the catalogue's attribute order
     (``(kind, queue)`` for ``awa.job.*``), so the hot path hashes a tuple it
     already has instead of building a dict; the dict OpenTelemetry needs is built
-    once per key, at collection.  A lock makes updates safe from producer threads;
-    uncontended it costs a fraction of a microsecond.
+    once per key, at collection.
+
+    Lock-cheap: the first thread that records (the runtime's event loop) owns
+    ``_values`` and updates it without a lock -- it is its only writer, and the
+    collecting thread only copies it (one C-level dict copy under the GIL).  Any
+    other thread (producers in a thread pool) records into ``_shared`` under a
+    lock; collection adds the two.
     """
 
     def __init__(self, spec: MetricSpec) -> None:
@@ -459,7 +475,9 @@ class _Store:
         self.description = spec.help
         self._keys = spec.attributes
         self._lock = threading.Lock()
+        self._owner: int | None = None
         self._values: dict[Key, Any] = {}
+        self._shared: dict[Key, Any] = {}
         self._dicts: dict[Key, dict[str, Any]] = {}
 
     def key_of(self, attributes: Mapping[str, Any] | None) -> Key:
@@ -475,13 +493,26 @@ class _Store:
             self._dicts[key] = attrs
         return attrs
 
+    def _claim_owner(self) -> bool:
+        """Called off the fast path: True when the calling thread (now) owns ``_values``."""
+        me = _get_ident()
+        if self._owner is None:
+            with self._lock:
+                if self._owner is None:
+                    self._owner = me
+        return self._owner == me
+
     def snapshot(self) -> dict[Key, Any]:
-        """A copy of the current values (tests and collection)."""
+        """The current value per key (both halves added)."""
+        values = dict(self._values)
         with self._lock:
-            return dict(self._values)
+            shared = dict(self._shared)
+        for key, v in shared.items():
+            values[key] = values.get(key, 0) + v
+        return values
 
     def value(self, key: Key = ()) -> Any:
-        return self._values.get(key)
+        return self.snapshot().get(key)
 
     def _callback(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, self._attributes(k)) for k, v in self.snapshot().items()]
@@ -490,15 +521,21 @@ class _Store:
         raise NotImplementedError
 
 
-class PreCounter(_Store, _ApiCounter):
-    """A monotonic counter: cumulative per key, exported as an ObservableCounter."""
-
+class _Sum(_Store):
     def inc(self, key: Key, n: int | float = 1) -> None:
-        """Add ``n`` (>= 0) to the series ``key`` (attribute values in catalogue order)."""
+        """Add ``n`` to the series ``key`` (attribute values in catalogue order)."""
         if not _live and not _went_live():
             return
-        with self._lock:
-            self._values[key] = self._values.get(key, 0) + n
+        if _get_ident() == self._owner or self._claim_owner():
+            values = self._values
+            values[key] = values.get(key, 0) + n
+        else:
+            with self._lock:
+                self._shared[key] = self._shared.get(key, 0) + n
+
+
+class PreCounter(_Sum, _ApiCounter):
+    """A monotonic counter: cumulative per key, exported as an ObservableCounter."""
 
     def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
             context: Any = None) -> None:
@@ -510,14 +547,8 @@ class PreCounter(_Store, _ApiCounter):
         meter.create_observable_counter(self.name, [self._callback], self.unit, self.description)
 
 
-class PreUpDownCounter(_Store, _ApiUpDownCounter):
+class PreUpDownCounter(_Sum, _ApiUpDownCounter):
     """A sum that goes both ways, exported as an ObservableUpDownCounter."""
-
-    def inc(self, key: Key, n: int | float = 1) -> None:
-        if not _live and not _went_live():
-            return
-        with self._lock:
-            self._values[key] = self._values.get(key, 0) + n
 
     def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
             context: Any = None) -> None:
@@ -529,22 +560,25 @@ class PreUpDownCounter(_Store, _ApiUpDownCounter):
 
 
 class PreGauge(_Store, _ApiGauge):
-    """The last value per key, exported as an ObservableGauge."""
+    """The last value per key, exported as an ObservableGauge (one dict store: no lock)."""
 
     def put(self, key: Key, value: int | float) -> None:
         if not _live and not _went_live():
             return
-        self._values[key] = value  # one store: atomic under the GIL
+        self._values[key] = value  # a single store is atomic under the GIL, from any thread
 
     def set(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
             context: Any = None) -> None:
         self.put(self.key_of(attributes), amount)
 
+    def snapshot(self) -> dict[Key, Any]:
+        return dict(self._values)
+
     def forget(self, drop: Any) -> None:
         """Remove the series whose key ``drop(key)`` is true (an info series replaced)."""
         with self._lock:
             for key in [k for k in self._values if drop(k)]:
-                del self._values[key]
+                self._values.pop(key, None)
 
     def _register(self, meter: Any) -> None:
         meter.create_observable_gauge(self.name, [self._callback], self.unit, self.description)
@@ -554,8 +588,8 @@ class HistogramPoint(float):
     """A cumulative fixed-bucket histogram of one series, as observed at collection.
 
     A float (the count) so a reader that does not know awa's aggregation still
-    exports a number; ``awa.telemetry.AwaAggregation`` turns it into a histogram
-    data point with the catalogue's bucket boundaries.
+    exports a number; ``awa.telemetry.awa_aggregation()`` turns it into a
+    histogram data point with the catalogue's bucket boundaries.
     """
 
     bucket_counts: tuple[int, ...]
@@ -580,8 +614,9 @@ class PreHistogram(_Store, _ApiHistogram):
     """Fixed-bucket counts, sum, min and max per key (OTel's explicit-bucket semantics:
     bucket i holds boundaries[i-1] < v <= boundaries[i]).
 
+    One list per key: ``[bucket counts..., sum, min, max]``, updated in place.
     Exported as an ObservableGauge whose observations are ``HistogramPoint``s;
-    the reader-side ``awa.telemetry.AwaAggregation`` makes them histograms.
+    the reader-side aggregation of ``awa.telemetry`` makes them histograms.
     """
 
     def __init__(self, spec: MetricSpec) -> None:
@@ -590,32 +625,52 @@ class PreHistogram(_Store, _ApiHistogram):
         self._n = len(self.boundaries) + 1
         self._starts: dict[Key, int] = {}
 
+    def _new(self, table: dict[Key, list[Any]], key: Key, value: float) -> list[Any]:
+        series = table[key] = [0] * self._n + [0, value, value]
+        self._starts.setdefault(key, time.time_ns())
+        return series
+
     def observe(self, key: Key, value: float) -> None:
         """Count one measurement ``value`` in the series ``key``."""
         if not _live and not _went_live():
             return
-        i = bisect_left(self.boundaries, value)
-        with self._lock:
-            s = self._values.get(key)
-            if s is None:
-                s = self._values[key] = [0] * self._n + [0, value, value]
-                self._starts[key] = time.time_ns()
-            s[i] += 1
-            s[-3] += value
-            if value < s[-2]:
-                s[-2] = value
-            elif value > s[-1]:
-                s[-1] = value
+        if _get_ident() == self._owner or self._claim_owner():
+            series = self._values.get(key) or self._new(self._values, key, value)
+            series[bisect_left(self.boundaries, value)] += 1
+            series[-3] += value
+            if value < series[-2]:
+                series[-2] = value
+            elif value > series[-1]:
+                series[-1] = value
+        else:
+            with self._lock:
+                series = self._shared.get(key) or self._new(self._shared, key, value)
+                series[bisect_left(self.boundaries, value)] += 1
+                series[-3] += value
+                series[-2] = min(series[-2], value)
+                series[-1] = max(series[-1], value)
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None,
                context: Any = None) -> None:
         self.observe(self.key_of(attributes), amount)
 
     def points(self) -> dict[Key, HistogramPoint]:
+        """The cumulative histogram per key (both halves merged)."""
         n = self._n
+        rows = {k: list(v) for k, v in list(self._values.items())}
         with self._lock:
-            rows = [(k, list(v), self._starts[k]) for k, v in self._values.items()]
-        return {k: HistogramPoint(v[:n], v[n], v[n + 1], v[n + 2], start) for k, v, start in rows}
+            for k, v in self._shared.items():
+                mine = rows.get(k)
+                if mine is None:
+                    rows[k] = list(v)
+                else:
+                    rows[k] = [a + b for a, b in zip(mine[:n + 1], v[:n + 1])] + \
+                        [min(mine[-2], v[-2]), max(mine[-1], v[-1])]
+        return {k: HistogramPoint(v[:n], v[n], v[n + 1], v[n + 2], self._starts.get(k, 0))
+                for k, v in rows.items()}
+
+    def snapshot(self) -> dict[Key, Any]:
+        return dict(self.points())
 
     def _callback(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(p, self._attributes(k)) for k, p in self.points().items()]

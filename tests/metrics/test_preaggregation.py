@@ -90,20 +90,26 @@ def test_the_dict_entry_points_land_on_the_same_series(prometheus_endpoint):
 
 
 def test_concurrent_producer_threads_lose_no_increment(prometheus_endpoint):
+    """One thread owns the lock-free half, the others record under the lock; both add up."""
     queue = _unique("q")
+    key = (_unique("branch"),)
 
     def work() -> None:
         for _ in range(20_000):
             METRICS.job_inserted.inc(("k", queue))
-            METRICS.enqueue_duration.observe((), 0.001)
+            METRICS.maintenance_branch_duration.observe(key, 0.001)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert value(scrape(prometheus_endpoint.url), "awa_job_inserted_total",
-                 awa_job_queue=queue) == 80_000
+    series = scrape(prometheus_endpoint.url)
+    assert value(series, "awa_job_inserted_total", awa_job_queue=queue) == 80_000
+    assert value(series, "awa_maintenance_branch_duration_seconds_count",
+                 awa_maintenance_branch=key[0]) == 80_000
+    assert value(series, "awa_maintenance_branch_duration_seconds_bucket",
+                 awa_maintenance_branch=key[0], le="0.001") == 80_000
 
 
 def test_histograms_travel_over_otlp_as_histograms(otlp_receiver):
