@@ -577,7 +577,7 @@ class PreGauge(_Store, _ApiGauge):
     def forget(self, drop: Any) -> None:
         """Remove the series whose key ``drop(key)`` is true (an info series replaced)."""
         with self._lock:
-            for key in [k for k in self._values if drop(k)]:
+            for key in [k for k in list(self._values) if drop(k)]:
                 self._values.pop(key, None)
 
     def _register(self, meter: Any) -> None:
