@@ -703,8 +703,11 @@ class AwaMetrics:
     """
 
     def __init__(self, meter: Any | None = None) -> None:
+        global _live
         if meter is None:
             meter = otel_metrics.get_meter(METER_NAME)
+        else:
+            _live = True  # an explicit (SDK) meter exports what is recorded from now on
         self.meter = meter
         for entry in RUNTIME_METRICS:
             store = _STORE_CLASS[entry.kind](entry)
