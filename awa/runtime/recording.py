@@ -140,11 +140,8 @@ def heartbeat_batch() -> None:
     METRICS.heartbeat_batches.inc(())
 
 
-# --- producer (awa.job.inserted) ---------------------------------------------
-# Re-exported so every enqueue path records through this module; the catalogue
-# holds the implementation because awa.producer must not import the runtime.
-inserted = metrics.record_inserted
-inserted_jobs = metrics.record_inserted_jobs
+# The producer side (awa.job.inserted) records through awa.metrics.record_inserted*:
+# awa.producer and awa.bridge must not import the runtime.
 
 
 # --- descriptors (awa.queue.info / awa.job_kind.info) ------------------------
