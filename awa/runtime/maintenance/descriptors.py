@@ -13,6 +13,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from awa.descriptors import descriptor_hashes
+from awa.runtime.maintenance import recording
 from awa.storage import open_engine
 from awa.storage.engine import Descriptor, Engine
 
@@ -31,4 +32,6 @@ async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
             if instance_id is not None:
                 await engine.set_runtime_descriptor_hashes(conn, instance_id,
                                                            descriptor_hashes(client))
+    recording.record_descriptors(client._queue_descriptors.values(),
+                                 client._kind_descriptors.values())
     return written
