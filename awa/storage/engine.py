@@ -506,7 +506,7 @@ class MaintenanceOps(Protocol):
         of ``queue`` only, or of every queue but ``exclude_queues``."""
         ...
 
-    async def purge_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
+    async def purge_aged_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
                         limit: int, queue: str | None = None,
                         exclude_queues: Sequence[str] = ()) -> PurgedBatch:
         """Delete DLQ entries dead-lettered more than ``older_than_s`` ago."""

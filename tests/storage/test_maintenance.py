@@ -360,10 +360,10 @@ async def test_retention_of_dlq_runtimes_and_descriptors(engine: Engine, aconn, 
     await arrange.dlq_entry(9001, age_s=2 * 86400)
     await arrange.dlq_entry(9002, age_s=3600)
     await arrange.dlq_entry(9003, queue="other", age_s=2 * 86400)
-    purged = await engine.purge_dlq(aconn, older_than_s=86400, limit=10,
+    purged = await engine.purge_aged_dlq(aconn, older_than_s=86400, limit=10,
                                     exclude_queues=["other"])
     assert (purged.deleted, purged.by_queue) == (1, {"maint": 1})
-    purged = await engine.purge_dlq(aconn, older_than_s=86400, limit=10, queue="other")
+    purged = await engine.purge_aged_dlq(aconn, older_than_s=86400, limit=10, queue="other")
     assert (purged.deleted, purged.by_queue) == (1, {"other": 1})
     assert {d.queue: d.dlq_depth for d in await engine.queue_depths(aconn)} == {"maint": 1}
 

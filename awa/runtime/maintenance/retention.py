@@ -81,7 +81,7 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
 
     def dlq(conn: psycopg.AsyncConnection[Any], age_s: float,
             **where: Any) -> Callable[[int], Awaitable[PurgedBatch]]:
-        return lambda n: store.purge_dlq(conn, older_than_s=age_s, limit=n, **where)
+        return lambda n: store.purge_aged_dlq(conn, older_than_s=age_s, limit=n, **where)
 
     async with pool.connection() as conn:
         for state, age_s in finalized_ages.items():

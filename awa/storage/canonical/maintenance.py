@@ -572,7 +572,7 @@ class CanonicalMaintenance:
                                   {**params, "excluded_queues": list(exclude_queues)})
         return n
 
-    async def purge_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
+    async def purge_aged_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
                         limit: int, queue: str | None = None,
                         exclude_queues: Sequence[str] = ()) -> PurgedBatch:
         params: dict[str, Any] = {"age_s": older_than_s, "limit": limit}
