@@ -64,6 +64,10 @@ COUNT_STATES = "SELECT state::text AS state, count(*) AS n FROM awa.jobs GROUP B
 COMPLETED = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
 LEADER_PID = ("SELECT pid FROM awa.runtime_instances WHERE leader AND NOT shutting_down "
               "AND last_seen_at > now() - interval '1 second' ORDER BY last_seen_at DESC")
+ATTEMPTS_STILL_RUNNING = """
+SELECT count(*) FROM awa.jobs j JOIN unnest(%s::bigint[], %s::bigint[]) AS a(id, lease)
+    ON j.id = a.id AND j.run_lease = a.lease AND j.state = 'running'
+"""
 TERMINATE_BACKENDS = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
@@ -170,6 +174,13 @@ class Run:
                 return min(done) - since
             time.sleep(POLL_S)
         return None
+
+    def moved_on(self, attempts: set[tuple[int, int]]) -> int:
+        """How many of these (job, run_lease) attempts the database no longer has running."""
+        with psycopg.connect(self.url) as conn:
+            rows = conn.execute(ATTEMPTS_STILL_RUNNING, ([j for j, _ in attempts],
+                                                         [lease for _, lease in attempts]))
+            return len(attempts) - int(rows.fetchone()[0])  # type: ignore[index]
 
     def log_entries(self) -> list[tuple[str, int, int, int, float]]:
         """(word, pid, job id, run_lease, unix time) for every handler log line."""
@@ -318,16 +329,14 @@ def _stopped_worker(run: Run, *, leader: bool) -> None:
     time.sleep(0.2)  # let the log settle: the stopped process writes nothing more
     finished = {(job, lease) for word, pid, job, lease, _ in run.log_entries()
                 if pid == victim.pid and word == "done"}
-    orphaned = {job for word, pid, job, lease, _ in run.log_entries()
+    orphaned = {(job, lease) for word, pid, job, lease, _ in run.log_entries()
                 if pid == victim.pid and word == "start" and (job, lease) not in finished}
     if leader:
         new = run.wait_for_leader(timeout=10.0, other_than=victim)
         run.result.new_leader_s = time.time() - started if new else None
     time.sleep(max(until - time.time(), 0.0))
-    # Orphaned attempts that another process started again while this one was stopped.
-    rescued = {job for word, pid, job, _, t in run.log_entries()
-               if word == "start" and pid != victim.pid and t > started}
-    run.result.rescued_while_stopped = len(rescued & orphaned)
+    # Orphaned attempts the leader rescued (their lease moved on) while the process was stopped.
+    run.result.rescued_while_stopped = run.moved_on(orphaned)
     run.result.notes.append(f"{len(orphaned)} attempts orphaned by the stop")
     run.cont(victim, started)
     run.result.recovery_s = run.next_completion_after(time.time())

@@ -38,12 +38,16 @@ class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
-        self.elector = LeaderElector(runtime.database_url)
+        self.elector = LeaderElector(runtime.database_url,
+                                     ping_interval_ms=self._ping_interval_ms())
         self.queue_health = QueueHealthPublisher()
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}
         self.elections = 0
         self._branch_slots = asyncio.Semaphore(config.MAINTENANCE_MAX_CONCURRENT_BRANCHES)
+
+    def _ping_interval_ms(self) -> int:
+        return min(self.settings.leader_election_interval_ms, config.LEADER_PING_MAX_INTERVAL_MS)
 
     # -- the branches ---------------------------------------------------------------
     def branches(self) -> list[Branch]:
@@ -121,8 +125,7 @@ class MaintenanceService:
         recording.record_leadership(True, elected=True)
         log.info("this runtime is now the maintenance leader (instance %s)",
                  getattr(self.runtime, "instance_id", "?"))
-        ping_s = min(self.settings.leader_election_interval_ms,
-                     config.LEADER_PING_MAX_INTERVAL_MS) / 1000
+        ping_s = self._ping_interval_ms() / 1000
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._run_branch(b), name=f"awa-maint-{b.name}")
@@ -141,6 +144,8 @@ class MaintenanceService:
         interval_s = branch.interval_ms / 1000
         while True:
             async with self._branch_slots:
+                if not await self.elector.confirmed():
+                    return  # fenced off while frozen: the election loop steps down
                 started = time.monotonic()
                 try:
                     self.last_results[branch.name] = await branch.run()
