@@ -102,6 +102,8 @@ DESCRIPTOR_RETENTION_DAYS = 30.0
 # --- database / connections ------------------------------------------------
 MAX_CONNECTIONS = 10
 CONNECT_TIMEOUT_S = 5
+# Pooled connections lost in an outage are retried at this steady pace.
+POOL_RECONNECT_DELAY_MS = 200
 ADVISORY_LOCK_MIGRATE = 0x4157415F4D494752
 ADVISORY_LOCK_LEADER = 0x4157415F4D41494E
 APP_NAME_WORKER = "awa-worker"

@@ -111,7 +111,7 @@ class Run:
         self.workers: list[WorkerProcess] = []
         self.faults: list[Fault] = []
         self.stopped: set[int] = set()
-        self.result = Result(name, args.jobs)
+        self.result = Result(name, jobs=0)
 
     # -- set-up -------------------------------------------------------------------
     def prepare(self) -> None:
@@ -121,13 +121,17 @@ class Run:
         with psycopg.connect(self.url, autocommit=True) as conn:
             schema.migrate_sync(conn)
 
-        async def enqueue() -> None:
-            async with awa.AsyncClient(self.url) as client:
-                await client.enqueue_many_copy([{"ms": self.args.job_ms}] * self.args.jobs,
-                                               kind="sleep")
-        asyncio.run(enqueue())
+        self.enqueue(self.args.jobs, self.args.job_ms)
         for _ in range(self.args.workers):
             self.spawn()
+
+    def enqueue(self, jobs: int, job_ms: int) -> None:
+        async def insert() -> None:
+            async with awa.AsyncClient(self.url) as client:
+                await client.enqueue_many_copy([{"ms": job_ms}] * jobs, kind="sleep",
+                                               priority=1 if job_ms > self.args.job_ms else 2)
+        asyncio.run(insert())
+        self.result.jobs += jobs
 
     def spawn(self) -> WorkerProcess:
         worker = start_worker(self.url, f"default:{self.args.concurrency}",
@@ -214,13 +218,13 @@ class Run:
     def settle(self) -> None:
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while time.monotonic() < deadline:
-            if (self.completed() or 0) >= self.args.jobs:
+            if (self.completed() or 0) >= self.result.jobs:
                 break
             time.sleep(0.2)
         with psycopg.connect(self.url) as conn:
             states = dict(conn.execute(COUNT_STATES).fetchall())
         terminal_bad = sum(states.get(s, 0) for s in ("failed", "cancelled"))
-        missing = self.args.jobs - sum(states.values())
+        missing = self.result.jobs - sum(states.values())
         unfinished = sum(n for s, n in states.items()
                          if s not in ("completed", "failed", "cancelled"))
         self.result.lost = terminal_bad + max(missing, 0)
@@ -262,7 +266,7 @@ def worker_sigkill(run: Run) -> None:
     last = time.time()
     for _ in range(run.args.rounds):
         time.sleep(3.0)
-        if (run.completed() or 0) >= run.args.jobs:
+        if (run.completed() or 0) >= run.result.jobs:
             break
         run.kill(rng.choice(run.alive()))
         last = time.time()
@@ -282,8 +286,16 @@ def terminate_backends(run: Run) -> None:
     run.result.recovery_s = run.next_completion_after(last)
 
 
+LONG_JOB_MS = 14_000
+
+
 def pg_restart(run: Run) -> None:
-    """Stop the whole server for ten seconds, then start it again."""
+    """Stop the whole server for ten seconds, then start it again.
+
+    A few long jobs run straight through the outage: their workers are alive
+    the whole time, so they must not be presumed dead and run again.
+    """
+    run.enqueue(32, LONG_JOB_MS)
     time.sleep(3.0)
     run.cluster.stop("fast")
     time.sleep(10.0)
