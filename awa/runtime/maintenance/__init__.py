@@ -40,7 +40,8 @@ class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
-        self.elector = LeaderElector(runtime.database_url)
+        self.elector = LeaderElector(runtime.database_url,
+                                     ping_interval_ms=self._ping_interval_ms())
         self.queue_health = QueueHealthPublisher()
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}
@@ -54,6 +55,9 @@ class MaintenanceService:
             self._engine = await open_engine(self.runtime.pool)
         return self._engine
 
+    def _ping_interval_ms(self) -> int:
+        return min(self.settings.leader_election_interval_ms, config.LEADER_PING_MAX_INTERVAL_MS)
+
     # -- the branches ---------------------------------------------------------------
     def branches(self, engine: Engine) -> list[Branch]:
         s, rt = self.settings, self.runtime
@@ -65,12 +69,23 @@ class MaintenanceService:
                 staleness_ms=s.heartbeat_staleness_ms, dlq_enabled=rt.dlq_enabled,
                 in_flight=rt.in_flight, engine=engine)
 
+        staleness_s = s.heartbeat_staleness_ms / 1000
+        rescue_heartbeats = rescuer(rescue.HEARTBEAT_STALE)
+
+        async def rescue_heartbeats_unless_recovering() -> Any:
+            # After this process lost the database, live workers' heartbeats
+            # were held back too: give them one staleness window to write
+            # again before anyone is declared dead (deadlines are unaffected).
+            if rt.health.database_steady_for() < staleness_s:
+                return None
+            return await rescue_heartbeats()
+
         return [b for b in (
             Branch("promote", s.promote_interval_ms,
                    lambda: promote.promote(pool, batch_size=s.promote_batch_size,
                                            engine=engine)),
             Branch("rescue_heartbeat", s.heartbeat_rescue_interval_ms,
-                   rescuer(rescue.HEARTBEAT_STALE)),
+                   rescue_heartbeats_unless_recovering),
             Branch("rescue_deadline", s.deadline_rescue_interval_ms,
                    rescuer(rescue.DEADLINE_EXCEEDED)),
             Branch("rescue_callback", s.callback_rescue_interval_ms,
@@ -139,8 +154,7 @@ class MaintenanceService:
         recording.record_leadership(True, elected=True)
         log.info("this runtime is now the maintenance leader (instance %s)",
                  getattr(self.runtime, "instance_id", "?"))
-        ping_s = min(self.settings.leader_election_interval_ms,
-                     config.LEADER_PING_MAX_INTERVAL_MS) / 1000
+        ping_s = self._ping_interval_ms() / 1000
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._run_branch(b), name=f"awa-maint-{b.name}")
@@ -159,6 +173,8 @@ class MaintenanceService:
         interval_s = branch.interval_ms / 1000
         while True:
             async with self._branch_slots:
+                if not await self.elector.confirmed():
+                    return  # fenced off while frozen: the election loop steps down
                 started = time.monotonic()
                 try:
                     self.last_results[branch.name] = await branch.run()
