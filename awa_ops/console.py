@@ -108,9 +108,12 @@ class RuntimeSummary:
     shutting_down: bool
     queues: list[str]
 
+    stale_after_s: float | None = None  # the console's heartbeat staleness cutoff
+
     def live(self, now: datetime) -> bool:
         """The rule awa-ops uses (``runtime_live``), on the console's clock."""
-        return runtime_live((now - self.last_seen_at).total_seconds(), self.snapshot_interval_ms)
+        return runtime_live((now - self.last_seen_at).total_seconds(), self.snapshot_interval_ms,
+                            self.stale_after_s)
 
     def serves(self, queue: str) -> bool:
         return not self.queues or queue in self.queues
@@ -357,8 +360,8 @@ class ConsoleReader:
             snapshot_interval_ms=r.snapshot_interval_ms, healthy=r.healthy,
             postgres_connected=r.postgres_connected, poll_loop_alive=r.poll_loop_alive,
             heartbeat_alive=r.heartbeat_alive, maintenance_alive=r.maintenance_alive,
-            leader=r.leader, shutting_down=r.shutting_down, queues=list(r.queues))
-            for r in instances]
+            leader=r.leader, shutting_down=r.shutting_down, queues=list(r.queues),
+            stale_after_s=self.stale_after_s) for r in instances]
 
     # -- running ----------------------------------------------------------------
     async def running(self, min_age_s: float = 0.0) -> RunningSnapshot:

@@ -187,7 +187,7 @@ class DatabaseCollector(Collector):
             stale.add_metric([queue], stale_n)
             overdue.add_metric([queue], overdue_n)
         live_runtimes = [r for r in runtimes
-                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms)]
+                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, self.staleness)]
         live, _ = _family("awa.db.runtimes.live")
         leader, _ = _family("awa.db.leader.present")
         live.add_metric([], len([r for r in live_runtimes if not r.shutting_down]))

@@ -24,17 +24,37 @@ from awa_ops.storage import storage_engine
 
 # --- the one liveness rule ----------------------------------------------------
 
-def live_window_s(snapshot_interval_ms: int) -> float:
-    """How long a runtime may stay silent and still count as live."""
-    return max(config.OPS_RUNTIME_LIVE_FACTOR * int(snapshot_interval_ms) / 1000,
-               config.OPS_RUNTIME_LIVE_MIN_S)
+# The floor is capped at this many of the runtime's own snapshot intervals...
+FLOOR_MAX_INTERVALS = 10
+# ...and at this share of the heartbeat staleness cutoff in use.
+FLOOR_SHARE_OF_STALENESS = 0.75
 
 
-def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int) -> bool:
-    """Is this runtime live: seen within a few of its own snapshot intervals (and never less
-    than a floor, so a late snapshot on a busy host is not a death).  The rule of awa-ops
-    diagnose, the exporter and the console alike."""
-    return last_seen_age_s <= live_window_s(snapshot_interval_ms)
+def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None) -> float:
+    """How long a runtime may stay silent and still count as live.
+
+    ``OPS_RUNTIME_LIVE_FACTOR`` of its own snapshot intervals, and never less
+    than a floor (``OPS_RUNTIME_LIVE_MIN_S``), so a late snapshot on a busy
+    host is not a death.  The floor itself gives way: a runtime silent for ten
+    of its promised intervals is gone however short they are, and a runtime is
+    presumed gone before its jobs' heartbeats are presumed stale (as the
+    production intervals have it, 30 s against 90 s), so a killed worker's
+    attempts read orphaned rather than stale under a live runtime.
+    """
+    interval_s = int(snapshot_interval_ms) / 1000
+    floor = min(config.OPS_RUNTIME_LIVE_MIN_S, FLOOR_MAX_INTERVALS * interval_s)
+    if stale_after_s is not None:
+        floor = min(floor, FLOOR_SHARE_OF_STALENESS * stale_after_s)
+    return max(config.OPS_RUNTIME_LIVE_FACTOR * interval_s, floor)
+
+
+def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
+                 stale_after_s: float | None = None) -> bool:
+    """Is this runtime live: last seen within its live window (``live_window_s``).
+
+    The one rule of awa-ops diagnose, the exporter and the console alike.
+    """
+    return last_seen_age_s <= live_window_s(snapshot_interval_ms, stale_after_s)
 
 
 # --- the one running-attempt classifier ---------------------------------------
@@ -75,10 +95,11 @@ def queue_names(value: Any) -> set[str]:
 class Runtime:
     row: dict[str, Any]
     queues: set[str] = field(default_factory=set)
+    stale_after_s: float | None = None  # the heartbeat staleness cutoff in use
 
     @classmethod
-    def of(cls, instance: RuntimeInstance) -> "Runtime":
-        return cls(asdict(instance), set(instance.queues))
+    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> "Runtime":
+        return cls(asdict(instance), set(instance.queues), stale_after_s)
 
     @property
     def instance_id(self) -> str:
@@ -90,11 +111,11 @@ class Runtime:
 
     @property
     def window_s(self) -> float:
-        return live_window_s(int(self.row["snapshot_interval_ms"]))
+        return live_window_s(int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
     def live(self) -> bool:
-        return runtime_live(self.age_s, int(self.row["snapshot_interval_ms"]))
+        return runtime_live(self.age_s, int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
     def recently_gone(self) -> bool:
@@ -120,12 +141,12 @@ class Runtime:
         return out
 
 
-async def load_runtimes(session: OpsSession) -> list[Runtime]:
+async def load_runtimes(session: OpsSession, stale_after_s: float | None = None) -> list[Runtime]:
     """Every registered runtime, leader first, then the most recently seen."""
     engine = await storage_engine(session)
     async with session.read():
         instances = await engine.runtime_instances(session.conn)
-    runtimes = [Runtime.of(i) for i in instances]
+    runtimes = [Runtime.of(i, stale_after_s) for i in instances]
     runtimes.sort(key=lambda r: (not r.leader, r.age_s))
     return runtimes
 

@@ -41,7 +41,7 @@ def split_hashes(value: Any) -> dict[tuple[str, str], str]:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     live = [r for r in runtimes if r.live]
     window = max((r.window_s for r in live), default=None)
     combined = await column_exists(session, "awa", "runtime_instances", "descriptor_hashes")

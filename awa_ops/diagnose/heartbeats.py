@@ -33,7 +33,7 @@ async def check(session, engine, options) -> list[Finding]:
                                                 queue=options.queue)
         queues = [{"queue": c.queue, "running": c.running,
                    "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     findings: list[Finding] = []
     limit = options.evidence_limit
     overdue = options.heartbeat_staleness_s + 2 * options.rescue_interval_s

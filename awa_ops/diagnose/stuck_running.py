@@ -65,7 +65,7 @@ CANCELLED = "cancelled but still running"
 async def check(session, engine, options) -> list[Finding]:
     params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
               "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     if engine.is_queue_storage:
         leases, claims = await session.fetch_sets((_leases_query(engine.schema), params),
                                                   (_claims_query(engine.schema), params))
