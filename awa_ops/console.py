@@ -1,8 +1,9 @@
 """The read models behind awa-tui's screens, and the operator actions it offers.
 
 A refresh is one short read-only transaction (``OpsSession.read``) holding a
-few index-backed statements; nothing stays open between refreshes, so the
-console can be left running without pinning the xmin horizon.  Counts stop at
+few index-backed reads of the storage engine's read side (``OpsReads``: job
+tables are read only through it); nothing stays open between refreshes, so
+the console can be left running without pinning the xmin horizon.  Counts stop at
 a cap and lists at a limit, so a huge database costs the same as a big one.
 Ages are computed here from absolute timestamps against one clock, which lets
 the console tick them every second between refreshes (and lets tests fix it).

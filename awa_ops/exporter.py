@@ -159,8 +159,9 @@ class DatabaseCollector(Collector):
                 # rather read the whole heap; the (state, queue, id) index answers from the
                 # index alone, with a cost that does not grow with the width of args.
                 await cur.execute(PREFER_INDEXES)
-                depths = [d for d in await reads.queue_depths(
-                    session.conn, cap=DEPTH_CAP, max_pairs=DEPTH_MAX_PAIRS) if d.count is not None]
+                pairs = await reads.queue_depths(session.conn, cap=DEPTH_CAP,
+                                                 max_pairs=DEPTH_MAX_PAIRS)
+                depths = [d for d in pairs if d.count is not None]
                 waiting = sorted({d.queue for d in depths if d.state == "available"})
                 lags = [q for q in await reads.queue_details(session.conn, waiting, cap=1)
                         if q.queue in waiting]

@@ -182,7 +182,7 @@ class CancelledAttempt:
 
 @dataclass(frozen=True)
 class UniqueClaimHolder:
-    """Who holds a unique key: the job id, its state (None: gone), and whether it sits in the DLQ."""
+    """Who holds a unique key: the job, its state (None: gone), whether it sits in the DLQ."""
 
     unique_key: bytes
     job_id: int
@@ -337,7 +337,7 @@ class OpsReads(Protocol):
     async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Sequence[str], *,
                             since: datetime | None = None, until: datetime | None = None,
                             cap: int) -> list[QueueDetail]:
-        """``queues`` plus every queue with a queue_meta row: lag, completions in the window, pause."""
+        """``queues`` and every queue_meta queue: lag, completions in the window, pause."""
         ...
 
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,

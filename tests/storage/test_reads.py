@@ -49,7 +49,8 @@ class CanonicalArrange:
         return int(row["id"])
 
     async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
-        rows = await (await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS))).fetchall()
+        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS))
+        rows = await cur.fetchall()
         return [int(r["id"]) for r in rows]
 
     async def age(self, job_id: int, *, heartbeat_age_s: float | None = None,
