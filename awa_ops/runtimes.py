@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awa import config
-from awa.storage.canonical.reads import queue_names as _queue_names
 from awa.storage.engine import RuntimeInstance
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
@@ -85,11 +84,6 @@ def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: flo
 
 
 # --- the runtime registry as awa-ops reads it ----------------------------------
-
-def queue_names(value: Any) -> set[str]:
-    """Queue names from a runtime's ``queues`` json, whatever shape a runtime wrote."""
-    return set(_queue_names(value))
-
 
 @dataclass
 class Runtime:
