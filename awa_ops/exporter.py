@@ -172,7 +172,7 @@ class DatabaseCollector(Collector):
             depth, _ = _family("awa.db.queue.depth")
             lag, _ = _family("awa.db.queue.lag")
             for d in depths:
-                depth.add_metric([d.queue, d.state], d.count)
+                depth.add_metric([d.queue, d.state], d.count or 0)
             for q in lags:
                 lag.add_metric([q.queue], q.lag_s or 0.0)
             wedged, _ = _family("awa.db.unique.wedged")

@@ -83,7 +83,8 @@ async def check(session, engine, options) -> list[Finding]:
     if engine.is_queue_storage:
         # the queue-storage DLQ keeps no per-attempt error array
         depth_query = QUEUE_STORAGE_DEPTH.format(dlq=f"{quote(engine.schema)}.dlq_entries")
-        depth_rows, errors = await session.fetch_all(depth_query, params), []
+        depth_rows = await session.fetch_all(depth_query, params)
+        errors: list[dict[str, Any]] = []
     else:
         depth_rows, errors = await _canonical_dlq(session, options)
     by_queue: dict[str, int] = {}
