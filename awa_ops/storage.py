@@ -18,6 +18,8 @@ from typing import Any
 
 from psycopg import sql
 
+from awa.storage import open_engine
+from awa.storage.engine import Engine as StorageEngine
 from awa_ops.session import OpsSession, load_sql
 
 CANONICAL = "canonical"
@@ -99,6 +101,20 @@ async def detect_engine(session: OpsSession) -> Engine:
             engine = Engine(CANONICAL, CONTROL_SCHEMA, version, foreign)
     session.cache["engine"] = engine
     return engine
+
+
+async def storage_engine(session: OpsSession) -> StorageEngine:
+    """The storage engine whose read side serves this session's job-table reads.
+
+    Its methods run on ``session.conn`` inside ``session.read()``, so each
+    refresh stays one short read-only transaction.  (The Rust-core
+    queue-storage layout keeps its own reads here and in the checks until a
+    read-only engine for it exists.)
+    """
+    cached = session.cache.get("storage_engine")
+    if cached is None:
+        cached = session.cache["storage_engine"] = await open_engine(session.conn)
+    return cached
 
 
 def quote(identifier: str) -> str:

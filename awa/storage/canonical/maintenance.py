@@ -31,7 +31,7 @@ from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
     CronFired,
-    CronSchedule,
+    ActiveCronSchedule,
     Descriptor,
     PromoteBatch,
     PromotedJob,
@@ -615,10 +615,10 @@ class CanonicalMaintenance:
 
     # -- cron ----------------------------------------------------------------------------
     async def list_active_cron_jobs(
-            self, conn: psycopg.AsyncConnection[Any]) -> list[CronSchedule]:
-        return [CronSchedule(**r) for r in await _fetch(conn, SELECT_ACTIVE_CRON_JOBS)]
+            self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
+        return [ActiveCronSchedule(**r) for r in await _fetch(conn, SELECT_ACTIVE_CRON_JOBS)]
 
-    async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: CronSchedule,
+    async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
         if not slots:
             return CronFired(advanced=False)
