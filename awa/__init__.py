@@ -9,6 +9,7 @@ from awa.job import (
     CallbackToken,
     Cancel,
     DatabaseError,
+    ForeignSchema,
     Job,
     JobNotFound,
     JobState,
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "Client", "QueueConfig", "RateLimit", "RetentionPolicy",
-    "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "Job",
+    "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "ForeignSchema", "Job",
     "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
     "WaitForCallback", "current_migration_version", "derive_kind",

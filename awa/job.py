@@ -28,6 +28,14 @@ class SchemaNotMigrated(AwaError):
     """The database schema is older than this code; run ``awa migrate``."""
 
 
+class ForeignSchema(SchemaNotMigrated):
+    """The database was laid out by another awa distribution (e.g. the Rust-core awa 0.6), or
+    is served by a storage engine this version lacks: it is refused and left unchanged.
+
+    A ``SchemaNotMigrated``, so code that refuses an unmigrated database refuses this one too.
+    """
+
+
 class SerializationError(AwaError):
     """Job args could not be turned into JSON, or back into the args type."""
 
