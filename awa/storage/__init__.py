@@ -34,7 +34,7 @@ NO_ENGINE = "none"
 CONTROL_SCHEMA = "awa"
 
 OURS = "awa-py"
-RUST_CORE = "the Rust-core awa (0.6 or later)"
+RUST_CORE = "the Rust-core awa"
 OTHER = "another awa distribution"
 # The Rust core's first migration; seen with its awa.storage_status(), it names the distribution.
 RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
@@ -89,26 +89,25 @@ class StorageLayout:
         return not self.foreign and self.engine in ENGINES
 
     def describe(self) -> str:
+        """E.g. ``schema version 40, engine queue_storage in schema awa_qs``."""
         if not self.installed:
             return "no awa schema"
         where = "" if self.schema == CONTROL_SCHEMA else f" in schema {self.schema}"
-        return (f"{self.distribution}, schema version {self.schema_version}, "
-                f"engine {self.engine}{where}")
+        return f"schema version {self.schema_version}, engine {self.engine}{where}"
 
     def refusal(self) -> ForeignSchema | None:
         """The one-line error for a layout this code must not touch, else None."""
         if self.foreign:
             return ForeignSchema(
-                f"this database was laid out by {self.distribution} ({self.describe()}), "
-                f"not by awa-py: it is left unchanged and awa-py will neither migrate nor use it; "
-                f"give awa-py a database of its own (--database-url / DATABASE_URL) and run "
-                f"`awa migrate` there, or keep serving this one with the distribution that "
-                f"created it")
+                f"database laid out by {self.distribution} ({self.describe()}), not by awa-py: "
+                f"left unchanged; give awa-py a database of its own (--database-url / "
+                f"DATABASE_URL) and run `awa migrate` there, or keep using {self.distribution} "
+                f"on this one")
         if self.installed and self.engine not in ENGINES:
             return ForeignSchema(
-                f"this database is served by the storage engine {self.engine!r}, which this "
-                f"awa-py does not have ({self.describe()}; engines here: "
-                f"{', '.join(sorted(ENGINES))}): upgrade awa-py (pip install -U awa-py)")
+                f"database served by the storage engine {self.engine!r} ({self.describe()}), "
+                f"which this awa-py lacks (it has {', '.join(sorted(ENGINES))}): left "
+                f"unchanged; upgrade awa-py (pip install -U awa-py)")
         return None
 
 
