@@ -30,9 +30,9 @@ from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin
-from awa.worker import WorkerMixin
 from awa.storage import open_engine
 from awa.storage.engine import Engine
+from awa.worker import WorkerMixin
 
 
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
@@ -113,7 +113,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             self._schema_checked = False
             self._engine = None
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -196,7 +196,7 @@ class Client(_SyncProxy):
         finally:
             self._loop.stop()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:

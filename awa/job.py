@@ -182,7 +182,7 @@ class Job(Generic[T]):
     _ctx: ExecutionContext | None = field(default=None, repr=False)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], args: Any = None) -> "Job[Any]":
+    def from_row(cls, row: dict[str, Any], args: Any = None) -> Job[Any]:
         """Build from a row of awa.jobs (a dict; missing columns keep defaults)."""
         values = {k: row[k] for k in JOB_COLUMNS if k in row}
         values["state"] = JobState(values.get("state", "available"))

@@ -15,8 +15,13 @@ import click
 from awa import callback_contract, config
 from awa.callback_server import CallbackApp, load_secret, parse_listen, serve_forever
 from awa.callbacks import ResolveResult
-from awa.cli.options import (database_url_option, json_option, print_json,
-                             resolved_database_url, run_client)
+from awa.cli.options import (
+    database_url_option,
+    json_option,
+    print_json,
+    resolved_database_url,
+    run_client,
+)
 from awa.db import one_line
 
 
@@ -26,7 +31,8 @@ def _payload(text: str | None) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {one_line(exc)}", param_hint="--payload")
+        raise click.BadParameter(f"not valid JSON: {one_line(exc)}",
+                                 param_hint="--payload") from None
     if value is not None and not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     return value

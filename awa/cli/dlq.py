@@ -10,8 +10,17 @@ from rich.table import Table
 
 from awa import config
 from awa.cli.jobs import apply_to_job
-from awa.cli.options import (database_url_option, fail, job_id_argument, json_option,
-                             last_error, print_json, print_table, run_client, short_time)
+from awa.cli.options import (
+    database_url_option,
+    fail,
+    job_id_argument,
+    json_option,
+    last_error,
+    print_json,
+    print_table,
+    run_client,
+    short_time,
+)
 from awa.client import AsyncClient
 from awa.lifecycle import DLQ_MANUAL
 

@@ -9,8 +9,17 @@ import click
 from rich.table import Table
 
 from awa import config
-from awa.cli.options import (database_url_option, fail, job_id_argument, json_option,
-                             last_error, print_json, print_table, run_client, short_time)
+from awa.cli.options import (
+    database_url_option,
+    fail,
+    job_id_argument,
+    json_option,
+    last_error,
+    print_json,
+    print_table,
+    run_client,
+    short_time,
+)
 from awa.client import AsyncClient
 
 T = TypeVar("T")
