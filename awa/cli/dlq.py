@@ -9,8 +9,8 @@ import click
 from rich.table import Table
 
 from awa import config
-from awa.cli.jobs import apply_to_job
 from awa.cli.options import (
+    apply_to_job,
     database_url_option,
     fail,
     job_id_argument,

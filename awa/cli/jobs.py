@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
 import click
 from rich.table import Table
 
 from awa import config
 from awa.cli.options import (
+    apply_to_job,
     database_url_option,
-    fail,
     job_id_argument,
     json_option,
     last_error,
@@ -20,9 +17,6 @@ from awa.cli.options import (
     run_client,
     short_time,
 )
-from awa.client import AsyncClient
-
-T = TypeVar("T")
 
 
 @click.group()
@@ -63,22 +57,6 @@ def job_dump(job_id: int, as_json: bool) -> None:
         print_json(run_client(lambda c: c.get_job(job_id)))
     else:
         click.echo(run_client(lambda c: c.dump_job(job_id)))
-
-
-def apply_to_job(job_id: int, operation: Callable[[AsyncClient], Awaitable[T | None]],
-                 action: str, allowed: str) -> T:
-    """Run a one-job operation; when it matched nothing, exit saying the job's actual state."""
-    async def go(client: AsyncClient) -> tuple[T | None, str]:
-        done = await operation(client)
-        if done is not None:
-            return done, ""
-        found = await client.get_job(job_id)  # raises JobNotFound for an unknown id
-        return None, f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
-
-    done, why = run_client(go)
-    if done is None:
-        fail(why)
-    return done
 
 
 @job.command("cancel")

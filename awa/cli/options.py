@@ -82,6 +82,22 @@ def run_client(operation: Callable[[AsyncClient], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
+def apply_to_job(job_id: int, operation: Callable[[AsyncClient], Awaitable[T | None]],
+                 action: str, allowed: str) -> T:
+    """Run a one-job operation; when it matched nothing, exit saying the job's actual state."""
+    async def go(client: AsyncClient) -> tuple[T | None, str]:
+        done = await operation(client)
+        if done is not None:
+            return done, ""
+        found = await client.get_job(job_id)  # raises JobNotFound for an unknown id
+        return None, f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
+
+    done, why = run_client(go)
+    if done is None:
+        fail(why)
+    return done
+
+
 # --- output ------------------------------------------------------------------------
 def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True,

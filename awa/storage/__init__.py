@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from awa import schema as migrations
 from awa.job import ForeignSchema
@@ -197,19 +197,27 @@ def engine_for(layout: StorageLayout) -> Engine:
     return ENGINES[layout.engine if layout.installed else CANONICAL]()
 
 
+class ConnectionSource(Protocol):
+    """A pool, or anything lending connections the same way (e.g. awa_ops' session pool)."""
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+
 # Decided once per pool: a pool's database does not change its engine under it.
-_POOL_ENGINES: weakref.WeakKeyDictionary[AsyncConnectionPool[Any], Engine] = (
+_SOURCE_ENGINES: weakref.WeakKeyDictionary[ConnectionSource, Engine] = (
     weakref.WeakKeyDictionary())
 
 
-async def open_engine(
-        conn_or_pool: psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]) -> Engine:
-    """The engine that serves this database; ``ForeignSchema`` for a layout it must not touch."""
-    if isinstance(conn_or_pool, AsyncConnectionPool):
-        engine = _POOL_ENGINES.get(conn_or_pool)
-        if engine is None:
-            async with conn_or_pool.connection() as conn:
-                engine = engine_for(await describe_layout(conn))
-            _POOL_ENGINES[conn_or_pool] = engine
-        return engine
-    return engine_for(await describe_layout(conn_or_pool))
+async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSource) -> Engine:
+    """The engine that serves this database; ``ForeignSchema`` for a layout it must not touch.
+
+    Given a pool, the answer is kept for the pool's lifetime (no query on later calls).
+    """
+    if isinstance(conn_or_pool, psycopg.AsyncConnection):
+        return engine_for(await describe_layout(conn_or_pool))
+    engine = _SOURCE_ENGINES.get(conn_or_pool)
+    if engine is None:
+        async with conn_or_pool.connection() as conn:
+            engine = engine_for(await describe_layout(conn))
+        _SOURCE_ENGINES[conn_or_pool] = engine
+    return engine
