@@ -44,7 +44,7 @@ def embedded_database_url() -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         server = pgserver.get_server(str(data_dir), cleanup_mode=None)
-        server.psql(f"SELECT 1")  # proves it answers
+        server.psql("SELECT 1")  # proves it answers
         exists = server.psql(
             f"SELECT 1 FROM pg_database WHERE datname = '{config.EMBEDDED_DB_NAME}'")
         if "1 row" not in exists:
