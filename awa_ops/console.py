@@ -306,7 +306,7 @@ class ConsoleReader:
         """The schema version; raises ``SchemaNotMigrated`` (saying to run `awa migrate`)."""
         async with self.session.read():
             self.statements += 2
-            return await schema.ensure_migrated(self.session.conn)
+            return await schema.ensure_migrated(self.session.conn, accept_foreign=True)
 
     # -- overview -------------------------------------------------------------
     async def overview(self, refresh_s: float = config.TUI_REFRESH_SECONDS) -> Overview:
