@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg import sql
 
-from awa.storage import open_engine
+from awa.storage import CANONICAL, ENGINES, describe_layout, engine_for
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops.session import OpsSession, load_sql
 
@@ -113,7 +113,16 @@ async def storage_engine(session: OpsSession) -> StorageEngine:
     """
     cached = session.cache.get("storage_engine")
     if cached is None:
-        cached = session.cache["storage_engine"] = await open_engine(session.conn)
+        layout = await describe_layout(session.conn)
+        if layout.foreign:
+            # Another distribution's layout (the Rust-core awa): operators still
+            # need its control tables read (runtime_instances, queue_meta,
+            # descriptors), which share the canonical shape; its job tables are
+            # read by the queries kept here.  Reads only -- never a write.
+            cached = ENGINES[CANONICAL]()
+        else:
+            cached = engine_for(layout)
+        session.cache["storage_engine"] = cached
     return cached
 
 
