@@ -163,7 +163,47 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-class AwaGroup(click.Group):
+class OneLineErrors(click.Group):
+    """A command group whose expected failures are one ``error:`` line, never a traceback.
+
+    ``usage_exit_code`` / ``error_exit_code`` are what a usage mistake and any
+    other expected failure exit with (``awa-ops`` exits "could not run" for
+    the latter, so a failure never reads as a warning).
+    """
+
+    usage_exit_code = EXIT_USAGE
+    error_exit_code = EXIT_ERROR
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        code = self.error_exit_code
+        try:
+            result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else 0
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
+            code = self.usage_exit_code
+        except click.ClickException as exc:
+            click.echo(f"error: {_one_line(exc.format_message())}", err=True)
+            code = exc.exit_code
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+        except AwaError as exc:
+            click.echo(f"error: {db.one_line(exc)}", err=True)
+        except psycopg.Error as exc:
+            click.echo(f"error: database error: {db.one_line(exc)}", err=True)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            code = 130
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+class AwaGroup(OneLineErrors):
     """Turns every expected failure into one ``error:`` line and loads plugin commands."""
 
     _plugins_loaded = False
@@ -191,31 +231,3 @@ class AwaGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load_plugins()
         return super().list_commands(ctx)
-
-    def main(self, args: Any = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
-        code = EXIT_ERROR
-        try:
-            result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                                  standalone_mode=False, **extra)
-            code = result if isinstance(result, int) else 0
-        except click.UsageError as exc:
-            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
-            code = EXIT_USAGE
-        except click.ClickException as exc:
-            click.echo(f"error: {_one_line(exc.format_message())}", err=True)
-            code = exc.exit_code
-        except click.Abort:
-            click.echo("error: aborted", err=True)
-        except AwaError as exc:
-            click.echo(f"error: {db.one_line(exc)}", err=True)
-        except psycopg.Error as exc:
-            click.echo(f"error: database error: {db.one_line(exc)}", err=True)
-        except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            code = 130
-        if not standalone_mode:
-            return code
-        sys.exit(code)
