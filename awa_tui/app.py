@@ -159,6 +159,7 @@ class AwaConsole(App):
             if now is not None:
                 self.anchor, self.anchor_mono = now, time.monotonic()
             screen.show(data)
+            screen.refit()
             self.refreshes += 1
         if screen.composed():
             screen.sync_chrome()

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 from awa import config
 from awa_ops.console import ConsoleReader
 from awa_ops.findings import CheckResult, Finding, Severity, plain
-from awa_tui.screens.base import ConsoleScreen
+from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine
 
 SEVERITY_STYLE = {Severity.OK: "green", Severity.WARNING: "bold yellow",
@@ -48,11 +48,9 @@ class DiagnosticsScreen(ConsoleScreen):
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
-        table = DataTable(id="checks", cursor_type="row", zebra_stripes=True)
-        table.add_column("Check", key="check")
-        table.add_column("Status", key="status")
-        table.add_column("What was seen", key="summary")
-        yield table
+        yield ResponsiveTable((Column("check", "Check", 0, min_width=14, max_width=24),
+                               Column("status", "Status", 0, min_width=8),
+                               Column("summary", "What was seen", 0, min_width=20, max_width=400)), id="checks")
 
     async def fetch(self, reader: ConsoleReader) -> list[CheckResult]:
         force, self.force = self.force, False
@@ -64,7 +62,7 @@ class DiagnosticsScreen(ConsoleScreen):
         keep = table.cursor_row
         table.clear()
         for result in sorted(data, key=lambda r: -int(r.severity)):
-            table.add_row(result.check, severity_text(result.severity),
+            table.put_row(result.check, severity_text(result.severity),
                           result.headline(), key=result.check)
         if table.row_count:
             table.move_cursor(row=min(keep, table.row_count - 1), animate=False)
@@ -76,6 +74,9 @@ class DiagnosticsScreen(ConsoleScreen):
         status = self.console.diagnostic_status or "-"
         self.query_one("#summary", TextLine).set(f"worst: [b]{status}[/b]   {line}")
         self.sync_chrome()
+
+    def relayout(self) -> None:
+        self.show(self.results)
 
     def action_rerun(self) -> None:
         self.force = True

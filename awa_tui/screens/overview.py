@@ -10,15 +10,26 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from awa_ops.console import ConsoleReader, Overview
-from awa_tui.screens.base import ConsoleScreen
+from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine, duration, relative, spark
 
-QUEUE_COLUMNS = (("queue", "Queue"), ("available", "Avail"), ("scheduled", "Sched"),
-                 ("retryable", "Retry"), ("running", "Run"), ("waiting_external", "Wait"),
-                 ("failed", "Failed"), ("dlq", "DLQ"), ("lag", "Lag"), ("rate", "Done/s"),
-                 ("spark", "Throughput"), ("paused", "Paused"))
-RUNTIME_COLUMNS = (("role", "Role"), ("host", "Host"), ("pid", "PID"), ("version", "Version"),
-                   ("seen", "Last seen"), ("health", "Health"), ("queues", "Queues"))
+# Priority 0 survives an 80-column terminal; the rest give way, highest number first.
+QUEUE_COLUMNS = (Column("queue", "Queue", 0, min_width=10, max_width=28),
+                 Column("available", "Avail", 0, min_width=5),
+                 Column("scheduled", "Sched", 1, min_width=5),
+                 Column("retryable", "Retry", 1, min_width=5),
+                 Column("running", "Run", 0, min_width=5),
+                 Column("waiting_external", "Wait", 2, min_width=5),
+                 Column("failed", "Failed", 0, min_width=6), Column("dlq", "DLQ", 0, min_width=5),
+                 Column("lag", "Lag", 0, min_width=6), Column("rate", "Done/s", 2, min_width=6),
+                 Column("spark", "Throughput", 3, min_width=16, max_width=16),
+                 Column("paused", "Paused", 0, min_width=8, max_width=40))
+RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8), Column("host", "Host", 0, min_width=10,
+                                                                    max_width=24),
+                   Column("pid", "PID", 0, min_width=6), Column("version", "Version", 2, min_width=7),
+                   Column("seen", "Last seen", 0, min_width=11), Column("health", "Health", 0, min_width=6,
+                                                                         max_width=40),
+                   Column("queues", "Queues", 1, min_width=10, max_width=400))
 DEPTH_COLUMNS = ("available", "scheduled", "retryable", "running", "waiting_external", "failed")
 
 HELP = """\
@@ -47,15 +58,9 @@ class OverviewScreen(ConsoleScreen):
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
         yield Static("Queues", classes="section")
-        queues = DataTable(id="queues", cursor_type="row", zebra_stripes=True)
-        for key, label in QUEUE_COLUMNS:
-            queues.add_column(label, key=key)
-        yield queues
+        yield ResponsiveTable(QUEUE_COLUMNS, id="queues")
         yield Static("Runtimes", classes="section")
-        runtimes = DataTable(id="runtimes", cursor_type="row", zebra_stripes=True)
-        for key, label in RUNTIME_COLUMNS:
-            runtimes.add_column(label, key=key)
-        yield runtimes
+        yield ResponsiveTable(RUNTIME_COLUMNS, id="runtimes")
 
     async def fetch(self, reader: ConsoleReader) -> Overview:
         overview = await reader.overview(self.console.refresh_s)
@@ -91,14 +96,16 @@ class OverviewScreen(ConsoleScreen):
             cells.append(spark(q.throughput))
             cells.append(Text(f"PAUSED by {q.paused_by or '?'}", style="bold yellow")
                          if q.paused else "")
-            table.add_row(*cells, key=q.queue)
+            table.put_row(*cells, key=q.queue)
         if table.row_count:
             table.move_cursor(row=min(keep, table.row_count - 1), animate=False)
 
         runtimes = self.query_one("#runtimes", DataTable)
         runtimes.clear()
-        for r in data.runtimes:
+        # Live runtimes first; the gone ones after them, greyed, with how long ago they reported.
+        for r in sorted(data.runtimes, key=lambda r: not r.live(now)):
             live = r.live(now)
+            dim = "" if live else "dim"
             if r.leader and live:
                 role = Text("★ LEADER", style="bold green")
             elif not live:
@@ -110,10 +117,12 @@ class OverviewScreen(ConsoleScreen):
                       Text(" ".join(f"!{flag}" for flag in bad), style="bold red"))
             if r.shutting_down:
                 health = Text("shutting down", style="yellow")
-            runtimes.add_row(role, r.hostname or "?", str(r.pid or "?"), r.version or "?",
-                             relative(r.last_seen_at, now), health, ",".join(r.queues),
-                             key=r.instance_id)
-
+            if not live:
+                health = Text("gone", style="dim")
+            runtimes.put_row(role, Text(r.hostname or "?", style=dim),
+                             Text(str(r.pid or "?"), style=dim), Text(r.version or "?", style=dim),
+                             Text(relative(r.last_seen_at, now), style=dim), health,
+                             Text(",".join(r.queues), style=dim), key=r.instance_id)
         leader = data.leader()
         diag = self.console.diagnostic_status
         parts = [f"DLQ depth [b]{data.dlq_total}{'+' if data.dlq_capped else ''}[/b]",
@@ -123,6 +132,10 @@ class OverviewScreen(ConsoleScreen):
             parts.append(f"diagnostics [b]{diag}[/b]")
         self.query_one("#summary", TextLine).set("   ".join(parts))
         self.sync_chrome()
+
+    def relayout(self) -> None:
+        if self.data is not None:
+            self.show(self.data)
 
     def selected_queue(self) -> str | None:
         table = self.query_one("#queues", DataTable)
