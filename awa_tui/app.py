@@ -27,7 +27,7 @@ from awa import config, db
 from awa.job import AwaError, DatabaseError, SchemaNotMigrated
 from awa_ops.console import ConsoleActions, ConsoleReader, JobFilter
 from awa_ops.session import OpsSession
-from awa_tui.screens.base import ConsoleScreen
+from awa_tui.screens.base import MUTATING_ACTIONS, ConsoleScreen
 from awa_tui.screens.detail import JobDetailScreen
 from awa_tui.screens.diagnostics import DiagnosticsScreen
 from awa_tui.screens.dlq import DlqScreen
@@ -51,6 +51,7 @@ Actions (cancel, retry, pause, DLQ retry/purge/move) go through the same admin
 functions as the `awa` CLI, ask before they change anything, and are refused
 by the database itself when the console runs with --read-only.
 """
+READ_ONLY = "not available: the console is read-only (--read-only)"
 
 
 def _ids(ids: list[int]) -> str:
@@ -254,7 +255,25 @@ class AwaConsole(App):
     def action_help(self) -> None:
         screen = self.screen
         if isinstance(screen, ConsoleScreen):
-            self.push_screen(HelpScreen(f"{screen.TITLE}: keys", screen.HELP + GLOBAL_HELP))
+            self.push_screen(HelpScreen(f"{screen.TITLE}: keys",
+                                        screen.HELP + self.unavailable(screen) + GLOBAL_HELP))
+
+    def unavailable(self, screen: ConsoleScreen) -> str:
+        """In --read-only mode, the screen's keys that would change something."""
+        if not self.read_only:
+            return ""
+        keys = [f"  {self.get_key_display(b):<8} {b.description.lower()}"
+                for _, b in screen._bindings if b.action in MUTATING_ACTIONS]
+        if not keys:
+            return ""
+        return ("\n[b]Unavailable (read-only session)[/b]: these keys only say so\n"
+                + "\n".join(keys) + "\n")
+
+    def refused_read_only(self, description: str) -> bool:
+        """True (and one line saying so) when the console is read-only: nothing is asked."""
+        if self.read_only:
+            self.say(f"{description}: {READ_ONLY}")
+        return self.read_only
 
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobDetailScreen(job_id))
@@ -290,6 +309,9 @@ class AwaConsole(App):
 
     # -- operator actions ------------------------------------------------------------
     def confirm_then(self, question: str, description: str, action: Action) -> None:
+        if self.refused_read_only(description):
+            return
+
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_worker(self.perform(description, action), group="action")

@@ -88,6 +88,8 @@ class DlqScreen(JobTableScreen):
         self.act_on_selection(self.console.confirm_dlq_purge)
 
     def action_move(self) -> None:
+        if self.console.refused_read_only("DLQ move"):
+            return
         table = self.query_one(TaggableTable)
         default = self.flt.queue or ""
         key = table.current_key()

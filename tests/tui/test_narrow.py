@@ -99,3 +99,21 @@ async def test_help_fits_and_scrolls(database_url, db, size):
         assert "runs with --read-only" in screen_text(app)  # the last line can be read
         await press(app, pilot, "escape")
         assert "Running: keys" not in screen_text(app)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_read_only_hides_mutating_keys_and_lists_them_in_help(database_url, db, size):
+    seed_system(db)
+    async with running_console(database_url, size=size, read_only=True) as (app, pilot):
+        for key, hidden in (("1", "Pause"), ("2", "Cancel"), ("3", "Retry"), ("4", "Purge")):
+            await press(app, pilot, key)
+            footer = screen_text(app).splitlines()[size[1] - 1]
+            assert hidden not in footer and "? Help" in footer and "q Quit" in footer
+        await press(app, pilot, "4", "question_mark")
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert "Unavailable (read-only session)" in help_text
+        for line in ("r        retry", "x        purge", "m        move failed→dlq"):
+            assert line in help_text
+        await press(app, pilot, "escape", "r")
+        line = next(l for l in screen_text(app).splitlines() if "DLQ retry" in l)
+        assert line.strip() == "DLQ retry: not available: the console is read-only (--read-only)"
