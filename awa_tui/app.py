@@ -32,7 +32,7 @@ from awa_tui.screens.detail import JobDetailScreen
 from awa_tui.screens.diagnostics import DiagnosticsScreen
 from awa_tui.screens.dlq import DlqScreen
 from awa_tui.screens.jobs import JobsScreen
-from awa_tui.screens.modals import ConfirmScreen, HelpScreen
+from awa_tui.screens.modals import ConfirmScreen, HelpScreen, PromptScreen
 from awa_tui.screens.overview import OverviewScreen
 from awa_tui.screens.running import RunningScreen
 
@@ -43,6 +43,7 @@ GLOBAL_HELP = """
 [b]Everywhere[/b]
   1 2 3 4 5   Overview, Running, Jobs, DLQ, Diagnostics
   ?           this help          esc   back / close
+  :           open a job by id, from any screen
   + / -       refresh faster / slower
   f           freeze: stop refreshing (and ticking) to read the screen
   q           quit
@@ -80,6 +81,7 @@ class AwaConsole(App):
         Binding("4", "switch_mode('dlq')", "DLQ"),
         Binding("5", "switch_mode('diagnostics')", "Diagnostics"),
         Binding("question_mark", "help", "Help"),
+        Binding("colon", "jump", "Job id", show=False),
         Binding("plus", "faster", "Faster", show=False),
         Binding("minus", "slower", "Slower", show=False),
         Binding("f", "freeze", "Freeze"),
@@ -274,6 +276,19 @@ class AwaConsole(App):
         if self.read_only:
             self.say(f"{description}: {READ_ONLY}")
         return self.read_only
+
+    def action_jump(self) -> None:
+        """``:`` then a job id: its detail, from whichever screen is showing."""
+        def answered(text: str | None) -> None:
+            if not text:
+                return
+            digits = text.strip().lstrip("#")
+            if not digits.isdigit():
+                self.say(f"{text!r} is not a job id: type digits, e.g. 4242")
+                return
+            self.open_job(int(digits))
+
+        self.push_screen(PromptScreen("Open job id:"), answered)
 
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobDetailScreen(job_id))

@@ -168,8 +168,11 @@ class ConsoleFooter(Footer):
 
     def compose(self) -> ComposeResult:
         read_only = bool(getattr(self.app, "read_only", False))
+        screen = self.screen
+        hidden = screen.hidden_actions() if isinstance(screen, ConsoleScreen) else set()
         keys = [w for w in super().compose()
-                if not (read_only and getattr(w, "action", "") in MUTATING_ACTIONS)]
+                if not (read_only and getattr(w, "action", "") in MUTATING_ACTIONS)
+                and getattr(w, "action", "") not in hidden]
         pinned = [w for w in keys if getattr(w, "key", None) in PINNED_KEYS]
         yield from pinned
         yield from (w for w in keys if w not in pinned)
@@ -234,6 +237,10 @@ class ConsoleScreen(Screen):
         self.query_one(StatusLine).set(self.console.status_text(self.TITLE))
         self.query_one(Banner).show(self.console.problem or self.problem())
         self.query_one(Notice).set(self.console.notice)
+
+    def hidden_actions(self) -> set[str]:
+        """Actions the footer leaves out here (they do not apply to what is shown)."""
+        return set()
 
     def problem(self) -> str | None:
         """A screen-specific banner (e.g. no leader); the app's own problems come first."""
