@@ -45,21 +45,16 @@ def column_is_time(value: Any) -> bool:
 
 
 def describe_progress(progress: Any) -> str:
-    """``42% page 5 of 12`` and the rest of the checkpoint, or ``-``."""
+    """``42% page 5 of 12``, then the whole checkpoint as stored; or ``-``."""
     if not progress:
         return "-"
-    if not isinstance(progress, dict):
-        return _json(progress)
-    rest = {k: v for k, v in progress.items() if k not in ("percent", "message")}
     head = []
-    if progress.get("percent") is not None:
-        head.append(f"{float(progress['percent']):.0f}%")
-    if progress.get("message"):
-        head.append(escape(str(progress["message"])))
-    line = "  " + " ".join(head) if head else ""
-    if rest:
-        line += ("\n" if line else "") + _json(rest)
-    return line
+    if isinstance(progress, dict):
+        if progress.get("percent") is not None:
+            head.append(f"{float(progress['percent']):.0f}%")
+        if progress.get("message"):
+            head.append(escape(str(progress["message"])))
+    return ("  " + " ".join(head) + "\n" if head else "") + _json(progress)
 
 
 def describe_error(err: Any) -> str:
