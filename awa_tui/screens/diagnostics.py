@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Static
 from awa import config
 from awa_ops.console import ConsoleReader
 from awa_ops.findings import CheckResult, Finding, Severity, plain
+from awa_ops.render import evidence_lines
 from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine
 
@@ -89,7 +90,13 @@ class DiagnosticsScreen(ConsoleScreen):
             self.app.push_screen(CheckDetailScreen(result))
 
 
-def describe_finding(finding: Finding) -> str:
+def evidence_fits(rows: list[str], width: int) -> bool:
+    return all(len(row) <= width for row in rows)
+
+
+def describe_finding(finding: Finding, width: int = 10_000) -> str:
+    """A finding in full; its evidence one JSON row per line while each fits the
+    ``width``, else as ``key: value`` blocks (as `awa-ops diagnose` prints them)."""
     lines = [f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.label.upper()}[/] "
              f"{escape(finding.summary)}"]
     if finding.why:
@@ -100,8 +107,13 @@ def describe_finding(finding: Finding) -> str:
         lines.append(f"  [b]runbook[/b]: {escape(finding.runbook)}")
     if finding.evidence:
         lines.append(f"  [b]evidence[/b] ({len(finding.evidence)} rows):")
-        for row in finding.evidence[:EVIDENCE_ROWS]:
-            lines.append("    " + escape(json.dumps(plain(row), default=str)))
+        rows = ["    " + json.dumps(plain(row), default=str)
+                for row in finding.evidence[:EVIDENCE_ROWS]]
+        if evidence_fits(rows, width):
+            lines += [escape(row) for row in rows]
+        else:
+            for line in evidence_lines(finding.evidence[:EVIDENCE_ROWS], EVIDENCE_ROWS):
+                lines.append(("    " + escape(line)) if line else "")
         if len(finding.evidence) > EVIDENCE_ROWS:
             lines.append(f"    … {len(finding.evidence) - EVIDENCE_ROWS} more")
     return "\n".join(lines)
@@ -122,13 +134,20 @@ class CheckDetailScreen(ConsoleScreen):
         with VerticalScroll(id="detail-scroll"):
             yield Static(self.describe(), id="detail")
 
+    def text_width(self) -> int:
+        return max(self.app.size.width - 4, 20)  # the scroll's padding and scrollbar
+
+    def on_resize(self, event: Any) -> None:  # (the base class's handler runs too)
+        self.query_one("#detail", Static).update(self.describe())
+
     def describe(self) -> str:
+        width = self.text_width()
         r = self.result
         head = (f"[b]{escape(r.check)}[/b]  {severity_text(r.severity).markup}  "
                 f"engine: {escape(r.engine or '-')}  ({r.duration_ms:.0f} ms)")
         if r.error:
             return head + f"\n\n[b]could not run[/b]: {escape(r.error)}"
-        return head + "\n\n" + "\n\n".join(describe_finding(f) for f in r.findings)
+        return head + "\n\n" + "\n\n".join(describe_finding(f, width) for f in r.findings)
 
     async def fetch(self, reader: ConsoleReader) -> Any:
         return None
