@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections import deque
+from datetime import datetime
 from typing import Any, Iterable
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from awa_ops.console import ConsoleReader, Overview
 from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine, duration, relative, spark
+from awa_tui.widgets.chart import QueueChart
 
 # Priority 0 survives an 80-column terminal; the rest give way, highest number first.
 QUEUE_COLUMNS = (Column("queue", "Queue", 0, min_width=10, max_width=28),
@@ -30,6 +34,8 @@ RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8), Column("host", "Host"
                    Column("seen", "Last seen", 0, min_width=11), Column("health", "Health", 0, min_width=6,
                                                                          max_width=40),
                    Column("queues", "Queues", 1, min_width=10, max_width=400))
+CHART_WINDOW_S = 600.0  # the charts show the last ten minutes
+CHART_MIN_HEIGHT = 32  # below this the charts start hidden (g shows them)
 DEPTH_COLUMNS = ("available", "scheduled", "retryable", "running", "waiting_external", "failed")
 
 HELP = """\
@@ -40,6 +46,10 @@ oldest runnable job), completions per second and their recent history, paused.
 [b]Runtimes[/b]: every worker process; [b]LEADER[/b] marks the one running maintenance.
 A red banner appears when no live runtime holds leadership.
 
+[b]Charts[/b]: completions per second and lag per queue over the last ten minutes
+(the busiest five queues), from what this console has seen since it started.
+
+  g        show / hide the charts (hidden at first below 32 rows)
   p        pause / resume the queue under the cursor (asks first)
   enter    list the jobs of the queue under the cursor
   tab      move between the queue and runtime tables
@@ -49,16 +59,23 @@ A red banner appears when no live runtime holds leadership.
 class OverviewScreen(ConsoleScreen):
     TITLE = "Overview"
     HELP = HELP
-    BINDINGS = [Binding("p", "pause_resume", "Pause/resume")]
+    BINDINGS = [Binding("p", "pause_resume", "Pause/resume"), Binding("g", "charts", "Charts")]
 
     def __init__(self) -> None:
         super().__init__()
         self.data: Overview | None = None
+        # (when, completions/s per queue, lag seconds per queue), one point per refresh
+        self.history: deque[tuple[datetime, dict[str, float], dict[str, float]]] = deque(
+            maxlen=2000)
+        self.charts_on: bool | None = None  # None: decided by the terminal's height
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
         yield Static("Queues", classes="section")
         yield ResponsiveTable(QUEUE_COLUMNS, id="queues")
+        with Horizontal(id="charts"):
+            yield QueueChart("Completed per second", "jobs/s", id="throughput-chart")
+            yield QueueChart("Lag (oldest runnable job)", "seconds", id="lag-chart")
         yield Static("Runtimes", classes="section")
         yield ResponsiveTable(RUNTIME_COLUMNS, id="runtimes")
 
@@ -81,7 +98,11 @@ class OverviewScreen(ConsoleScreen):
         return None
 
     def show(self, data: Overview) -> None:
+        if data is not self.data:
+            self.record(data)
         self.data = data
+        if self.charts_shown():
+            self.draw_charts()
         now = data.now
         table = self.query_one("#queues", DataTable)
         keep = table.cursor_row
@@ -136,6 +157,53 @@ class OverviewScreen(ConsoleScreen):
     def relayout(self) -> None:
         if self.data is not None:
             self.show(self.data)
+
+    def on_mount(self) -> None:
+        self.sync_charts()
+
+    def on_resize(self, event: Any) -> None:  # (the base class's handler runs too)
+        self.sync_charts()
+
+    def charts_shown(self) -> bool:
+        if self.charts_on is not None:
+            return self.charts_on
+        return self.app.size.height >= CHART_MIN_HEIGHT
+
+    def sync_charts(self) -> None:
+        self.query_one("#charts").display = self.charts_shown()
+
+    def action_charts(self) -> None:
+        self.charts_on = not self.charts_shown()
+        self.sync_charts()
+        if self.charts_on:
+            self.draw_charts()
+
+    def record(self, data: Overview) -> None:
+        rates = {q.queue: q.throughput[-1] for q in data.queues if q.throughput}
+        lags = {q.queue: q.lag_seconds(data.now) or 0.0 for q in data.queues}
+        if self.history and self.history[-1][0] == data.now:
+            self.history.pop()  # the same instant read twice: keep the newest
+        self.history.append((data.now, rates, lags))
+        while self.history and (data.now - self.history[0][0]).total_seconds() > CHART_WINDOW_S:
+            self.history.popleft()
+
+    def chart_series(self, which: int) -> dict[str, list[tuple[float, float]]]:
+        """queue -> [(minutes before the newest point, value)], the busiest queues first."""
+        if not self.history:
+            return {}
+        newest = self.history[-1][0]
+        series: dict[str, list[tuple[float, float]]] = {}
+        for when, *values in self.history:
+            x = -(newest - when).total_seconds() / 60
+            for queue, value in values[which].items():
+                series.setdefault(queue, []).append((x, value))
+        ranked = sorted(series, key=lambda q: (-max(v for _, v in series[q]), q))
+        return {q: series[q] for q in ranked}
+
+    def draw_charts(self) -> None:
+        window = CHART_WINDOW_S / 60
+        self.query_one("#throughput-chart", QueueChart).show_series(self.chart_series(0), window)
+        self.query_one("#lag-chart", QueueChart).show_series(self.chart_series(1), window)
 
     def selected_queue(self) -> str | None:
         table = self.query_one("#queues", DataTable)
