@@ -10,6 +10,7 @@ at the refresh rate.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Any, Awaitable, Callable
 import click
 import psycopg
 from psycopg import errors as pg_errors
+from textual._files import generate_datetime_filename
 from textual.app import App
 from textual.binding import Binding
 from textual.timer import Timer
@@ -92,8 +94,9 @@ class AwaConsole(App):
                  read_only: bool = False, min_age_s: float = 0.0,
                  stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000,
                  clock: Callable[[], datetime] | None = None, label: str | None = None,
-                 live: bool = True) -> None:
+                 live: bool = True, exit_after_s: float | None = None) -> None:
         super().__init__()
+        self.exit_after_s = exit_after_s
         self.database_url = database_url
         self.refresh_s = refresh_s
         self.read_only = read_only
@@ -123,7 +126,18 @@ class AwaConsole(App):
         if self.live:
             self.refresh_timer = self.set_interval(self.refresh_s, self.scheduled_refresh)
             self.set_interval(1.0, self.tick)
+        if self.exit_after_s is not None:  # e.g. the demo's --duration
+            self.set_timer(self.exit_after_s, self.exit)
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Screenshots (Ctrl+P → Screenshot) go to the current directory, not ~/Downloads,
+        which a server or a bastion host rarely has; the notice says where."""
+        directory = path or os.getcwd()
+        filename = filename or generate_datetime_filename(self.title, ".svg", time_format)
+        key = super().deliver_screenshot(filename, directory, time_format)
+        self.say(f"screenshot saved to {os.path.join(directory, filename)}")
+        return key
     async def on_unmount(self) -> None:
         await self._disconnect()
 
@@ -394,11 +408,11 @@ def parse_seconds(value: str, option: str) -> float:
 
 
 def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
-            read_only: bool = False, min_age_s: float = 0.0,
+            read_only: bool = False, min_age_s: float = 0.0, exit_after_s: float | None = None,
             stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000) -> None:
     """Run the console in this terminal (``awa serve`` runs this same function per browser)."""
     AwaConsole(database_url, refresh_s=refresh_s, read_only=read_only, min_age_s=min_age_s,
-               stale_after_s=stale_after_s).run()
+               stale_after_s=stale_after_s, exit_after_s=exit_after_s).run()
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
