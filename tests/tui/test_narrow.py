@@ -117,3 +117,22 @@ async def test_read_only_hides_mutating_keys_and_lists_them_in_help(database_url
         await press(app, pilot, "escape", "r")
         line = next(l for l in screen_text(app).splitlines() if "DLQ retry" in l)
         assert line.strip() == "DLQ retry: not available: the console is read-only (--read-only)"
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_overview_shows_five_queues_and_paused_with_many_runtimes(database_url, db, size):
+    from tui.conftest import add_job, add_runtime, at
+    for n, queue in enumerate(("email", "reports", "payments", "imports", "crawler")):
+        add_job(db, kind="k", queue=queue)
+        add_runtime(db, host=f"live-{n}", pid=n + 1, leader=n == 0, queues=[queue])
+    for n in range(12):  # the demo's SIGKILLed workers pile up
+        add_runtime(db, host=f"dead-{n}", pid=100 + n, last_seen=at(-600 - n))
+    db.execute("INSERT INTO awa.queue_meta (queue, paused, paused_by) "
+               "VALUES ('crawler', true, 'alice')")
+    async with running_console(database_url, size=size) as (app, pilot):
+        text = screen_text(app)
+        for queue in ("email", "reports", "payments", "imports", "crawler"):
+            assert queue in text, text
+        assert "PAUSED" in next(line for line in text.splitlines() if "crawler" in line)
+        runtimes = app.screen.query_one("#runtimes")
+        assert [str(runtimes.get_row_at(i)[0]) for i in range(5)].count("gone") == 0  # live first
