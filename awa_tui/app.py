@@ -162,7 +162,8 @@ class AwaConsole(App):
 
     def request_refresh(self) -> None:
         if self.db_lock is not None:
-            self.run_worker(self.refresh_now(), group="refresh")
+            # The function, not a coroutine: one never started at exit is not left unawaited.
+            self.run_worker(self.refresh_now, group="refresh")
 
     async def refresh_now(self) -> None:
         """Read what the visible screen shows and show it (or the problem)."""

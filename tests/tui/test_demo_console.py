@@ -28,6 +28,7 @@ def test_demo_duration_ends_the_tui_and_says_what_is_left(tmux, database_url, db
         screen = term.wait_for("DEMO-EXIT=0", timeout=60)  # it ended by itself
         assert "jobs inserted" in screen
         assert "the demo leaves it as it is" in screen  # our database, not the embedded one
+        assert "Traceback" not in screen and "RuntimeWarning" not in screen
     finally:
         term.close()
 
