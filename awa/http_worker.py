@@ -88,7 +88,7 @@ class HttpWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def register(self, client: Any, *, kind: str,
-                 queue: str = config.DEFAULT_QUEUE) -> "HttpWorker":
+                 queue: str = config.DEFAULT_QUEUE) -> HttpWorker:
         client.task(dict, kind=kind, queue=queue)(self.handle)
         return self
 

@@ -10,8 +10,9 @@ in full before anything connects, then runs the runtime
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from awa import config
 from awa.config import QueueConfig, RateLimit, RuntimeSettings

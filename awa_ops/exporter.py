@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry

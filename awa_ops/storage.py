@@ -22,7 +22,6 @@ from awa.storage import CANONICAL, ENGINES, describe_layout, engine_for
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops.session import OpsSession, load_sql
 
-CANONICAL = "canonical"
 QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"

@@ -15,8 +15,8 @@ import socket
 import statistics
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 from psycopg import sql

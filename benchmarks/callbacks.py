@@ -27,13 +27,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
-
-import httpx
-import psycopg
 
 import _support
+import httpx
+import psycopg
 
 import awa
 from awa import callback_contract
@@ -203,7 +202,7 @@ def receiver_process(url: str) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("awa callbacks serve did not start")
+                    raise RuntimeError("awa callbacks serve did not start") from None
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -48,11 +48,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
-from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
-
 import awa  # noqa: E402 - the checkout's awa, whatever the venv has
 from awa import schema  # noqa: E402
+from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
+from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
 
 # A completion is written within a flush interval of the handler's return;
 # an attempt whose process was killed or stopped this soon after is excused.

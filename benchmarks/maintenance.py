@@ -21,9 +21,8 @@ import argparse
 import asyncio
 import time
 
-import psycopg
-
 import _support
+import psycopg
 
 from awa import config, db
 from awa.runtime.maintenance import promote, rescue

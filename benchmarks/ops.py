@@ -28,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _support
 import psycopg
 from psycopg.conninfo import make_conninfo
-
-import _support
 
 from awa_ops.diagnose import Options, run_all
 from awa_ops.exporter import DatabaseCollector

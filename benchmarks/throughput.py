@@ -31,9 +31,8 @@ import subprocess
 import sys
 import time
 
-import psycopg
-
 import _support
+import psycopg
 
 import awa
 
@@ -151,7 +150,7 @@ def pickup_latencies(conn, url: str, samples: int = 100) -> list[float]:
     """Single jobs into the idle worker, one at a time."""
     out = []
     insert = conn.cursor()
-    for i in range(samples):
+    for _ in range(samples):
         row = insert.execute(
             "INSERT INTO awa.jobs_hot (kind, queue, args) VALUES (%s, %s, '{}') RETURNING id",
             (KIND, QUEUE)).fetchone()

@@ -32,11 +32,10 @@ import statistics
 import time
 from typing import Any
 
+import _support
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-
-import _support
 
 from awa import config
 from awa_ops.console import ConsoleReader, DlqFilter, JobFilter

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from awa import metrics
 from awa.metrics import METRICS
@@ -36,7 +37,7 @@ def rate_limited(queue: str) -> None:
     METRICS.dispatch_rate_limited.inc((queue,))
 
 
-def claimed(queue: str, jobs: "list[Job[Any]]", seconds: float) -> None:
+def claimed(queue: str, jobs: list[Job[Any]], seconds: float) -> None:
     """One claim statement returned ``jobs`` after ``seconds``."""
     key = (queue,)
     METRICS.dispatch_claim_duration.observe(key, seconds)
@@ -90,7 +91,7 @@ def wake_to_claim(queue: str, woken: float | None) -> float | None:
     return None
 
 
-def outcomes(outcome: "Outcome", applied: "list[Finished]") -> None:
+def outcomes(outcome: Outcome, applied: list[Finished]) -> None:
     """Transitions the completion batcher just committed (one outcome kind)."""
     from awa.runtime.completion import Outcome
 
@@ -127,7 +128,7 @@ def flushed(rows: int, seconds: float) -> None:
     METRICS.completion_flush_duration.observe((), seconds)
 
 
-def stale_ignored(items: "list[Finished]") -> None:
+def stale_ignored(items: list[Finished]) -> None:
     for queue, n in Counter(f.ctx.job.queue for f in items).items():
         METRICS.completion_stale_ignored.inc((queue,), n)
 
@@ -161,8 +162,12 @@ def descriptors_synced(queues: Iterable[dict[str, Any]], kinds: Iterable[dict[st
     reports one hash per queue/kind; different hashes across runtimes are drift.
     """
     for gauge, descriptors in ((METRICS.queue_info, queues), (METRICS.job_kind_info, kinds)):
-        wanted = {_descriptor_key(d["name"], d) for d in descriptors}
-        names = {key[0] for key in wanted}
-        gauge.forget(lambda key: key[0] in names and key not in wanted)
-        for key in wanted:
-            gauge.put(key, 1)
+        _replace_info(gauge, {_descriptor_key(d["name"], d) for d in descriptors})
+
+
+def _replace_info(gauge: metrics.PreGauge, wanted: set[tuple[str, ...]]) -> None:
+    """Drop the series of these names that are not wanted any more, then set the wanted ones."""
+    names = {key[0] for key in wanted}
+    gauge.forget(lambda key: key[0] in names and key not in wanted)
+    for key in wanted:
+        gauge.put(key, 1)

@@ -52,7 +52,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
         try:
             delivered = await asyncio.wait_for(wait(), config.OPS_NOTIFY_PROBE_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             delivered = False
         return delivered, loop.time() - started, usage
     finally:

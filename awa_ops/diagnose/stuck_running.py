@@ -14,8 +14,13 @@ from awa import config
 from awa_ops import runtimes as runtimes_
 from awa_ops.diagnose._text import awa, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import (REPORT_NAMES, classify_attempt, inferred_owner, live_servers,
-                              load_runtimes)
+from awa_ops.runtimes import (
+    REPORT_NAMES,
+    classify_attempt,
+    inferred_owner,
+    live_servers,
+    load_runtimes,
+)
 from awa_ops.session import OpsSession
 from awa_ops.storage import render, storage_engine
 

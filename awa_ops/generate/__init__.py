@@ -12,9 +12,16 @@ from pathlib import Path
 
 import yaml
 
-from awa_ops.generate.alerts import (DEFAULT_RUNBOOK_BASE_URL, RULES_FILE, RULES_TEST_FILE,
-                                     Thresholds, build_rules, readme, rules_document,
-                                     unit_tests_document)
+from awa_ops.generate.alerts import (
+    DEFAULT_RUNBOOK_BASE_URL,
+    RULES_FILE,
+    RULES_TEST_FILE,
+    Thresholds,
+    build_rules,
+    readme,
+    rules_document,
+    unit_tests_document,
+)
 from awa_ops.generate.dashboards import build_dashboards
 
 DASHBOARDS_DIR = "dashboards"

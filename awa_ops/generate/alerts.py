@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -203,7 +203,7 @@ class AlertRule:
     summary: str
     description: str
     runbook_check: str  # the diagnostic runbook (runbooks/<check>.md) the alert runbook links
-    cases: Callable[["AlertRule"], list[RuleCase]]
+    cases: Callable[[AlertRule], list[RuleCase]]
 
     @property
     def runbook_path(self) -> str:

@@ -15,7 +15,6 @@ from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.http_worker import HttpWorker, HttpWorkerConfig, HttpWorkerMode
-
 from support.polling import eventually
 from support.rows import job_row
 

@@ -22,7 +22,6 @@ from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.cli import main as awa_cli
-
 from support.rows import job_row
 
 SECRET = secrets.token_bytes(32)

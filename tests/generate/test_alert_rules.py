@@ -12,18 +12,31 @@ import yaml
 
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import dump_yaml
-from awa_ops.generate.alerts import (ALERT_RUNBOOK_DIR, RULES_FILE, RULES_TEST_FILE, SEVERITIES,
-                                     Thresholds, build_rules, rules_document, unit_tests_document)
-from awa_ops.generate.templating import (humanize, humanize_duration, humanize_percentage,
-                                         render_template)
+from awa_ops.generate.alerts import (
+    ALERT_RUNBOOK_DIR,
+    RULES_FILE,
+    RULES_TEST_FILE,
+    SEVERITIES,
+    Thresholds,
+    build_rules,
+    rules_document,
+    unit_tests_document,
+)
+from awa_ops.generate.templating import (
+    humanize,
+    humanize_duration,
+    humanize_percentage,
+    render_template,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
-REQUIRED = (
-    "AwaNoActiveRuntime AwaNoLeader AwaQueueLagHigh AwaErrorRateHigh AwaThroughputCollapsed "
-    "AwaRescuesSpiking AwaHeartbeatsStale AwaDeadlinesOverdue AwaDLQGrowing AwaXminHorizonPinned "
-    "AwaIdleInTransaction AwaDeadTuplesGrowing AwaUniqueClaimWedged AwaMaintenanceOverrun "
-    "AwaExporterDown").split()
+REQUIRED = [
+    "AwaNoActiveRuntime", "AwaNoLeader", "AwaQueueLagHigh", "AwaErrorRateHigh",
+    "AwaThroughputCollapsed", "AwaRescuesSpiking", "AwaHeartbeatsStale", "AwaDeadlinesOverdue",
+    "AwaDLQGrowing", "AwaXminHorizonPinned", "AwaIdleInTransaction", "AwaDeadTuplesGrowing",
+    "AwaUniqueClaimWedged", "AwaMaintenanceOverrun", "AwaExporterDown"
+]
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:

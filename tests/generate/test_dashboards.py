@@ -12,9 +12,14 @@ import yaml
 from awa import metrics
 from awa_ops.diagnose import CHECKS
 from awa_ops.findings import runbook
-from awa_ops.generate.promql import (PROMETHEUS_LABELS, PROMETHEUS_METRICS, FUNCTIONS,
-                                     grafana_variable_query_references, references,
-                                     substitute_grafana_variables)
+from awa_ops.generate.promql import (
+    FUNCTIONS,
+    PROMETHEUS_LABELS,
+    PROMETHEUS_METRICS,
+    grafana_variable_query_references,
+    references,
+    substitute_grafana_variables,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -91,7 +96,7 @@ def test_dashboards_are_valid_for_grafana_import():
         assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
         for panel in all_panels(dashboard):
             grid = panel["gridPos"]
-            assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
+            assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
             if panel["type"] == "row":
                 continue
             where = f"{path.name}: {panel['title']}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import awa
-from runtime.conftest import job_row, log_dir, wait_until  # noqa: F401 (log_dir: fixture)
+from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
 
 QUEUE_SETTINGS = {"heartbeat_staleness_ms": 600}

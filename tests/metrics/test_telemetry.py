@@ -49,7 +49,7 @@ def test_endpoint_exports_catalogue_names_labels_and_buckets(prometheus_endpoint
 
 def test_two_endpoints_see_the_same_values_and_close_detaches(prometheus_endpoint):
     queue = _unique("q")
-    second = telemetry.serve_prometheus(f"127.0.0.1:0")
+    second = telemetry.serve_prometheus("127.0.0.1:0")
     try:
         METRICS.dispatch_empty_claims.add(4, metrics.queue_attributes(queue))
         for url in (prometheus_endpoint.url, second.url):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 
+from ops_helpers import summaries
 from psycopg.types.json import Jsonb
 
 from awa.lifecycle import error_entry
-from ops_helpers import summaries
 
 
 def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",)) -> str:

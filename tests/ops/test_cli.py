@@ -55,7 +55,7 @@ def test_every_check_links_an_existing_runbook():
     root = Path(__file__).resolve().parents[2]
     for name in CHECKS:
         module = check_module(name)
-        assert module.NAME == name
+        assert name == module.NAME
         assert (root / module.RUNBOOK).is_file(), module.RUNBOOK
 
 

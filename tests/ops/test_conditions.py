@@ -6,8 +6,8 @@ import time
 
 import psycopg
 import pytest
-
 from ops_helpers import FAST_FLAGS, run_ops, summaries
+
 from support.processes import start_worker
 
 

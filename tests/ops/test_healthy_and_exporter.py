@@ -8,9 +8,9 @@ import sys
 import time
 
 import httpx
+from ops_helpers import summaries
 
 from awa import metrics
-from ops_helpers import summaries
 from support.processes import start_worker
 
 

@@ -6,11 +6,11 @@ import os
 import time
 
 import psycopg
+from ops_helpers import run_ops, summaries
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from awa import schema
-from ops_helpers import run_ops, summaries
 
 
 def test_mvcc_horizon_names_each_holder(prepared_xacts_server, tmp_path):

@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 import pytest
-
 from ops_helpers import run_ops, summaries
+from psycopg.conninfo import conninfo_to_dict
 
 AWA_CLI_VERSION = "0.6.9"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "awa-ops-tests"

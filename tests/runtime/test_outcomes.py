@@ -10,7 +10,6 @@ import pytest
 
 import awa
 from awa import lifecycle
-
 from support.polling import eventually
 from support.rows import dlq_entry
 

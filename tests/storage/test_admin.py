@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import psycopg
@@ -368,7 +368,7 @@ async def test_dlq_round_trip(engine, aconn, stage):
     assert await engine.get_dlq_job(aconn, failed[0].id) is None
     assert await engine.retry_from_dlq(aconn, failed[0].id) is None
 
-    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    later = datetime.now(UTC) + timedelta(hours=1)
     moved_on = await engine.retry_from_dlq(aconn, failed[1].id, run_at=later, priority=1,
                                            queue=IDLE)
     assert moved_on is not None and moved_on.state is JobState.Scheduled

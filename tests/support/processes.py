@@ -41,7 +41,7 @@ SHORT_INTERVALS: dict[str, Any] = {
     "snapshot_interval_ms": 200,
 }
 
-_live: list["WorkerProcess"] = []
+_live: list[WorkerProcess] = []
 
 
 @dataclass
@@ -121,10 +121,9 @@ def start_worker(database_url: str, queues: str | list[tuple[str, int]] = "defau
                 "PYTHONUNBUFFERED": "1"}
     if run_dir is not None:
         full_env["AWA_WORKER_LOG_DIR"] = str(run_dir)
-    stderr_file = open(stderr_path, "w")
-    proc = subprocess.Popen([sys.executable, str(WORKER_APP)], cwd=str(ROOT), env=full_env,
-                            stdout=subprocess.PIPE, stderr=stderr_file, text=True)
-    stderr_file.close()
+    with open(stderr_path, "w") as stderr_file:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, str(WORKER_APP)], cwd=str(ROOT), env=full_env,
+                                stdout=subprocess.PIPE, stderr=stderr_file, text=True)
     worker = WorkerProcess(proc, run_dir, stderr_path=stderr_path)
     _live.append(worker)
     deadline = time.monotonic() + ready_timeout

@@ -114,7 +114,7 @@ def _move_columns(overrides: dict[str, str]) -> str:
     return ", ".join(overrides.get(c, "m." + c) for c in JOB_COLUMNS)
 
 
-_MOVED = """
+_MOVED = f"""
 WITH moved AS (
     DELETE FROM awa.jobs_hot j
      USING unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::jsonb[], %s::jsonb[],
@@ -122,9 +122,10 @@ WITH moved AS (
            AS u(id, lease, delay_s, error, progress, meta, reason)
      WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
     RETURNING j.*, u.delay_s AS u_delay_s, u.reason AS u_reason,
-              {keep_progress} AS u_progress, {merge_meta} AS u_meta, {append_error} AS u_errors
+              {_KEEP_PROGRESS} AS u_progress, {_MERGE_METADATA} AS u_meta,
+              {_APPEND_ERROR} AS u_errors
 )
-""".format(keep_progress=_KEEP_PROGRESS, merge_meta=_MERGE_METADATA, append_error=_APPEND_ERROR)
+"""
 
 _DEFERRED_OVERRIDES = {
     "run_at": "now() + m.u_delay_s * interval '1 second'",

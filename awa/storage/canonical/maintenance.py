@@ -30,8 +30,8 @@ from awa.job import JOB_COLUMNS
 from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
-    CronFired,
     ActiveCronSchedule,
+    CronFired,
     Descriptor,
     PromoteBatch,
     PromotedJob,
