@@ -190,7 +190,10 @@ class ProducerMixin:
         return outcome
 
     async def transaction(self) -> Transaction:
-        """A transaction on one pooled connection: ``async with await client.transaction() as tx``."""
+        """A transaction on one pooled connection.
+
+        ``async with await client.transaction() as tx``.
+        """
         pool = await self._get_pool()
         engine = await self._get_engine()
         conn = await pool.getconn()

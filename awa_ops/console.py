@@ -43,7 +43,8 @@ DB_NOW = "SELECT now() AS now"
 @cache
 def leases_query(schema_name: str) -> str:
     return f"""
-SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts, NULL::bigint AS run_lease,
+SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts,
+       NULL::bigint AS run_lease,
        NULL::timestamptz AS attempted_at, s.heartbeat_at, s.deadline_at
   FROM ({render("running_leases", schema=schema_name, as_subquery=True)}) s
  LIMIT %(limit)s"""

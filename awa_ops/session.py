@@ -91,7 +91,8 @@ class OpsSession:
         await self.conn.execute(
             # Parallel workers would only add start-up latency and load to these
             # small index-backed reads.
-            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+            "SELECT set_config('statement_timeout', %s, true),"
+            " set_config('lock_timeout', %s, true),"
             " set_config('max_parallel_workers_per_gather', '0', true)",
             (f"{self.statement_timeout_ms}ms", f"{self.lock_timeout_ms}ms"))
 

@@ -1,4 +1,4 @@
-"""External callbacks: resolution rate, receiver throughput, resume latency, HTTP worker round trips.
+"""External callbacks: resolution rate, receiver throughput, resume latency, HTTP worker trips.
 
     .venv/bin/python benchmarks/callbacks.py --jobs 2000
 

@@ -110,8 +110,8 @@ async def enqueue_all(url: str, n: int) -> float:
     client = awa.AsyncClient(url)
     started = time.perf_counter()
     for offset in range(0, n, COPY_BATCH):
-        await client.enqueue_many_copy([{"i": i} for i in range(offset, min(offset + COPY_BATCH, n))],
-                                       kind=KIND, queue=QUEUE)
+        await client.enqueue_many_copy(
+            [{"i": i} for i in range(offset, min(offset + COPY_BATCH, n))], kind=KIND, queue=QUEUE)
     took = time.perf_counter() - started
     await client.close()
     return took
@@ -156,7 +156,8 @@ def pickup_latencies(conn, url: str, samples: int = 100) -> list[float]:
             (KIND, QUEUE)).fetchone()
         job_id = row[0]
         while True:
-            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs_hot "
+            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) "
+                             "FROM awa.jobs_hot "
                              "WHERE id = %s AND attempted_at IS NOT NULL", (job_id,)).fetchone()
             if r:
                 out.append(1000 * float(r[0]))

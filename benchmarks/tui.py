@@ -52,11 +52,13 @@ INSERT INTO awa.jobs_hot (kind, queue, args, state, attempt, run_at, created_at,
 SELECT 'kind_' || (i %% 12), 'queue_' || (i %% %(queues)s), jsonb_build_object('n', i),
        s.state::awa.job_state, CASE WHEN s.state = 'available' THEN 0 ELSE 1 END,
        now() - make_interval(secs => (i %% 86400)), now() - make_interval(secs => (i %% 86400)),
-       CASE WHEN s.state = 'available' THEN NULL ELSE now() - make_interval(secs => (i %% 86400)) END,
+       CASE WHEN s.state = 'available' THEN NULL
+            ELSE now() - make_interval(secs => (i %% 86400)) END,
        CASE WHEN s.state IN ('completed', 'failed', 'cancelled')
             THEN now() - make_interval(secs => (i %% 86400)) END,
        CASE WHEN i %% 100 = 0 THEN ARRAY['vip'] ELSE '{}' END,
-       CASE WHEN s.state = 'failed' THEN ARRAY[jsonb_build_object('error', 'boom', 'attempt', 1)] END
+       CASE WHEN s.state = 'failed'
+            THEN ARRAY[jsonb_build_object('error', 'boom', 'attempt', 1)] END
   FROM generate_series(1, %(n)s) i
  CROSS JOIN LATERAL (SELECT CASE
         WHEN i %% 100 < 5 THEN 'available'
@@ -128,7 +130,8 @@ class RecordingReader(ConsoleReader):
         return await super()._run(cur, query, params)
 
 
-async def explain(url: str, statements: list[tuple[Any, Any]], show: bool) -> tuple[float, list[str]]:
+async def explain(url: str, statements: list[tuple[Any, Any]],
+                  show: bool) -> tuple[float, list[str]]:
     """Server execution time (ms) summed over the statements, and any seq scans of jobs tables."""
     total, seq_scans = 0.0, []
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class JobContext:
     __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
-                 "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq", "_written_seq",
-                 "_metadata_patch", "is_async", "__weakref__")
+                 "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq",
+                 "_written_seq", "_metadata_patch", "is_async", "__weakref__")
 
     def __init__(self, job: Job[Any], runtime: Runtime, permits: Any,
                  deadline_monotonic: float) -> None:

@@ -53,7 +53,8 @@ def claimed(queue: str, jobs: list[Job[Any]], seconds: float) -> None:
     for job in jobs:
         kq = (job.kind, queue)
         claimed_.inc(kq)
-        runnable = job.run_at if job.run_at and job.run_at > job.created_at else job.created_at
+        later = job.run_at and (job.created_at is None or job.run_at > job.created_at)
+        runnable = job.run_at if later else job.created_at
         if job.attempted_at is not None and runnable is not None:
             seconds_waited = (job.attempted_at - runnable).total_seconds()
             wait.observe(kq, seconds_waited if seconds_waited > 0.0 else 0.0)
@@ -115,8 +116,8 @@ def outcomes(outcome: Outcome, applied: list[Finished]) -> None:
             METRICS.job_failed.inc((kind, queue, True), n)
         if outcome is Outcome.DLQ:
             reasons = Counter((f.ctx.job.kind, f.ctx.job.queue, f.reason) for f in applied)
-            for key, n in reasons.items():
-                METRICS.job_dlq_moved.inc(key, n)
+            for reason_key, n in reasons.items():
+                METRICS.job_dlq_moved.inc(reason_key, n)
         return
     for key, n in by_key.items():
         counter.inc(key, n)

@@ -82,7 +82,8 @@ async def check(session, engine, options) -> list[Finding]:
         attempts, cancelled = await _canonical_attempts(session, params)
     if options.min_age_s:
         attempts = [a for a in attempts
-                    if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0) >= options.min_age_s]
+                    if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0)
+                    >= options.min_age_s]
     return classify(attempts, cancelled, runtimes, options)
 
 
@@ -116,7 +117,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
-        owner = inferred_owner(runtimes, a["queue"], hb) if hb is not None and hb > staleness else None
+        stale = hb is not None and hb > staleness
+        owner = inferred_owner(runtimes, a["queue"], hb) if stale else None
         servers = live_servers(runtimes, a["queue"])
         row = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt", "run_lease",
                                       "heartbeat_at", "deadline_at") if k in a}
@@ -167,7 +169,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         else:
             critical = oldest > rescue_overdue or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} with a stale heartbeat "
-                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); rescue due at next scan")
+                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); "
+                       "rescue due at next scan")
             why = ("the runtime serving the queue is alive but these attempts stopped "
                    "heartbeating: its heartbeat loop or its connections are starved")
         step = (ops("runtime") if not leader_alive else

@@ -53,7 +53,8 @@ def render(thresholds: Thresholds | None = None,
     files = {f"{DASHBOARDS_DIR}/{name}": text
              for name, text in build_dashboards(thresholds, runbook_base_url).items()}
     files[f"{ALERTS_DIR}/{RULES_FILE}"] = dump_yaml(rules_document(rules, runbook_base_url))
-    files[f"{ALERTS_DIR}/{RULES_TEST_FILE}"] = dump_yaml(unit_tests_document(rules, runbook_base_url))
+    files[f"{ALERTS_DIR}/{RULES_TEST_FILE}"] = dump_yaml(
+        unit_tests_document(rules, runbook_base_url))
     files[f"{ALERTS_DIR}/README.md"] = readme(rules, thresholds)
     return files
 

@@ -113,7 +113,8 @@ def references(expr: str) -> References:
 
 def grafana_variable_query_references(query: str) -> References:
     """Names in a Grafana Prometheus variable query: ``label_values(metric, label)``."""
-    match = re.fullmatch(r"\s*label_values\(\s*(?P<selector>.+?)\s*,\s*(?P<label>\w+)\s*\)\s*", query)
+    match = re.fullmatch(
+        r"\s*label_values\(\s*(?P<selector>.+?)\s*,\s*(?P<label>\w+)\s*\)\s*", query)
     if match is None:
         raise ValueError(f"unsupported variable query {query!r}")
     inner = references(match["selector"])

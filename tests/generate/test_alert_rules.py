@@ -155,7 +155,8 @@ def test_humanize_percentage_matches_prometheus():
 
 
 def test_render_template_fills_labels_and_values():
-    text = "{{ $value | humanizeDuration }} in {{ $labels.awa_job_queue }} ({{ $value | humanize }})"
+    text = ("{{ $value | humanizeDuration }} in {{ $labels.awa_job_queue }} "
+            "({{ $value | humanize }})")
     assert render_template(text, {"awa_job_queue": "email"}, 660) == "11m 0s in email (660)"
     with pytest.raises(ValueError, match="not supported"):
         render_template("{{ $value | title }}", {}, 1)

@@ -33,7 +33,8 @@ def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str =
         f"""INSERT INTO {table} (kind, queue, args, state, attempt, max_attempts, run_lease,
                 priority, attempted_at, heartbeat_at, deadline_at, run_at, finalized_at,
                 unique_key, unique_states, callback_id, callback_timeout_at, metadata)
-            VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s, %(max_attempts)s,
+            VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s,
+                %(max_attempts)s,
                 %(run_lease)s, %(priority)s,
                 CASE WHEN %(attempt)s > 0 THEN now() END,
                 CASE WHEN %(state)s::text IN ('running', 'waiting_external')

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from ops_helpers import OpsRun, run_ops
+
+from ops.ops_helpers import OpsRun, run_ops
 
 
 @pytest.fixture

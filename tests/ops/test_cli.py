@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ops_helpers import run_ops
+from ops.ops_helpers import run_ops
 
 
 def test_human_output_explains_and_exits_with_the_worst_status(database_url, db):

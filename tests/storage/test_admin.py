@@ -72,8 +72,8 @@ async def settle(aconn: psycopg.AsyncConnection[Any], job_id: int, wanted: str,
 class Stage:
     """Puts jobs into a state the way production does: inserted, then run by a runtime."""
 
-    ARGS: ClassVar[dict[str, type]] = {"failed": Fail, "retryable": Flaky, "running": Block, "waiting_external": Park,
-            "completed": Done}
+    ARGS: ClassVar[dict[str, type]] = {"failed": Fail, "retryable": Flaky, "running": Block,
+                                       "waiting_external": Park, "completed": Done}
 
     def __init__(self, client: awa.AsyncClient, aconn: psycopg.AsyncConnection[Any]) -> None:
         self.client = client

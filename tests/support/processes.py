@@ -76,7 +76,9 @@ class WorkerProcess:
         return self.proc.wait(timeout=timeout)
 
     def stderr(self) -> str:
-        return self.stderr_path.read_text() if self.stderr_path and self.stderr_path.exists() else ""
+        if self.stderr_path and self.stderr_path.exists():
+            return self.stderr_path.read_text()
+        return ""
 
     def log_lines(self) -> list[str]:
         """This process's handler log (``start|done|cancelled kind id attempt lease``)."""
@@ -132,7 +134,8 @@ def start_worker(database_url: str, queues: str | list[tuple[str, int]] = "defau
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             worker.kill()
-            raise TimeoutError(f"worker not ready after {ready_timeout}s:\n{worker.stderr()[-2000:]}")
+            raise TimeoutError(f"worker not ready after {ready_timeout}s:\n"
+                               f"{worker.stderr()[-2000:]}")
         ready, _, _ = select.select([proc.stdout], [], [], min(remaining, 0.5))
         if ready:
             line = proc.stdout.readline()

@@ -63,7 +63,8 @@ RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
 # of the attempt: progress replaces (NULL keeps), metadata merges (NULL keeps).
 _KEEP_PROGRESS = "COALESCE(u.progress, j.progress)"
 _MERGE_METADATA = "CASE WHEN u.meta IS NULL THEN j.metadata ELSE j.metadata || u.meta END"
-_APPEND_ERROR = "CASE WHEN u.error IS NULL THEN j.errors ELSE array_append(COALESCE(j.errors, '{}'), u.error) END"
+_APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
+                 " ELSE array_append(COALESCE(j.errors, '{}'), u.error) END")
 
 # The common case: completed with nothing buffered.
 COMPLETE_JOBS = """
