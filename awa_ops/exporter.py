@@ -244,8 +244,10 @@ def build_registry(url: str,
     registry = CollectorRegistry(auto_describe=False)
     collector = DatabaseCollector(url, heartbeat_staleness_s)
     collector.start_loop()
+    loop = collector._loop
+    assert loop is not None  # start_loop() just set it
     # Fail fast with one line when the database is unreachable at start.
-    asyncio.run_coroutine_threadsafe(collector._ensure_session(), collector._loop).result()
+    asyncio.run_coroutine_threadsafe(collector._ensure_session(), loop).result()
     registry.register(collector)
     return registry, collector
 

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import _support
 import httpx
@@ -40,7 +41,8 @@ from awa.callback_server import serve_in_thread
 from awa.http_worker import HttpWorker, HttpWorkerConfig
 
 SECRET = secrets.token_bytes(32)
-FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 500, "run_maintenance": False}
+FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 500,
+                        "run_maintenance": False}
 
 PARK_MANY = """
 INSERT INTO awa.jobs_hot (kind, queue, state, attempt, run_lease, attempted_at, heartbeat_at,
@@ -176,8 +178,9 @@ async def http_worker_round_trips(url: str, receiver: str, endpoint: str, n: int
         started = time.perf_counter()
         await client.enqueue_many_copy([{"i": i} for i in range(n)], kind="remote", queue="http")
         with psycopg.connect(url, autocommit=True) as conn:
-            while conn.execute("SELECT count(*) FROM awa.jobs_hot WHERE kind = 'remote' "
-                               "AND state = 'completed'").fetchone()[0] < n:
+            while conn.execute(  # type: ignore[index]  # count(*): one row
+                    "SELECT count(*) FROM awa.jobs_hot WHERE kind = 'remote' "
+                    "AND state = 'completed'").fetchone()[0] < n:
                 await asyncio.sleep(0.05)
         report("HTTP worker round trip (32 workers)", n, time.perf_counter() - started)
     finally:

@@ -221,7 +221,7 @@ class Run:
                 break
             time.sleep(0.2)
         with psycopg.connect(self.url) as conn:
-            states = dict(conn.execute(COUNT_STATES).fetchall())
+            states: dict[str, int] = dict(conn.execute(COUNT_STATES).fetchall())
         terminal_bad = sum(states.get(s, 0) for s in ("failed", "cancelled"))
         missing = self.result.jobs - sum(states.values())
         unfinished = sum(n for s, n in states.items()

@@ -61,7 +61,7 @@ async def bench(url: str, jobs: int, batch: int, single: int) -> dict[str, float
         results["insert"] = await measure("insert (one per call)", single, singles)
         await reset(client)
 
-        batched_paths = (
+        batched_paths: tuple[tuple[str, str, Any, dict[str, Any]], ...] = (
             ("insert_many", f"insert_many (batches of {batch})", client.insert_many, {}),
             ("enqueue_many_copy", f"enqueue_many_copy (batches of {batch})",
              client.enqueue_many_copy, {}),

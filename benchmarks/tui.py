@@ -125,7 +125,7 @@ class RecordingReader(ConsoleReader):
         super().__init__(*args, **kwargs)
         self.recorded: list[tuple[Any, Any]] = []
 
-    async def _run(self, cur, query, params=None):  # type: ignore[override]
+    async def _run(self, cur, query, params=None):
         self.recorded.append((query, params))
         return await super()._run(cur, query, params)
 
@@ -139,7 +139,9 @@ async def explain(url: str, statements: list[tuple[Any, Any]],
             text = query.as_string(conn) if isinstance(query, sql.Composable) else query
             cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params)
             plan = "\n".join(row[0] for row in await cur.fetchall())
-            total += float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
+            timing = re.search(r"Execution Time: ([\d.]+) ms", plan)
+            assert timing is not None, plan  # EXPLAIN ANALYZE always reports it
+            total += float(timing.group(1))
             seq_scans += SEQ_SCAN_OF_JOBS.findall(plan)
             if show:
                 first = " ".join(text.split())[:110]
@@ -150,8 +152,10 @@ async def explain(url: str, statements: list[tuple[Any, Any]],
 async def measure_refreshes(url: str, repeat: int, show_plans: bool) -> list[dict[str, Any]]:
     session = await OpsSession.open(url, application_name=config.APP_NAME_TUI, read_only=True)
     reader = RecordingReader(session)
-    some_job = (await session.fetch_one(
-        "SELECT id FROM awa.jobs_hot WHERE state = 'failed' ORDER BY id DESC LIMIT 1"))["id"]
+    failed = await session.fetch_one(
+        "SELECT id FROM awa.jobs_hot WHERE state = 'failed' ORDER BY id DESC LIMIT 1")
+    assert failed is not None, "the seeded database has failed jobs"
+    some_job = failed["id"]
     screens = {
         "overview": lambda: reader.overview(),
         "running (500 attempts)": lambda: reader.running(),

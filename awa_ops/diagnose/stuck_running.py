@@ -77,7 +77,8 @@ async def check(session, engine, options) -> list[Finding]:
         for row in claims:
             row["heartbeat_age_s"] = row.pop("claimed_age_s")  # a receipt claim has no heartbeat
             row["receipt_claim"] = True
-        attempts, cancelled = leases + claims, []
+        attempts = leases + claims
+        cancelled: list[dict[str, Any]] = []
     else:
         attempts, cancelled = await _canonical_attempts(session, params)
     if options.min_age_s:
@@ -120,8 +121,9 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         stale = hb is not None and hb > staleness
         owner = inferred_owner(runtimes, a["queue"], hb) if stale else None
         servers = live_servers(runtimes, a["queue"])
-        row = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt", "run_lease",
-                                      "heartbeat_at", "deadline_at") if k in a}
+        row: dict[str, Any] = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt",
+                                                     "run_lease", "heartbeat_at", "deadline_at")
+                               if k in a}
         row["heartbeat_age_s"] = None if hb is None else round(float(hb), 1)
         row["deadline_remaining_s"] = None if remaining is None else round(float(remaining), 1)
         if a.get("receipt_claim"):

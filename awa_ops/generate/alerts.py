@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -133,7 +134,7 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
     if not isinstance(data, dict):
         raise ThresholdsError(f"{path}: expected a mapping of threshold names to numbers")
     known = {f.name for f in dataclasses.fields(Thresholds)} - {"for_overrides"}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for key, value in data.items():
         if key == "for":
             values["for_overrides"] = _parse_for(path, value)

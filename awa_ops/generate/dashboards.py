@@ -582,6 +582,7 @@ def _render(spec: DashboardSpec, base_url: str) -> str:
 
 
 def _panel(spec: PanelSpec, panel_id: int, base_url: str):
+    builder: stat.Panel | bargauge.Panel | timeseries.Panel
     if spec.kind == "stat":
         builder = (stat.Panel()
                    .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"])

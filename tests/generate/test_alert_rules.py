@@ -113,7 +113,7 @@ def test_every_alert_has_a_runbook_linking_its_diagnostic():
         assert "awa-ops diagnose" in text
 
 
-def test_every_alert_has_a_firing_and_a_quiet_unit_test():
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     tests = yaml.safe_load((ALERTS / RULES_TEST_FILE).read_text())["tests"]
     firing: dict[str, int] = {}
     quiet: dict[str, int] = {}
@@ -132,7 +132,9 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test():
 
 
 def _minutes(duration: str) -> float:
-    value, unit = re.fullmatch(r"(\d+)([smh])", duration).groups()
+    match = re.fullmatch(r"(\d+)([smh])", duration)
+    assert match is not None, duration
+    value, unit = match.groups()
     return int(value) * {"s": 1 / 60, "m": 1, "h": 60}[unit]
 
 

@@ -70,8 +70,10 @@ def start_exporter(database_url: str, port: int) -> subprocess.Popen:
                              "--heartbeat-staleness", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 15
+    stderr = proc.stderr
+    assert stderr is not None  # stderr=PIPE
     while True:
-        assert proc.poll() is None, proc.stderr.read()
+        assert proc.poll() is None, stderr.read()
         try:
             if httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200:
                 return proc

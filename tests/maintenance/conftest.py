@@ -9,6 +9,7 @@ from awa import db as awa_db
 from runtime.conftest import log_dir  # noqa: F401 (the worker-subprocess tests' fixture)
 from support.polling import eventually  # noqa: F401 (re-exported for the maintenance tests)
 from support.rows import dlq_entry as dlq  # noqa: F401 (re-exported)
+from support.rows import job_row as job  # noqa: F401 (re-exported)
 
 # The troubleshooting guide's query for the unique-claim wedge, verbatim.
 WEDGE_QUERY = """

@@ -76,7 +76,8 @@ def test_poison_job_ends_in_dlq_and_jobs_sharing_its_process_finish(database_url
                                         settings=settings))
         in_dlq = db.execute("SELECT 1 FROM awa.dlq_entries WHERE job_id = %s",
                             (poison.id,)).fetchone()
-        done = all(job_row(db, b.id)["state"] == "completed" for b in bystanders)
+        done = all((row := job_row(db, b.id)) is not None and row["state"] == "completed"
+                   for b in bystanders)
         return bool(in_dlq) and done
 
     try:

@@ -41,9 +41,9 @@ def as_url(conninfo: str) -> str:
     from urllib.parse import quote
 
     p = conninfo_to_dict(conninfo)
-    auth = quote(p.get("user", "postgres"))
+    auth = quote(str(p.get("user", "postgres")))
     if p.get("password"):
-        auth += f":{quote(p['password'])}"
+        auth += f":{quote(str(p['password']))}"
     return f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
 
 

@@ -107,7 +107,7 @@ async def test_exhausted_attempts_fail_or_go_to_the_dlq(client, db):
     assert job_row(db, dead.id) is None
 
 
-async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db):
+async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db) -> None:
     @dataclass
     class Strict:
         needed: int

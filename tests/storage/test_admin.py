@@ -21,7 +21,8 @@ import awa
 from awa.job import JobState
 from awa.storage.engine import DlqFilter, KindQueueCount, QueueCount
 
-FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
+FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100,
+                        "run_maintenance": False}
 WORK = "work"          # the queue the stage's runtime serves
 IDLE = "idle"          # nothing serves it: jobs stay available there
 UNIQUE = {"by_args": True}
