@@ -20,12 +20,32 @@ from awa import config, lifecycle, metrics
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, ValidationError
 from awa.serialization import encode_args
 from awa.storage import open_engine
-from awa.storage.canonical.admin import (GET_JOB, KIND_FILTER, LIST_JOBS, LIST_JOBS_ORDER,
-                                         QUEUE_FILTER, QUEUE_STATS, STATE_FILTER, TAG_FILTER)
-from awa.storage.canonical.enqueue import (normalize_run_at, unique_error, validate_priority,
-                                           validate_queue)
-from awa.storage.engine import (DlqEntry, DlqFilter, Engine, JobDump, KindQueueCount,
-                                QueueCount, QueueStat, RetryFailedResult)
+from awa.storage.canonical.admin import (
+    GET_JOB,
+    KIND_FILTER,
+    LIST_JOBS,
+    LIST_JOBS_ORDER,
+    QUEUE_FILTER,
+    QUEUE_STATS,
+    STATE_FILTER,
+    TAG_FILTER,
+)
+from awa.storage.canonical.enqueue import (
+    normalize_run_at,
+    unique_error,
+    validate_priority,
+    validate_queue,
+)
+from awa.storage.engine import (
+    DlqEntry,
+    DlqFilter,
+    Engine,
+    JobDump,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
 from awa.unique import unique_key
 
 # The SQL of these operations lives with the canonical engine now; its names stay
