@@ -16,7 +16,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, db, metrics as awa_metrics
+from awa import config, db
+from awa import metrics as awa_metrics
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
 from awa.storage.canonical import enqueue

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 MAX_TEXT = 500  # longer messages are cut before hashing: the head names the cause
 

@@ -8,8 +8,8 @@ tick its clocks every second between refreshes (``tick``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TYPE_CHECKING
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import events

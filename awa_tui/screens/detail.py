@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 from datetime import datetime
+from typing import Any
 
 from rich.markup import escape
 from textual.binding import Binding

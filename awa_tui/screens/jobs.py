@@ -6,7 +6,14 @@ from textual.binding import Binding
 
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
-from awa_tui.screens.base import Column, JobTableScreen, SortableScreen, TaggableTable, parse_filter, sorted_rows
+from awa_tui.screens.base import (
+    Column,
+    JobTableScreen,
+    SortableScreen,
+    TaggableTable,
+    parse_filter,
+    sorted_rows,
+)
 from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding

@@ -9,7 +9,15 @@ from typing import Any
 from rich.text import Text
 from textual.binding import Binding
 
-from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
+from awa_ops.console import (
+    ALIVE,
+    ORPHANED,
+    OVERDUE,
+    STALE,
+    ConsoleReader,
+    RunningAttempt,
+    RunningSnapshot,
+)
 from awa_tui.screens.base import Column, JobTableScreen, SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 

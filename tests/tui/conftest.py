@@ -10,16 +10,17 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from awa_tui.app import AwaConsole
 
-T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 SIZE = (160, 45)
 
 

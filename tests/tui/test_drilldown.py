@@ -7,8 +7,16 @@ from __future__ import annotations
 import pytest
 
 from awa.admin import render_dump
-from tui.conftest import (MEDIUM, NARROW, add_job, add_running, at, press, running_console,
-                          screen_text, seed_system)
+from tui.conftest import (
+    MEDIUM,
+    NARROW,
+    add_job,
+    at,
+    press,
+    running_console,
+    screen_text,
+    seed_system,
+)
 
 SIZES = [pytest.param(NARROW, id="80x24"), pytest.param(MEDIUM, id="120x35")]
 TRACEBACK = ('Traceback (most recent call last):\n'

@@ -10,7 +10,15 @@ from rich.console import Console
 
 from awa_ops.findings import CheckResult, Finding, Severity
 from awa_ops.render import evidence_lines, render_result
-from tui.conftest import MEDIUM, NARROW, fixed_findings, press, running_console, screen_text, seed_system
+from tui.conftest import (
+    MEDIUM,
+    NARROW,
+    fixed_findings,
+    press,
+    running_console,
+    screen_text,
+    seed_system,
+)
 
 ROWS = [{"pid": 4242 + i, "application_name": "awa-worker-with-a-long-name",
          "state": "idle in transaction", "xact_age_s": 3600.5 + i,

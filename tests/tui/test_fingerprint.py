@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from awa_ops.fingerprint import fingerprint, group_errors, normalize
 
-T0 = datetime(2026, 1, 15, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 
 
 def test_masks_what_varies_between_occurrences():

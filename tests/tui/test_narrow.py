@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from awa_tui.screens.base import Column, fit_columns
-from tui.conftest import MEDIUM, NARROW, fixed_findings, press, running_console, screen_text, seed_system
+from tui.conftest import (
+    MEDIUM,
+    NARROW,
+    fixed_findings,
+    press,
+    running_console,
+    screen_text,
+    seed_system,
+)
 
 SIZES = [pytest.param(NARROW, id="80x24"), pytest.param(MEDIUM, id="120x35")]
 

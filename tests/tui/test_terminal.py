@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -67,7 +67,7 @@ class Terminal:
 
 
 def test_awa_tui_runs_in_a_real_terminal(tmux, database_url, db):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now)
     job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
     db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now(), attempted_at = now() - interval "
@@ -108,7 +108,7 @@ def test_bad_flags_are_one_line_errors(database_url):
 
 def test_awa_tui_at_80x24_shows_the_running_heartbeat_column(tmux, database_url, db):
     """The SSH default terminal: the Running screen keeps Heartbeat age, Deadline in, Running."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now,
                 queues=["default"])
     job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
