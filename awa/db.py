@@ -92,6 +92,10 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+# Attribute set on a wrapped method so a second decoration (a subclass) does not wrap it twice.
+_TRANSLATED_MARKER = "_awa_translated"
+
+
 def database_errors_raise_awa(cls: type[T]) -> type[T]:
     """Class decorator: every public coroutine method raises ``awa.DatabaseError`` for a
     driver failure (the psycopg error chained), as the client API promises.
@@ -104,7 +108,7 @@ def database_errors_raise_awa(cls: type[T]) -> type[T]:
         method = getattr(cls, name)
         if name.startswith("_") and name not in ("__aenter__", "__aexit__"):
             continue
-        if inspect.iscoroutinefunction(method) and not getattr(method, "_awa_translated", False):
+        if inspect.iscoroutinefunction(method) and not getattr(method, _TRANSLATED_MARKER, False):
             setattr(cls, name, _translated(method))
     return cls
 
@@ -117,7 +121,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
         except psycopg.Error as exc:
             raise DatabaseError(f"database error: {one_line(exc)}") from exc
 
-    call._awa_translated = True  # type: ignore[attr-defined] - a marker against double wrapping
+    setattr(call, _TRANSLATED_MARKER, True)
     return call
 
 

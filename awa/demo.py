@@ -221,15 +221,15 @@ class Fleet:
     port_of: dict[int, int] = field(default_factory=dict)  # pid -> its port
 
     def spawn(self) -> subprocess.Popen:
-        log = open(self.log_dir / f"worker-{len(self.procs) + self.kills}.log", "a")
         taken = {self.port_of.get(p.pid) for p in self.procs}
         port = next((p for p in self.ports if p not in taken), None)
         env = {**os.environ, "DATABASE_URL": self.database_url}
         if port is not None:  # a replacement takes over the killed worker's port
             env[METRICS_ADDR_ENV] = f"{METRICS_HOST}:{port}"
-        proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--worker-process"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        # The child keeps its own copy of the log descriptor; ours closes once it has started.
+        with open(self.log_dir / f"worker-{len(self.procs) + self.kills}.log", "a") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--worker-process"],
+                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         if port is not None:
             self.port_of[proc.pid] = port
         return proc
@@ -272,14 +272,12 @@ class Fleet:
 
 def start_exporter(database_url: str, port: int, log_dir: Path) -> subprocess.Popen:
     """The database-side exporter (`awa-ops exporter`): metrics that outlive every worker."""
-    log = open(log_dir / "exporter.log", "a")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", database_url,
-         "--listen", f"{METRICS_HOST}:{port}",
-         "--heartbeat-staleness", str(WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)],
-        stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    return proc
+    with open(log_dir / "exporter.log", "a") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", database_url,
+             "--listen", f"{METRICS_HOST}:{port}",
+             "--heartbeat-staleness", str(WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)],
+            stdout=log, stderr=subprocess.STDOUT)
 
 
 def write_prometheus_config(path: Path, worker_ports: list[int], exporter_port: int) -> Path:
@@ -408,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet.start()
     exporter = start_exporter(url, exporter_port, log_dir)
     prometheus = write_prometheus_config(log_dir / "prometheus.yml", worker_ports, exporter_port)
-    print(f"metrics: workers on {', '.join(f'http://{METRICS_HOST}:{p}/metrics' for p in worker_ports)}"
+    worker_urls = ", ".join(f"http://{METRICS_HOST}:{p}/metrics" for p in worker_ports)
+    print(f"metrics: workers on {worker_urls}"
           f"; exporter on http://{METRICS_HOST}:{exporter_port}/metrics", flush=True)
     print(f"prometheus: prometheus --config.file={prometheus}", flush=True)
     stop = threading.Event()

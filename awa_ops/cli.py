@@ -66,7 +66,9 @@ def configured_defaults() -> dict[str, Any]:
 
 
 class OpsGroup(OneLineErrors):
-    """Mistakes are one ``error:`` line: usage exits 2 (as click does), other failures "could not run"."""
+    """Mistakes are one ``error:`` line.
+
+    Usage exits 2 (as click does), other failures "could not run"."""
 
     error_exit_code = EXIT_COULD_NOT_RUN
 
@@ -82,7 +84,8 @@ def main(ctx: click.Context) -> None:
 @main.command(help="Run CHECK (one of: " + ", ".join(CHECKS) + ", all) and explain what is "
                    "wrong.  Exit status: 0 ok, 1 warning, 2 critical, 3 could not run.")
 @click.argument("check", type=click.Choice([*CHECKS, "all"]), metavar="CHECK")
-@click.option("--database-url", envvar=db.DATABASE_URL_ENV, help="PostgreSQL URL [env: DATABASE_URL].")
+@click.option("--database-url", envvar=db.DATABASE_URL_ENV,
+              help="PostgreSQL URL [env: DATABASE_URL].")
 @click.option("--queue", help="Only look at this queue.")
 @click.option("--min-age", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Ignore conditions younger than this (running attempts, open transactions).")
@@ -148,7 +151,8 @@ async def _one(session: OpsSession, check: str, options: Options) -> list[CheckR
 
 
 @main.command()
-@click.option("--database-url", envvar=db.DATABASE_URL_ENV, help="PostgreSQL URL [env: DATABASE_URL].")
+@click.option("--database-url", envvar=db.DATABASE_URL_ENV,
+              help="PostgreSQL URL [env: DATABASE_URL].")
 @click.option("--listen", default=config.EXPORTER_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Address to serve /metrics on.")
 @click.option("--heartbeat-staleness", type=click.FloatRange(min=0.001), metavar="SECONDS",

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import click
 import psycopg
@@ -25,6 +25,7 @@ from textual._files import generate_datetime_filename
 from textual.app import App
 from textual.binding import Binding
 from textual.timer import Timer
+from textual.worker import WorkType
 
 from awa import config, db
 from awa.job import AwaError, DatabaseError, SchemaNotMigrated
@@ -164,7 +165,8 @@ class AwaConsole(App):
     def request_refresh(self) -> None:
         if self.db_lock is not None:
             # The function, not a coroutine: one never started at exit is not left unawaited.
-            self.run_worker(self.refresh_now, group="refresh")
+            # The cast names the result type, which mypy cannot pick from WorkType's union.
+            self.run_worker(cast("WorkType[None]", self.refresh_now), group="refresh")
 
     async def refresh_now(self) -> None:
         """Read what the visible screen shows and show it (or the problem)."""

@@ -52,7 +52,8 @@ class DiagnosticsScreen(ConsoleScreen):
         yield TextLine(id="summary")
         yield ResponsiveTable((Column("check", "Check", 0, min_width=14, max_width=24),
                                Column("status", "Status", 0, min_width=8),
-                               Column("summary", "What was seen", 0, min_width=20, max_width=400)), id="checks")
+                               Column("summary", "What was seen", 0, min_width=20,
+                                      max_width=400)), id="checks")
 
     async def fetch(self, reader: ConsoleReader) -> list[CheckResult]:
         force, self.force = self.force, False
@@ -60,7 +61,7 @@ class DiagnosticsScreen(ConsoleScreen):
 
     def show(self, data: list[CheckResult]) -> None:
         self.results = data
-        table = self.query_one(DataTable)
+        table = self.query_one(ResponsiveTable)
         keep = table.cursor_row
         table.clear()
         for result in sorted(data, key=lambda r: -int(r.severity)):

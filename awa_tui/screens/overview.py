@@ -29,11 +29,12 @@ QUEUE_COLUMNS = (Column("queue", "Queue", 0, min_width=10, max_width=28),
                  Column("lag", "Lag", 0, min_width=6), Column("rate", "Done/s", 2, min_width=6),
                  Column("spark", "Throughput", 3, min_width=16, max_width=16),
                  Column("paused", "Paused", 0, min_width=8, max_width=40))
-RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8), Column("host", "Host", 0, min_width=10,
-                                                                    max_width=24),
-                   Column("pid", "PID", 0, min_width=6), Column("version", "Version", 2, min_width=7),
-                   Column("seen", "Last seen", 0, min_width=11), Column("health", "Health", 0, min_width=6,
-                                                                         max_width=40),
+RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8),
+                   Column("host", "Host", 0, min_width=10, max_width=24),
+                   Column("pid", "PID", 0, min_width=6),
+                   Column("version", "Version", 2, min_width=7),
+                   Column("seen", "Last seen", 0, min_width=11),
+                   Column("health", "Health", 0, min_width=6, max_width=40),
                    Column("queues", "Queues", 1, min_width=10, max_width=400))
 CHART_WINDOW_S = 600.0  # the charts show the last ten minutes
 CHART_MIN_HEIGHT = 32  # below this the charts start hidden (g shows them)
@@ -105,7 +106,7 @@ class OverviewScreen(ConsoleScreen):
         if self.charts_shown():
             self.draw_charts()
         now = data.now
-        table = self.query_one("#queues", DataTable)
+        table = self.query_one("#queues", ResponsiveTable)
         keep = table.cursor_row
         table.clear()
         for q in data.queues:
@@ -122,7 +123,7 @@ class OverviewScreen(ConsoleScreen):
         if table.row_count:
             table.move_cursor(row=min(keep, table.row_count - 1), animate=False)
 
-        runtimes = self.query_one("#runtimes", DataTable)
+        runtimes = self.query_one("#runtimes", ResponsiveTable)
         runtimes.clear()
         # Live runtimes first; the gone ones after them, greyed, with how long ago they reported.
         for r in sorted(data.runtimes, key=lambda r: not r.live(now)):

@@ -52,7 +52,7 @@ def _sort_keys(stale_after: float) -> dict[str, Callable[[RunningAttempt, dateti
     }
 
 
-SORTABLE = [c.key for c in COLUMNS if c.key != "tag"]
+SORTABLE = tuple(c.key for c in COLUMNS if c.key != "tag")
 
 HELP = """\
 Every running attempt, oldest heartbeat first. Ages tick every second between

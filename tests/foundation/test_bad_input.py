@@ -1,4 +1,4 @@
-"""Input PostgreSQL cannot store is refused before any write, with one line that says what to fix."""
+"""Input PostgreSQL cannot store is refused before any write, with one line saying what to fix."""
 
 from __future__ import annotations
 

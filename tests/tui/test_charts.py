@@ -13,7 +13,8 @@ def test_the_scale_tops_at_a_round_number():
         [1, 0.5, 1, 2, 5, 10, 50, 200, 1000]
 
 
-@pytest.mark.parametrize("size", [pytest.param(NARROW, id="80x24"), pytest.param(MEDIUM, id="120x35")])
+@pytest.mark.parametrize("size", [pytest.param(NARROW, id="80x24"),
+                                  pytest.param(MEDIUM, id="120x35")])
 async def test_overview_charts_throughput_and_lag_per_queue(database_url, db, size):
     seed_system(db)
     async with running_console(database_url, size=size) as (app, pilot):

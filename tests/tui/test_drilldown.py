@@ -75,7 +75,8 @@ async def test_job_detail_shows_tracebacks_progress_metadata_and_callback(databa
                      'filter       payload.status != ""',
                      'on complete  payload.status == "paid"',
                      'on fail      payload.status == "declined"',
-                     'transform    {"paid": payload.amount}', "times out    2026-01-15 12:05:00 UTC"):
+                     'transform    {"paid": payload.amount}',
+                     "times out    2026-01-15 12:05:00 UTC"):
             assert line in text
 
 
@@ -132,7 +133,8 @@ def test_job_dump_shows_every_traceback_and_the_callback():
            "errors": [{"error": "boom", "attempt": 1, "at": "t1", "traceback": TRACEBACK},
                       {"error": "boom", "attempt": 2, "at": "t2", "terminal": True}]}
     text = render_dump(row)
-    assert "  attempt 1 at t1: boom\n    traceback:\n      Traceback (most recent call last):" in text
+    assert ("  attempt 1 at t1: boom\n    traceback:\n"
+            "      Traceback (most recent call last):") in text
     assert '      File "/srv/app/imports.py", line 42, in parse_upload' in text
     assert "  attempt 2 at t2 [terminal]: boom" in text and text.count("traceback:") == 1
     assert "  on_complete: payload.ok" in text

@@ -52,14 +52,15 @@ def test_blocks_say_how_many_rows_were_left_out():
     assert lines.count("") == 2  # a blank line between blocks, and before the note
 
 
-@pytest.mark.parametrize("size", [pytest.param(NARROW, id="80x24"), pytest.param(MEDIUM, id="120x35"),
+@pytest.mark.parametrize("size", [pytest.param(NARROW, id="80x24"),
+                                  pytest.param(MEDIUM, id="120x35"),
                                   pytest.param((160, 45), id="160x45")])
 async def test_check_detail_evidence_reads_at_every_width(database_url, db, size):
     seed_system(db)
     async with running_console(database_url, size=size) as (app, pilot):
         async def fixed(min_age_s: float = 0.0):
             return fixed_findings()
-        app.reader.diagnostics = fixed  # type: ignore[method-assign]
+        app.reader.diagnostics = fixed
         app.findings = None  # the overview ran the real checks already
         await press(app, pilot, "5", "enter")
         detail = str(app.screen.query_one("#detail").render())

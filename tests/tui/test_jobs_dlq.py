@@ -23,7 +23,8 @@ async def test_jobs_filters_by_state_kind_queue_and_tag(database_url, db):
     async with running_console(database_url) as (app, pilot):
         await press(app, pilot, "3")
         table = app.screen.query_one("#jobs")
-        assert table.row_count == 14  # 3 available, scheduled, retryable, 4 completed, failed, 4 running
+        # 3 available, scheduled, retryable, 4 completed, failed, 4 running
+        assert table.row_count == 14
         assert ids_of(table) == sorted(ids_of(table), reverse=True)
         await filter_with(app, pilot, "failed")
         assert ids_of(table) == [ids["failed"]]

@@ -44,7 +44,8 @@ def running_row(app, job_id: int) -> dict[str, str] | None:
 async def test_leader_is_marked_and_a_sigkilled_workers_job_goes_stale(database_url, log_dir):
     worker = start_worker(database_url, "default:2", log_dir=log_dir)
     try:
-        async with running_console(database_url, clock=None, stale_after_s=STALE_AFTER_S) as (app, pilot):
+        async with running_console(database_url, clock=None,
+                                   stale_after_s=STALE_AFTER_S) as (app, pilot):
             await eventually(app, pilot, lambda: "★ LEADER" in screen_text(app),
                              what="the worker to win leadership")
             text = screen_text(app)
@@ -62,7 +63,8 @@ async def test_leader_is_marked_and_a_sigkilled_workers_job_goes_stale(database_
 
             worker.kill()
             row = await eventually(
-                app, pilot, lambda: (r := running_row(app, job.id)) and r["status"] != "alive" and r,
+                app, pilot,
+                lambda: (r := running_row(app, job.id)) and r["status"] != "alive" and r,
                 what="the killed worker's job to stop looking alive")
             # Heartbeat past the staleness cutoff and its runtime gone: rescue is due.
             assert row["status"] == "orphaned"
@@ -80,7 +82,8 @@ async def test_cancel_reaches_the_running_handler(database_url, db, log_dir):
         with awa.Client(database_url) as client:
             job = client.insert({"seconds": 60}, kind="slow")
         worker.wait_for_log("start", kind="slow")
-        async with running_console(database_url, clock=None, stale_after_s=STALE_AFTER_S) as (app, pilot):
+        async with running_console(database_url, clock=None,
+                                   stale_after_s=STALE_AFTER_S) as (app, pilot):
             await press(app, pilot, "2")
             await eventually(app, pilot, lambda: running_row(app, job.id), what="the job")
             table = app.screen.query_one("#running")

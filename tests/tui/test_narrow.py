@@ -43,7 +43,7 @@ async def test_every_screen_keeps_its_key_columns_and_the_footer_keeps_help_and_
         database_url, db, size):
     seed_system(db)
     async with running_console(database_url, size=size) as (app, pilot):
-        app.reader.diagnostics = _fixed  # type: ignore[method-assign]
+        app.reader.diagnostics = _fixed
         for key, (table_id, wanted) in KEY_COLUMNS.items():
             await press(app, pilot, key)
             table = app.screen.query_one(table_id)
@@ -123,8 +123,9 @@ async def test_read_only_hides_mutating_keys_and_lists_them_in_help(database_url
         for line in ("r        retry", "x        purge", "m        move failed→dlq"):
             assert line in help_text
         await press(app, pilot, "escape", "r")
-        line = next(l for l in screen_text(app).splitlines() if "DLQ retry" in l)
-        assert line.strip() == "DLQ retry: not available: the console is read-only (--read-only)"
+        line = next(t for t in screen_text(app).splitlines() if "DLQ retry" in t)
+        assert line.strip() == (
+            "DLQ retry: not available: the console is read-only (--read-only)")
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -1,4 +1,5 @@
-"""Overview: queues, runtimes with the LEADER marker, the no-leader banner, DLQ depth, diagnostics."""
+"""Overview: queues, runtimes with the LEADER marker, the no-leader banner, DLQ depth and
+diagnostics."""
 
 from __future__ import annotations
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
-from test_queue_storage import awa_cli, insert_stale_lease, route_to_queue_storage  # noqa: E402,F401 (awa_cli: fixture)
-
-from tui.conftest import press, running_console, screen_text  # noqa: E402
+from ops.test_queue_storage import (
+    awa_cli,  # noqa: F401 - a pytest fixture: the tests below request it by name
+    insert_stale_lease,
+    route_to_queue_storage,
+)
+from tui.conftest import press, running_console, screen_text
 
 
 async def test_running_shows_queue_storage_leases(awa_cli, empty_database_url):  # noqa: F811

@@ -81,7 +81,8 @@ async def test_read_only_session_refuses_every_action_in_postgresql(database_url
         assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s",
                           [ids["alive"]]).fetchone()["state"] == "running"
         await press(app, pilot, "1", "p")
-        assert "read-only (--read-only)" in screen_text(app) and "Pause queue" not in screen_text(app)
+        shown = screen_text(app)
+        assert "read-only (--read-only)" in shown and "Pause queue" not in shown
         await press(app, pilot, "4", "x")
         assert "DLQ purge: not available" in screen_text(app)
         await press(app, pilot, "m")

@@ -31,9 +31,10 @@ def wait_for_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> ht
     while True:
         try:
             return httpx.get(url, timeout=2)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
             if proc.poll() is not None:
-                raise AssertionError(f"awa serve exited: {proc.stderr.read()}")
+                stderr = proc.stderr.read() if proc.stderr is not None else ""
+                raise AssertionError(f"awa serve exited: {stderr}") from exc
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
@@ -48,7 +49,8 @@ async def console_output(url: str, want: str, timeout: float = 30.0) -> str:
             while want not in seen:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise AssertionError(f"{want!r} never reached the browser; got:\n{seen[-3000:]}")
+                    raise AssertionError(
+                        f"{want!r} never reached the browser; got:\n{seen[-3000:]}")
                 try:
                     msg = await ws.receive(timeout=remaining)
                 except TimeoutError:
@@ -65,9 +67,10 @@ async def console_output(url: str, want: str, timeout: float = 30.0) -> str:
 async def test_awa_serve_serves_the_console_on_loopback(database_url, db):
     add_runtime(db, host="served-worker", pid=77, leader=True, last_seen=datetime.now(UTC))
     port = free_port()
-    proc = subprocess.Popen([str(AWA), "--database-url", database_url, "serve", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "DATABASE_URL": ""})
+    proc = subprocess.Popen(
+        [str(AWA), "--database-url", database_url, "serve", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "DATABASE_URL": ""})
     try:
         page = await asyncio.to_thread(wait_for_http, f"http://127.0.0.1:{port}/", proc)
         assert page.status_code == 200

@@ -82,5 +82,5 @@ async def _fixed_findings(min_age_s: float = 0.0):
 def test_screen_snapshot(database_url, db, snap_compare, screen, size):
     seed_system(db)
     app = console(database_url)
-    app.reader.diagnostics = _fixed_findings  # type: ignore[method-assign]
+    app.reader.diagnostics = _fixed_findings
     assert snap_compare(app, terminal_size=size, run_before=keys(*SCREEN_KEYS[screen]))

@@ -183,7 +183,9 @@ class _Defaults:
 
 
 def storable_text(value: str, what: str) -> str:
-    """``value`` unless it holds a NUL, which PostgreSQL text cannot store (rejected before any write)."""
+    """``value`` unless it holds a NUL, which PostgreSQL text cannot store.
+
+    The NUL is rejected before any write."""
     if "\x00" in value:
         raise ValidationError(f"{what} contains a NUL character (\\x00), which PostgreSQL "
                               f"cannot store: remove it")
