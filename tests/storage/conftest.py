@@ -2,17 +2,61 @@
 
 A test takes ``engine`` (the engine under test) and ``engine_url`` (a fresh
 database laid out for it); behaviour differences between engines are bugs.
+
+Queue storage lands in steps: the tests it does not pass yet are listed in
+``QUEUE_STORAGE_XFAIL`` and marked ``xfail(strict=True)`` for that engine
+only, so the list is exactly what is missing (a test that starts passing
+fails the run until it leaves the list).
 """
 
 from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from awa.storage.canonical import CanonicalEngine
+from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage_sync
+from tests.conftest import create_database, drop_database
 
-ENGINES = {"canonical": CanonicalEngine}
+ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
+
+# Test function names (or full node names, "name[params]") queue storage does not pass yet.
+QUEUE_STORAGE_XFAIL: dict[str, str] = {
+    "test_pause_resume_drain": "drain_queue not written yet",
+    "test_queue_stats_counts": "queue_stats not written yet",
+    "test_dlq_round_trip": "DLQ moves and redrive not written yet",
+    "test_dlq_bulk_retry_and_purge": "DLQ moves and redrive not written yet",
+    "test_dlq_bulk_retry_leaves_a_collision_in_the_dlq": "DLQ moves and redrive not written yet",
+    "test_purge_dlq_with_a_cursor": "DLQ moves not written yet",
+    "test_register_is_guarded_by_run_lease_and_running_state": "callback resolution not written yet",
+    "test_park_for_callback_moves_the_attempt_to_waiting_external":
+        "callback resolution not written yet",
+    "test_complete_external_then_already_resolved": "callback resolution not written yet",
+    "test_fail_external_records_the_error_for_the_attempt": "callback resolution not written yet",
+    "test_retry_external_is_a_fresh_start": "callback resolution not written yet",
+    "test_resume_external_returns_to_running_and_notifies": "callback resolution not written yet",
+    "test_an_early_callback_resolves_a_still_running_attempt":
+        "callback resolution not written yet",
+    "test_heartbeat_extends_the_callback_timeout": "callback resolution not written yet",
+    "test_lock_open_callback_sees_the_rules_until_resolved": "callback resolution not written yet",
+}
+
+# Modules that bind ``open_engine`` at import; on a queue-storage database they
+# must get this engine until ``awa.storage.open_engine`` selects it itself.
+_OPEN_ENGINE_USERS = ("awa.storage", "awa.client", "awa.cron", "awa.callbacks", "awa.admin")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or callspec.params.get("engine_name") != "queue_storage":
+            continue
+        original = getattr(item, "originalname", item.name)
+        reason = QUEUE_STORAGE_XFAIL.get(item.name) or QUEUE_STORAGE_XFAIL.get(original)
+        if reason:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"queue storage: {reason}"))
 
 
 @pytest.fixture(params=sorted(ENGINES))
@@ -25,10 +69,34 @@ def engine(engine_name: str):
     return ENGINES[engine_name]()
 
 
+@pytest.fixture(scope="session")
+def queue_storage_template(admin_url: str):
+    """A database laid out for queue storage, copied for every queue-storage test."""
+    name = create_database(admin_url)
+    with psycopg.connect(make_conninfo(admin_url, dbname=name), autocommit=True) as conn:
+        install_queue_storage_sync(conn)
+    yield name
+    drop_database(admin_url, name)
+
+
 @pytest.fixture
-def engine_url(engine_name: str, database_url: str) -> str:
-    """A fresh database migrated for the engine under test."""
-    return database_url
+def engine_url(engine_name: str, request: pytest.FixtureRequest,
+               monkeypatch: pytest.MonkeyPatch):
+    """A fresh database laid out for the engine under test."""
+    if engine_name == "canonical":
+        yield request.getfixturevalue("database_url")
+        return
+    import importlib
+
+    from awa.storage import queue_storage
+
+    for module in _OPEN_ENGINE_USERS:
+        monkeypatch.setattr(importlib.import_module(module), "open_engine",
+                            queue_storage.open_engine)
+    admin_url = request.getfixturevalue("admin_url")
+    name = create_database(admin_url, template=request.getfixturevalue("queue_storage_template"))
+    yield make_conninfo(admin_url, dbname=name)
+    drop_database(admin_url, name)
 
 
 @pytest.fixture

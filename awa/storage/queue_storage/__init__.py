@@ -1,0 +1,65 @@
+"""Engine 2, queue storage: append-only, vacuum-aware job storage (DESIGN §10).
+
+Enqueue appends ``ready_entries``; claim appends a ``lease_claims`` receipt
+and advances a per-lane claim head; finishing appends a closure and a
+``done_entries`` row; only long attempts materialize into ``leases`` /
+``attempt_state``.  ``awa/schema/queue_storage.sql`` holds the layout;
+``install_queue_storage`` installs it.  Not yet the default: groups not yet
+written here fall back to canonical's implementation or raise
+``NotImplementedError`` (see ``tests/storage/conftest.py``'s xfail list).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
+from awa.storage.canonical.maintenance import CanonicalMaintenance
+from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.engine import Engine
+from awa.storage.queue_storage.admin import QueueStorageAdmin
+from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
+from awa.storage.queue_storage.enqueue import QueueStorageEnqueue
+from awa.storage.queue_storage.execution import QueueStorageExecution
+from awa.storage.queue_storage.schema import (DEFAULT_SCHEMA, active_schema,
+                                              install_queue_storage, install_queue_storage_sync)
+
+NAME = "queue_storage"
+
+
+class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, CanonicalMaintenance,
+                         QueueStorageAdmin, QueueStorageCallbacks, QueueStorageCronAdmin,
+                         CanonicalReads):
+    """The append-only engine behind ``awa.storage.engine.Engine`` (schema ``awa``)."""
+
+    name = NAME
+
+    def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
+        self.schema = schema
+
+
+ENGINE = QueueStorageEngine()
+
+
+def load() -> Engine:
+    """The loader ``awa.storage.ENGINES`` maps ``queue_storage`` to."""
+    return ENGINE
+
+
+async def open_engine(conn_or_pool: Any) -> Engine:
+    """Engine selection until ``awa.storage.open_engine`` knows queue storage: this
+    engine when ``awa.active_queue_storage_schema()`` names a schema, else canonical."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from awa.storage.canonical import ENGINE as CANONICAL
+
+    if isinstance(conn_or_pool, AsyncConnectionPool):
+        async with conn_or_pool.connection() as conn:
+            found = await active_schema(conn)
+    else:
+        found = await active_schema(conn_or_pool)
+    return ENGINE if found else CANONICAL
+
+
+__all__ = ["ENGINE", "NAME", "QueueStorageEngine", "install_queue_storage",
+           "install_queue_storage_sync", "load", "open_engine"]
