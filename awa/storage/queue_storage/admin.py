@@ -28,7 +28,7 @@ from awa.storage.canonical.enqueue import unique_error
 from awa.storage.engine import (AttemptWrite, DlqEntry, DlqFilter, KindQueueCount, QueueCount,
                                 QueueStat, RetryFailedResult)
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import FINALIZE, _params
+from awa.storage.queue_storage.execution import FINALIZE, finish
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
 
@@ -165,9 +165,8 @@ class QueueStorageAdmin(CanonicalAdmin):
             if state not in ("running", "waiting_external"):
                 return None
             attempt = AttemptWrite(job_id, current["run_lease"])
-            params = _params([attempt], "cancelled", "cancelled",
-                             from_states=("running", "waiting_external"))
-            done = await _rows(conn, FINALIZE, params)
+            done = await finish(conn, FINALIZE, [attempt], "cancelled", "cancelled",
+                                from_states=("running", "waiting_external"))
             if not done:
                 return None
             payload = json.dumps({"job_id": job_id, "run_lease": current["run_lease"]})

@@ -69,10 +69,15 @@ class QueueStorageCallbacks(CanonicalCallbacks):
 
     async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, spec: CallbackSpec) -> bool:
-        row = await _one(conn, REGISTER_CALLBACK, {
+        params = {
             "callback_id": spec.callback_id, "timeout": spec.timeout_s, "filter": spec.filter,
             "on_complete": spec.on_complete, "on_fail": spec.on_fail,
-            "transform": spec.transform, "job_id": job_id, "run_lease": run_lease})
+            "transform": spec.transform, "job_id": job_id, "run_lease": run_lease}
+        row = await _one(conn, REGISTER_CALLBACK, params)
+        if row is None:
+            # A concurrent heartbeat may have just materialized the attempt (its
+            # lease invisible to that snapshot): once more, with a fresh one.
+            row = await _one(conn, REGISTER_CALLBACK, params)
         return row is not None
 
     async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
