@@ -418,3 +418,6 @@ DELETE FROM awa.runtime_storage_backends WHERE backend <> 'queue_storage';
 INSERT INTO awa.runtime_storage_backends (backend, schema_name)
 VALUES ('queue_storage', 'awa')
 ON CONFLICT (backend) DO UPDATE SET schema_name = EXCLUDED.schema_name, updated_at = now();
+
+CREATE INDEX IF NOT EXISTS idx_done_entries_callback ON awa.done_entries (callback_id)
+    WHERE callback_id IS NOT NULL;

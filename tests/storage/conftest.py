@@ -30,17 +30,6 @@ QUEUE_STORAGE_XFAIL: dict[str, str] = {
     "test_dlq_bulk_retry_and_purge": "DLQ moves and redrive not written yet",
     "test_dlq_bulk_retry_leaves_a_collision_in_the_dlq": "DLQ moves and redrive not written yet",
     "test_purge_dlq_with_a_cursor": "DLQ moves not written yet",
-    "test_register_is_guarded_by_run_lease_and_running_state": "callback resolution not written yet",
-    "test_park_for_callback_moves_the_attempt_to_waiting_external":
-        "callback resolution not written yet",
-    "test_complete_external_then_already_resolved": "callback resolution not written yet",
-    "test_fail_external_records_the_error_for_the_attempt": "callback resolution not written yet",
-    "test_retry_external_is_a_fresh_start": "callback resolution not written yet",
-    "test_resume_external_returns_to_running_and_notifies": "callback resolution not written yet",
-    "test_an_early_callback_resolves_a_still_running_attempt":
-        "callback resolution not written yet",
-    "test_heartbeat_extends_the_callback_timeout": "callback resolution not written yet",
-    "test_lock_open_callback_sees_the_rules_until_resolved": "callback resolution not written yet",
 }
 
 # Modules that bind ``open_engine`` at import; on a queue-storage database they
