@@ -24,12 +24,6 @@ ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
 # Test function names (or full node names, "name[params]") queue storage does not pass yet.
 QUEUE_STORAGE_XFAIL: dict[str, str] = {
-    "test_pause_resume_drain": "drain_queue not written yet",
-    "test_queue_stats_counts": "queue_stats not written yet",
-    "test_dlq_round_trip": "DLQ moves and redrive not written yet",
-    "test_dlq_bulk_retry_and_purge": "DLQ moves and redrive not written yet",
-    "test_dlq_bulk_retry_leaves_a_collision_in_the_dlq": "DLQ moves and redrive not written yet",
-    "test_purge_dlq_with_a_cursor": "DLQ moves not written yet",
 }
 
 # Modules that bind ``open_engine`` at import; on a queue-storage database they

@@ -107,7 +107,8 @@ WITH d AS MATERIALIZED (
     INSERT INTO awa.job_unique_claims (unique_key, job_id)
     SELECT d.unique_key, d.id FROM d
      WHERE d.unique_key IS NOT NULL AND awa.qs_in_mask(d.unique_states, 'available')
-       AND NOT awa.qs_in_mask(d.unique_states, d.state)
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = d.unique_key AND x.job_id = d.id)
 )
 SELECT """ + ", ".join(
     "'available'::awa.job_state AS state" if c == "state"
@@ -119,6 +120,104 @@ SELECT """ + ", ".join(
     else f"d.{c}" for c in JOB_COLUMNS) + """
   FROM d"""
 RETRY_DONE = _REDRIVE_DONE
+# Lanes of a queue, and its live ready entries, for drain.
+LOCK_QUEUE_LANES = """
+SELECT 1 FROM awa.queue_claim_heads WHERE queue = %(queue)s
+ ORDER BY priority, shard FOR UPDATE"""
+DRAIN_QUEUE = """
+WITH live AS MATERIALIZED (
+    SELECT r.*
+      FROM awa.ready_entries r
+      JOIN awa.queue_claim_heads h
+        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+       AND r.lane_seq >= h.claim_seq
+     WHERE r.queue = %(queue)s
+       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+), tomb AS (
+    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
+    SELECT ready_slot, ready_id, job_id, 'drained' FROM live
+), m AS (
+    DELETE FROM awa.deferred_jobs WHERE queue = %(queue)s RETURNING *
+), gone AS (
+    SELECT job_id AS id, kind, queue, args, priority, attempt, max_attempts, run_at,
+           attempted_at, created_at, errors, metadata, tags, unique_key, unique_states,
+           run_lease, progress FROM live
+    UNION ALL
+    SELECT id, kind, queue, args, priority, attempt, max_attempts, run_at, attempted_at,
+           created_at, errors, metadata, tags, unique_key, unique_states, run_lease, progress
+      FROM m
+), done AS (
+    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
+    SELECT awa.qs_slot('queue'), id, kind, queue, args, 'cancelled', priority, attempt,
+           max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
+           tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
+           progress
+      FROM gone
+    RETURNING id, kind, unique_key, unique_states
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING done d
+     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
+       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
+)
+SELECT kind, %(queue)s AS queue, count(*) AS drained FROM done GROUP BY kind"""
+
+# Canonical's statement over the view: every branch of awa.jobs is index-backed.
+QUEUE_STATS = (canonical.QUEUE_STATS.replace("FROM awa.jobs_hot", "FROM awa.jobs")
+               .replace("FROM awa.scheduled_jobs", "FROM awa.jobs"))
+
+_REDRIVE_DLQ = """
+WITH m AS (DELETE FROM awa.dlq_entries WHERE {filter} RETURNING *),
+s0 AS MATERIALIZED (
+    SELECT m.job_id AS id, m.kind, COALESCE(%(queue)s, m.queue) AS queue, m.args,
+           COALESCE(%(priority)s::smallint, m.priority) AS priority, 0::smallint AS attempt,
+           m.max_attempts, COALESCE(%(run_at)s::timestamptz, now()) AS run_at, m.attempted_at,
+           m.created_at, m.errors, m.metadata, m.tags, m.unique_key, m.unique_states,
+           m.original_run_lease AS run_lease, m.progress,
+           COALESCE(%(run_at)s::timestamptz, now()) > now() AS deferred
+      FROM m
+), src AS (SELECT * FROM s0 WHERE NOT deferred)""" + APPEND_READY + """
+, later AS (
+    INSERT INTO awa.deferred_jobs (""" + _COLUMNS + """)
+    SELECT id, kind, queue, args, 'scheduled', priority, attempt, max_attempts, run_at, NULL,
+           NULL, attempted_at, NULL, created_at, errors, metadata, tags, unique_key,
+           unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease, progress
+      FROM s0 WHERE deferred
+), uq AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT unique_key, id FROM s0
+     WHERE unique_key IS NOT NULL AND awa.qs_in_mask(unique_states,
+           CASE WHEN deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = s0.unique_key AND x.job_id = s0.id)
+)
+SELECT """ + ", ".join(
+    "CASE WHEN deferred THEN 'scheduled' ELSE 'available' END::awa.job_state AS state"
+    if c == "state" else f"NULL AS {c}"
+    if c in ("heartbeat_at", "deadline_at", "finalized_at", "callback_id", "callback_timeout_at",
+             "callback_filter", "callback_on_complete", "callback_on_fail", "callback_transform")
+    else c for c in JOB_COLUMNS) + """
+  FROM s0"""
+RETRY_FROM_DLQ = _REDRIVE_DLQ.format(filter="job_id = %(id)s")
+RETRY_FROM_DLQ_IDS = _REDRIVE_DLQ.format(filter="job_id = ANY(%(ids)s::bigint[])")
+
+_TO_DLQ = """
+WITH m AS (
+    DELETE FROM awa.done_entries WHERE state = 'failed' AND {filter} RETURNING *
+), moved AS (
+    INSERT INTO awa.dlq_entries (job_id, """ + canonical._NON_ID_COLUMNS + """, dlq_reason,
+                                 dlq_at, original_run_lease)
+    SELECT id, """ + canonical._NON_ID_COLUMNS + """, %(reason)s, now(), run_lease FROM m
+    RETURNING *
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING m
+     WHERE m.unique_key IS NOT NULL AND x.unique_key = m.unique_key AND x.job_id = m.id
+)"""
+MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM moved"
+BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
+                           "GROUP BY kind, queue")
+
 FAILED_IDS = "SELECT id FROM awa.done_entries WHERE state = 'failed' AND {filter} ORDER BY id"
 DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
 
@@ -205,28 +304,52 @@ class QueueStorageAdmin(CanonicalAdmin):
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
-        raise NotImplementedError("drain_queue on queue storage")
+        async with conn.transaction():
+            await conn.execute(LOCK_QUEUE_LANES, {"queue": queue})
+            rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
+        return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
-        raise NotImplementedError("queue_stats on queue storage")
+        return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
 
     async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
                              run_at: datetime | None = None, priority: int | None = None,
                              queue: str | None = None) -> Job[Any] | None:
-        raise NotImplementedError("retry_from_dlq on queue storage")
+        params = {"id": job_id, "run_at": run_at, "priority": priority, "queue": queue}
+        try:
+            rows = await _rows(conn, RETRY_FROM_DLQ, params)
+        except pg_errors.UniqueViolation as exc:
+            raise (unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
+        return Job.from_row(rows[0]) if rows else None
 
     async def bulk_retry_from_dlq(self, conn: psycopg.AsyncConnection[Any],
                                   where: DlqFilter) -> list[QueueCount]:
-        raise NotImplementedError("bulk_retry_from_dlq on queue storage")
+        chosen, params = canonical._filters(kind=where.kind, queue=where.queue, tag=where.tag)
+
+        async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
+            return await _rows(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
+                                                         "priority": None, "queue": None})
+
+        async with conn.transaction():
+            ids = [r["job_id"] for r in await _rows(
+                conn, canonical.DLQ_IDS.format(filter=canonical._all_of(chosen)), params)]
+            outcome = await apply_batch_or_each(conn, ids, batch=redrive,
+                                                what="bulk_retry_from_dlq")
+        return canonical._per_queue(outcome.applied)
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> DlqEntry | None:
-        raise NotImplementedError("move_failed_to_dlq on queue storage")
+        row = await _row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
+        return canonical._dlq_entry(row) if row else None
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
                                       kind: str | None = None, queue: str | None = None,
                                       reason: str) -> list[KindQueueCount]:
-        raise NotImplementedError("bulk_move_failed_to_dlq on queue storage")
+        chosen, params = canonical._filters(kind=kind, queue=queue)
+        params["reason"] = reason
+        rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
+            filter=canonical._all_of(chosen)), params)
+        return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
 
 __all__ = ["QueueStorageAdmin", "JobState"]
