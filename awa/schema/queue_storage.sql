@@ -283,12 +283,22 @@ DECLARE
     got int;
     rounds int := 0;
     advanced int;
+    lanes_p smallint[];
+    lanes_s smallint[];
 BEGIN
     IF EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = p_queue AND m.paused) THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM awa.queue_claim_heads h WHERE h.queue = p_queue
-     ORDER BY h.priority, h.shard FOR UPDATE;
+    -- Only lanes locked here take part: a lane a producer creates meanwhile
+    -- is claimed by the next claim, never by two claimers at once.
+    SELECT array_agg(h.priority ORDER BY h.priority, h.shard),
+           array_agg(h.shard ORDER BY h.priority, h.shard)
+      INTO lanes_p, lanes_s
+      FROM (SELECT q.priority, q.shard FROM awa.queue_claim_heads q WHERE q.queue = p_queue
+             ORDER BY q.priority, q.shard FOR UPDATE) h;
+    IF lanes_p IS NULL THEN
+        RETURN;
+    END IF;
     LOOP
         rounds := rounds + 1;
         RETURN QUERY
@@ -299,6 +309,7 @@ BEGIN
               JOIN awa.queue_enqueue_heads e
                 ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
              WHERE h.queue = p_queue AND h.claim_seq < e.next_seq
+               AND (h.priority, h.shard) IN (SELECT * FROM unnest(lanes_p, lanes_s))
         ), win AS MATERIALIZED (
             SELECT r.*
               FROM lanes l
@@ -349,7 +360,8 @@ BEGIN
           FROM awa.queue_claim_heads h
           JOIN awa.queue_enqueue_heads e
             ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
-         WHERE h.queue = p_queue AND h.claim_seq < e.next_seq;
+         WHERE h.queue = p_queue AND h.claim_seq < e.next_seq
+           AND (h.priority, h.shard) IN (SELECT * FROM unnest(lanes_p, lanes_s));
         EXIT WHEN advanced = 0;
     END LOOP;
 END $$;

@@ -172,3 +172,36 @@ async def test_a_canonical_database_keeps_canonical(database_url):
     from awa.storage.canonical import ENGINE as CANONICAL
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         assert await queue_storage.open_engine(conn) is CANONICAL
+
+
+@QS
+async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
+    """Claimers racing the producer that creates a lane: each job is claimed once."""
+    import asyncio
+
+    conns = [await psycopg.AsyncConnection.connect(engine_url, autocommit=True)
+             for _ in range(4)]
+    try:
+        for round_ in range(20):
+            queue = f"fresh{round_}"
+            stop = asyncio.Event()
+            claimed: list[int] = []
+
+            async def claimer(conn: psycopg.AsyncConnection[Any]) -> None:
+                while not stop.is_set():
+                    claimed.extend(j.id for j in await engine.claim_batch(conn, queue, 5, 60_000))
+
+            tasks = [asyncio.create_task(claimer(c)) for c in conns]
+            await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k",
+                                                         queue=queue))
+            for _ in range(100):
+                if len(claimed) >= 3:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(*tasks)
+            assert sorted(claimed) == sorted(set(claimed)) and len(claimed) == 3, claimed
+    finally:
+        for c in conns:
+            await c.close()
