@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The two front-door commands: ``python3 dev.py demo`` and ``python3 dev.py test``.
+"""The front-door commands: ``python3 dev.py demo``, ``test`` and ``lint``.
 
-Both create ``./.venv`` on first use and reinstall only when pyproject.toml
+Each creates ``./.venv`` on first use and reinstalls only when pyproject.toml
 changed, so later runs start at once.  Needs nothing but Python 3.11+.
+``lint`` runs ruff and mypy (configured in pyproject.toml) and exits non-zero
+on any finding.
 """
 
 from __future__ import annotations
@@ -19,9 +21,26 @@ VENV = ROOT / ".venv"
 PY = VENV / "bin" / "python"
 STAMP = VENV / ".dev-stamp"
 
+# What `dev.py lint` checks while issue 12's branches are merged: the paths that are clean
+# today.  The lead widens this to the whole tree (awa, awa_ops, awa_tui, tests, benchmarks,
+# dev.py) once the other branches are in and their findings fixed.
+LINT_PATHS = [
+    "dev.py",
+    "awa/__init__.py",
+    "awa/cli",
+    "awa/client.py",
+    "awa/db.py",
+    "awa/job.py",
+    "awa/schema",
+    "awa/storage/__init__.py",
+    "awa_tui",
+    "tests/foundation/test_foreign_layout.py",
+    "tests/support/rust_awa.py",
+]
+
 
 def ensure_venv() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py runs under any python3: this is the check)
         sys.exit("awa needs Python 3.11 or newer")
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if PY.exists() and STAMP.exists() and STAMP.read_text() == wanted:
@@ -54,6 +73,15 @@ def ensure_system_tools() -> None:
                    check=True, env=env)
 
 
+def lint(paths: list[str]) -> int:
+    """ruff check, then mypy; non-zero when either finds anything."""
+    paths = paths or LINT_PATHS
+    ruff = subprocess.call([str(PY), "-m", "ruff", "check", *paths], cwd=ROOT)
+    # Modules outside ``paths`` are still analysed for their types, but only ``paths`` report.
+    mypy = subprocess.call([str(PY), "-m", "mypy", "--follow-imports=silent", *paths], cwd=ROOT)
+    return 1 if ruff or mypy else 0
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "help"
     rest = argv[1:]
@@ -64,11 +92,15 @@ def main(argv: list[str]) -> int:
         ensure_venv()
         ensure_system_tools()
         return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
+    if command == "lint":
+        ensure_venv()
+        return lint(rest)
     if command == "bench":
         ensure_venv()
         return subprocess.call([str(PY), *rest], cwd=ROOT)
     print(__doc__.strip())
-    print("\nusage: python3 dev.py demo | test [pytest args] | bench benchmarks/<file>.py [args]")
+    print("\nusage: python3 dev.py demo | test [pytest args] | lint [paths] | "
+          "bench benchmarks/<file>.py [args]")
     return 0 if command in ("help", "-h", "--help") else 2
 
 

@@ -1,6 +1,8 @@
 """awa: a Postgres-native background job queue, the full runtime in Python."""
 
+from awa import callback_contract
 from awa.admin import DlqEntry, QueueStat, RetryFailedResult
+from awa.callbacks import ResolveResult
 from awa.client import AsyncClient, Client
 from awa.config import QueueConfig, RateLimit, RetentionPolicy
 from awa.job import (
@@ -9,6 +11,7 @@ from awa.job import (
     CallbackToken,
     Cancel,
     DatabaseError,
+    ForeignSchema,
     Job,
     JobNotFound,
     JobState,
@@ -22,24 +25,23 @@ from awa.job import (
     ValidationError,
     WaitForCallback,
 )
-from awa.schema import current_migration_version, migrations, migrations_range
-from awa.telemetry import init_telemetry, shutdown_telemetry
 from awa.producer import SyncTransaction, Transaction
-from awa.serialization import derive_kind
-from awa import callback_contract
-from awa.callbacks import ResolveResult
-from awa.worker import HealthCheck, QueueHealth
 from awa.runtime.events import JobEvent
+from awa.schema import current_migration_version, migrations, migrations_range
+from awa.serialization import derive_kind
+from awa.telemetry import init_telemetry, shutdown_telemetry
+from awa.worker import HealthCheck, QueueHealth
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "Client", "QueueConfig", "RateLimit", "RetentionPolicy",
-    "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "Job",
-    "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
+    "AwaError", "CallbackNotFound", "CallbackToken", "Cancel", "DatabaseError", "ForeignSchema",
+    "Job", "JobNotFound", "JobState", "RetryAfter", "SchemaNotMigrated", "SerializationError",
     "Snooze", "TerminalError", "UniqueConflict", "UnknownJobKind", "ValidationError",
     "WaitForCallback", "current_migration_version", "derive_kind",
-    "DlqEntry", "QueueStat", "RetryFailedResult", "SyncTransaction", "Transaction", "migrations", "migrations_range",
+    "DlqEntry", "QueueStat", "RetryFailedResult", "SyncTransaction", "Transaction", "migrations",
+    "migrations_range",
     "init_telemetry", "shutdown_telemetry", "ResolveResult", "callback_contract",
     "HealthCheck", "QueueHealth", "JobEvent",
 ]

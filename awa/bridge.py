@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from awa import config
+from awa import metrics as awa_metrics
 from awa.job import JOB_COLUMNS, ValidationError
 from awa.producer import raise_if_unique_skipped
 from awa.storage import open_engine
@@ -63,6 +64,7 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
     engine = await open_engine(aconn)
     outcome = await engine.insert_batch(aconn, batch)
     await raise_if_unique_skipped(engine, aconn, batch, outcome)
+    awa_metrics.record_inserted(batch, outcome)
     return _row(batch, outcome)
 
 
@@ -83,4 +85,5 @@ def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
     if outcome.skipped and batch.unique_key[0] is not None:
         raise enqueue.unique_conflict(batch.kind[0],
                                       engine.unique_holder_sync(sconn, batch.unique_key[0]))
+    awa_metrics.record_inserted(batch, outcome)
     return _row(batch, outcome)

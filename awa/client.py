@@ -30,18 +30,21 @@ from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin
-from awa.worker import WorkerMixin
 from awa.storage import open_engine
 from awa.storage.engine import Engine
+from awa.worker import WorkerMixin
 
 
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
                   CallbackMixin):
     def __init__(self, database_url: str | None = None,
-                 max_connections: int = config.MAX_CONNECTIONS) -> None:
+                 max_connections: int = config.MAX_CONNECTIONS, *,
+                 application_name: str = config.APP_NAME_WORKER) -> None:
         self._database_url_arg = database_url
         self._database_url: str | None = None
         self.max_connections = max_connections
+        # What pg_stat_activity shows for this client's connections (the CLI names itself).
+        self.application_name = application_name
         self._pool: AsyncConnectionPool | None = None
         self._pool_lock: asyncio.Lock | None = None
         self._schema_checked = False
@@ -54,6 +57,17 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             self._database_url = db.resolve_database_url(self._database_url_arg)
         return self._database_url
 
+    def use_database_url(self, url: str) -> None:
+        """Point a client that has not connected yet at another database.
+
+        For launchers such as ``awa worker --database-url``, which load an
+        application's client and override where it connects.
+        """
+        if self._pool is not None:
+            raise RuntimeError("use_database_url() after the client connected; close() it first")
+        self._database_url_arg = url
+        self._database_url = None
+
     async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
         """The shared pool, opened on first use; refuses an unmigrated schema."""
         if self._pool_lock is None:
@@ -61,7 +75,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         async with self._pool_lock:
             if self._pool is None:
                 url = await asyncio.to_thread(lambda: self.database_url)
-                self._pool = await db.open_pool(url, config.APP_NAME_WORKER,
+                self._pool = await db.open_pool(url, self.application_name,
                                                 max_size=self.max_connections)
             if check_schema and not self._schema_checked:
                 async with self._pool.connection() as conn:
@@ -75,6 +89,14 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         if self._engine is None:
             self._engine = await open_engine(pool)
         return self._engine
+
+    async def check_database(self) -> None:
+        """Connect and check the database now, instead of at the first operation.
+
+        Raises ``DatabaseError`` (unreachable), ``SchemaNotMigrated`` (behind
+        this code) or ``ForeignSchema`` (laid out by another awa distribution).
+        """
+        await self._get_engine()
 
     async def migrate(self) -> list[int]:
         pool = await self._get_pool(check_schema=False)
@@ -91,7 +113,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             self._schema_checked = False
             self._engine = None
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -159,8 +181,10 @@ class Client(_SyncProxy):
     """
 
     def __init__(self, database_url: str | None = None,
-                 max_connections: int = config.MAX_CONNECTIONS) -> None:
-        super().__init__(AsyncClient(database_url, max_connections), _LoopThread())
+                 max_connections: int = config.MAX_CONNECTIONS, *,
+                 application_name: str = config.APP_NAME_WORKER) -> None:
+        super().__init__(AsyncClient(database_url, max_connections,
+                                     application_name=application_name), _LoopThread())
 
     @property
     def async_client(self) -> AsyncClient:
@@ -172,7 +196,7 @@ class Client(_SyncProxy):
         finally:
             self._loop.stop()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:

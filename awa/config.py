@@ -83,6 +83,12 @@ MAINTENANCE_MAX_BATCHES_PER_TICK = 20
 # pool from the dispatchers; and how often the leader checks its lock connection.
 MAINTENANCE_MAX_CONCURRENT_BRANCHES = 2
 LEADER_PING_MAX_INTERVAL_MS = 1_000
+# Leader fencing: a leader that stops pinging (SIGSTOP, GC pause, swapped-out
+# host) has its lock session ended by the server after this many ping
+# intervals idle (idle_session_timeout), within these bounds.
+LEADER_FENCE_PINGS = 3
+LEADER_FENCE_MIN_MS = 1_000
+LEADER_FENCE_MAX_MS = 30_000
 # Missed cron slots enqueued per schedule per tick under missed_fire_policy catch_up.
 CRON_CATCH_UP_MAX_PER_TICK = 100
 

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from awa import config
 from awa.job import DatabaseError
@@ -43,7 +44,7 @@ def embedded_database_url() -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
     try:
         server = pgserver.get_server(str(data_dir), cleanup_mode=None)
-        server.psql(f"SELECT 1")  # proves it answers
+        server.psql("SELECT 1")  # proves it answers
         exists = server.psql(
             f"SELECT 1 FROM pg_database WHERE datname = '{config.EMBEDDED_DB_NAME}'")
         if "1 row" not in exists:
@@ -119,6 +120,28 @@ def connect_sync(url: str, application_name: str, *, autocommit: bool = True,
         raise connection_error(url, exc) from exc
 
 
+class _SteadyReconnect(AttemptWithBackoff):
+    """Reconnect attempts at a short, steady pace instead of psycopg_pool's 1, 2, 4, 8 s...
+
+    After an outage the pool must be serving again within a fraction of a
+    second of the server answering; exponential back-off would leave it
+    waiting for its next scheduled attempt for seconds.
+    """
+
+    INITIAL_DELAY = config.POOL_RECONNECT_DELAY_MS / 1000
+    DELAY_BACKOFF = 1.0
+
+
+class ResilientPool(AsyncConnectionPool):
+    """The pool every runtime and client uses: connections checked before use, steady reconnects."""
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None,
+                              growing: bool = False) -> None:
+        """psycopg_pool's hook for every new connection; only the first attempt's pacing differs."""
+        await super()._add_connection(
+            attempt or _SteadyReconnect(timeout=self.reconnect_timeout), growing)
+
+
 async def open_pool(url: str, application_name: str, max_size: int = config.MAX_CONNECTIONS,
                     min_size: int = 1) -> AsyncConnectionPool:
     """An open pool of autocommit, dict-row connections; fails fast with one line."""
@@ -130,13 +153,16 @@ async def open_pool(url: str, application_name: str, max_size: int = config.MAX_
     # own reason instead of after the pool's timeout.
     probe = await connect(url, application_name)
     await probe.close()
-    pool = AsyncConnectionPool(
+    pool = ResilientPool(
         url,
         min_size=min(min_size, max_size),
         max_size=max_size,
         kwargs={**connect_kwargs(application_name), "row_factory": dict_row},
         open=False,
         name=application_name,
+        # A connection the server ended (restart, pg_terminate_backend) is
+        # found and replaced here, not handed to the caller as AdminShutdown.
+        check=AsyncConnectionPool.check_connection,
     )
     try:
         await pool.open(wait=True, timeout=config.CONNECT_TIMEOUT_S + 1)

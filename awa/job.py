@@ -28,6 +28,14 @@ class SchemaNotMigrated(AwaError):
     """The database schema is older than this code; run ``awa migrate``."""
 
 
+class ForeignSchema(SchemaNotMigrated):
+    """The database was laid out by another awa distribution (e.g. the Rust-core awa 0.6), or
+    is served by a storage engine this version lacks: it is refused and left unchanged.
+
+    A ``SchemaNotMigrated``, so code that refuses an unmigrated database refuses this one too.
+    """
+
+
 class SerializationError(AwaError):
     """Job args could not be turned into JSON, or back into the args type."""
 
@@ -174,7 +182,7 @@ class Job(Generic[T]):
     _ctx: ExecutionContext | None = field(default=None, repr=False)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], args: Any = None) -> "Job[Any]":
+    def from_row(cls, row: dict[str, Any], args: Any = None) -> Job[Any]:
         """Build from a row of awa.jobs (a dict; missing columns keep defaults)."""
         values = {k: row[k] for k in JOB_COLUMNS if k in row}
         values["state"] = JobState(values.get("state", "available"))

@@ -49,3 +49,9 @@ DLQ_HEARTBEAT_STALE = "heartbeat_stale"
 DLQ_DEADLINE_EXCEEDED = "deadline_exceeded"
 DLQ_CALLBACK_TIMEOUT = "callback_timeout"
 DLQ_MANUAL = "manual"
+
+# The states that count as a queue's depth (its backlog and work in hand), in
+# one place for every reader: the queue-health gauges, the admin queue stats
+# and the ops console.  Terminal history (completed, cancelled) is not depth;
+# failed is, because an operator can still retry it.
+DEPTH_STATES = ("available", "scheduled", "retryable", "running", "waiting_external", "failed")

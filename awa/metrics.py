@@ -17,29 +17,52 @@ gives the name a metric is scraped as (dots -> underscores, ``_seconds`` for
 second-valued metrics, ``_total`` on counters), ``prometheus_label`` the
 label of an attribute key (``awa.job.queue`` -> ``awa_job_queue``).
 
-Instruments are created on a meter from the *global* MeterProvider.  Before
-``awa.telemetry`` (or the application) installs an SDK provider, that meter is
-OpenTelemetry's proxy meter: recording costs one attribute check and goes
-nowhere; once a provider is set, the same instrument objects forward to real
-ones.  So modules may bind ``METRICS.job_completed`` at import time; but a
-measurement taken before the provider exists is dropped, so a one-off gauge
-(``runtime.info``) must be set after the exporters are up.
+Recording is pre-aggregated in the process (issue 18): each runtime entry is a
+``PreCounter`` / ``PreUpDownCounter`` / ``PreGauge`` / ``PreHistogram`` holding
+cumulative values keyed by the tuple of its attribute values in catalogue order
+(``(kind, queue)``), updated without a lock by the thread that records first
+(the runtime's event loop).  Nothing reaches OpenTelemetry per job: each entry
+registers one *observable* instrument whose callback reports the state at
+collection time -- counters as ObservableCounter (cumulative, monotonic), gauges
+and up-down counters as ObservableGauge / ObservableUpDownCounter, histograms as
+an ObservableGauge of whole fixed-bucket histograms that the reader-side
+aggregation of ``awa.telemetry`` turns into explicit-bucket histogram points
+(same boundaries, so Prometheus keeps ``_bucket``/``_sum``/``_count``).  Names,
+units, attributes and boundaries are the catalogue's, as before.
+
+Until a MeterProvider is set (``awa.telemetry`` or the application), nothing
+could export a measurement, so recording returns at once and the measurement is
+dropped: a one-off gauge (``runtime.info``) must be set after the exporters are
+up.
 
 Recording rule (issue 8): a counter is incremented exactly when its
-transition is applied — after the guarded write returned its rows — and per
-batch (``add(n)``) on the hot path.  Use ``job_attributes`` /
-``queue_attributes`` for the attribute dicts: they are cached, so the hot path
-does not build a dict per call (never mutate what they return).
+transition is applied -- after the guarded write returned its rows -- and per
+batch (``inc(key, n)``) on the hot path.  The OTel-shaped ``add(n, attrs)`` /
+``record(v, attrs)`` / ``set(v, attrs)`` still work for code holding a dict
+(``job_attributes`` / ``queue_attributes`` are cached; never mutate them).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import time
+import weakref
+from _thread import get_ident as _get_ident
+from bisect import bisect_left
+from collections import Counter as _Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import Counter as _ApiCounter
+from opentelemetry.metrics import Histogram as _ApiHistogram
+from opentelemetry.metrics import UpDownCounter as _ApiUpDownCounter
+from opentelemetry.metrics import _Gauge as _ApiGauge
+from opentelemetry.metrics import _internal as _otel_api_state
 
 # --- attribute keys ---------------------------------------------------------
 ATTR_KIND = "awa.job.kind"
@@ -55,6 +78,12 @@ ATTR_CALLBACK_OUTCOME = "awa.callback.outcome"
 ATTR_RUNTIME_VERSION = "awa.runtime.version"
 ATTR_RUNTIME_INSTANCE = "awa.runtime.instance_id"
 ATTR_RUNTIME_HOST = "awa.runtime.hostname"
+# descriptor info series (awa.queue.info / awa.job_kind.info)
+ATTR_DISPLAY_NAME = "awa.descriptor.display_name"
+ATTR_OWNER = "awa.descriptor.owner"
+ATTR_DOCS_URL = "awa.descriptor.docs_url"
+ATTR_TAGS = "awa.descriptor.tags"  # the descriptor's tags joined with ","
+ATTR_DESCRIPTOR_HASH = "awa.descriptor.hash"
 # database-side (awa-ops exporter) attribute keys
 ATTR_DB_TABLE = "awa.db.table"
 ATTR_DB_TXN_STATE = "awa.db.txn_state"
@@ -152,6 +181,7 @@ def _size_histogram(name, unit, attributes, help):
 
 _JOB = (ATTR_KIND, ATTR_QUEUE)
 _Q = (ATTR_QUEUE,)
+_DESCRIPTOR = (ATTR_DISPLAY_NAME, ATTR_OWNER, ATTR_DOCS_URL, ATTR_TAGS, ATTR_DESCRIPTOR_HASH)
 
 # --- section 1: runtime metrics (OTel instruments) --------------------------
 RUNTIME_METRICS: tuple[MetricSpec, ...] = (
@@ -207,6 +237,15 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "Claim statements that found nothing to claim."),
     _counter("awa.dispatch.rate_limited", "{claim}", _Q,
              "Claims held back because the queue's token bucket was empty."),
+    _gauge("awa.dispatch.capacity_available", "{permit}", _Q,
+           "Free handler slots of the queue when its dispatcher last asked for permits "
+           "(0 while every slot is busy)."),
+    _counter("awa.dispatch.unused_permits", "{permit}", _Q,
+             "Permits granted to a claim statement that returned fewer jobs than granted "
+             "(given back unused: the queue had less work than free slots)."),
+    _seconds_histogram("awa.dispatch.wake_to_claim_duration", _Q,
+                       "Time from a dispatcher being woken (a NOTIFY for its queue) to its next "
+                       "claim statement returning, in seconds."),
     # completion batcher
     _counter("awa.completion.flushes", "{flush}", (),
              "Completion batch writes (one statement per outcome group)."),
@@ -230,6 +269,8 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "Jobs promoted from scheduled/retryable to available."),
     _seconds_histogram("awa.maintenance.promote_duration", (),
                        "Time of one promotion statement, in seconds."),
+    _size_histogram("awa.maintenance.promote_batch_size", "{job}", (),
+                    "Jobs moved to available per promotion statement that moved any."),
     _seconds_histogram("awa.maintenance.branch.duration", (ATTR_BRANCH,),
                        "Time of one pass of a maintenance branch (promote, rescue, cleanup, "
                        "cron, snapshot, ...), in seconds."),
@@ -248,6 +289,9 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "External callbacks applied to a waiting job, by outcome (complete, fail, retry, "
              "resume)."),
     # producer
+    _counter("awa.job.inserted", "{job}", _JOB,
+             "Jobs written by an enqueue path (insert, insert_many, COPY, a transaction, the "
+             "bridge); unique duplicates that were skipped are not counted."),
     _size_histogram("awa.enqueue.batch_size", "{job}", (),
                     "Rows per enqueue call (insert_many / COPY batch)."),
     _seconds_histogram("awa.enqueue.duration", (),
@@ -256,6 +300,13 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.runtime.info", "{runtime}", (ATTR_RUNTIME_VERSION, ATTR_RUNTIME_INSTANCE,
                                              ATTR_RUNTIME_HOST),
            "Always 1 for a started runtime; its labels identify it."),
+    # descriptors (every runtime, after it stored its descriptors)
+    _gauge("awa.queue.info", "{queue}", _Q + _DESCRIPTOR,
+           "Always 1 per queue descriptor this runtime declares; its labels carry the "
+           "descriptor (display name, owner, docs URL, tags, hash) for joins onto queue series."),
+    _gauge("awa.job_kind.info", "{kind}", (ATTR_KIND,) + _DESCRIPTOR,
+           "Always 1 per job-kind descriptor this runtime declares; its labels carry the "
+           "descriptor (display name, owner, docs URL, tags, hash)."),
 )
 
 # --- section 2: database-side metrics (awa-ops exporter) ---------------------
@@ -377,24 +428,291 @@ def queue_attributes(queue: str) -> dict[str, str]:
     return {ATTR_QUEUE: queue}
 
 
-# --- instruments -------------------------------------------------------------
+# --- instruments: pre-aggregated per process, exported at collection ---------
 METER_NAME = "awa"
+
+# While no MeterProvider is set, nothing can export what is recorded: the
+# recording methods return at once (what OTel's proxy did before).  Flips to
+# True, and stays, the first time a provider is found.
+_live = False
+
+
+def _went_live() -> bool:
+    """True once the application or awa.telemetry set a global MeterProvider."""
+    global _live
+    if _otel_api_state._METER_PROVIDER is not None:  # set by otel set_meter_provider
+        _live = True
+    return _live
+
+
+def recording_live() -> bool:
+    """Whether measurements are kept (a MeterProvider exists to export them)."""
+    return _live or _went_live()
+
+
+Key = tuple[Any, ...]
+
+
+class _Store:
+    """One catalogue entry's per-process state: values keyed by the attribute tuple.
+
+    The key is the tuple of attribute values in the catalogue's attribute order
+    (``(kind, queue)`` for ``awa.job.*``), so the hot path hashes a tuple it
+    already has instead of building a dict; the dict OpenTelemetry needs is built
+    once per key, at collection.
+
+    Lock-cheap: the first thread that records (the runtime's event loop) owns
+    ``_values`` and updates it without a lock -- it is its only writer, and the
+    collecting thread only copies it (one C-level dict copy under the GIL).  Any
+    other thread (producers in a thread pool) records into ``_shared`` under a
+    lock; collection adds the two.
+    """
+
+    def __init__(self, spec: MetricSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.unit = spec.unit
+        self.description = spec.help
+        self._keys = spec.attributes
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._values: dict[Key, Any] = {}
+        self._shared: dict[Key, Any] = {}
+        self._dicts: dict[Key, dict[str, Any]] = {}
+
+    def key_of(self, attributes: Mapping[str, Any] | None) -> Key:
+        """The key of an attribute dict (the compatible, slower entry point)."""
+        if not attributes:
+            return ()
+        return tuple(attributes.get(k) for k in self._keys)
+
+    def _attributes(self, key: Key) -> dict[str, Any]:
+        attrs = self._dicts.get(key)
+        if attrs is None:
+            attrs = {k: v for k, v in zip(self._keys, key) if v is not None}
+            self._dicts[key] = attrs
+        return attrs
+
+    def _claim_owner(self) -> bool:
+        """Called off the fast path: True when the calling thread (now) owns ``_values``."""
+        me = _get_ident()
+        if self._owner is None:
+            with self._lock:
+                if self._owner is None:
+                    self._owner = me
+        return self._owner == me
+
+    def snapshot(self) -> dict[Key, Any]:
+        """The current value per key (both halves added)."""
+        values = dict(self._values)
+        with self._lock:
+            shared = dict(self._shared)
+        for key, v in shared.items():
+            values[key] = values.get(key, 0) + v
+        return values
+
+    def value(self, key: Key = ()) -> Any:
+        return self.snapshot().get(key)
+
+    def _callback(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(v, self._attributes(k)) for k, v in self.snapshot().items()]
+
+    def _register(self, meter: Any) -> None:
+        raise NotImplementedError
+
+
+class _Sum(_Store):
+    def inc(self, key: Key, n: int | float = 1) -> None:
+        """Add ``n`` to the series ``key`` (attribute values in catalogue order)."""
+        if not _live and not _went_live():
+            return
+        if _get_ident() == self._owner or self._claim_owner():
+            values = self._values
+            values[key] = values.get(key, 0) + n
+        else:
+            with self._lock:
+                self._shared[key] = self._shared.get(key, 0) + n
+
+
+class PreCounter(_Sum, _ApiCounter):
+    """A monotonic counter: cumulative per key, exported as an ObservableCounter."""
+
+    def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
+            context: Any = None) -> None:
+        if amount < 0:
+            return  # a counter never goes down (the SDK drops these too)
+        self.inc(self.key_of(attributes), amount)
+
+    def _register(self, meter: Any) -> None:
+        meter.create_observable_counter(self.name, [self._callback], self.unit, self.description)
+
+
+class PreUpDownCounter(_Sum, _ApiUpDownCounter):
+    """A sum that goes both ways, exported as an ObservableUpDownCounter."""
+
+    def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
+            context: Any = None) -> None:
+        self.inc(self.key_of(attributes), amount)
+
+    def _register(self, meter: Any) -> None:
+        meter.create_observable_up_down_counter(self.name, [self._callback], self.unit,
+                                                self.description)
+
+
+class PreGauge(_Store, _ApiGauge):
+    """The last value per key, exported as an ObservableGauge (one dict store: no lock)."""
+
+    def put(self, key: Key, value: int | float) -> None:
+        if not _live and not _went_live():
+            return
+        self._values[key] = value  # a single store is atomic under the GIL, from any thread
+
+    def set(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
+            context: Any = None) -> None:
+        self.put(self.key_of(attributes), amount)
+
+    def snapshot(self) -> dict[Key, Any]:
+        return dict(self._values)
+
+    def forget(self, drop: Any) -> None:
+        """Remove the series whose key ``drop(key)`` is true (an info series replaced)."""
+        with self._lock:
+            for key in [k for k in list(self._values) if drop(k)]:
+                self._values.pop(key, None)
+
+    def _register(self, meter: Any) -> None:
+        meter.create_observable_gauge(self.name, [self._callback], self.unit, self.description)
+
+
+class HistogramPoint(float):
+    """A cumulative fixed-bucket histogram of one series, as observed at collection.
+
+    A float (the count) so a reader that does not know awa's aggregation still
+    exports a number; ``awa.telemetry.awa_aggregation()`` turns it into a
+    histogram data point with the catalogue's bucket boundaries.
+    """
+
+    bucket_counts: tuple[int, ...]
+    sum: float
+    min: float
+    max: float
+    start_time_unix_nano: int
+
+    def __new__(cls, counts: Sequence[int], total: float, low: float, high: float,
+                start_ns: int) -> "HistogramPoint":
+        point = super().__new__(cls, sum(counts))
+        point.bucket_counts = tuple(counts)
+        point.sum, point.min, point.max, point.start_time_unix_nano = total, low, high, start_ns
+        return point
+
+    @property
+    def count(self) -> int:
+        return int(self)
+
+
+class PreHistogram(_Store, _ApiHistogram):
+    """Fixed-bucket counts, sum, min and max per key (OTel's explicit-bucket semantics:
+    bucket i holds boundaries[i-1] < v <= boundaries[i]).
+
+    One list per key: ``[bucket counts..., sum, min, max]``, updated in place.
+    Exported as an ObservableGauge whose observations are ``HistogramPoint``s;
+    the reader-side aggregation of ``awa.telemetry`` makes them histograms.
+    """
+
+    def __init__(self, spec: MetricSpec) -> None:
+        super().__init__(spec)
+        self.boundaries: tuple[float, ...] = tuple(float(b) for b in spec.buckets or ())
+        self._n = len(self.boundaries) + 1
+        self._starts: dict[Key, int] = {}
+
+    def _new(self, table: dict[Key, list[Any]], key: Key, value: float) -> list[Any]:
+        series = table[key] = [0] * self._n + [0, value, value]
+        self._starts.setdefault(key, time.time_ns())
+        return series
+
+    def observe(self, key: Key, value: float) -> None:
+        """Count one measurement ``value`` in the series ``key``."""
+        if not _live and not _went_live():
+            return
+        if _get_ident() == self._owner or self._claim_owner():
+            series = self._values.get(key) or self._new(self._values, key, value)
+            series[bisect_left(self.boundaries, value)] += 1
+            series[-3] += value
+            if value < series[-2]:
+                series[-2] = value
+            elif value > series[-1]:
+                series[-1] = value
+        else:
+            with self._lock:
+                series = self._shared.get(key) or self._new(self._shared, key, value)
+                series[bisect_left(self.boundaries, value)] += 1
+                series[-3] += value
+                series[-2] = min(series[-2], value)
+                series[-1] = max(series[-1], value)
+
+    def record(self, amount: float, attributes: Mapping[str, Any] | None = None,
+               context: Any = None) -> None:
+        self.observe(self.key_of(attributes), amount)
+
+    def points(self) -> dict[Key, HistogramPoint]:
+        """The cumulative histogram per key (both halves merged)."""
+        n = self._n
+        rows = {k: list(v) for k, v in list(self._values.items())}
+        with self._lock:
+            for k, v in self._shared.items():
+                mine = rows.get(k)
+                if mine is None:
+                    rows[k] = list(v)
+                else:
+                    rows[k] = [a + b for a, b in zip(mine[:n + 1], v[:n + 1])] + \
+                        [min(mine[-2], v[-2]), max(mine[-1], v[-1])]
+        return {k: HistogramPoint(v[:n], v[n], v[n + 1], v[n + 2], self._starts.get(k, 0))
+                for k, v in rows.items()}
+
+    def snapshot(self) -> dict[Key, Any]:
+        return dict(self.points())
+
+    def _callback(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(p, self._attributes(k)) for k, p in self.points().items()]
+
+    def _register(self, meter: Any) -> None:
+        meter.create_observable_gauge(self.name, [self._callback], self.unit, self.description)
+
+
+_STORE_CLASS: dict[str, type[_Store]] = {"counter": PreCounter, "updown": PreUpDownCounter,
+                                         "gauge": PreGauge, "histogram": PreHistogram}
+_HISTOGRAMS = {e.name: tuple(float(b) for b in e.buckets or ()) for e in RUNTIME_METRICS
+               if e.kind == "histogram"}
+
+
+def histogram_boundaries(name: str) -> tuple[float, ...] | None:
+    """Bucket boundaries of a runtime histogram by OTel name (None: not one of ours)."""
+    return _HISTOGRAMS.get(name)
 
 
 class AwaMetrics:
-    """One OTel instrument per runtime catalogue entry, as attributes.
+    """One pre-aggregated instrument per runtime catalogue entry, as attributes.
 
-    ``METRICS.job_completed.add(n, job_attributes(kind, queue))``,
-    ``METRICS.job_duration.record(seconds, attrs)``, ``METRICS.job_in_flight.add(±n, attrs)``,
-    ``METRICS.queue_depth.set(v, attrs)``.
+    Hot path: ``METRICS.job_completed.inc((kind, queue), n)``,
+    ``METRICS.job_duration.observe((kind, queue), seconds)``,
+    ``METRICS.queue_depth.put((queue, state), v)`` -- the key is the attribute
+    values in catalogue order.  The OTel-shaped calls still work
+    (``.add(n, attrs)``, ``.record(v, attrs)``, ``.set(v, attrs)``) for code
+    that holds a dict.  Each instrument registers one observable instrument on
+    ``meter`` that reports the cumulative state at collection time.
     """
 
     def __init__(self, meter: Any | None = None) -> None:
+        global _live
         if meter is None:
             meter = otel_metrics.get_meter(METER_NAME)
+        else:
+            _live = True  # an explicit (SDK) meter exports what is recorded from now on
         self.meter = meter
         for entry in RUNTIME_METRICS:
-            setattr(self, entry.attribute_name, _create_instrument(meter, entry))
+            store = _STORE_CLASS[entry.kind](entry)
+            store._register(meter)
+            setattr(self, entry.attribute_name, store)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not instruments: say which exist.
@@ -402,15 +720,58 @@ class AwaMetrics:
             f"AwaMetrics has no instrument {name!r}; add it to RUNTIME_METRICS in awa/metrics.py")
 
 
-def _create_instrument(meter: Any, entry: MetricSpec) -> Any:
-    if entry.kind == "counter":
-        return meter.create_counter(entry.name, entry.unit, entry.help)
-    if entry.kind == "updown":
-        return meter.create_up_down_counter(entry.name, entry.unit, entry.help)
-    if entry.kind == "gauge":
-        return meter.create_gauge(entry.name, entry.unit, entry.help)
-    return meter.create_histogram(entry.name, entry.unit, entry.help,
-                                  explicit_bucket_boundaries_advisory=entry.buckets)
-
-
 METRICS = AwaMetrics()
+
+
+# --- producer-side recording (awa.job.inserted) ------------------------------
+def record_inserted(batch: Any, outcome: Any) -> None:
+    """An enqueue statement wrote ``outcome.inserted`` rows of ``batch``.
+
+    Duck-typed (``batch.kind`` / ``batch.queue`` lists, ``outcome.jobs`` /
+    ``outcome.inserted``) so the catalogue needs no storage import.  Jobs that
+    came back name the rows written exactly; a count-only write that skipped
+    some takes them from the batch's largest (kind, queue) group.
+    """
+    if not _live and not _went_live():
+        return
+    kinds, queues = batch.kind, batch.queue
+    inserted = outcome.inserted
+    if inserted == len(kinds):
+        pairs = _Counter(zip(kinds, queues))
+    elif outcome.jobs:
+        pairs = _Counter((job.kind, job.queue) for job in outcome.jobs)
+    else:
+        pairs = _Counter(zip(kinds, queues))
+        skipped = len(kinds) - inserted
+        for key, n in pairs.most_common():
+            taken = min(n, skipped)
+            pairs[key] -= taken
+            skipped -= taken
+            if not skipped:
+                break
+    counter = METRICS.job_inserted
+    for key, n in pairs.items():
+        if n > 0:
+            counter.inc(key, n)
+
+
+def record_inserted_jobs(jobs: Iterable[Any]) -> None:
+    """Jobs (``awa.Job``) an enqueue path wrote, counted by (kind, queue)."""
+    counter = METRICS.job_inserted
+    for key, n in _Counter((j.kind, j.queue) for j in jobs).items():
+        counter.inc(key, n)
+
+
+# Jobs inserted inside a client transaction count when it commits.
+_pending_inserts: "weakref.WeakKeyDictionary[Any, list[Any]]" = weakref.WeakKeyDictionary()
+
+
+def record_inserted_pending(transaction: Any, jobs: Iterable[Any]) -> None:
+    """Jobs a ``Transaction`` inserted; counted by ``record_transaction_end`` on commit."""
+    _pending_inserts.setdefault(transaction, []).extend(jobs)
+
+
+def record_transaction_end(transaction: Any, committed: bool) -> None:
+    jobs = _pending_inserts.pop(transaction, None)
+    if jobs and committed:
+        record_inserted_jobs(jobs)

@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa import config
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
+from awa import metrics as awa_metrics
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
@@ -97,6 +98,7 @@ class ProducerMixin:
             started = time.perf_counter()
             job = await insert_one(engine, conn, batch)
         _record(1, started)
+        awa_metrics.record_inserted_jobs((job,))
         return job
 
     async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
@@ -169,6 +171,8 @@ class ProducerMixin:
                                                                 returning))
             else:
                 outcomes.append(await self._write_chunk(engine, conn, batch, copy, returning))
+        for chunk, outcome in zip(chunks, outcomes):  # after the commit: exactly the rows written
+            awa_metrics.record_inserted(chunk, outcome)
         if not returning:
             return EnqueueCount(sum(o.inserted for o in outcomes),
                                 sum(o.skipped for o in outcomes))
@@ -245,8 +249,10 @@ class Transaction:
 
     async def commit(self) -> None:
         await self._finish("COMMIT")
+        awa_metrics.record_transaction_end(self, committed=True)
 
     async def rollback(self) -> None:
+        awa_metrics.record_transaction_end(self, committed=False)
         await self._finish("ROLLBACK")
 
     async def execute(self, query: str, *args: Any) -> int:
@@ -283,7 +289,9 @@ class Transaction:
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
-        return await insert_one(self._engine, self.connection, batch)
+        job = await insert_one(self._engine, self.connection, batch)
+        awa_metrics.record_inserted_pending(self, (job,))
+        return job
 
     async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
                           queue: str = config.DEFAULT_QUEUE,
@@ -298,8 +306,10 @@ class Transaction:
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
         conn = self.connection
-        return inserted_jobs([await self._engine.insert_batch(conn, chunk)
+        jobs = inserted_jobs([await self._engine.insert_batch(conn, chunk)
                               for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
+        awa_metrics.record_inserted_pending(self, jobs)
+        return jobs
 
     def __repr__(self) -> str:
         return f"Transaction({'open' if self._conn is not None else 'finished'})"

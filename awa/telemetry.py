@@ -72,6 +72,113 @@ def _sdk_tracer_provider(service_name: str | None = None):
                                  TracerProvider, service_name, "span exporter")
 
 
+# --- awa's histograms: pre-aggregated, turned into histogram points by the reader ---
+_aggregation: Any = None
+
+
+def awa_aggregation() -> Any:
+    """The reader-side aggregation for ObservableGauge instruments (the SDK's ``Aggregation``).
+
+    awa's histograms (``awa.metrics.PreHistogram``) record into fixed buckets in
+    the process and are registered as observable gauges whose observations are
+    whole cumulative histograms; this aggregation hands those to the reader as
+    explicit-bucket histogram points (same boundaries, so Prometheus sees the
+    same ``_bucket``/``_sum``/``_count``).  Every other observable gauge gets the
+    SDK's default aggregation.  Readers awa creates use it; an application that
+    builds its own reader passes ``preferred_aggregation()`` to it.
+    """
+    global _aggregation
+    if _aggregation is None:
+        _aggregation = _build_aggregation()
+    return _aggregation
+
+
+def preferred_aggregation() -> dict[type, Any]:
+    """``preferred_aggregation=`` for an application's own MetricReader / OTLP exporter."""
+    from opentelemetry.sdk.metrics import ObservableGauge
+
+    return {ObservableGauge: awa_aggregation()}
+
+
+def _build_aggregation() -> Any:
+    # The SDK has no public extension point for a custom aggregation: an
+    # Aggregation subclass implements _create_aggregation, and the point type
+    # is decided by isinstance(_ExplicitBucketHistogramAggregation).
+    from opentelemetry.sdk.metrics._internal.aggregation import (
+        AggregationTemporality,
+        _ExplicitBucketHistogramAggregation,
+    )
+    from opentelemetry.sdk.metrics.export import HistogramDataPoint
+    from opentelemetry.sdk.metrics.view import Aggregation, DefaultAggregation
+
+    default = DefaultAggregation()
+
+    class _PreAggregatedHistogram(_ExplicitBucketHistogramAggregation):
+        """Reports the last observed ``HistogramPoint`` (cumulative; delta on request)."""
+
+        def __init__(self, attributes: Any, start_ns: int, reservoir_builder: Any,
+                     boundaries: tuple[float, ...]) -> None:
+            super().__init__(attributes, AggregationTemporality.CUMULATIVE, start_ns,
+                             reservoir_builder, boundaries)
+            self._point: metrics.HistogramPoint | None = None
+            self._reported: metrics.HistogramPoint | None = None
+            self._reported_ns = start_ns
+
+        def aggregate(self, measurement: Any, should_sample_exemplar: bool = True) -> None:
+            if isinstance(measurement.value, metrics.HistogramPoint):
+                self._point = measurement.value
+
+        def collect(self, collection_aggregation_temporality: Any,
+                    collection_start_nano: int) -> Any:
+            with self._lock:
+                point = self._point
+                if point is None:
+                    return None
+                counts, total, start = point.bucket_counts, point.sum, point.start_time_unix_nano
+                if collection_aggregation_temporality is AggregationTemporality.DELTA:
+                    before, self._reported = self._reported, point
+                    start, self._reported_ns = (self._reported_ns or start), collection_start_nano
+                    if before is not None:
+                        counts = tuple(a - b for a, b in zip(counts, before.bucket_counts))
+                        total = total - before.sum
+                return HistogramDataPoint(
+                    attributes=self._attributes, exemplars=[], start_time_unix_nano=start,
+                    time_unix_nano=collection_start_nano, count=sum(counts), sum=total,
+                    bucket_counts=counts, explicit_bounds=self._boundaries,
+                    min=point.min, max=point.max)
+
+    class AwaAggregation(Aggregation):
+        """awa's histograms as histograms; any other observable gauge as the default."""
+
+        def _create_aggregation(self, instrument: Any, attributes: Any, reservoir_factory: Any,
+                                start_time_unix_nano: int) -> Any:
+            boundaries = None
+            if getattr(instrument.instrumentation_scope, "name", None) == metrics.METER_NAME:
+                boundaries = metrics.histogram_boundaries(instrument.name)
+            if boundaries is None:
+                return default._create_aggregation(instrument, attributes, reservoir_factory,
+                                                   start_time_unix_nano)
+            return _PreAggregatedHistogram(
+                attributes, start_time_unix_nano,
+                reservoir_factory(_ExplicitBucketHistogramAggregation), boundaries)
+
+    return AwaAggregation()
+
+
+def _prometheus_reader(registry: Any) -> Any:
+    """A PrometheusMetricReader that aggregates awa's histograms (see ``awa_aggregation``).
+
+    The Prometheus reader takes no ``preferred_aggregation``; its MetricReader
+    base keeps the per-instrument-class table, which is set here.
+    """
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics._internal.instrument import _ObservableGauge
+
+    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    reader._instrument_class_aggregation[_ObservableGauge] = awa_aggregation()
+    return reader
+
+
 # --- Prometheus scrape endpoint ------------------------------------------------
 @dataclass
 class PrometheusEndpoint:
@@ -123,13 +230,12 @@ def serve_prometheus(addr: str) -> PrometheusEndpoint:
     any instruments the application created), not the process collectors of
     prometheus_client's global registry.
     """
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
     host, port = parse_listen_address(addr)
     provider = _sdk_meter_provider()
     registry = CollectorRegistry(auto_describe=False)
-    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    reader = _prometheus_reader(registry)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
@@ -176,7 +282,8 @@ def init_telemetry(endpoint: str | None = None, service_name: str | None = None,
         meter_provider = _sdk_meter_provider(service_name)
         tracer_provider = _sdk_tracer_provider(service_name)
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
+            OTLPMetricExporter(endpoint=f"{base}/v1/metrics",
+                               preferred_aggregation=preferred_aggregation()),
             export_interval_millis=export_interval_ms)
         meter_provider.add_metric_reader(reader)
         processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"),

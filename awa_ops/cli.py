@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from awa import config, db
+from awa.cli.options import OneLineErrors
 from awa.job import AwaError
 from awa_ops.diagnose import CHECKS, Options, run_all, run_check
 from awa_ops.findings import CheckResult, Severity, to_json, worst
@@ -26,7 +27,13 @@ def fail(message: str) -> None:
     sys.exit(EXIT_COULD_NOT_RUN)
 
 
-@click.group()
+class OpsGroup(OneLineErrors):
+    """Mistakes are one ``error:`` line: usage exits 2 (as click does), other failures "could not run"."""
+
+    error_exit_code = EXIT_COULD_NOT_RUN
+
+
+@click.group(cls=OpsGroup)
 @click.version_option(package_name="awa-py", prog_name="awa-ops")
 def main() -> None:
     """Operator tools for awa: scripted diagnostics and a database-side Prometheus exporter."""

@@ -1,8 +1,9 @@
 """The read models behind awa-tui's screens, and the operator actions it offers.
 
 A refresh is one short read-only transaction (``OpsSession.read``) holding a
-few index-backed statements; nothing stays open between refreshes, so the
-console can be left running without pinning the xmin horizon.  Counts stop at
+few index-backed reads of the storage engine's read side (``OpsReads``: job
+tables are read only through it); nothing stays open between refreshes, so
+the console can be left running without pinning the xmin horizon.  Counts stop at
 a cap and lists at a limit, so a huge database costs the same as a big one.
 Ages are computed here from absolute timestamps against one clock, which lets
 the console tick them every second between refreshes (and lets tests fix it).
@@ -14,115 +15,28 @@ import getpass
 import socket
 from collections import deque
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, AsyncIterator, Callable
 
 import psycopg
-from psycopg import sql
 
 from awa import config, lifecycle, schema
-from awa.admin import GET_JOB, AdminMixin
+from awa.admin import AdminMixin
+from awa.job import JOB_COLUMNS
+from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
+from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
-from awa_ops.runtimes import queue_names
+from awa_ops.runtimes import (ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt,  # noqa: F401 (re-exported for awa_tui)
+                              runtime_live)
 from awa_ops.session import OpsSession
-from awa_ops.storage import detect_engine, render
+from awa_ops.storage import detect_engine, render, storage_engine
 
 # --- statements -------------------------------------------------------------
 
 DB_NOW = "SELECT now() AS now"
-
-# Which (state, queue) pairs exist, by a loose index scan of each table's
-# (state, queue, id) index: one probe per pair, however many rows there are.
-# Depth is counted per pair up to a cap; terminal history is not depth.
-QUEUE_DEPTHS = """
-WITH RECURSIVE hot AS (
-    (SELECT state, queue FROM awa.jobs_hot ORDER BY state, queue LIMIT 1)
-    UNION ALL
-    SELECT n.state, n.queue FROM hot p CROSS JOIN LATERAL (
-        SELECT h.state, h.queue FROM awa.jobs_hot h
-         WHERE (h.state, h.queue) > (p.state, p.queue)
-         ORDER BY h.state, h.queue LIMIT 1) n
-), deferred AS (
-    (SELECT state, queue FROM awa.scheduled_jobs ORDER BY state, queue LIMIT 1)
-    UNION ALL
-    SELECT n.state, n.queue FROM deferred p CROSS JOIN LATERAL (
-        SELECT s.state, s.queue FROM awa.scheduled_jobs s
-         WHERE (s.state, s.queue) > (p.state, p.queue)
-         ORDER BY s.state, s.queue LIMIT 1) n
-)
-SELECT p.queue, p.state::text AS state,
-       CASE WHEN p.state::text = ANY(%(counted)s::text[]) THEN
-           (SELECT count(*) FROM (SELECT 1 FROM awa.jobs_hot h
-             WHERE h.state = p.state AND h.queue = p.queue LIMIT %(cap)s) c)
-       END AS n
-  FROM (SELECT * FROM hot LIMIT %(max_pairs)s) p
-UNION ALL
-SELECT p.queue, p.state::text,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.scheduled_jobs s
-         WHERE s.state = p.state AND s.queue = p.queue LIMIT %(cap)s) c)
-  FROM (SELECT * FROM deferred LIMIT %(max_pairs)s) p
-"""
-
-# Per queue: the oldest runnable job (one probe per priority of the claim
-# index), completions since the previous refresh (the finalized index), and
-# the pause flag.  Queues known only to queue_meta are listed too.
-QUEUE_DETAILS = """
-WITH q AS (
-    SELECT unnest(%(queues)s::text[]) AS queue
-    UNION
-    SELECT queue FROM awa.queue_meta
-)
-SELECT q.queue,
-       (SELECT min(o.run_at) FROM unnest(%(priorities)s::smallint[]) pr(priority)
-          CROSS JOIN LATERAL (
-              SELECT h.run_at FROM awa.jobs_hot h
-               WHERE h.state = 'available' AND h.queue = q.queue AND h.priority = pr.priority
-               ORDER BY h.run_at LIMIT 1) o) AS oldest_available,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.jobs_hot h
-          WHERE h.state = 'completed' AND h.queue = q.queue
-            AND h.finalized_at > %(since)s AND h.finalized_at <= %(until)s
-          LIMIT %(cap)s) c) AS completed,
-       coalesce(m.paused, false) AS paused, m.paused_at, m.paused_by
-  FROM q LEFT JOIN awa.queue_meta m ON m.queue = q.queue
- ORDER BY q.queue
-"""
-
-DLQ_DEPTHS = """
-WITH RECURSIVE qs AS (
-    (SELECT queue FROM awa.dlq_entries ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT n.queue FROM qs p CROSS JOIN LATERAL (
-        SELECT d.queue FROM awa.dlq_entries d WHERE d.queue > p.queue
-         ORDER BY d.queue LIMIT 1) n
-)
-SELECT qs.queue,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.dlq_entries d
-         WHERE d.queue = qs.queue LIMIT %(cap)s) c) AS n
-  FROM (SELECT queue FROM qs LIMIT %(max_queues)s) qs
-"""
-
-# The seed's runtime health query, bounded.
-RUNTIMES = """
-SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_interval_ms,
-       healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
-       leader, shutting_down, queues
-  FROM awa.runtime_instances
- ORDER BY leader DESC, last_seen_at DESC
- LIMIT %(limit)s
-"""
-
-# The seed's canonical running-jobs query (partial heartbeat index), bounded.
-RUNNING = """
-SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
-       attempted_at, heartbeat_at, deadline_at, tags
-  FROM awa.jobs_hot
- WHERE state = 'running' AND (attempted_at IS NULL OR attempted_at <= %(started_before)s)
- ORDER BY heartbeat_at
- LIMIT %(limit)s
-"""
 
 # Queue storage (the guide's engine): the seed's leases and open receipt-claim
 # queries, bounded; a receipt claim has no heartbeat and no kind column.
@@ -146,94 +60,7 @@ SELECT s.job_id AS id, '(receipt claim)' AS kind, s.queue, s.attempt, 0 AS max_a
  LIMIT %(limit)s"""
 
 
-JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
-                    "run_at, created_at, attempted_at, finalized_at, tags")
-
-# Jobs list for one table: enumerate its (state, queue) pairs (loose index
-# scan), keep those the filter allows, take the newest rows of each from the
-# (state, queue, id) index, then apply the filters no index serves (kind,
-# tag).  Without such filters the result is exact; with them it covers the
-# newest ``window`` rows.
-_JOBS_LIST = """
-WITH RECURSIVE pairs AS (
-    (SELECT state, queue FROM {table} ORDER BY state, queue LIMIT 1)
-    UNION ALL
-    SELECT n.state, n.queue FROM pairs p CROSS JOIN LATERAL (
-        SELECT t.state, t.queue FROM {table} t
-         WHERE (t.state, t.queue) > (p.state, p.queue)
-         ORDER BY t.state, t.queue LIMIT 1) n
-), picked AS (
-    SELECT state, queue FROM pairs
-     WHERE (%(state)s::text IS NULL OR state::text = %(state)s)
-       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-     LIMIT %(max_pairs)s
-), per_pair AS (
-    SELECT CASE WHEN %(post_filtered)s
-                THEN greatest(%(page)s, %(window)s / greatest(count(*), 1))
-                ELSE %(page)s END AS k
-      FROM picked
-)
-SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
-    SELECT {columns} FROM {table} t
-     WHERE t.state = p.state AND t.queue = p.queue
-     ORDER BY t.id DESC LIMIT per_pair.k) t
- WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
-   AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
- ORDER BY t.id DESC
- LIMIT %(page)s
-"""
-# Neither state nor queue given: the newest rows by primary key, then the
-# kind/tag filters within the newest ``window`` of them.
-_JOBS_NEWEST = """
-SELECT t.* FROM (
-    SELECT {columns} FROM {table} t ORDER BY t.id DESC
-     LIMIT CASE WHEN %(post_filtered)s THEN %(window)s ELSE %(page)s END) t
- WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
-   AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
- ORDER BY t.id DESC
- LIMIT %(page)s
-"""
-JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=sql.Identifier("awa", "jobs_hot"),
-                                               columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(
-    table=sql.Identifier("awa", "scheduled_jobs"), columns=sql.SQL(JOB_LIST_COLUMNS))
-JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "jobs_hot"),
-                                           columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=sql.Identifier("awa", "scheduled_jobs"),
-                                                 columns=sql.SQL(JOB_LIST_COLUMNS))
-
-# Job detail is the admin functions' own lookup (awa.admin.GET_JOB: the job, or
-# its DLQ entry with dlq_reason set), plus who holds its unique key.
-UNIQUE_HOLDER = """
-SELECT c.job_id, h.state::text AS state
-  FROM awa.job_unique_claims c LEFT JOIN awa.jobs h ON h.id = c.job_id
- WHERE c.unique_key = %(key)s
-"""
-
-DLQ_LIST_COLUMNS = ("job_id, kind, queue, dlq_reason, dlq_at, attempt, max_attempts, "
-                    "errors[array_upper(errors, 1)]->>'error' AS last_error")
-# DLQ list: the index that serves the most selective given filter, newest
-# first; the rest are applied within the newest ``window`` entries.
-_DLQ_LIST = """
-SELECT * FROM (
-    SELECT {columns} FROM awa.dlq_entries {where}
-     ORDER BY dlq_at DESC, job_id DESC LIMIT %(window)s) w
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-   AND (%(reason)s::text IS NULL OR dlq_reason = %(reason)s)
- ORDER BY dlq_at DESC, job_id DESC
- LIMIT %(page)s
-"""
-DLQ_BY_QUEUE = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
-                                         where=sql.SQL("WHERE queue = %(queue)s"))
-DLQ_BY_KIND = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
-                                        where=sql.SQL("WHERE kind = %(kind)s"))
-DLQ_NEWEST = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS), where=sql.SQL(""))
-
-HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
-DEFERRED_STATES = ("scheduled", "retryable")
-# States whose per-queue counts the overview shows (terminal history is not depth).
-DEPTH_STATES = ("available", "scheduled", "retryable", "running", "waiting_external", "failed")
+# The jobs screen lists at most this many (state, queue) pairs.
 MAX_PAIRS = 4_000
 MAX_QUEUES = 1_000
 RUNTIME_LIMIT = 200
@@ -280,10 +107,12 @@ class RuntimeSummary:
     shutting_down: bool
     queues: list[str]
 
+    stale_after_s: float | None = None  # the console's heartbeat staleness cutoff
+
     def live(self, now: datetime) -> bool:
-        """The rule awa-ops uses: seen within a few of its own snapshot intervals."""
-        window = timedelta(milliseconds=self.snapshot_interval_ms * config.OPS_RUNTIME_LIVE_FACTOR)
-        return now - self.last_seen_at <= window
+        """The rule awa-ops uses (``runtime_live``), on the console's clock."""
+        return runtime_live((now - self.last_seen_at).total_seconds(), self.snapshot_interval_ms,
+                            self.stale_after_s)
 
     def serves(self, queue: str) -> bool:
         return not self.queues or queue in self.queues
@@ -315,10 +144,6 @@ class Overview:
         return next((r for r in self.live_runtimes() if r.leader), None)
 
 
-# Running-attempt classes, worst first, as `awa-ops diagnose stuck-running` reads them.
-OVERDUE, ORPHANED, STALE, ALIVE = "overdue", "orphaned", "stale", "alive"
-
-
 @dataclass
 class RunningAttempt:
     id: int
@@ -343,14 +168,11 @@ class RunningAttempt:
         return None if self.deadline_at is None else (self.deadline_at - now).total_seconds()
 
     def status(self, now: datetime, stale_after_s: float) -> str:
-        remaining = self.deadline_remaining(now)
-        if remaining is not None and remaining < 0:
-            return OVERDUE
-        age = self.heartbeat_age(now)
-        stale = age is not None and age > stale_after_s
-        if (stale and self.gone is not None) or not self.servers:
-            return ORPHANED
-        return STALE if stale else ALIVE
+        """Its class (awa_ops.runtimes.classify_attempt), ticking with the console's clock."""
+        return classify_attempt(heartbeat_age_s=self.heartbeat_age(now),
+                                deadline_remaining_s=self.deadline_remaining(now),
+                                stale_after_s=stale_after_s, owner_gone=self.gone is not None,
+                                served=bool(self.servers))
 
     def runtime(self, now: datetime, stale_after_s: float) -> str:
         """Who runs it: the live runtime(s) of its queue, or the gone one that did."""
@@ -466,9 +288,14 @@ class ConsoleReader:
 
     async def _run(self, cur: psycopg.AsyncCursor[dict[str, Any]], query: Any,
                    params: Any = None) -> list[dict[str, Any]]:
+        """A statement of the ops layer itself (the clock, the queue-storage layout's reads)."""
         self.statements += 1
         await cur.execute(query, params)
         return await cur.fetchall()
+
+    async def _engine(self) -> StorageEngine:
+        """The storage engine's read side; its methods run on this session's read transaction."""
+        return await storage_engine(self.session)
 
     async def _now(self, cur: psycopg.AsyncCursor[dict[str, Any]]) -> datetime:
         if self.clock is not None:
@@ -479,70 +306,75 @@ class ConsoleReader:
         """The schema version; raises ``SchemaNotMigrated`` (saying to run `awa migrate`)."""
         async with self.session.read():
             self.statements += 2
-            return await schema.ensure_migrated(self.session.conn)
+            return await schema.ensure_migrated(self.session.conn, accept_foreign=True)
 
     # -- overview -------------------------------------------------------------
     async def overview(self, refresh_s: float = config.TUI_REFRESH_SECONDS) -> Overview:
+        engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            queues = await self._queue_summaries(cur, now, refresh_s)
-            runtimes = await self._runtimes(cur)
+            queues = await self._queue_summaries(engine, now, refresh_s)
+            runtimes = await self._runtimes(engine)
         dlq_total = sum(q.dlq for q in queues)
         dlq_capped = any(q.dlq >= self.count_cap for q in queues)
         return Overview(now, queues, runtimes, dlq_total, dlq_capped)
 
-    async def _queue_summaries(self, cur: psycopg.AsyncCursor[dict[str, Any]], now: datetime,
+    async def _queue_summaries(self, engine: StorageEngine, now: datetime,
                                refresh_s: float) -> list[QueueSummary]:
+        conn = self.session.conn
         by_queue: dict[str, QueueSummary] = {}
-        for row in await self._run(cur, QUEUE_DEPTHS, {
-                "counted": list(DEPTH_STATES), "cap": self.count_cap, "max_pairs": MAX_PAIRS}):
-            summary = by_queue.setdefault(row["queue"], QueueSummary(row["queue"]))
-            if row["n"] is not None:
-                summary.depth[row["state"]] = row["n"]
-                if row["n"] >= self.count_cap:
-                    summary.capped.add(row["state"])
+        self.statements += 1
+        for d in await engine.queue_depths(conn, cap=self.count_cap):
+            summary = by_queue.setdefault(d.queue, QueueSummary(d.queue))
+            summary.depth.update(d.depth)
+            summary.capped.update(d.capped - {"dlq"})
         since, until = self.throughput.window(now, refresh_s)
         completed: dict[str, int] = {}
-        for row in await self._run(cur, QUEUE_DETAILS, {
-                "queues": sorted(by_queue), "since": since, "until": until, "cap": self.count_cap,
-                "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))}):
-            summary = by_queue.setdefault(row["queue"], QueueSummary(row["queue"]))
-            summary.oldest_available = row["oldest_available"]
-            summary.paused = row["paused"]
-            summary.paused_by = row["paused_by"]
-            completed[row["queue"]] = row["completed"]
-        for row in await self._run(cur, DLQ_DEPTHS, {"cap": self.count_cap,
-                                                     "max_queues": MAX_QUEUES}):
-            by_queue.setdefault(row["queue"], QueueSummary(row["queue"])).dlq = row["n"]
+        self.statements += 1
+        for q in await engine.queue_details(conn, sorted(by_queue), since=since, until=until,
+                                            cap=self.count_cap):
+            summary = by_queue.setdefault(q.queue, QueueSummary(q.queue))
+            summary.oldest_available = q.oldest_available
+            summary.paused = q.paused
+            summary.paused_by = q.paused_by
+            completed[q.queue] = q.completed
+        self.statements += 1
+        for dlq in await engine.dlq_depths_by_queue(conn, cap=self.count_cap,
+                                                    max_queues=MAX_QUEUES):
+            by_queue.setdefault(dlq.queue, QueueSummary(dlq.queue)).dlq = dlq.count
         self.throughput.record(since, until, completed)
         for summary in by_queue.values():
             summary.throughput = self.throughput.of(summary.queue)
         return [by_queue[name] for name in sorted(by_queue)]
 
-    async def _runtimes(self, cur: psycopg.AsyncCursor[dict[str, Any]]) -> list[RuntimeSummary]:
-        rows = await self._run(cur, RUNTIMES, {"limit": RUNTIME_LIMIT})
+    async def _runtimes(self, engine: StorageEngine) -> list[RuntimeSummary]:
+        self.statements += 1
+        instances = await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT)
         return [RuntimeSummary(
-            instance_id=str(r["instance_id"]), hostname=r["hostname"], pid=r["pid"],
-            version=r["version"], started_at=r["started_at"], last_seen_at=r["last_seen_at"],
-            snapshot_interval_ms=r["snapshot_interval_ms"], healthy=r["healthy"],
-            postgres_connected=r["postgres_connected"], poll_loop_alive=r["poll_loop_alive"],
-            heartbeat_alive=r["heartbeat_alive"], maintenance_alive=r["maintenance_alive"],
-            leader=r["leader"], shutting_down=r["shutting_down"],
-            queues=sorted(queue_names(r["queues"]))) for r in rows]
+            instance_id=r.instance_id, hostname=r.hostname, pid=r.pid, version=r.version,
+            started_at=r.started_at, last_seen_at=r.last_seen_at,
+            snapshot_interval_ms=r.snapshot_interval_ms, healthy=r.healthy,
+            postgres_connected=r.postgres_connected, poll_loop_alive=r.poll_loop_alive,
+            heartbeat_alive=r.heartbeat_alive, maintenance_alive=r.maintenance_alive,
+            leader=r.leader, shutting_down=r.shutting_down, queues=list(r.queues),
+            stale_after_s=self.stale_after_s) for r in instances]
 
     # -- running ----------------------------------------------------------------
     async def running(self, min_age_s: float = 0.0) -> RunningSnapshot:
-        engine = await detect_engine(self.session)
+        layout = await detect_engine(self.session)
+        engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            params = {"started_before": now - timedelta(seconds=min_age_s),
-                      "limit": self.row_limit}
-            if engine.is_queue_storage:
-                rows = await self._run(cur, leases_query(engine.schema), params)
-                rows += await self._run(cur, claims_query(engine.schema), params)
+            started_before = now - timedelta(seconds=min_age_s)
+            if layout.is_queue_storage:
+                params = {"started_before": started_before, "limit": self.row_limit}
+                rows = await self._run(cur, leases_query(layout.schema), params)
+                rows += await self._run(cur, claims_query(layout.schema), params)
             else:
-                rows = await self._run(cur, RUNNING, params)
-            runtimes = await self._runtimes(cur)
+                self.statements += 1
+                rows = [asdict(a) for a in await engine.running_attempts(
+                    self.session.conn, started_before=started_before, limit=self.row_limit)]
+            runtimes = await self._runtimes(engine)
         attempts = []
         for r in rows:
             live = [rt.label() for rt in runtimes
@@ -562,36 +394,30 @@ class ConsoleReader:
 
     # -- jobs ---------------------------------------------------------------------
     async def jobs(self, flt: JobFilter) -> JobsPage:
-        post_filtered = bool(flt.kind or flt.tag)
-        params = {"state": flt.state, "queue": flt.queue, "kind": flt.kind, "tag": flt.tag,
-                  "post_filtered": post_filtered, "page": self.row_limit,
-                  "window": self.scan_window, "max_pairs": MAX_PAIRS}
-        newest = flt.state is None and flt.queue is None
-        hot, deferred = ((JOBS_HOT_NEWEST, SCHEDULED_JOBS_NEWEST) if newest
-                         else (JOBS_HOT_LIST, SCHEDULED_JOBS_LIST))
-        rows: list[dict[str, Any]] = []
+        query = JobListQuery(state=flt.state, queue=flt.queue, kind=flt.kind, tag=flt.tag,
+                             page=self.row_limit, window=self.scan_window, max_pairs=MAX_PAIRS)
+        engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            if flt.state is None or flt.state in HOT_STATES:
-                rows += await self._run(cur, hot, params)
-            if flt.state is None or flt.state in DEFERRED_STATES:
-                rows += await self._run(cur, deferred, params)
-        rows.sort(key=lambda r: r["id"], reverse=True)
-        return JobsPage(now, rows[: self.row_limit], windowed=post_filtered)
+            self.statements += 1
+            rows = await engine.job_page(self.session.conn, query)
+        return JobsPage(now, [asdict(r) for r in rows], windowed=query.post_filtered)
 
     async def job(self, job_id: int) -> JobDetail | None:
+        engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            rows = await self._run(cur, GET_JOB, {"id": job_id})
-            if not rows:
+            self.statements += 1
+            record = await engine.job_record(self.session.conn, job_id)
+            if record is None:
                 return None
-            job = rows[0]
-            in_dlq = job["dlq_reason"] is not None
             holder = None
-            if job.get("unique_key") is not None:
-                held = await self._run(cur, UNIQUE_HOLDER, {"key": job["unique_key"]})
-                holder = held[0] if held else None
-        return JobDetail(now, job, in_dlq, holder)
+            if record.job.unique_key is not None:
+                self.statements += 1
+                held = await engine.unique_claim_holders(self.session.conn,
+                                                         [record.job.unique_key])
+                holder = asdict(held[0]) if held else None
+        return JobDetail(now, job_row(record), record.in_dlq, holder)
 
     # -- diagnostics ---------------------------------------------------------------
     async def diagnostics(self, min_age_s: float = 0.0) -> list[CheckResult]:
@@ -602,16 +428,28 @@ class ConsoleReader:
 
     # -- DLQ ----------------------------------------------------------------------
     async def dlq(self, flt: DlqFilter) -> DlqPage:
-        query = DLQ_BY_QUEUE if flt.queue else DLQ_BY_KIND if flt.kind else DLQ_NEWEST
-        params = {"queue": flt.queue, "kind": flt.kind, "reason": flt.reason,
-                  "window": self.scan_window, "page": self.row_limit}
+        query = DlqPageQuery(queue=flt.queue, kind=flt.kind, reason=flt.reason,
+                             page=self.row_limit, window=self.scan_window)
+        engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            rows = await self._run(cur, query, params)
+            self.statements += 1
+            page = await engine.dlq_page(self.session.conn, query)
+        rows = [asdict(e) for e in page.entries]
         by_reason: dict[str, int] = {}
         for row in rows:
             by_reason[row["dlq_reason"]] = by_reason.get(row["dlq_reason"], 0) + 1
         return DlqPage(now, rows, by_reason)
+
+
+def job_row(record: JobRecord) -> dict[str, Any]:
+    """A job as the detail screen reads it: its columns by name, plus where it sits."""
+    job = record.job
+    row = {column: getattr(job, column) for column in JOB_COLUMNS}
+    row["state"] = job.state.value
+    row["dlq_reason"] = record.dlq_reason
+    row["dlq_at"] = record.dlq_at
+    return row
 
 
 # --- operator actions ---------------------------------------------------------

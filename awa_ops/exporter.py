@@ -12,40 +12,29 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Iterable
+from typing import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, metrics
 from awa_ops.diagnose.dead_tuples import churn_query
+from awa_ops.runtimes import runtime_live
 from awa_ops.session import OpsSession
-from awa_ops.storage import Engine, detect_engine, quote, render
+from awa_ops.storage import Engine, detect_engine, quote, storage_engine
 
 log = logging.getLogger("awa_ops.exporter")
 # Storage layout is re-detected this often, so a storage transition is noticed.
 ENGINE_RECHECK_S = 60.0
 
-# Non-terminal states only: terminal rows are retention history, and counting
-# them would walk most of a large table on every scrape.
-CANONICAL_DEPTH = """
-SELECT queue, state::text AS state, count(*) AS depth,
-       EXTRACT(EPOCH FROM (now() - min(run_at) FILTER (WHERE state = 'available')))::float8 AS lag_s
-FROM awa.jobs_hot WHERE state IN ('available', 'running', 'waiting_external')
-GROUP BY queue, state
-UNION ALL
-SELECT queue, state::text, count(*), NULL
-FROM awa.scheduled_jobs WHERE state IN ('scheduled', 'retryable')
-GROUP BY queue, state
-"""
-CANONICAL_RUNNING = """
-SELECT queue,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
-       count(*) FILTER (WHERE deadline_at < now()) AS overdue
-FROM awa.jobs_hot WHERE state = 'running'
-GROUP BY queue
-"""
+# Depth counts stop here (the engine's read is bounded): a queue deeper than
+# this reports the cap, which every depth alert fires on long before.
+DEPTH_CAP = 1_000_000
+# Runtimes read per scrape, most recently seen first: more than ever live at once.
+RUNTIME_LIMIT = 1_000
+
+# Queue storage (the Rust core's layout): running attempts are its leases and
+# its DLQ lives in its schema; read here until a read-only engine exists for it.
 LEASES_RUNNING = """
 SELECT queue,
        max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
@@ -54,20 +43,8 @@ SELECT queue,
 FROM {schema}.leases WHERE state = 'running'
 GROUP BY queue
 """
-RUNTIMES = f"""
-SELECT count(*) FILTER (WHERE live AND NOT shutting_down) AS live,
-       count(*) FILTER (WHERE live AND leader) AS leaders
-FROM (SELECT shutting_down, leader,
-             last_seen_at > now() - make_interval(secs => greatest(
-                 {config.OPS_RUNTIME_LIVE_FACTOR} * snapshot_interval_ms / 1000.0,
-                 {config.OPS_RUNTIME_LIVE_MIN_S})) AS live
-      FROM awa.runtime_instances) r
-"""
-DLQ = "SELECT queue, dlq_reason, count(*) AS depth FROM {schema}.dlq_entries GROUP BY queue, dlq_reason"
-WEDGED = f"""
-WITH seed AS ({render("unique_wedge", as_subquery=True)})
-SELECT queue, count(*) AS wedged FROM seed GROUP BY queue
-"""
+QUEUE_STORAGE_DLQ = ("SELECT queue, dlq_reason, count(*) AS depth FROM {schema}.dlq_entries "
+                     "GROUP BY queue, dlq_reason")
 TRANSACTIONS = """
 SELECT coalesce(state, 'unknown') AS state,
        max(EXTRACT(EPOCH FROM (now() - xact_start)))::float8 AS oldest_s
@@ -95,7 +72,6 @@ UNION ALL
 SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::float8,
        max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database()
 """
-PREFER_INDEXES = "SELECT set_config('enable_seqscan', 'off', true)"
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 
 
@@ -153,53 +129,63 @@ class DatabaseCollector(Collector):
         return [*families, duration, success]
 
     async def _database_metrics(self, session: OpsSession, engine: Engine) -> list[Metric]:
-        params = {"staleness": self.staleness}
-        schema = quote(engine.schema)
-        queries: list[tuple[str, Any]] = [
-            (LEASES_RUNNING.format(schema=schema) if engine.is_queue_storage
-             else CANONICAL_RUNNING, params),
-            (RUNTIMES, None),
-            (DLQ.format(schema=schema if engine.is_queue_storage else "awa"), None),
-            (TRANSACTIONS, None), (HORIZON, None), (NOTIFY_USAGE, None),
-            (churn_query(engine), None),
-        ]
+        reads = await storage_engine(session)
         canonical = not engine.is_queue_storage and not engine.foreign_layout
-        if canonical:
-            # scheduled_jobs holds only scheduled/retryable rows, so the planner would
-            # rather read the whole heap; the (state, queue, id) index answers from the
-            # index alone, with a cost that does not grow with the width of args.
-            queries += [(PREFER_INDEXES, None), (CANONICAL_DEPTH, None), (WEDGED, None)]
-        rows = await session.fetch_sets(*queries)
-        running, runtimes, dlq, txns, horizon, notify, tables = rows[:7]
+        # One short read-only transaction: the catalogue queries, then the job reads.
+        async with session.read() as cur:
+            catalogue = []
+            for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine)):
+                await cur.execute(query)
+                catalogue.append(await cur.fetchall())
+            txns, horizon, notify, tables = catalogue
+            if engine.is_queue_storage:
+                schema = quote(engine.schema)
+                await cur.execute(LEASES_RUNNING.format(schema=schema),
+                                  {"staleness": self.staleness})
+                running = [(r["queue"], r["oldest_heartbeat_s"], r["stale"], r["overdue"])
+                           for r in await cur.fetchall()]
+                await cur.execute(QUEUE_STORAGE_DLQ.format(schema=schema))
+                dlq = [(r["queue"], r["dlq_reason"], r["depth"]) for r in await cur.fetchall()]
+            else:
+                running = [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue)
+                           for c in await reads.running_counts(session.conn,
+                                                               stale_after_s=self.staleness)]
+                dlq = [(d.queue, d.reason, d.count) for d in await reads.dlq_depths(session.conn)]
+            runtimes = await reads.runtime_instances(session.conn, limit=RUNTIME_LIMIT)
+            if canonical:
+                depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
+                wedged_rows = await reads.wedged_claims(session.conn)
         out: list[Metric] = []
 
         if canonical:
-            _, depth_rows, wedged_rows = rows[7:]
             depth, _ = _family("awa.db.queue.depth")
             lag, _ = _family("awa.db.queue.lag")
-            for r in depth_rows:
-                depth.add_metric([r["queue"], r["state"]], r["depth"])
-                if r["state"] == "available":
-                    lag.add_metric([r["queue"]], max(r["lag_s"] or 0.0, 0.0))
+            for d in depths:
+                for state, n in sorted(d.depth.items()):
+                    depth.add_metric([d.queue, state], n)
+                if d.depth:
+                    lag.add_metric([d.queue], d.lag_s or 0.0)
             wedged, _ = _family("awa.db.unique.wedged")
-            for r in wedged_rows:
-                wedged.add_metric([r["queue"]], r["wedged"])
+            for w in wedged_rows:
+                wedged.add_metric([w.queue], w.wedged)
             out += [depth, lag, wedged]
 
         oldest, _ = _family("awa.db.running.oldest_heartbeat_age")
         stale, _ = _family("awa.db.running.heartbeat_stale")
         overdue, _ = _family("awa.db.running.deadline_overdue")
-        for r in running:
-            oldest.add_metric([r["queue"]], r["oldest_heartbeat_s"] or 0.0)
-            stale.add_metric([r["queue"]], r["stale"])
-            overdue.add_metric([r["queue"]], r["overdue"])
+        for queue, oldest_s, stale_n, overdue_n in running:
+            oldest.add_metric([queue], oldest_s or 0.0)
+            stale.add_metric([queue], stale_n)
+            overdue.add_metric([queue], overdue_n)
+        live_runtimes = [r for r in runtimes
+                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, self.staleness)]
         live, _ = _family("awa.db.runtimes.live")
         leader, _ = _family("awa.db.leader.present")
-        live.add_metric([], runtimes[0]["live"] or 0)
-        leader.add_metric([], 1.0 if runtimes[0]["leaders"] else 0.0)
+        live.add_metric([], len([r for r in live_runtimes if not r.shutting_down]))
+        leader.add_metric([], 1.0 if any(r.leader for r in live_runtimes) else 0.0)
         dlq_depth, _ = _family("awa.db.dlq.depth")
-        for r in dlq:
-            dlq_depth.add_metric([r["queue"], r["dlq_reason"]], r["depth"])
+        for queue, reason, n in dlq:
+            dlq_depth.add_metric([queue, reason], n)
         txn, _ = _family("awa.db.transaction.oldest_age")
         for r in txns:
             txn.add_metric([r["state"]], r["oldest_s"] or 0.0)

@@ -2,33 +2,98 @@
 
 Several checks need "which runtimes are alive, which serve this queue": a
 runtime is live while its ``last_seen_at`` is within a few of its own
-snapshot intervals.  Running attempts carry no owner column, so the runtime
-that held a stale attempt is inferred: a dead runtime serving the attempt's
-queue whose last report is closest to the attempt's last heartbeat.
+snapshot intervals (``runtime_live``, the one copy of that rule).  The one
+running-attempt classifier (``classify_attempt``) lives here too, since it
+rests on liveness; the console and ``diagnose stuck-running`` both use it.
+Running attempts carry no owner column, so the runtime that held a stale
+attempt is inferred: a dead runtime serving the attempt's queue whose last
+report is closest to the attempt's last heartbeat.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awa import config
+from awa.storage.engine import RuntimeInstance
 from awa_ops.session import OpsSession
-from awa_ops.storage import render
+from awa_ops.storage import storage_engine
 
-RUNTIMES = f"""
-WITH seed AS ({render("runtime_instances", as_subquery=True)})
-SELECT s.*, r.snapshot_interval_ms, r.started_at, r.queues,
-       EXTRACT(EPOCH FROM (now() - s.last_seen_at))::float8 AS last_seen_age_s,
-       EXTRACT(EPOCH FROM (now() - r.started_at))::float8 AS uptime_s
-FROM seed s JOIN awa.runtime_instances r USING (instance_id)
-"""
 
+# --- the one liveness rule ----------------------------------------------------
+
+# The floor is capped at this many of the runtime's own snapshot intervals...
+FLOOR_MAX_INTERVALS = 10
+# ...and at this share of the heartbeat staleness cutoff in use.
+FLOOR_SHARE_OF_STALENESS = 0.75
+
+
+def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None) -> float:
+    """How long a runtime may stay silent and still count as live.
+
+    ``OPS_RUNTIME_LIVE_FACTOR`` of its own snapshot intervals, and never less
+    than a floor (``OPS_RUNTIME_LIVE_MIN_S``), so a late snapshot on a busy
+    host is not a death.  The floor itself gives way: a runtime silent for ten
+    of its promised intervals is gone however short they are, and a runtime is
+    presumed gone before its jobs' heartbeats are presumed stale (as the
+    production intervals have it, 30 s against 90 s), so a killed worker's
+    attempts read orphaned rather than stale under a live runtime.
+    """
+    interval_s = int(snapshot_interval_ms) / 1000
+    floor = min(config.OPS_RUNTIME_LIVE_MIN_S, FLOOR_MAX_INTERVALS * interval_s)
+    if stale_after_s is not None:
+        floor = min(floor, FLOOR_SHARE_OF_STALENESS * stale_after_s)
+    return max(config.OPS_RUNTIME_LIVE_FACTOR * interval_s, floor)
+
+
+def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
+                 stale_after_s: float | None = None) -> bool:
+    """Is this runtime live: last seen within its live window (``live_window_s``).
+
+    The one rule of awa-ops diagnose, the exporter and the console alike.
+    """
+    return last_seen_age_s <= live_window_s(snapshot_interval_ms, stale_after_s)
+
+
+# --- the one running-attempt classifier ---------------------------------------
+
+# Running-attempt classes, worst first.
+OVERDUE, ORPHANED, STALE, ALIVE = "overdue", "orphaned", "stale", "alive"
+CLASSES = (OVERDUE, ORPHANED, STALE, ALIVE)
+# How `awa-ops diagnose stuck-running` spells them in its report (the guide's words).
+REPORT_NAMES = {OVERDUE: "deadline overdue", ORPHANED: "orphaned", STALE: "stale",
+                ALIVE: "alive"}
+
+
+def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: float | None,
+                     stale_after_s: float, owner_gone: bool, served: bool) -> str:
+    """The class of a running attempt.
+
+    overdue: past its hard deadline (deadline rescue takes it); orphaned: its
+    heartbeat is stale and a runtime that served its queue is gone, or no live
+    runtime serves the queue at all; stale: heartbeat older than the cutoff
+    while its runtime lives; alive otherwise.
+    """
+    if deadline_remaining_s is not None and deadline_remaining_s < 0:
+        return OVERDUE
+    stale = heartbeat_age_s is not None and heartbeat_age_s > stale_after_s
+    if (stale and owner_gone) or not served:
+        return ORPHANED
+    return STALE if stale else ALIVE
+
+
+# --- the runtime registry as awa-ops reads it ----------------------------------
 
 @dataclass
 class Runtime:
     row: dict[str, Any]
     queues: set[str] = field(default_factory=set)
+    stale_after_s: float | None = None  # the heartbeat staleness cutoff in use
+
+    @classmethod
+    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> "Runtime":
+        return cls(asdict(instance), set(instance.queues), stale_after_s)
 
     @property
     def instance_id(self) -> str:
@@ -40,12 +105,11 @@ class Runtime:
 
     @property
     def window_s(self) -> float:
-        return max(config.OPS_RUNTIME_LIVE_FACTOR * int(self.row["snapshot_interval_ms"]) / 1000,
-                   config.OPS_RUNTIME_LIVE_MIN_S)
+        return live_window_s(int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
     def live(self) -> bool:
-        return self.age_s <= self.window_s
+        return runtime_live(self.age_s, int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
     def recently_gone(self) -> bool:
@@ -71,26 +135,12 @@ class Runtime:
         return out
 
 
-def queue_names(value: Any) -> set[str]:
-    """Queue names from a runtime's ``queues`` json, whatever shape a runtime wrote."""
-    names: set[str] = set()
-    if isinstance(value, dict):
-        value = [{"name": k, **(v if isinstance(v, dict) else {})} for k, v in value.items()]
-    for item in value or []:
-        if isinstance(item, str):
-            names.add(item)
-        elif isinstance(item, (list, tuple)) and item:
-            names.add(str(item[0]))
-        elif isinstance(item, dict):
-            name = item.get("name") or item.get("queue")
-            if name:
-                names.add(str(name))
-    return names
-
-
-async def load_runtimes(session: OpsSession) -> list[Runtime]:
-    rows = await session.fetch_all(RUNTIMES)
-    runtimes = [Runtime(r, queue_names(r["queues"])) for r in rows]
+async def load_runtimes(session: OpsSession, stale_after_s: float | None = None) -> list[Runtime]:
+    """Every registered runtime, leader first, then the most recently seen."""
+    engine = await storage_engine(session)
+    async with session.read():
+        instances = await engine.runtime_instances(session.conn)
+    runtimes = [Runtime.of(i, stale_after_s) for i in instances]
     runtimes.sort(key=lambda r: (not r.leader, r.age_s))
     return runtimes
 

@@ -13,8 +13,9 @@ import asyncio
 import re
 import sys
 import time
-from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 import psycopg
@@ -134,7 +135,7 @@ class AwaConsole(App):
         if self.clock is not None:
             return self.clock()
         if self.anchor is None:
-            return datetime.now(timezone.utc)
+            return datetime.now(UTC)
         return self.anchor + timedelta(seconds=time.monotonic() - self.anchor_mono)
 
     # -- refresh -----------------------------------------------------------------
@@ -233,7 +234,7 @@ class AwaConsole(App):
     def status_text(self, title: str) -> str:
         parts = [f"[b]awa-tui[/b] {title}", self.label, f"every {self._every()}"]
         if self.anchor is not None or self.clock is not None:
-            parts.append("updated " + self.display_now().astimezone(timezone.utc)
+            parts.append("updated " + self.display_now().astimezone(UTC)
                          .strftime("%H:%M:%S UTC"))
         if self.frozen:
             parts.append("[b reverse] FROZEN [/]")

@@ -14,7 +14,8 @@ only changes how the worker process is started:
 
 Rounds alternate off/on so drift on the shared machine hits both alike; the
 report is the median per mode and the cost = 1 - on/off of processed jobs/s
-(target: <= 10 % at W = 256).
+(issue 18 targets at W = 256: cost <= 5 %, worker CPU per job on <= 1.1 x off;
+before the pre-aggregated instruments it was 19.8 % and 33 -> 54 us per job).
 """
 
 from __future__ import annotations
@@ -131,10 +132,11 @@ def main() -> None:
         return f"{min(values):.0f}-{max(values):.0f}"
 
     print(f"\nmedian processed/s: off {off:.0f} ({spread('off')}), on {on:.0f} ({spread('on')})"
-          f"\nthroughput cost of metrics: {100 * (1 - on / off):.1f} % (target <= 10 %; a "
+          f"\nthroughput cost of metrics: {100 * (1 - on / off):.1f} % (target <= 5 %; a "
           f"negative cost is run-to-run noise)"
           f"\nworker CPU per job: off {1000 * cpu_off:.0f} us, on {1000 * cpu_on:.0f} us "
-          f"(+{1000 * (cpu_on - cpu_off):.0f} us per job for recording and scrapes)")
+          f"({cpu_on / cpu_off:.2f} x, target <= 1.1 x; "
+          f"{1000 * (cpu_on - cpu_off):+.0f} us per job for recording and scrapes)")
 
 
 if __name__ == "__main__":

@@ -56,12 +56,14 @@ class Dispatcher:
         self._stopping = False
         self.last_loop_at = time.monotonic()
         self.tasks: list[asyncio.Task[None]] = []
+        self.woken_at: float | None = None  # metrics: first wake since the last claim
 
     @property
     def alive(self) -> bool:
         return bool(self.tasks) and not any(t.done() for t in self.tasks)
 
     def wake(self) -> None:
+        self.woken_at = recording.woken_at(self.woken_at)
         self._wake.set()
 
     def start(self) -> None:
@@ -86,6 +88,7 @@ class Dispatcher:
                     await asyncio.sleep(min(self.bucket.seconds_until_token(), self.poll_interval))
                     continue
                 wanted = min(wanted, tokens)
+            recording.capacity(self.name, self.permits)
             granted = self.permits.try_acquire(wanted)
             if granted == 0:
                 await self.permits.wait_for_capacity(self.poll_interval)
@@ -116,6 +119,8 @@ class Dispatcher:
                 self._give_back(granted - len(jobs))
             self.permits.hungry = len(jobs) == granted
             recording.claimed(self.name, jobs, time.perf_counter() - started)
+            recording.unused_permits(self.name, granted, len(jobs))
+            self.woken_at = recording.wake_to_claim(self.name, self.woken_at)
             if jobs:
                 self._start_jobs(jobs)
                 if len(jobs) == granted:

@@ -6,30 +6,57 @@ releases a session lock when its connection ends, so a leader that crashes
 or loses the network frees the lock for the next candidate; non-leaders try
 again every ``leader_election_interval``.  The leader pings its connection
 and steps down as soon as it is lost.
+
+Fencing: a leader that is frozen (SIGSTOP, a GC pause, a swapped-out host, a
+partition that keeps the TCP session) holds its socket open, so the server
+would keep the lock forever.  The lock session therefore sets
+``idle_session_timeout`` to the fence bound (``LEADER_FENCE_PINGS`` ping
+intervals): a leader that stops pinging loses its session, and with it the
+lock, without operator action or superuser rights.  A woken former leader
+sees that its last confirmation is older than the bound and pings before it
+runs another maintenance step (``confirmed()``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import psycopg
 
 from awa import config, db
 from awa.job import DatabaseError
-from awa.storage.canonical import maintenance as sql
 
 log = logging.getLogger("awa.leader")
+
+# Session advisory locks: plain PostgreSQL, no job table, the same for every engine.
+TRY_LEADER_LOCK = "SELECT pg_try_advisory_lock(%(key)s) AS acquired"
+RELEASE_LEADER_LOCK = "SELECT pg_advisory_unlock(%(key)s) AS released"
+LEADER_PING = "SELECT 1"
+
+
+# The server ends the lock session once it idles this long (milliseconds).
+SET_FENCE = "SELECT set_config('idle_session_timeout', %(ms)s, false)"
+
+
+def fence_ms(ping_interval_ms: int) -> int:
+    """How long a leader may go without pinging before the server fences it off."""
+    return max(config.LEADER_FENCE_MIN_MS,
+               min(config.LEADER_FENCE_PINGS * ping_interval_ms, config.LEADER_FENCE_MAX_MS))
 
 
 class LeaderElector:
     def __init__(self, database_url: str, *, lock_key: int = config.ADVISORY_LOCK_LEADER,
-                 application_name: str = config.APP_NAME_LEADER) -> None:
+                 application_name: str = config.APP_NAME_LEADER,
+                 ping_interval_ms: int = config.LEADER_PING_MAX_INTERVAL_MS) -> None:
         self.database_url = database_url
         self.lock_key = lock_key
         self.application_name = application_name
+        self.fence_ms = fence_ms(ping_interval_ms)
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
+        self._confirmed_at = 0.0  # time.monotonic() of the last proof we hold the lock
 
     async def try_acquire(self) -> bool:
         """One election attempt; True when this elector holds (or already held) the lock."""
@@ -38,14 +65,17 @@ class LeaderElector:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = await db.connect(self.database_url, self.application_name)
-            row = await (await self._conn.execute(sql.TRY_LEADER_LOCK,
+                await self._conn.execute(SET_FENCE, {"ms": str(self.fence_ms)})
+            row = await (await self._conn.execute(TRY_LEADER_LOCK,
                                                   {"key": self.lock_key})).fetchone()
         except (psycopg.Error, DatabaseError, OSError) as exc:
             log.warning("leader election attempt failed: %s", db.one_line(exc))
             await self._drop_connection()
             return False
-        self.is_leader = bool(row["acquired"])
-        if not self.is_leader:
+        self.is_leader = row is not None and bool(row["acquired"])
+        if self.is_leader:
+            self._confirmed_at = time.monotonic()
+        else:
             # Followers do not keep an idle connection open between attempts.
             await self._drop_connection()
         return self.is_leader
@@ -55,7 +85,8 @@ class LeaderElector:
         if not self.is_leader or self._conn is None:
             return False
         try:
-            await self._conn.execute(sql.LEADER_PING)
+            await self._conn.execute(LEADER_PING)
+            self._confirmed_at = time.monotonic()
             return True
         except (psycopg.Error, OSError) as exc:
             log.warning("leader connection lost, stepping down: %s", db.one_line(exc))
@@ -63,11 +94,24 @@ class LeaderElector:
             await self._drop_connection()
             return False
 
+    async def confirmed(self) -> bool:
+        """Still the leader, asking the server first when the last proof is older than the fence.
+
+        Maintenance steps call this before they write: a process that was
+        frozen past the fence has lost its session (and the lock) meanwhile,
+        and must not act on leadership it no longer has.
+        """
+        if not self.is_leader:
+            return False
+        if (time.monotonic() - self._confirmed_at) * 1000 < self.fence_ms / 2:
+            return True
+        return await self.still_leader()
+
     async def release(self) -> None:
         """Give up leadership (graceful shutdown): unlock, then close."""
         if self.is_leader and self._conn is not None and not self._conn.closed:
             try:
-                await self._conn.execute(sql.RELEASE_LEADER_LOCK, {"key": self.lock_key})
+                await self._conn.execute(RELEASE_LEADER_LOCK, {"key": self.lock_key})
             except (psycopg.Error, OSError) as exc:
                 log.warning("could not release the leader lock cleanly: %s", db.one_line(exc))
         self.is_leader = False

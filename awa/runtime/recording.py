@@ -1,79 +1,93 @@
 """Where the runtime records its metrics: one function per recording point.
 
 Instruments and attribute keys come from the catalogue in ``awa.metrics``;
-this module only maps runtime events onto them, once per batch on the hot
-path (``add(n)``), right after the guarded write returned its rows.
+this module only maps runtime events onto them, right after the guarded write
+returned its rows.  The instruments are pre-aggregated in the process
+(``awa.metrics.PreCounter`` ...), keyed by the attribute-value tuple the
+runtime already has (``(kind, queue)``, ``(queue,)``): a recording is a dict
+update under an uncontended lock, no attribute dict and no OTel call per job.
 """
 
 from __future__ import annotations
 
-import asyncio
-import weakref
+import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable
 
 from awa import metrics
-from awa.metrics import METRICS, job_attributes, queue_attributes
+from awa.metrics import METRICS
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.job import Job
     from awa.runtime.completion import Finished, Outcome
 
+_NOTIFY = metrics.DISPATCH_REASON_NOTIFY
+
+
 def runtime_started(version: str, instance_id: str, hostname: str) -> None:
-    METRICS.runtime_info.set(1, {metrics.ATTR_RUNTIME_VERSION: version,
-                                 metrics.ATTR_RUNTIME_INSTANCE: instance_id,
-                                 metrics.ATTR_RUNTIME_HOST: hostname})
+    METRICS.runtime_info.put((version, instance_id, hostname), 1)
 
 
 def wakeup(queue: str, reason: str) -> None:
-    METRICS.dispatch_wakeups.add(1, {**queue_attributes(queue),
-                                     metrics.ATTR_DISPATCH_REASON: reason})
+    METRICS.dispatch_wakeups.inc((queue, reason))
 
 
 def rate_limited(queue: str) -> None:
-    METRICS.dispatch_rate_limited.add(1, queue_attributes(queue))
+    METRICS.dispatch_rate_limited.inc((queue,))
 
 
-def claimed(queue: str, jobs: "list[Job]", seconds: float) -> None:
+def claimed(queue: str, jobs: "list[Job[Any]]", seconds: float) -> None:
     """One claim statement returned ``jobs`` after ``seconds``."""
-    qattrs = queue_attributes(queue)
-    METRICS.dispatch_claim_duration.record(seconds, qattrs)
+    key = (queue,)
+    METRICS.dispatch_claim_duration.observe(key, seconds)
     if not jobs:
-        METRICS.dispatch_empty_claims.add(1, qattrs)
+        METRICS.dispatch_empty_claims.inc(key)
         return
-    METRICS.dispatch_claim_batches.add(1, qattrs)
-    METRICS.dispatch_claim_batch_size.record(len(jobs), qattrs)
-    METRICS.job_in_flight.add(len(jobs), qattrs)
-    by_kind = Counter(job.kind for job in jobs)
-    for kind, n in by_kind.items():
-        METRICS.job_claimed.add(n, job_attributes(kind, queue))
+    n = len(jobs)
+    METRICS.dispatch_claim_batches.inc(key)
+    METRICS.dispatch_claim_batch_size.observe(key, n)
+    METRICS.job_in_flight.inc(key, n)
+    claimed_ = METRICS.job_claimed
     wait = METRICS.job_wait_duration
     for job in jobs:
+        kq = (job.kind, queue)
+        claimed_.inc(kq)
         runnable = job.run_at if job.run_at and job.run_at > job.created_at else job.created_at
         if job.attempted_at is not None and runnable is not None:
-            wait.record(max((job.attempted_at - runnable).total_seconds(), 0.0),
-                        job_attributes(job.kind, queue))
+            seconds_waited = (job.attempted_at - runnable).total_seconds()
+            wait.observe(kq, seconds_waited if seconds_waited > 0.0 else 0.0)
 
 
 def handler_finished(kind: str, queue: str, seconds: float) -> None:
-    METRICS.job_duration.record(seconds, job_attributes(kind, queue))
-    # A claimed batch finishes in the same loop turn: one in-flight add per
-    # queue per turn instead of one per job (each SDK call costs ~10 us).
-    loop = asyncio.get_running_loop()
-    finished = _finished_this_turn.get(loop)
-    if finished is None:
-        finished = _finished_this_turn[loop] = Counter()
-        loop.call_soon(_record_finished, loop)
-    finished[queue] += 1
+    METRICS.job_duration.observe((kind, queue), seconds)
+    METRICS.job_in_flight.inc((queue,), -1)
 
 
-_finished_this_turn: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Counter[str]]" = \
-    weakref.WeakKeyDictionary()
+def capacity(queue: str, permits: Any) -> None:
+    """The dispatcher is about to ask ``permits`` (a QueuePermits) for slots: how many are free."""
+    free = permits.capacity - permits.in_use
+    METRICS.dispatch_capacity_available.put((queue,), free if free > 0 else 0)
 
 
-def _record_finished(loop: asyncio.AbstractEventLoop) -> None:
-    for queue, n in _finished_this_turn.pop(loop).items():
-        METRICS.job_in_flight.add(-n, queue_attributes(queue))
+def unused_permits(queue: str, granted: int, claimed_rows: int) -> None:
+    """A claim returned fewer rows than the permits it was granted."""
+    if claimed_rows < granted:
+        METRICS.dispatch_unused_permits.inc((queue,), granted - claimed_rows)
+
+
+def woken_at(previous: float | None) -> float:
+    """When the dispatcher was first woken since its last claim (keeps the earliest)."""
+    return previous if previous is not None else time.perf_counter()
+
+
+def wake_to_claim(queue: str, woken: float | None) -> float | None:
+    """The claim after a wake-up returned: wake-to-claim latency (None: not woken).
+
+    Returns None, the dispatcher's new ``woken_at``, so the call site is one line.
+    """
+    if woken is not None:
+        METRICS.dispatch_wake_to_claim_duration.observe((queue,), time.perf_counter() - woken)
+    return None
 
 
 def outcomes(outcome: "Outcome", applied: "list[Finished]") -> None:
@@ -81,45 +95,74 @@ def outcomes(outcome: "Outcome", applied: "list[Finished]") -> None:
     from awa.runtime.completion import Outcome
 
     by_key = Counter((f.ctx.job.kind, f.ctx.job.queue) for f in applied)
-    for (kind, queue), n in by_key.items():
-        attrs = job_attributes(kind, queue)
-        if outcome is Outcome.COMPLETED:
-            METRICS.job_completed.add(n, attrs)
-        elif outcome is Outcome.SNOOZE:
-            METRICS.job_snoozed.add(n, attrs)
-        elif outcome is Outcome.WAIT:
-            METRICS.job_waiting_external.add(n, attrs)
-        elif outcome is Outcome.CANCEL:
-            METRICS.job_cancelled.add(n, attrs)
-        elif outcome is Outcome.RETRY:
-            METRICS.job_retried.add(n, attrs)
-            errors = sum(1 for f in applied if f.error is not None
-                         and f.ctx.job.kind == kind and f.ctx.job.queue == queue)
-            if errors:
-                METRICS.job_failed.add(errors, {**attrs, metrics.ATTR_TERMINAL: False})
-        else:  # FAIL, DLQ: the job ended
-            METRICS.job_failed.add(n, {**attrs, metrics.ATTR_TERMINAL: True})
-            if outcome is Outcome.DLQ:
-                reasons = Counter(f.reason for f in applied
-                                  if f.ctx.job.kind == kind and f.ctx.job.queue == queue)
-                for reason, m in reasons.items():
-                    METRICS.job_dlq_moved.add(m, {**attrs, metrics.ATTR_DLQ_REASON: reason})
+    if outcome is Outcome.COMPLETED:
+        counter = METRICS.job_completed
+    elif outcome is Outcome.SNOOZE:
+        counter = METRICS.job_snoozed
+    elif outcome is Outcome.WAIT:
+        counter = METRICS.job_waiting_external
+    elif outcome is Outcome.CANCEL:
+        counter = METRICS.job_cancelled
+    elif outcome is Outcome.RETRY:
+        counter = METRICS.job_retried
+        errors = Counter((f.ctx.job.kind, f.ctx.job.queue) for f in applied
+                         if f.error is not None)
+        for (kind, queue), n in errors.items():
+            METRICS.job_failed.inc((kind, queue, False), n)
+    else:  # FAIL, DLQ: the job ended
+        for (kind, queue), n in by_key.items():
+            METRICS.job_failed.inc((kind, queue, True), n)
+        if outcome is Outcome.DLQ:
+            reasons = Counter((f.ctx.job.kind, f.ctx.job.queue, f.reason) for f in applied)
+            for key, n in reasons.items():
+                METRICS.job_dlq_moved.inc(key, n)
+        return
+    for key, n in by_key.items():
+        counter.inc(key, n)
 
 
 def flushed(rows: int, seconds: float) -> None:
-    METRICS.completion_flushes.add(1)
-    METRICS.completion_flush_batch_size.record(rows)
-    METRICS.completion_flush_duration.record(seconds)
+    METRICS.completion_flushes.inc(())
+    METRICS.completion_flush_batch_size.observe((), rows)
+    METRICS.completion_flush_duration.observe((), seconds)
 
 
 def stale_ignored(items: "list[Finished]") -> None:
     for queue, n in Counter(f.ctx.job.queue for f in items).items():
-        METRICS.completion_stale_ignored.add(n, queue_attributes(queue))
+        METRICS.completion_stale_ignored.inc((queue,), n)
 
 
 def stale_heartbeats(queue: str, n: int) -> None:
-    METRICS.completion_stale_ignored.add(n, queue_attributes(queue))
+    METRICS.completion_stale_ignored.inc((queue,), n)
 
 
 def heartbeat_batch() -> None:
-    METRICS.heartbeat_batches.add(1)
+    METRICS.heartbeat_batches.inc(())
+
+
+# The producer side (awa.job.inserted) records through awa.metrics.record_inserted*:
+# awa.producer and awa.bridge must not import the runtime.
+
+
+# --- descriptors (awa.queue.info / awa.job_kind.info) ------------------------
+def _tags(descriptor: dict[str, Any]) -> str:
+    return ",".join(descriptor.get("tags") or ())
+
+
+def _descriptor_key(name: str, d: dict[str, Any]) -> tuple[str, ...]:
+    return (name, d.get("display_name") or "", d.get("owner") or "", d.get("docs_url") or "",
+            _tags(d), d.get("descriptor_hash") or "")
+
+
+def descriptors_synced(queues: Iterable[dict[str, Any]], kinds: Iterable[dict[str, Any]]) -> None:
+    """The runtime stored its descriptors: one info series (value 1) per descriptor.
+
+    A descriptor that changed replaces its previous series, so one runtime
+    reports one hash per queue/kind; different hashes across runtimes are drift.
+    """
+    for gauge, descriptors in ((METRICS.queue_info, queues), (METRICS.job_kind_info, kinds)):
+        wanted = {_descriptor_key(d["name"], d) for d in descriptors}
+        names = {key[0] for key in wanted}
+        gauge.forget(lambda key: key[0] in names and key not in wanted)
+        for key in wanted:
+            gauge.put(key, 1)

@@ -11,12 +11,15 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from awa import config
 from awa.job import SchemaNotMigrated
+
+if TYPE_CHECKING:
+    from awa.storage import StorageLayout
 
 _FILE_NAME = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -73,9 +76,17 @@ def migration_sql() -> str:
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
-    """Apply every missing migration; returns the versions this call applied."""
+    """Apply every missing migration; returns the versions this call applied.
+
+    A database laid out by another awa distribution raises ``ForeignSchema``
+    before anything is written (the advisory lock is taken first, so the check
+    and the migration see the same schema).
+    """
+    from awa.storage import describe_layout  # awa.storage builds on this module's catalogue
+
     async with conn.transaction():
         await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+        _refuse_foreign(await describe_layout(conn))
         await conn.execute(CREATE_VERSION_TABLE)
         cur = await conn.execute(APPLIED_VERSIONS)
         done = {_first(row) for row in await cur.fetchall()}
@@ -90,8 +101,12 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
 
 
 def migrate_sync(conn: psycopg.Connection[Any]) -> list[int]:
+    """``migrate`` on a synchronous connection."""
+    from awa.storage import describe_layout_sync  # awa.storage builds on this module's catalogue
+
     with conn.transaction():
         conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+        _refuse_foreign(describe_layout_sync(conn))
         conn.execute(CREATE_VERSION_TABLE)
         done = {_first(row) for row in conn.execute(APPLIED_VERSIONS).fetchall()}
         applied = []
@@ -114,20 +129,39 @@ def not_migrated_error(found: int | None) -> SchemaNotMigrated:
         f"run `awa migrate` (or client.migrate()) first")
 
 
-async def ensure_migrated(conn: psycopg.AsyncConnection[Any]) -> int:
-    """Raise ``SchemaNotMigrated`` with the fix when the database is behind."""
-    found = None
-    if _first(await (await conn.execute(VERSION_TABLE_EXISTS)).fetchone()):
-        found = _first(await (await conn.execute(CURRENT_VERSION_QUERY)).fetchone())
-    if found is None or found < current_migration_version():
-        raise not_migrated_error(found)
-    return found
+async def ensure_migrated(conn: psycopg.AsyncConnection[Any], *,
+                          accept_foreign: bool = False) -> int:
+    """The schema version; ``SchemaNotMigrated`` with the fix when the database is behind.
+
+    A foreign layout (or an engine this code lacks) raises ``ForeignSchema``.
+    ``accept_foreign=True`` is for read-only ops tools that read such a layout
+    through the troubleshooting guide's own queries: they get its version.
+    """
+    from awa.storage import describe_layout  # awa.storage builds on this module's catalogue
+
+    return _checked(await describe_layout(conn), accept_foreign)
 
 
-def ensure_migrated_sync(conn: psycopg.Connection[Any]) -> int:
-    found = None
-    if _first(conn.execute(VERSION_TABLE_EXISTS).fetchone()):
-        found = _first(conn.execute(CURRENT_VERSION_QUERY).fetchone())
-    if found is None or found < current_migration_version():
-        raise not_migrated_error(found)
-    return found
+def ensure_migrated_sync(conn: psycopg.Connection[Any], *, accept_foreign: bool = False) -> int:
+    """``ensure_migrated`` on a synchronous connection."""
+    from awa.storage import describe_layout_sync  # awa.storage builds on this module's catalogue
+
+    return _checked(describe_layout_sync(conn), accept_foreign)
+
+
+def _refuse_foreign(layout: StorageLayout) -> None:
+    if layout.foreign:
+        refused = layout.refusal()
+        assert refused is not None  # a foreign layout is always refused
+        raise refused
+
+
+def _checked(layout: StorageLayout, accept_foreign: bool) -> int:
+    if layout.foreign and accept_foreign and layout.schema_version is not None:
+        return layout.schema_version
+    refused = layout.refusal()
+    if refused is not None:
+        raise refused
+    if layout.schema_version is None or layout.behind:
+        raise not_migrated_error(layout.schema_version)
+    return layout.schema_version

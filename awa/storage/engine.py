@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+from uuid import UUID
 
 import psycopg
 
@@ -292,8 +293,281 @@ class ExecutionOps(Protocol):
 # maintenance: rescues, promotion, retention, aging, cron CAS, descriptors,
 # queue depth / lag
 # ============================================================================
+ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
+"""Metadata key where priority aging keeps a job's priority from before its first step."""
+
+RescueAction = Literal["retry", "fail", "dlq", "cancel"]
+
+
+@dataclass(frozen=True)
+class RescuedAttempt:
+    """One attempt a rescue ended, guarded by ``(id, run_lease)`` and the state it was in.
+
+    ``action``: ``retry`` (retryable with backoff), ``fail`` (``failed``),
+    ``dlq`` (moved to the DLQ with ``dlq_reason``) or ``cancel`` (``rescued as
+    duplicate``: a newer job holds its unique key).
+    """
+
+    id: int
+    run_lease: int
+    kind: str
+    queue: str
+    action: RescueAction
+    dlq_reason: str | None = None
+
+
+@dataclass
+class RescueBatch:
+    """What one rescue batch did: the attempts it ended, once committed."""
+
+    found: int = 0
+    """Candidates locked; fewer than the limit means nothing more is due now."""
+    rescued: list[RescuedAttempt] = field(default_factory=list)
+    left: int = 0
+    """Candidates neither moved nor cancelled (a mask that includes ``cancelled``)."""
+    statements: int = 0
+
+    def _count(self, action: RescueAction) -> int:
+        return sum(1 for r in self.rescued if r.action == action)
+
+    @property
+    def retried(self) -> int:
+        return self._count("retry")
+
+    @property
+    def failed(self) -> int:
+        return self._count("fail")
+
+    @property
+    def dead_lettered(self) -> int:
+        return self._count("dlq")
+
+    @property
+    def duplicates(self) -> int:
+        """Attempts cancelled as ``rescued as duplicate``."""
+        return self._count("cancel")
+
+    @property
+    def ended(self) -> list[tuple[int, int]]:
+        """``(id, run_lease)`` of every attempt ended, for the local cancel flags."""
+        return [(r.id, r.run_lease) for r in self.rescued]
+
+
+@dataclass(frozen=True)
+class PromotedJob:
+    """A due job promotion made ``available`` (``cancelled=True``: superseded instead)."""
+
+    id: int
+    kind: str
+    queue: str
+    cancelled: bool = False
+
+
+@dataclass
+class PromoteBatch:
+    """One promotion batch: due jobs made available, superseded ones cancelled."""
+
+    found: int = 0
+    """Due rows locked; fewer than the limit means nothing more is due now."""
+    promoted: list[PromotedJob] = field(default_factory=list)
+    duplicates: list[PromotedJob] = field(default_factory=list)
+    """Retryable attempts whose unique key a newer job took: ``rescued as duplicate``."""
+    statements: int = 0
+
+    def promoted_by_queue(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for job in self.promoted:
+            out[job.queue] = out.get(job.queue, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class PurgedBatch:
+    """One bounded retention delete: how many rows went, per queue where rows have one."""
+
+    deleted: int = 0
+    by_queue: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActiveCronSchedule:
+    """An active (unpaused) cron schedule as stored, with the database clock it was read at."""
+
+    name: str
+    cron_expr: str
+    timezone: str
+    kind: str
+    queue: str
+    args: Any
+    priority: int
+    max_attempts: int
+    tags: list[str]
+    metadata: dict[str, Any]
+    missed_fire_policy: str
+    last_enqueued_at: datetime | None
+    created_at: datetime
+    db_now: datetime
+    """``now()`` of the listing: due slots are computed against the database clock."""
+
+
+@dataclass(frozen=True)
+class CronFired:
+    """A cron advance: ``advanced`` False when another evaluator already took the slot."""
+
+    advanced: bool
+    job_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A declared queue or job-kind descriptor (``name`` is the queue or the kind)."""
+
+    name: str
+    descriptor_hash: str
+    display_name: str | None = None
+    description: str | None = None
+    owner: str | None = None
+    docs_url: str | None = None
+    tags: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """THE queue-depth read: one queue's backlog, lag and DLQ depth.
+
+    ``depth`` maps each state of ``awa.lifecycle.DEPTH_STATES`` that has jobs
+    in this queue to its count (absent means 0; terminal history is never
+    depth).  With a ``cap``, each count stops at the cap (``capped`` names the
+    states, and ``"dlq"``, whose counts reached it).  ``oldest_available_at`` /
+    ``lag_s``: the run_at of the queue's oldest ``available`` job and how long
+    it has waited (>= 0, by the database clock), None when nothing waits.
+    ``dlq_depth``: the queue's DLQ entries (capped likewise).
+    """
+
+    queue: str
+    depth: dict[str, int] = field(default_factory=dict)
+    oldest_available_at: datetime | None = None
+    lag_s: float | None = None
+    dlq_depth: int = 0
+    capped: frozenset[str] = frozenset()
+
+    def count(self, state: str) -> int:
+        return self.depth.get(state, 0)
+
+    @property
+    def total(self) -> int:
+        """Jobs of this queue in any depth state (the DLQ not included)."""
+        return sum(self.depth.values())
+
+
 class MaintenanceOps(Protocol):
-    """What the elected leader runs; every write is guarded against a second leader."""
+    """What the elected leader runs; every write is guarded against a second leader.
+
+    Each method does one bounded batch in its own transaction (a savepoint
+    when the caller has one open); the caller loops and records metrics after
+    commit from what is returned.  Moves that can collide on a unique key
+    degrade row by row and cancel the superseded attempt (``rescued as
+    duplicate``), so one wedged row never stops the batch.
+    """
+
+    # -- rescue: retry while attempts remain, else failed or the DLQ ------------
+    async def rescue_stale_heartbeats(
+            self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        """Running attempts whose heartbeat is older than ``staleness_s``
+        (``heartbeat stale: worker presumed dead``, DLQ reason ``heartbeat_stale``)."""
+        ...
+
+    async def rescue_expired_deadlines(
+            self, conn: psycopg.AsyncConnection[Any], *, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        """Running attempts past their ``deadline_at`` (``hard deadline exceeded``)."""
+        ...
+
+    async def rescue_callback_timeouts(
+            self, conn: psycopg.AsyncConnection[Any], *, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        """``waiting_external`` attempts past their callback timeout (``callback timed out``)."""
+        ...
+
+    # -- promotion -----------------------------------------------------------------
+    async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
+                          limit: int) -> PromoteBatch:
+        """Due ``scheduled`` / ``retryable`` jobs of unpaused queues become ``available``
+        (workers of the queue are woken at commit); ids, attempts and leases are kept."""
+        ...
+
+    # -- retention: one bounded batch each ----------------------------------------------
+    async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], *, state: str,
+                              older_than_s: float, limit: int, queue: str | None = None,
+                              exclude_queues: Sequence[str] = ()) -> int:
+        """Delete ``state`` (terminal) jobs finalized more than ``older_than_s`` ago:
+        of ``queue`` only, or of every queue but ``exclude_queues``."""
+        ...
+
+    async def purge_aged_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
+                        limit: int, queue: str | None = None,
+                        exclude_queues: Sequence[str] = ()) -> PurgedBatch:
+        """Delete DLQ entries dead-lettered more than ``older_than_s`` ago."""
+        ...
+
+    async def purge_unseen_runtimes(self, conn: psycopg.AsyncConnection[Any], *,
+                                    older_than_s: float, limit: int) -> int:
+        """Delete runtime rows whose last snapshot is older than ``older_than_s``."""
+        ...
+
+    async def purge_unseen_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
+                                       catalogue: Literal["queues", "kinds"],
+                                       older_than_s: float, limit: int) -> int:
+        """Delete queue or job-kind descriptors no runtime declared for ``older_than_s``."""
+        ...
+
+    # -- priority aging ----------------------------------------------------------------
+    async def age_priorities(self, conn: psycopg.AsyncConnection[Any], *,
+                             default_interval_ms: int, queue_intervals_ms: Mapping[str, int],
+                             limit: int) -> int:
+        """Raise waiting ``available`` jobs one priority step per aging interval waited
+        (from their original priority, kept under ``ORIGINAL_PRIORITY_KEY``); an interval
+        of 0 disables aging for that queue.  Returns how many jobs changed."""
+        ...
+
+    # -- cron ----------------------------------------------------------------------------
+    async def list_active_cron_jobs(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
+        """Unpaused schedules, by name."""
+        ...
+
+    async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
+                        slots: Sequence[datetime]) -> CronFired:
+        """Compare-and-set ``last_enqueued_at`` from ``schedule.last_enqueued_at`` to the
+        last slot and, only if that matched, insert one job per slot, atomically: two
+        evaluators of the same slot (overlapping leaders) fire it once."""
+        ...
+
+    # -- descriptors -----------------------------------------------------------------
+    async def upsert_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
+                                 queues: Sequence[Descriptor],
+                                 kinds: Sequence[Descriptor]) -> int:
+        """Insert or refresh the declared descriptors (``last_seen_at`` = now)."""
+        ...
+
+    async def set_runtime_descriptor_hashes(self, conn: psycopg.AsyncConnection[Any],
+                                            instance_id: UUID,
+                                            hashes: Mapping[str, Any]) -> bool:
+        """Record a runtime's descriptor hashes; False when unchanged (or no such runtime)."""
+        ...
+
+    # -- queue health -----------------------------------------------------------------
+    async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
+                           cap: int | None = None) -> list[QueueDepth]:
+        """Every queue with a job in a ``DEPTH_STATES`` state or in the DLQ, by name.
+
+        Index-backed: one probe per (state, queue) pair, never a scan of
+        terminal history.  ``cap`` bounds each count (the ops console's cheap
+        "1000+"); None counts exactly.
+        """
+        ...
 
 
 # ============================================================================
@@ -685,8 +959,331 @@ class CronAdminOps(Protocol):
 # ============================================================================
 # ops read side: what awa_ops and awa_tui show
 # ============================================================================
+@dataclass(frozen=True)
+class QueueDetail:
+    """One queue's oldest runnable job, recent completions and pause flag."""
+
+    queue: str
+    oldest_available: datetime | None
+    lag_s: float | None
+    """Database ``now()`` minus ``oldest_available`` (never negative); None when nothing waits."""
+    completed: int
+    """Completions finalized in ``(since, until]``, up to the cap (0 when no window was asked)."""
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str | None
+
+
+@dataclass(frozen=True)
+class DlqDepth:
+    """DLQ entries of one queue (and reason, when counted per reason)."""
+
+    queue: str
+    reason: str | None
+    count: int
+    capped: bool = False
+    newest: datetime | None = None
+    recent: int = 0
+    """Entries younger than the ``recent_s`` asked for."""
+
+
+@dataclass(frozen=True)
+class RuntimeInstance:
+    """One row of the runtime registry, with its age on the database clock."""
+
+    instance_id: str
+    hostname: str | None
+    pid: int | None
+    version: str | None
+    started_at: datetime | None
+    last_seen_at: datetime
+    snapshot_interval_ms: int
+    healthy: bool
+    postgres_connected: bool
+    poll_loop_alive: bool
+    heartbeat_alive: bool
+    maintenance_alive: bool
+    leader: bool
+    shutting_down: bool
+    queues: list[str]
+    """Names of the queues it serves (empty: it did not say, so any)."""
+    last_seen_age_s: float
+    uptime_s: float | None
+
+
+@dataclass(frozen=True)
+class RunningAttemptRead:
+    """A running attempt: who claimed it when, and its ages on the database clock."""
+
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    run_lease: int
+    priority: int
+    attempted_at: datetime | None
+    heartbeat_at: datetime | None
+    deadline_at: datetime | None
+    tags: list[str]
+    heartbeat_age_s: float | None
+    deadline_remaining_s: float | None
+    running_for_s: float | None
+
+
+@dataclass(frozen=True)
+class RunningCounts:
+    """Per queue: running attempts, the oldest heartbeat, how many are stale or overdue."""
+
+    queue: str
+    running: int
+    oldest_heartbeat_s: float | None
+    stale: int
+    overdue: int
+
+
+@dataclass(frozen=True)
+class CancelledAttempt:
+    """A job cancelled while running whose handler may still hold its slot."""
+
+    job_id: int
+    kind: str
+    queue: str
+    attempt: int
+    run_lease: int
+    heartbeat_at: datetime | None
+    finalized_at: datetime | None
+    deadline_at: datetime | None
+    cancelled_age_s: float
+    heartbeat_after_cancel: bool
+
+
+@dataclass(frozen=True)
+class UniqueClaimHolder:
+    """Who holds a unique key: the job, its state (None: gone), whether it sits in the DLQ."""
+
+    unique_key: bytes
+    job_id: int
+    state: str | None
+    in_dlq: bool
+
+
+@dataclass(frozen=True)
+class WedgedClaims:
+    """Running jobs of a queue whose unique key another job holds."""
+
+    queue: str
+    wedged: int
+
+
+@dataclass(frozen=True)
+class JobListQuery:
+    """The console's job screen filter; ``window`` bounds the rows kind/tag filters search."""
+
+    state: str | None = None
+    queue: str | None = None
+    kind: str | None = None
+    tag: str | None = None
+    page: int = 100
+    window: int = 5_000
+    max_pairs: int = 4_000
+
+    @property
+    def post_filtered(self) -> bool:
+        """Kind and tag have no index of their own: they filter within the window."""
+        return bool(self.kind or self.tag)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A row of a job list."""
+
+    id: int
+    kind: str
+    queue: str
+    state: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime | None
+    created_at: datetime | None
+    attempted_at: datetime | None
+    finalized_at: datetime | None
+    tags: list[str]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job, from the live tables or from the DLQ (``dlq_reason`` set)."""
+
+    job: Job[Any]
+    dlq_reason: str | None = None
+    dlq_at: datetime | None = None
+
+    @property
+    def in_dlq(self) -> bool:
+        return self.dlq_reason is not None
+
+
+@dataclass(frozen=True)
+class DlqCursor:
+    """Where a DLQ page ended: the next page starts strictly before it."""
+
+    dlq_at: datetime
+    job_id: int
+
+
+@dataclass(frozen=True)
+class DlqPageQuery:
+    """A DLQ page: filters, newest first; ``window`` bounds the rows non-index filters search."""
+
+    queue: str | None = None
+    kind: str | None = None
+    reason: str | None = None
+    page: int = 100
+    window: int = 5_000
+    before: DlqCursor | None = None
+
+
+@dataclass(frozen=True)
+class DlqSummary:
+    """A row of a DLQ page."""
+
+    job_id: int
+    kind: str
+    queue: str
+    dlq_reason: str
+    dlq_at: datetime
+    attempt: int
+    max_attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DlqEntriesPage:
+    entries: list[DlqSummary]
+    next_before: DlqCursor | None
+    """The cursor of the next page; None when this page was not full."""
+
+
+@dataclass(frozen=True)
+class RepeatedError:
+    """One last-error message shared by recent DLQ entries / failed jobs of a kind and queue."""
+
+    kind: str
+    queue: str
+    message: str | None
+    jobs: int
+    max_repeats_in_one_job: int
+    sample_job_ids: list[int]
+    places: list[str]
+    """``dlq`` and/or ``failed``: where the sampled jobs sit."""
+
+
+@dataclass(frozen=True)
+class StoredDescriptor:
+    """A queue or kind descriptor and how long ago a runtime last refreshed it."""
+
+    type: str
+    key: str
+    descriptor_hash: str | None
+    last_seen_at: datetime | None
+    age_s: float | None
+
+
+@dataclass(frozen=True)
+class RuntimeDescriptorHashes:
+    instance_id: str
+    descriptor_hashes: Any
+    """As the runtime wrote it (json)."""
+
+
 class OpsReads(Protocol):
-    """Bounded, index-backed reads for operators; never a write."""
+    """Bounded, index-backed reads for operators; never a write.
+
+    Every method runs on the connection of the caller's short read-only
+    transaction (``awa_ops.session.OpsSession.read``), so one refresh is one
+    snapshot and none outlives it.
+    """
+
+    async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Sequence[str], *,
+                            since: datetime | None = None, until: datetime | None = None,
+                            cap: int) -> list[QueueDetail]:
+        """``queues`` and every queue_meta queue: lag, completions in the window, pause."""
+        ...
+
+    async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
+                                  max_queues: int) -> list[DlqDepth]:
+        """DLQ entries per queue, each counted up to ``cap`` (``reason`` is None)."""
+        ...
+
+    async def dlq_depths(self, conn: psycopg.AsyncConnection[Any], *, queue: str | None = None,
+                         recent_s: float = 0.0) -> list[DlqDepth]:
+        """DLQ entries per queue and reason, with the newest and the recent count; deepest first."""
+        ...
+
+    async def runtime_instances(self, conn: psycopg.AsyncConnection[Any], *,
+                                limit: int | None = None) -> list[RuntimeInstance]:
+        """The runtime registry, leaders first, then most recently seen."""
+        ...
+
+    async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                               started_before: datetime | None = None,
+                               job_ids: Sequence[int] | None = None,
+                               limit: int) -> list[RunningAttemptRead]:
+        """Running attempts, oldest heartbeat first (only ``job_ids`` when given)."""
+        ...
+
+    async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
+                             queue: str | None = None) -> list[RunningCounts]:
+        """Per queue with running attempts: counts, oldest heartbeat, stale and overdue."""
+        ...
+
+    async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
+                                      window_s: float, stale_after_s: float,
+                                      queue: str | None = None,
+                                      limit: int) -> list[CancelledAttempt]:
+        """Cancelled within ``window_s`` while running, deadline not yet passed."""
+        ...
+
+    async def unique_claim_holders(self, conn: psycopg.AsyncConnection[Any],
+                                   keys: Sequence[bytes]) -> list[UniqueClaimHolder]:
+        """Who holds each of these unique keys (keys nobody holds are absent)."""
+        ...
+
+    async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
+        """Per queue: running jobs whose unique key another job holds."""
+        ...
+
+    async def job_page(self, conn: psycopg.AsyncConnection[Any],
+                       query: JobListQuery) -> list[JobSummary]:
+        """Newest jobs first matching the filter, at most ``query.page``."""
+        ...
+
+    async def job_record(self, conn: psycopg.AsyncConnection[Any],
+                         job_id: int) -> JobRecord | None:
+        """The job, or its DLQ entry, or None."""
+        ...
+
+    async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
+                       query: DlqPageQuery) -> DlqEntriesPage:
+        """DLQ entries newest first (``dlq_at``, ``job_id``), from the most selective index."""
+        ...
+
+    async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
+                              queue: str | None = None, sample: int,
+                              limit: int = 10) -> list[RepeatedError]:
+        """Last errors shared by the newest DLQ entries and failed jobs: poison-job evidence."""
+        ...
+
+    async def descriptors(self, conn: psycopg.AsyncConnection[Any]) -> list[StoredDescriptor]:
+        """Every queue and kind descriptor, by type and key."""
+        ...
+
+    async def runtime_descriptor_hashes(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
+        """The descriptor hashes each runtime last reported."""
+        ...
 
 
 # ============================================================================

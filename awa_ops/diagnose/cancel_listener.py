@@ -60,7 +60,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = [r for r in await load_runtimes(session) if r.live and not r.row["shutting_down"]]
+    runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s) if r.live and not r.row["shutting_down"]]
     listeners = await session.fetch_all(LISTENERS, {"app": config.APP_NAME_LISTENER})
     delivered, took, usage = await notify_round_trip(session)
     findings: list[Finding] = []

@@ -3,28 +3,19 @@ and drifted (live runtimes report different hashes for the same key)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from awa_ops.diagnose._text import plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
-from awa_ops.storage import column_exists
+from awa_ops.storage import column_exists, storage_engine
 
 NAME = "descriptors"
 RUNBOOK = runbook("descriptors")
 
-DESCRIPTORS = """
-SELECT 'queue' AS type, queue AS key, descriptor_hash, last_seen_at,
-       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS age_s
-FROM awa.queue_descriptors
-UNION ALL
-SELECT 'kind', kind, descriptor_hash, last_seen_at,
-       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8
-FROM awa.job_kind_descriptors
-ORDER BY 1, 2
-"""
-# Our schema keeps one descriptor_hashes column; the Rust core's layout splits it.
-HASHES_COMBINED = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+# The Rust core's layout splits runtime_instances.descriptor_hashes in two
+# columns; ours (the engine's read side) keeps one.
 HASHES_SPLIT = """
 SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
                                        'kinds', job_kind_descriptor_hashes) AS descriptor_hashes
@@ -50,12 +41,18 @@ def split_hashes(value: Any) -> dict[tuple[str, str], str]:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     live = [r for r in runtimes if r.live]
     window = max((r.window_s for r in live), default=None)
     combined = await column_exists(session, "awa", "runtime_instances", "descriptor_hashes")
-    descriptors, hashes = await session.fetch_sets(
-        (DESCRIPTORS, None), (HASHES_COMBINED if combined else HASHES_SPLIT, None))
+    reads = await storage_engine(session)
+    async with session.read() as cur:
+        descriptors = [asdict(d) for d in await reads.descriptors(session.conn)]
+        if combined:
+            hashes = [asdict(h) for h in await reads.runtime_descriptor_hashes(session.conn)]
+        else:
+            await cur.execute(HASHES_SPLIT)
+            hashes = await cur.fetchall()
     live_ids = {r.instance_id for r in live}
     reported: dict[tuple[str, str], dict[str, list[str]]] = {}
     for row in hashes:

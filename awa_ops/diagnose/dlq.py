@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,13 @@ from psycopg.conninfo import conninfo_to_dict
 from awa import config
 from awa_ops.diagnose._text import awa, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.storage import column_exists, quote
+from awa_ops.storage import column_exists, quote, storage_engine
 
 NAME = "dlq"
 RUNBOOK = runbook("dlq")
 
-DEPTH = """
+# Queue storage (the Rust core's layout) keeps its DLQ in its own schema.
+QUEUE_STORAGE_DEPTH = """
 SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
        count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
 FROM {dlq}
@@ -32,35 +34,23 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
 GROUP BY queue, dlq_reason
 ORDER BY depth DESC
 """
-# The newest entries only (idx_dlq_entries_dlq_at); recent failed jobs too, for
-# queues without a DLQ (idx_jobs_hot_finalized).  Per job: its last error and
-# how many of its attempts failed with that same message.
-REPEATED_ERRORS = """
-WITH recent AS (
-    (SELECT job_id, kind, queue, errors, 'dlq' AS place FROM awa.dlq_entries
-     WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-     ORDER BY dlq_at DESC LIMIT %(sample)s)
-    UNION ALL
-    (SELECT id, kind, queue, errors, 'failed' FROM awa.jobs_hot
-     WHERE state = 'failed' AND finalized_at IS NOT NULL
-       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-     ORDER BY finalized_at DESC LIMIT %(sample)s)
-), last_errors AS (
-    SELECT job_id, kind, queue, place,
-           left(errors[array_upper(errors, 1)]->>'error', 300) AS message,
-           (SELECT count(*) FROM unnest(errors) e
-            WHERE e->>'error' = errors[array_upper(errors, 1)]->>'error') AS same_attempts
-    FROM recent
-    WHERE errors IS NOT NULL AND cardinality(errors) > 0
-)
-SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
-       (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
-       array_agg(DISTINCT place) AS places
-FROM last_errors
-GROUP BY kind, queue, message
-ORDER BY count(*) DESC, max(same_attempts) DESC
-LIMIT 10
-"""
+
+
+async def _canonical_dlq(session, options) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Depth by queue and reason, and the repeated last errors: one read transaction."""
+    engine = await storage_engine(session)
+    with_errors = await column_exists(session, "awa", "dlq_entries", "errors")
+    async with session.read():
+        depths = await engine.dlq_depths(session.conn, queue=options.queue,
+                                         recent_s=config.OPS_DLQ_RECENT_S)
+        # A DLQ laid out without the per-attempt error array (another awa
+        # distribution's) has no error history to compare.
+        errors = (await engine.repeated_errors(session.conn, queue=options.queue,
+                                               sample=config.OPS_ERROR_SAMPLE)
+                  if with_errors else [])
+    depth_rows = [{"queue": d.queue, "dlq_reason": d.reason, "depth": d.count,
+                   "newest": d.newest, "recent": d.recent} for d in depths]
+    return depth_rows, [asdict(e) for e in errors]
 
 
 def state_file(state_dir: Path | None, url: str) -> Path:
@@ -89,15 +79,14 @@ def _save(path: Path, depth: dict[str, int]) -> None:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    params = {"queue": options.queue, "recent": config.OPS_DLQ_RECENT_S,
-              "sample": config.OPS_ERROR_SAMPLE}
-    schema = engine.schema if engine.is_queue_storage else "awa"
-    depth_query = DEPTH.format(dlq=f"{quote(schema)}.dlq_entries")
-    if await column_exists(session, schema, "dlq_entries", "errors"):
-        depth_rows, errors = await session.fetch_sets((depth_query, params),
-                                                      (REPEATED_ERRORS, params))
-    else:  # the queue-storage DLQ keeps no per-attempt error array
-        depth_rows, errors = await session.fetch_all(depth_query, params), []
+    params = {"queue": options.queue, "recent": config.OPS_DLQ_RECENT_S}
+    if engine.is_queue_storage:
+        # the queue-storage DLQ keeps no per-attempt error array
+        depth_query = QUEUE_STORAGE_DEPTH.format(dlq=f"{quote(engine.schema)}.dlq_entries")
+        depth_rows = await session.fetch_all(depth_query, params)
+        errors: list[dict[str, Any]] = []
+    else:
+        depth_rows, errors = await _canonical_dlq(session, options)
     by_queue: dict[str, int] = {}
     for row in depth_rows:
         by_queue[row["queue"]] = by_queue.get(row["queue"], 0) + int(row["depth"])

@@ -15,7 +15,7 @@ RUNBOOK = runbook("runtime")
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     return assess(runtimes, options)
 
 

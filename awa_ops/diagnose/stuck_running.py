@@ -7,45 +7,32 @@ unhealthy); cancelled but possibly still running (cancel is cooperative).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from awa import config
+from awa_ops import runtimes as runtimes_
 from awa_ops.diagnose._text import awa, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import inferred_owner, live_servers, load_runtimes
-from awa_ops.storage import render
+from awa_ops.runtimes import (REPORT_NAMES, classify_attempt, inferred_owner, live_servers,
+                              load_runtimes)
+from awa_ops.session import OpsSession
+from awa_ops.storage import render, storage_engine
 
 NAME = "stuck-running"
 RUNBOOK = runbook("stuck-running")
 
-# The guide's canonical query, plus the attempt's lease and timings.
+# The guide's canonical query (verbatim), filtered by queue and capped, with ages;
+# the attempt's lease and start come from the engine's read side.
 CANONICAL_RUNNING = f"""
 WITH seed AS ({render("running_jobs", as_subquery=True)})
-SELECT s.id AS job_id, s.kind, s.queue, s.attempt, j.run_lease, s.heartbeat_at, s.deadline_at,
+SELECT s.id AS job_id, s.kind, s.queue, s.attempt, s.heartbeat_at, s.deadline_at,
        EXTRACT(EPOCH FROM (now() - s.heartbeat_at))::float8 AS heartbeat_age_s,
        EXTRACT(EPOCH FROM (s.deadline_at - now()))::float8 AS deadline_remaining_s,
-       EXTRACT(EPOCH FROM (now() - j.attempted_at))::float8 AS running_for_s,
        count(*) OVER () AS total
-FROM seed s JOIN awa.jobs_hot j ON j.id = s.id
+FROM seed s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
 ORDER BY s.heartbeat_at ASC
-LIMIT %(limit)s
-"""
-
-# Cancelled while running, deadline not yet passed: the handler may still hold
-# its slot until it checks is_cancelled().  Uses idx_jobs_hot_finalized.
-CANCELLED_WHILE_RUNNING = """
-SELECT id AS job_id, kind, queue, attempt, run_lease, heartbeat_at, finalized_at, deadline_at,
-       EXTRACT(EPOCH FROM (now() - finalized_at))::float8 AS cancelled_age_s,
-       heartbeat_at > finalized_at AS heartbeat_after_cancel
-FROM awa.jobs_hot
-WHERE state = 'cancelled'
-  AND finalized_at > now() - make_interval(secs => %(window)s)
-  AND attempted_at IS NOT NULL
-  AND deadline_at > now()
-  AND heartbeat_at >= finalized_at - make_interval(secs => %(staleness)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-ORDER BY finalized_at
 LIMIT %(limit)s
 """
 
@@ -69,14 +56,16 @@ def _claims_query(schema: str) -> str:
     return _seed_rows_query("open_lease_claims", schema, "claimed_at")
 
 
-ALIVE, STALE, OVERDUE, ORPHANED, CANCELLED = (
-    "alive", "stale", "deadline overdue", "orphaned", "cancelled but still running")
+# The console's classes (awa_ops.runtimes.classify_attempt), in the guide's words.
+ALIVE, STALE, OVERDUE, ORPHANED = (REPORT_NAMES[c] for c in (
+    runtimes_.ALIVE, runtimes_.STALE, runtimes_.OVERDUE, runtimes_.ORPHANED))
+CANCELLED = "cancelled but still running"
 
 
 async def check(session, engine, options) -> list[Finding]:
     params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
               "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
-    runtimes = await load_runtimes(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     if engine.is_queue_storage:
         leases, claims = await session.fetch_sets((_leases_query(engine.schema), params),
                                                   (_claims_query(engine.schema), params))
@@ -85,12 +74,31 @@ async def check(session, engine, options) -> list[Finding]:
             row["receipt_claim"] = True
         attempts, cancelled = leases + claims, []
     else:
-        attempts, cancelled = await session.fetch_sets((CANONICAL_RUNNING, params),
-                                                       (CANCELLED_WHILE_RUNNING, params))
+        attempts, cancelled = await _canonical_attempts(session, params)
     if options.min_age_s:
         attempts = [a for a in attempts
                     if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0) >= options.min_age_s]
     return classify(attempts, cancelled, runtimes, options)
+
+
+async def _canonical_attempts(session: OpsSession, params: dict[str, Any]
+                              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The seed's running query plus each attempt's lease and start, and recent cancels:
+    one read transaction."""
+    engine = await storage_engine(session)
+    async with session.read() as cur:
+        await cur.execute(CANONICAL_RUNNING, params)
+        attempts = await cur.fetchall()
+        details = {a.id: a for a in await engine.running_attempts(
+            session.conn, job_ids=[a["job_id"] for a in attempts], limit=len(attempts))}
+        cancelled = await engine.cancelled_while_running(
+            session.conn, window_s=params["window"], stale_after_s=params["staleness"],
+            queue=params["queue"], limit=params["limit"])
+    for a in attempts:
+        detail = details.get(a["job_id"])
+        a["run_lease"] = detail.run_lease if detail else None
+        a["running_for_s"] = detail.running_for_s if detail else None
+    return attempts, [asdict(c) for c in cancelled]
 
 
 def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], runtimes,
@@ -116,14 +124,10 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
             row["runtime"] = f"gone: {owners[a['job_id']]}"
         elif not servers:
             row["runtime"] = "no live runtime serves this queue"
-        if remaining is not None and remaining < 0:
-            cls = OVERDUE
-        elif owner is not None or not servers:
-            cls = ORPHANED
-        elif hb is not None and hb > staleness:
-            cls = STALE
-        else:
-            cls = ALIVE
+        cls = REPORT_NAMES[classify_attempt(
+            heartbeat_age_s=None if hb is None else float(hb),
+            deadline_remaining_s=None if remaining is None else float(remaining),
+            stale_after_s=staleness, owner_gone=owner is not None, served=bool(servers))]
         row["class"] = cls
         groups.setdefault(cls, []).append(row)
 

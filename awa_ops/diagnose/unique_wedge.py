@@ -8,27 +8,44 @@ duplicate).
 
 from __future__ import annotations
 
+from typing import Any
+
 from awa import config
 from awa_ops.diagnose._text import awa, plural, psql
 from awa_ops.findings import Finding, Severity, plain, runbook
-from awa_ops.storage import render
+from awa_ops.session import OpsSession
+from awa_ops.storage import render, storage_engine
 
 NAME = "unique-wedge"
 RUNBOOK = runbook("unique-wedge")
 TERMINAL = {"completed", "failed", "cancelled"}
 
+# The guide's query verbatim, filtered by queue and capped; whether a holder sits
+# in the DLQ comes from the engine's unique-claim holder lookup.
 WEDGE = f"""
 WITH seed AS ({render("unique_wedge", as_subquery=True)})
-SELECT s.*, EXISTS (SELECT 1 FROM awa.dlq_entries d WHERE d.job_id = s.claim_holder) AS holder_in_dlq
+SELECT s.*
 FROM seed s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
 LIMIT %(limit)s
 """
 
 
+async def _wedged(session: OpsSession, options) -> list[dict[str, Any]]:
+    engine = await storage_engine(session)
+    async with session.read() as cur:
+        await cur.execute(WEDGE, {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20})
+        rows = await cur.fetchall()
+        holders = await engine.unique_claim_holders(
+            session.conn, list({bytes(r["unique_key"]) for r in rows}))
+    in_dlq = {(h.unique_key, h.job_id) for h in holders if h.in_dlq}
+    for row in rows:
+        row["holder_in_dlq"] = (bytes(row["unique_key"]), row["claim_holder"]) in in_dlq
+    return rows
+
+
 async def check(session, engine, options) -> list[Finding]:
-    rows = await session.fetch_all(WEDGE, {"queue": options.queue,
-                                           "limit": config.OPS_EVIDENCE_LIMIT * 20})
+    rows = await _wedged(session, options)
     if not rows:
         return [Finding(Severity.OK, "no running job is wedged behind another job's unique claim",
                         runbook=RUNBOOK)]

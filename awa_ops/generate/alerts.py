@@ -59,6 +59,8 @@ BRANCH = _label(metrics.ATTR_BRANCH)
 TABLE = _label(metrics.ATTR_DB_TABLE)
 TXN_STATE = _label(metrics.ATTR_DB_TXN_STATE)
 XMIN_SOURCE = _label(metrics.ATTR_DB_XMIN_SOURCE)
+OWNER = _label(metrics.ATTR_OWNER)
+DESCRIPTOR_HASH = _label(metrics.ATTR_DESCRIPTOR_HASH)
 
 COMPLETED = _metric("awa.job.completed")
 FAILED = _metric("awa.job.failed")
@@ -66,6 +68,8 @@ RESCUES = _metric("awa.maintenance.rescues")
 BRANCH_OVERRUN = _metric("awa.maintenance.branch.overrun")
 LEADER_ACTIVE = _metric("awa.leader.active")
 RUNTIME_INFO = _metric("awa.runtime.info")
+QUEUE_INFO = _metric("awa.queue.info")
+KIND_INFO = _metric("awa.job_kind.info")
 DB_DEPTH = _metric("awa.db.queue.depth")
 DB_LAG = _metric("awa.db.queue.lag")
 DB_HEARTBEAT_AGE = _metric("awa.db.running.oldest_heartbeat_age")
@@ -479,6 +483,24 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             cases=_leader_cases(t),
         ),
         AlertRule(
+            name="AwaDescriptorDrift",
+            severity="warning",
+            # every runtime exports one info series per descriptor it declares, labelled with
+            # the descriptor's hash: more than one hash per queue (or kind) among the scraped,
+            # so live, runtimes is drift
+            expr=(f"count by ({Q}) (count by ({Q}, {DESCRIPTOR_HASH}) ({QUEUE_INFO})) > 1\n"
+                  f"or\n"
+                  f"count by ({KIND}) (count by ({KIND}, {DESCRIPTOR_HASH}) ({KIND_INFO})) > 1"),
+            for_="30m",
+            summary="Live runtimes disagree about a queue or job-kind descriptor.",
+            description=(
+                "Live runtimes declare {{ $value | humanize }} different descriptors for "
+                "{{ $labels.awa_job_queue }}{{ $labels.awa_job_kind }} (a queue or job kind): "
+                "two revisions of the worker code run at once, longer than a rollout takes."),
+            runbook_check="descriptors",
+            cases=_descriptor_drift_cases,
+        ),
+        AlertRule(
             name="AwaExporterDown",
             severity="warning",
             expr=f"max({DB_SCRAPE_SUCCESS}) < 1 or absent({DB_SCRAPE_SUCCESS})",
@@ -604,6 +626,31 @@ def _leader_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
 
 
 
+
+
+def _descriptor_drift_cases(rule: AlertRule) -> list[RuleCase]:
+    """Two runtimes with different hashes fire; equal hashes, or a rollout that ends, do not."""
+    minutes = rule.for_minutes + 15
+    at = rule.for_minutes + 10
+
+    def info(metric: str, label: str, name: str, runtime: int, digest: str) -> str:
+        return _labels_selector(metric, {label: name, DESCRIPTOR_HASH: digest,
+                                         OWNER: "team-" + digest,
+                                         "instance": f"runtime-{runtime}:9464"})
+
+    old = info(QUEUE_INFO, Q, "email", 0, "a1")
+    new = info(QUEUE_INFO, Q, "email", 1, "b2")
+    same = info(QUEUE_INFO, Q, "email", 1, "a1")
+    return [
+        RuleCase({old: constant(1, minutes), new: constant(1, minutes)}, at,
+                 (Expected({Q: "email"}, 2),)),
+        RuleCase({info(KIND_INFO, KIND, "send_email", 0, "a1"): constant(1, minutes),
+                  info(KIND_INFO, KIND, "send_email", 1, "b2"): constant(1, minutes)}, at,
+                 (Expected({KIND: "send_email"}, 2),)),
+        RuleCase({old: constant(1, minutes), same: constant(1, minutes)}, at),
+        # a rollout: the old revision drains within ten minutes, well under for:
+        RuleCase({old: constant(1, 10), new: constant(1, minutes)}, at),
+    ]
 
 
 def _error_rate_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:

@@ -21,8 +21,9 @@ from awa import metrics
 from awa_ops import findings
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import alerts
-from awa_ops.generate.alerts import (BRANCH, DLQ_REASON, KIND, Q, RESCUE_KIND, STATE, TABLE,
-                                     TXN_STATE, XMIN_SOURCE, Thresholds, runbook_url)
+from awa_ops.generate.alerts import (BRANCH, DESCRIPTOR_HASH, DLQ_REASON, KIND, OWNER, Q,
+                                     RESCUE_KIND, STATE, TABLE, TXN_STATE, XMIN_SOURCE,
+                                     Thresholds, runbook_url)
 from awa_ops.generate.promql import ALERTS_SERIES, DATASOURCE_VAR, QUEUE_VAR, selector
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
@@ -86,6 +87,22 @@ class DashboardSpec:
     description: str
     rows: tuple[tuple[str, tuple[PanelSpec, ...]], ...]
     queue_source: str  # the catalogue metric whose awa_job_queue values fill the queue variable
+
+
+def owner_info() -> str:
+    """One ``awa_queue_info`` series per queue carrying its owner label (one pick under drift)."""
+    return f"topk by ({Q}) (1, max by ({Q}, {OWNER}) ({q('awa.queue.info')}))"
+
+
+def with_owner(expr: str) -> str:
+    """``expr`` (one series per queue) with the queue descriptor's owner joined on.
+
+    Queues without a descriptor keep their series, without an owner label.
+    """
+    return f"({expr}) * on ({Q}) group_left ({OWNER}) {owner_info()}\nor on ({Q}) ({expr})"
+
+
+QUEUE_OWNER_LEGEND = "{{awa_job_queue}} {{awa_descriptor_owner}}"
 
 
 def quantiles(otel_name: str, by: tuple[str, ...] = ()) -> tuple[Target, ...]:
@@ -169,15 +186,25 @@ def overview(t: Thresholds) -> DashboardSpec:
                    Target(f"sum({rate('awa.job.waiting_external')})", "waiting external")),
                   unit="ops", width=12),
         PanelSpec("Throughput by queue", "Jobs completed per second, per queue.",
-                  (Target(f"sum by ({Q}) ({rate('awa.job.completed')})", "{{awa_job_queue}}"),),
+                  (Target(with_owner(f"sum by ({Q}) ({rate('awa.job.completed')})"),
+                          QUEUE_OWNER_LEGEND),),
                   unit="ops", width=12, runbooks=(alert_runbook("AwaThroughputCollapsed"),)),
+        PanelSpec("Inserted vs completed by queue", "Jobs enqueued per second (every producer "
+                  "path) against jobs completed per second, per queue: inserted steadily above "
+                  "completed means the backlog grows.",
+                  (Target(with_owner(f"sum by ({Q}) ({rate('awa.job.inserted')})"),
+                          "inserted " + QUEUE_OWNER_LEGEND),
+                   Target(with_owner(f"sum by ({Q}) ({rate('awa.job.completed')})"),
+                          "completed " + QUEUE_OWNER_LEGEND)),
+                  unit="ops", width=12, runbooks=(diagnostic("enqueue"),)),
         PanelSpec("Error rate by queue", "Failed attempts / finished attempts per queue; the "
                   "AwaErrorRateHigh threshold is drawn in red.",
-                  (Target(error_ratio(Q), "{{awa_job_queue}}"),), unit="percentunit",
+                  (Target(with_owner(error_ratio(Q)), QUEUE_OWNER_LEGEND),), unit="percentunit",
                   thresholds=warn_at(t.error_ratio), width=12,
                   runbooks=(alert_runbook("AwaErrorRateHigh"), diagnostic("dlq"))),
         PanelSpec("In flight by queue", "Handlers running now, per queue, summed over runtimes.",
-                  (Target(f"sum by ({Q}) ({q('awa.job.in_flight')})", "{{awa_job_queue}}"),),
+                  (Target(with_owner(f"sum by ({Q}) ({q('awa.job.in_flight')})"),
+                          QUEUE_OWNER_LEGEND),),
                   width=12, stacked=True, runbooks=(diagnostic("stuck-running"),)),
     )
     queues = (
@@ -187,7 +214,8 @@ def overview(t: Thresholds) -> DashboardSpec:
                   stacked=True, runbooks=(diagnostic("stuck-running"),)),
         PanelSpec("Queue lag", "Age of the oldest available job per queue (leader runtime); the "
                   "AwaQueueLagHigh threshold is drawn in red.",
-                  (Target(f"max by ({Q}) ({q('awa.queue.lag')})", "{{awa_job_queue}}"),),
+                  (Target(with_owner(f"max by ({Q}) ({q('awa.queue.lag')})"),
+                          QUEUE_OWNER_LEGEND),),
                   unit="s", thresholds=warn_at(t.queue_lag_seconds),
                   runbooks=(alert_runbook("AwaQueueLagHigh"),)),
         PanelSpec("Runtimes by version", "Started runtimes per awa version "
@@ -218,7 +246,8 @@ def overview(t: Thresholds) -> DashboardSpec:
                   runbooks=(alert_runbook("AwaDLQGrowing"), diagnostic("dlq"))),
         PanelSpec("DLQ depth by queue", "Dead-letter entries per queue, as published by the "
                   "leader runtime.",
-                  (Target(f"sum by ({Q}) ({q('awa.job.dlq_depth')})", "{{awa_job_queue}}"),),
+                  (Target(with_owner(f"sum by ({Q}) ({q('awa.job.dlq_depth')})"),
+                          QUEUE_OWNER_LEGEND),),
                   stacked=True, runbooks=(diagnostic("dlq"),)),
         PanelSpec("Leadership", "Runtimes reporting leadership (should be exactly 1) and the "
                   "database's view of it.",
@@ -229,6 +258,15 @@ def overview(t: Thresholds) -> DashboardSpec:
         PanelSpec("Top kinds", "The ten job kinds completing the most jobs per second.",
                   (Target(f"topk(10, sum by ({KIND}) ({rate('awa.job.completed')}))",
                           "{{awa_job_kind}}"),), unit="ops", kind="bargauge", width=16),
+        PanelSpec("Descriptor drift", "Distinct descriptor hashes the scraped runtimes report "
+                  "per queue and per job kind; above 1 means runtimes disagree about a "
+                  "descriptor (normal during a rollout, AwaDescriptorDrift past 30 minutes).",
+                  (Target(f"count by ({Q}) (count by ({Q}, {DESCRIPTOR_HASH}) "
+                          f"({q('awa.queue.info')}))", "queue {{awa_job_queue}}"),
+                   Target(f"count by ({KIND}) (count by ({KIND}, {DESCRIPTOR_HASH}) "
+                          f"({m('awa.job_kind.info')}))", "kind {{awa_job_kind}}")),
+                  thresholds=warn_at(2, "orange"), width=8,
+                  runbooks=(alert_runbook("AwaDescriptorDrift"), diagnostic("descriptors"))),
     )
     return DashboardSpec(
         "awa-overview", "awa-overview.json", "Awa overview",
@@ -265,6 +303,20 @@ def workers(t: Thresholds) -> DashboardSpec:
         PanelSpec("Rate limited", "Claims held back by a queue's token bucket.",
                   (Target(f"sum by ({Q}) ({rate('awa.dispatch.rate_limited')})",
                           "{{awa_job_queue}}"),), unit="ops"),
+        PanelSpec("Capacity available", "Free handler slots per queue, summed over runtimes, "
+                  "when each dispatcher last asked for permits; 0 with a growing lag means "
+                  "workers, not the database, are the bottleneck.",
+                  (Target(with_owner(f"sum by ({Q}) ({q('awa.dispatch.capacity_available')})"),
+                          QUEUE_OWNER_LEGEND),)),
+        PanelSpec("Unused permits", "Permits granted to claims that returned fewer jobs, per "
+                  "second: free slots with no work behind them.",
+                  (Target(f"sum by ({Q}) ({rate('awa.dispatch.unused_permits')})",
+                          "{{awa_job_queue}}"),), unit="ops"),
+        PanelSpec("Wake to claim latency", "Time from a NOTIFY waking a dispatcher to its claim "
+                  "returning: p50, p95, p99. High while claims are fast means the event loop "
+                  "is starved.",
+                  quantiles("awa.dispatch.wake_to_claim_duration"), unit="s",
+                  runbooks=(diagnostic("cancel-listener"),)),
     )
     completion = (
         PanelSpec("Completion flushes", "Outcome batch writes per second and heartbeat batch "
@@ -291,13 +343,18 @@ def workers(t: Thresholds) -> DashboardSpec:
                           "{{awa_callback_outcome}}"),), unit="ops"),
     )
     producers = (
+        PanelSpec("Jobs inserted", "Jobs written per second by every enqueue path, per queue "
+                  "and kind (from the processes that enqueue and are scraped).",
+                  (Target(f"sum by ({Q}, {KIND}) ({rate('awa.job.inserted')})",
+                          "{{awa_job_queue}} {{awa_job_kind}}"),), unit="ops",
+                  runbooks=(diagnostic("enqueue"),)),
         PanelSpec("Enqueue batch size", "Rows per enqueue call: tiny batches cap producer "
                   "throughput at the round-trip cost.",
                   quantiles("awa.enqueue.batch_size")[:2] + (average("awa.enqueue.batch_size"),),
-                  width=12, runbooks=(diagnostic("enqueue"),)),
+                  runbooks=(diagnostic("enqueue"),)),
         PanelSpec("Enqueue duration", "Time per enqueue call: p50, p95, p99. Slow with healthy "
                   "batch sizes points at contention or WAL pressure.",
-                  quantiles("awa.enqueue.duration"), unit="s", width=12,
+                  quantiles("awa.enqueue.duration"), unit="s",
                   runbooks=(diagnostic("enqueue"),)),
     )
     return DashboardSpec(
@@ -345,9 +402,13 @@ def maintenance(t: Thresholds) -> DashboardSpec:
         PanelSpec("Leadership by runtime", "1 for the runtime holding leadership.",
                   (Target(f"max by (instance) ({m('awa.leader.active')})", "{{instance}}"),),
                   runbooks=(alert_runbook("AwaNoLeader"),)),
+        PanelSpec("Promotion batch size", "Jobs moved to available per promotion statement "
+                  "that moved any: batches at the promotion limit mean a backlog of due jobs.",
+                  quantiles("awa.maintenance.promote_batch_size")[:2]
+                  + (average("awa.maintenance.promote_batch_size"),), width=12),
         PanelSpec("Cron fires", "Jobs enqueued by cron schedules in the window, per schedule.",
                   (Target(f"sum by ({CRON_NAME}) ({increase('awa.cron.fired')})",
-                          "{{awa_cron_name}}"),), width=24),
+                          "{{awa_cron_name}}"),), width=12),
     )
     return DashboardSpec(
         "awa-maintenance", "awa-maintenance.json", "Awa maintenance",

@@ -7,7 +7,8 @@ tick its clocks every second between refreshes (``tick``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -36,7 +37,7 @@ class ConsoleScreen(Screen):
         self.filter_text = ""
 
     @property
-    def console(self) -> "AwaConsole":
+    def console(self) -> AwaConsole:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
@@ -72,7 +73,7 @@ class ConsoleScreen(Screen):
         return None
 
     # -- data -------------------------------------------------------------------
-    async def fetch(self, reader: "ConsoleReader") -> Any:
+    async def fetch(self, reader: ConsoleReader) -> Any:
         raise NotImplementedError
 
     def show(self, data: Any) -> None:
@@ -225,7 +226,9 @@ class TaggableTable(DataTable):
         top = int(self.scroll_y)
         for index in range(top, min(top + self.size.height, self.row_count)):
             key = self.coordinate_to_cell_key(Coordinate(index, 0)).row_key.value
-            cells = cells_of(key) if key is not None else None
+            if key is None:
+                continue
+            cells = cells_of(key)
             if cells is None:
                 continue
             for column, old, value in zip(columns, self.get_row_at(index)[1:], cells):
@@ -255,7 +258,8 @@ class TaggableTable(DataTable):
 
     def selection(self) -> list[str]:
         """The tagged rows (still present), else the row under the cursor."""
-        present = {row.key.value for row in self.ordered_rows}
+        # Every row is added with its key, so no key is None.
+        present = {row.key.value for row in self.ordered_rows if row.key.value is not None}
         tagged = [k for k in self.tagged if k in present]
         if tagged:
             return sorted(tagged, key=lambda k: int(k) if k.isdigit() else k)
@@ -273,7 +277,8 @@ class TaggableTable(DataTable):
         up when scrolled into view): for tables whose every row changes every
         second.  Columns whose values keep changing should have fixed widths.
         """
-        present = {row.key.value for row in self.ordered_rows}
+        # Every row is added with its key, so no key is None.
+        present = {row.key.value for row in self.ordered_rows if row.key.value is not None}
         wanted = dict(rows)
         gone, new = present - wanted.keys(), wanted.keys() - present
         self.tagged &= wanted.keys()

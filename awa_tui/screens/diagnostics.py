@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
@@ -48,7 +49,7 @@ class DiagnosticsScreen(ConsoleScreen):
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
-        table = DataTable(id="checks", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = DataTable(id="checks", cursor_type="row", zebra_stripes=True)
         table.add_column("Check", key="check")
         table.add_column("Status", key="status")
         table.add_column("What was seen", key="summary")
@@ -110,7 +111,8 @@ class CheckDetailScreen(ConsoleScreen):
     """One check's findings; it shows what the last run found and does not query."""
 
     TITLE = "Check"
-    HELP = "One check's findings: evidence, why it matters, the next command, the runbook.\n\n  esc      back\n"
+    HELP = ("One check's findings: evidence, why it matters, the next command, the runbook.\n\n"
+            "  esc      back\n")
     BINDINGS = [Binding("escape", "back", "Back")]
 
     def __init__(self, result: CheckResult) -> None:

@@ -7,7 +7,13 @@ from textual.binding import Binding
 
 from awa import lifecycle
 from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
-from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable, parse_filter, sorted_rows
+from awa_tui.screens.base import (
+    JobTableScreen,
+    SortableScreen,
+    TaggableTable,
+    parse_filter,
+    sorted_rows,
+)
 from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
 

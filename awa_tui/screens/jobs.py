@@ -6,7 +6,13 @@ from textual.binding import Binding
 
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
-from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable, parse_filter, sorted_rows
+from awa_tui.screens.base import (
+    JobTableScreen,
+    SortableScreen,
+    TaggableTable,
+    parse_filter,
+    sorted_rows,
+)
 from awa_tui.widgets import TextLine, relative
 
 COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),

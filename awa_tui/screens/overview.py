@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
@@ -47,12 +48,12 @@ class OverviewScreen(ConsoleScreen):
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
         yield Static("Queues", classes="section")
-        queues = DataTable(id="queues", cursor_type="row", zebra_stripes=True)
+        queues: DataTable[Any] = DataTable(id="queues", cursor_type="row", zebra_stripes=True)
         for key, label in QUEUE_COLUMNS:
             queues.add_column(label, key=key)
         yield queues
         yield Static("Runtimes", classes="section")
-        runtimes = DataTable(id="runtimes", cursor_type="row", zebra_stripes=True)
+        runtimes: DataTable[Any] = DataTable(id="runtimes", cursor_type="row", zebra_stripes=True)
         for key, label in RUNTIME_COLUMNS:
             runtimes.add_column(label, key=key)
         yield runtimes

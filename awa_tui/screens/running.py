@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
 
-from awa_ops.console import ALIVE, ORPHANED, OVERDUE, STALE, ConsoleReader, RunningAttempt, RunningSnapshot
+from awa_ops.console import (
+    ALIVE,
+    ORPHANED,
+    OVERDUE,
+    STALE,
+    ConsoleReader,
+    RunningAttempt,
+    RunningSnapshot,
+)
 from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 
@@ -37,7 +46,7 @@ def _sort_keys(stale_after: float) -> dict[str, Callable[[RunningAttempt, dateti
     }
 
 
-SORTABLE = [key for key, _ in COLUMNS if key != "tag"]
+SORTABLE = tuple(key for key, _ in COLUMNS if key != "tag")
 
 HELP = """\
 Every running attempt, oldest heartbeat first. Ages tick every second between

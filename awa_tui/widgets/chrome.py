@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 from textual.widgets import Input, Static
+
+
+class _FocusesMain(Protocol):
+    """What awa_tui.screens.base.ConsoleScreen offers (not imported: it imports this module)."""
+
+    def focus_main(self) -> None: ...
 
 
 class TextLine(Static):
@@ -40,4 +48,4 @@ class FilterBar(Input):
 
     def action_dismiss(self) -> None:
         self.display = False
-        self.screen.focus_main()
+        cast(_FocusesMain, self.screen).focus_main()

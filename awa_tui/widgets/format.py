@@ -1,9 +1,10 @@
-"""How the console writes times, ages and sparklines: short, fixed-width-ish, readable at a glance."""
+"""How the console writes times, ages and sparklines: short, fixed-width-ish, readable at a
+glance."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -37,7 +38,7 @@ def stamp(ts: datetime | None) -> str:
     """An absolute UTC timestamp for detail views."""
     if ts is None:
         return "-"
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def spark(values: Iterable[float], width: int = 16) -> str:

@@ -7,7 +7,10 @@ import asyncio
 import time
 import uuid
 
+import psycopg
+
 import awa
+import awa.bridge
 from awa import metrics
 
 from .conftest import scrape, value
@@ -49,7 +52,7 @@ async def _scrape_until(url: str, check, timeout: float = 10.0):
         await asyncio.sleep(0.1)
 
 
-async def test_mixed_workload_metrics_match_the_database(client, db):
+async def test_mixed_workload_metrics_match_the_database(client, db, database_url):
     queue, dlq_queue = _queue("mx"), _queue("mxdlq")
     release = asyncio.Event()
 
@@ -92,6 +95,15 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
     async def poison(job):
         raise awa.TerminalError("poison")
 
+    @client.task(dict, kind="m_tx", queue=queue)
+    async def through_other_paths(job):  # inserted by a transaction and by the bridge
+        return None
+
+    # descriptors: exported as info series once the runtime stored them
+    client.queue_descriptor(queue, display_name="Mixed", owner="team-mx",
+                            docs_url="https://docs.example/mx", tags=["mixed", "test"])
+    client.job_kind_descriptor("m_ok", display_name="OK job", owner="team-ok")
+
     await client.start([{"name": queue, "max_workers": 8},
                         {"name": dlq_queue, "max_workers": 2, "dlq_enabled": True}],
                        metrics_addr="127.0.0.1:0", **SHORT)
@@ -103,6 +115,18 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
                                   ("m_cancel", 2, 25), ("m_wait", 2, 25)):
             await client.insert_many([{}] * n, kind=kind, queue=queue, max_attempts=attempts)
         await client.insert_many([{}] * 2, kind="m_poison", queue=dlq_queue)
+        # the other enqueue paths: COPY, a committed and a rolled-back transaction, the bridge
+        await client.enqueue_many_copy([{}] * 2, kind="m_tx", queue=queue)
+        await client.insert_many_copy([{}] * 1, kind="m_tx", queue=queue)
+        async with await client.transaction() as tx:
+            await tx.insert({}, kind="m_tx", queue=queue)
+            await tx.insert_many([{}] * 2, kind="m_tx", queue=queue)
+        tx = await client.transaction()
+        await tx.insert({}, kind="m_tx", queue=queue)
+        await tx.rollback()  # never written: never counted
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                        autocommit=True) as conn:
+            await awa.bridge.insert_job(conn, {}, kind="m_tx", queue=queue)
         slow_jobs = await client.insert_many([{}] * 2, kind="m_slow", queue=queue)
         # one slow job is cancelled by an operator while it runs, the other completes
         while _rows(db, "SELECT state::text AS s FROM awa.jobs WHERE id = %s",
@@ -131,7 +155,8 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
                     and value(series, "awa_queue_depth", awa_job_queue=queue,
                               awa_job_state="waiting_external") == 1
                     and value(series, "awa_job_dlq_depth", awa_job_queue=queue) == 1
-                    and value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 1)
+                    and value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 1
+                    and value(series, "awa_queue_info", awa_job_queue=queue) == 1)
 
         series = await _scrape_until(url, leader_gauges_current)
     finally:
@@ -226,3 +251,60 @@ async def test_mixed_workload_metrics_match_the_database(client, db):
                      awa_job_state=state) == depth.get(state, 0), state
     assert value(series, "awa_job_dlq_depth", awa_job_queue=dlq_queue) == 1
     assert "awa_queue_lag_seconds" in series
+
+    # --- the series added with issue 18 -------------------------------------------------
+    # awa.job.inserted: every enqueue path, per (kind, queue) = the rows in the database
+    written = {(r["kind"], r["queue"]): r["n"] for r in _rows(
+        db, "SELECT kind, queue, count(*) AS n FROM (SELECT kind, queue FROM awa.jobs UNION ALL "
+            "SELECT kind, queue FROM awa.dlq_entries) AS j WHERE queue = ANY(%s) GROUP BY 1, 2",
+        [queue, dlq_queue])}
+    assert written[("m_tx", queue)] == 2 + 1 + 3 + 1  # COPY x2, transaction, bridge
+    written[("m_poison", dlq_queue)] += 1  # the DLQ entry the operator purged was inserted too
+    for (kind, q), n in written.items():
+        assert job_metric("awa_job_inserted_total", kind, q) == n, (kind, q)
+    inserted_series = {(s.labels["awa_job_kind"], s.labels["awa_job_queue"])
+                       for s in series["awa_job_inserted_total"]
+                       if s.labels["awa_job_queue"] in (queue, dlq_queue)}
+    assert inserted_series == set(written)
+
+    # dispatch: the free slots seen last; idle, every slot is free but those the queue's
+    # other claimer holds for its own (empty) claim: max_workers 8 -> batches of 4, 2 -> 1
+    assert 8 - 4 <= value(series, "awa_dispatch_capacity_available", awa_job_queue=queue) <= 8
+    assert 2 - 1 <= value(series, "awa_dispatch_capacity_available",
+                          awa_job_queue=dlq_queue) <= 2
+    # an empty claim gives back every permit it was granted (at least one)
+    assert value(series, "awa_dispatch_unused_permits_total", awa_job_queue=queue) \
+        >= value(series, "awa_dispatch_empty_claims_total", awa_job_queue=queue) >= 1
+    wake_claims = value(series, "awa_dispatch_wake_to_claim_duration_seconds_count",
+                        awa_job_queue=queue)
+    assert 1 <= wake_claims <= value(series, "awa_dispatch_claim_duration_seconds_count",
+                                     awa_job_queue=queue)
+    assert value(series, "awa_dispatch_wake_to_claim_duration_seconds_sum",
+                 awa_job_queue=queue) > 0
+
+    # promotion batch size: one observation per promotion batch, summing to the promoted jobs
+    assert value(series, "awa_maintenance_promote_batch_size_count") \
+        == value(series, "awa_maintenance_promote_batches_total") >= 1
+    assert value(series, "awa_maintenance_promote_batch_size_sum") \
+        == value(series, "awa_maintenance_promoted_total")
+    le = {float(s.labels["le"]) for s in series["awa_maintenance_promote_batch_size_bucket"]}
+    assert le == {*map(float, metrics.BATCH_SIZE_BUCKETS), float("inf")}
+
+    # descriptor info series = the descriptor rows the runtime stored
+    (qrow,) = _rows(db, "SELECT * FROM awa.queue_descriptors WHERE queue = %s", queue)
+    (info,) = [s for s in series["awa_queue_info"] if s.labels["awa_job_queue"] == queue]
+    assert info.value == 1 and qrow["owner"] == "team-mx" and qrow["tags"] == ["mixed", "test"]
+    assert info.labels == {"awa_job_queue": queue, "awa_descriptor_display_name": "Mixed",
+                           "awa_descriptor_owner": qrow["owner"],
+                           "awa_descriptor_docs_url": qrow["docs_url"],
+                           "awa_descriptor_tags": ",".join(qrow["tags"]),
+                           "awa_descriptor_hash": qrow["descriptor_hash"]}
+    (krow,) = _rows(db, "SELECT * FROM awa.job_kind_descriptors WHERE kind = 'm_ok'")
+    (kinfo,) = [s for s in series["awa_job_kind_info"] if s.labels["awa_job_kind"] == "m_ok"]
+    assert kinfo.value == 1 and kinfo.labels["awa_descriptor_owner"] == krow["owner"] == "team-ok"
+    assert kinfo.labels["awa_descriptor_hash"] == krow["descriptor_hash"]
+    assert kinfo.labels["awa_descriptor_display_name"] == krow["display_name"]
+    # the runtime reports the same hash in its runtime_instances row (what drift compares)
+    (hashes,) = _rows(db, "SELECT descriptor_hashes FROM awa.runtime_instances "
+                          "WHERE instance_id = %s", instance)
+    assert hashes["descriptor_hashes"]["queues"][queue] == info.labels["awa_descriptor_hash"]

@@ -57,3 +57,11 @@ def test_every_check_links_an_existing_runbook():
         module = check_module(name)
         assert module.NAME == name
         assert (root / module.RUNBOOK).is_file(), module.RUNBOOK
+
+
+def test_usage_mistakes_are_one_error_line():
+    for argv in (("diagnose", "nosuchcheck"), ("diagnose", "all", "--bogus"), ("nosuchcommand",)):
+        result = run_ops(*argv, "--database-url", "postgresql://x@127.0.0.1:1/x")
+        lines = result.stderr.strip().splitlines()
+        assert result.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), argv
+        assert "Usage:" not in result.stderr and "Traceback" not in result.stderr

@@ -11,11 +11,12 @@ Configured by environment variables:
   queue dicts may be given as ``{"queues": [...]}`` here instead, and
   ``shutdown_timeout_ms`` for the graceful shutdown on SIGTERM);
 * ``AWA_WORKER_LOG_DIR``      -- when set, every handler appends
-  ``start|done <kind> <id> <attempt> <run_lease>`` lines to ``<dir>/<pid>.log``.
+  ``start|done <kind> <id> <attempt> <run_lease> <unix time>`` lines to ``<dir>/<pid>.log``.
 
 Handler kinds (args are plain dicts; insert with ``kind=...``):
 
 ``fast``        returns at once
+``sleep``       ``{"ms": n}``: awaits n milliseconds, then returns (chaos runs)
 ``slow``        ``{"seconds": s}``: sleeps in 50 ms steps with progress; returns Cancel
                 when cancelled
 ``slow_sync``   ``{"seconds": s}``: a plain def that blocks in ``time.sleep``
@@ -60,7 +61,7 @@ def log_line(word: str, job: awa.Job) -> None:
         return
     if _log_file is None:
         _log_file = open(os.path.join(LOG_DIR, f"{os.getpid()}.log"), "a", buffering=1)
-    _log_file.write(f"{word} {job.kind} {job.id} {job.attempt} {job.run_lease}\n")
+    _log_file.write(f"{word} {job.kind} {job.id} {job.attempt} {job.run_lease} {time.time():.3f}\n")
 
 
 def build_client(database_url: str) -> awa.AsyncClient:
@@ -72,6 +73,12 @@ def build_client(database_url: str) -> awa.AsyncClient:
     @handler("fast")
     async def fast(job):
         log_line("start", job)
+        log_line("done", job)
+
+    @handler("sleep")
+    async def sleep(job):
+        log_line("start", job)
+        await asyncio.sleep(float(job.args.get("ms", 10)) / 1000)
         log_line("done", job)
 
     @handler("slow")

@@ -50,7 +50,8 @@ async def test_lost_connection_shows_a_banner_and_reconnects(database_url, db):
         assert app.problem is None
         assert "worker-a" in screen_text(app)
         assert db.execute("SELECT count(*) AS n FROM pg_stat_activity "
-                          "WHERE application_name = 'awa-tui'").fetchone()["n"] == 1
+                          "WHERE application_name = 'awa-tui' "
+                          "AND datname = current_database()").fetchone()["n"] == 1
 
 
 async def test_a_huge_queue_is_counted_up_to_a_cap(database_url, db):

@@ -23,6 +23,8 @@ from awa import config, db
 from awa.runtime.leader import LeaderElector
 from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
+from awa.storage import open_engine
+from awa.storage.engine import Engine
 
 log = logging.getLogger("awa.maintenance")
 
@@ -38,15 +40,26 @@ class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
-        self.elector = LeaderElector(runtime.database_url)
+        self.elector = LeaderElector(runtime.database_url,
+                                     ping_interval_ms=self._ping_interval_ms())
         self.queue_health = QueueHealthPublisher()
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}
         self.elections = 0
         self._branch_slots = asyncio.Semaphore(config.MAINTENANCE_MAX_CONCURRENT_BRANCHES)
+        self._engine: Engine | None = None
+
+    async def engine(self) -> Engine:
+        """The storage engine every branch goes through, decided once."""
+        if self._engine is None:
+            self._engine = await open_engine(self.runtime.pool)
+        return self._engine
+
+    def _ping_interval_ms(self) -> int:
+        return min(self.settings.leader_election_interval_ms, config.LEADER_PING_MAX_INTERVAL_MS)
 
     # -- the branches ---------------------------------------------------------------
-    def branches(self) -> list[Branch]:
+    def branches(self, engine: Engine) -> list[Branch]:
         s, rt = self.settings, self.runtime
         pool = rt.pool
 
@@ -54,27 +67,40 @@ class MaintenanceService:
             return lambda: rescue.rescue(
                 pool, kind, batch_size=s.rescue_batch_size,
                 staleness_ms=s.heartbeat_staleness_ms, dlq_enabled=rt.dlq_enabled,
-                in_flight=rt.in_flight)
+                in_flight=rt.in_flight, engine=engine)
+
+        staleness_s = s.heartbeat_staleness_ms / 1000
+        rescue_heartbeats = rescuer(rescue.HEARTBEAT_STALE)
+
+        async def rescue_heartbeats_unless_recovering() -> Any:
+            # After this process lost the database, live workers' heartbeats
+            # were held back too: give them one staleness window to write
+            # again before anyone is declared dead (deadlines are unaffected).
+            if rt.health.database_steady_for() < staleness_s:
+                return None
+            return await rescue_heartbeats()
 
         return [b for b in (
             Branch("promote", s.promote_interval_ms,
-                   lambda: promote.promote(pool, batch_size=s.promote_batch_size)),
+                   lambda: promote.promote(pool, batch_size=s.promote_batch_size,
+                                           engine=engine)),
             Branch("rescue_heartbeat", s.heartbeat_rescue_interval_ms,
-                   rescuer(rescue.HEARTBEAT_STALE)),
+                   rescue_heartbeats_unless_recovering),
             Branch("rescue_deadline", s.deadline_rescue_interval_ms,
                    rescuer(rescue.DEADLINE_EXCEEDED)),
             Branch("rescue_callback", s.callback_rescue_interval_ms,
                    rescuer(rescue.CALLBACK_TIMEOUT)),
             Branch("cleanup", s.cleanup_interval_ms,
-                   lambda: retention.clean(pool, s, rt.queues)),
+                   lambda: retention.clean(pool, s, rt.queues, engine=engine)),
             Branch("priority_aging",
                    aging.tick_interval_ms(s.priority_aging_interval_ms, rt.queues),
                    lambda: aging.age_priorities(
                        pool, default_interval_ms=s.priority_aging_interval_ms,
-                       queues=rt.queues, batch_size=s.cleanup_batch_size)),
-            Branch("cron", s.cron_eval_interval_ms, lambda: cron.evaluate(pool)),
+                       queues=rt.queues, batch_size=s.cleanup_batch_size, engine=engine)),
+            Branch("cron", s.cron_eval_interval_ms,
+                   lambda: cron.evaluate(pool, engine=engine)),
             Branch("queue_health", s.queue_health_interval_ms,
-                   lambda: self.queue_health.publish(pool)),
+                   lambda: self.queue_health.publish(pool, engine=engine)),
         ) if b.interval_ms > 0]
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -101,7 +127,8 @@ class MaintenanceService:
                     await client.sync_cron_jobs(self.runtime.pool)
                     cron_synced = True
                 await descriptors.sync_descriptors(self.runtime.pool, client,
-                                                   self.runtime.instance_id)
+                                                   self.runtime.instance_id,
+                                                   engine=await self.engine())
             except Exception as exc:  # noqa: BLE001 - retried next tick, never fatal
                 log.error("could not store cron schedules / descriptors (retrying): %s",
                           db.one_line(exc))
@@ -115,18 +142,23 @@ class MaintenanceService:
             await asyncio.sleep(interval_s)
 
     async def _lead(self) -> None:
+        try:
+            engine = await self.engine()
+        except Exception as exc:  # noqa: BLE001 - retried at the next election, never fatal
+            log.error("cannot lead maintenance: no storage engine (retrying): %s",
+                      db.one_line(exc))
+            return
         health = self.runtime.health
         self.elections += 1
         health.leader = True
         recording.record_leadership(True, elected=True)
         log.info("this runtime is now the maintenance leader (instance %s)",
                  getattr(self.runtime, "instance_id", "?"))
-        ping_s = min(self.settings.leader_election_interval_ms,
-                     config.LEADER_PING_MAX_INTERVAL_MS) / 1000
+        ping_s = self._ping_interval_ms() / 1000
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._run_branch(b), name=f"awa-maint-{b.name}")
-                         for b in self.branches()]
+                         for b in self.branches(engine)]
                 while await self.elector.still_leader():
                     await asyncio.sleep(ping_s)
                 for task in tasks:
@@ -141,6 +173,8 @@ class MaintenanceService:
         interval_s = branch.interval_ms / 1000
         while True:
             async with self._branch_slots:
+                if not await self.elector.confirmed():
+                    return  # fenced off while frozen: the election loop steps down
                 started = time.monotonic()
                 try:
                     self.last_results[branch.name] = await branch.run()

@@ -16,9 +16,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config
 from awa.config import QueueConfig
-from awa.storage.canonical import maintenance as sql
+from awa.storage import open_engine
+from awa.storage.engine import ORIGINAL_PRIORITY_KEY, Engine
 
-ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
+__all__ = ["ORIGINAL_PRIORITY_KEY", "age_priorities", "tick_interval_ms"]
 
 
 def tick_interval_ms(default_interval_ms: int,
@@ -33,24 +34,18 @@ def tick_interval_ms(default_interval_ms: int,
 async def age_priorities(pool: AsyncConnectionPool, *, default_interval_ms: int,
                          queues: Mapping[str, QueueConfig] | None = None,
                          batch_size: int = config.CLEANUP_BATCH_SIZE,
-                         max_batches: int = config.MAINTENANCE_MAX_BATCHES_PER_TICK) -> int:
+                         max_batches: int = config.MAINTENANCE_MAX_BATCHES_PER_TICK,
+                         engine: Engine | None = None) -> int:
     """Lower the priority number of long-waiting jobs; returns how many changed."""
-    names = list(queues or {})
-    intervals = [queues[n].priority_aging_interval_ms for n in names] if queues else []
-    positive = [i for i in intervals + [default_interval_ms] if i > 0]
-    if not positive:
+    intervals = {name: q.priority_aging_interval_ms for name, q in (queues or {}).items()}
+    if not any(i > 0 for i in [*intervals.values(), default_interval_ms]):
         return 0
-    params = {
-        "queues": names, "intervals_ms": intervals,
-        "default_interval_ms": default_interval_ms,
-        "min_interval_s": min(positive) / 1000.0,
-        "meta_key": ORIGINAL_PRIORITY_KEY, "limit": batch_size,
-    }
+    engine = engine or await open_engine(pool)
     changed = 0
     async with pool.connection() as conn:
         for _ in range(max_batches):
-            cur = await conn.execute(sql.AGE_PRIORITIES, params)
-            n = cur.rowcount
+            n = await engine.age_priorities(conn, default_interval_ms=default_interval_ms,
+                                            queue_intervals_ms=intervals, limit=batch_size)
             changed += n
             if n < batch_size:
                 break

@@ -9,7 +9,6 @@ nothing and enqueues nothing.  Paused schedules are skipped.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 
@@ -18,7 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 from awa import config
 from awa.cron import due_slots
 from awa.runtime.maintenance import recording
-from awa.storage.canonical import maintenance as sql
+from awa.storage import open_engine
+from awa.storage.engine import Engine
 
 log = logging.getLogger("awa.maintenance.cron")
 
@@ -30,37 +30,30 @@ class CronOutcome:
 
 
 async def evaluate(pool: AsyncConnectionPool, *,
-                   catch_up_limit: int = config.CRON_CATCH_UP_MAX_PER_TICK) -> CronOutcome:
+                   catch_up_limit: int = config.CRON_CATCH_UP_MAX_PER_TICK,
+                   engine: Engine | None = None) -> CronOutcome:
+    engine = engine or await open_engine(pool)
     outcome = CronOutcome()
     async with pool.connection() as conn:
-        schedules = await (await conn.execute(sql.SELECT_ACTIVE_CRON_JOBS)).fetchall()
-        for s in schedules:
-            after = s["last_enqueued_at"] or s["created_at"]
+        for s in await engine.list_active_cron_jobs(conn):
+            after = s.last_enqueued_at or s.created_at
             try:
-                slots = due_slots(s["cron_expr"], s["timezone"], s["missed_fire_policy"],
-                                  after, s["db_now"], catch_up_limit)
+                slots = due_slots(s.cron_expr, s.timezone, s.missed_fire_policy,
+                                  after, s.db_now, catch_up_limit)
             except (ValueError, KeyError) as exc:
                 # A row written by hand (not through periodic()) can be invalid.
-                log.error("cron job %r cannot be evaluated: %s", s["name"],
+                log.error("cron job %r cannot be evaluated: %s", s.name,
                           " ".join(str(exc).split()))
                 continue
             if not slots:
                 continue
-            async with conn.transaction():
-                advanced = await (await conn.execute(sql.ADVANCE_CRON_JOB, {
-                    "name": s["name"], "slot": slots[-1],
-                    "previous": s["last_enqueued_at"]})).fetchone()
-                if advanced is None:
-                    outcome.lost_races += 1
-                    continue
-                cur = await conn.execute(sql.INSERT_CRON_RUNS, {
-                    "kind": s["kind"], "queue": s["queue"], "args": json.dumps(s["args"]),
-                    "priority": s["priority"], "max_attempts": s["max_attempts"],
-                    "metadata": json.dumps(s["metadata"]), "name": s["name"],
-                    "tags": s["tags"], "slots": slots})
-                n = cur.rowcount
-            outcome.fired[s["name"]] = n
-            recording.record_cron_fired(s["name"], s["queue"], n)
-            log.info("cron %r fired %d job(s) for %s", s["name"], n,
+            fired = await engine.fire_cron(conn, s, slots)
+            if not fired.advanced:
+                outcome.lost_races += 1
+                continue
+            n = len(fired.job_ids)
+            outcome.fired[s.name] = n
+            recording.record_cron_fired(s.name, s.queue, n)
+            log.info("cron %r fired %d job(s) for %s", s.name, n,
                      ", ".join(x.isoformat() for x in slots))
     return outcome

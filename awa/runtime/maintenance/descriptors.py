@@ -7,32 +7,31 @@ disagree about a descriptor show up as drift.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
 from awa.descriptors import descriptor_hashes
-from awa.storage.canonical import maintenance as sql
+from awa.runtime.maintenance import recording
+from awa.storage import open_engine
+from awa.storage.engine import Descriptor, Engine
 
 
 async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
-                           instance_id: UUID | None = None) -> int:
+                           instance_id: UUID | None = None, *,
+                           engine: Engine | None = None) -> int:
     """Upsert the client's declared descriptors (and this runtime's hashes when
     ``instance_id`` is given); returns how many descriptors were written."""
-    queues = list(client._queue_descriptors.values())
-    kinds = list(client._kind_descriptors.values())
+    queues = [Descriptor(**d) for d in client._queue_descriptors.values()]
+    kinds = [Descriptor(**d) for d in client._kind_descriptors.values()]
+    engine = engine or await open_engine(pool)
     async with pool.connection() as conn:
         async with conn.transaction():
-            if queues:
-                await conn.execute(sql.UPSERT_QUEUE_DESCRIPTORS,
-                                   {"descriptors": json.dumps(queues)})
-            if kinds:
-                await conn.execute(sql.UPSERT_KIND_DESCRIPTORS,
-                                   {"descriptors": json.dumps(kinds)})
+            written = await engine.upsert_descriptors(conn, queues=queues, kinds=kinds)
             if instance_id is not None:
-                await conn.execute(sql.SET_RUNTIME_DESCRIPTOR_HASHES, {
-                    "instance_id": instance_id,
-                    "hashes": json.dumps(descriptor_hashes(client))})
-    return len(queues) + len(kinds)
+                await engine.set_runtime_descriptor_hashes(conn, instance_id,
+                                                           descriptor_hashes(client))
+    recording.record_descriptors(client._queue_descriptors.values(),
+                                 client._kind_descriptors.values())
+    return written

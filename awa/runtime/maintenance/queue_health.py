@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from psycopg_pool import AsyncConnectionPool
 
 from awa.runtime.maintenance import recording
-from awa.storage.canonical import maintenance as sql
+from awa.storage import open_engine
+from awa.storage.engine import Engine
 
 
 @dataclass
@@ -22,16 +23,15 @@ class QueueHealthPublisher:
     lag: dict[str, float] = field(default_factory=dict)
     dlq_depth: dict[str, int] = field(default_factory=dict)
 
-    async def publish(self, pool: AsyncConnectionPool) -> None:
+    async def publish(self, pool: AsyncConnectionPool, *, engine: Engine | None = None) -> None:
+        """One read of the engine's queue depths (``awa.lifecycle.DEPTH_STATES``) -> gauges."""
+        engine = engine or await open_engine(pool)
         async with pool.connection() as conn:
-            depth_rows = await (await conn.execute(sql.QUEUE_DEPTH)).fetchall()
-            lag_rows = await (await conn.execute(sql.QUEUE_LAG)).fetchall()
-            dlq_rows = await (await conn.execute(sql.DLQ_DEPTH)).fetchall()
-        depth = {(r["queue"], r["state"]): r["depth"] for r in depth_rows}
+            queues = await engine.queue_depths(conn)
+        depth = {(q.queue, state): n for q in queues for state, n in q.depth.items()}
         # Every queue with jobs has a lag: 0 when nothing waits to be claimed.
-        lag = {queue: 0.0 for queue, _state in depth}
-        lag.update({r["queue"]: max(r["lag_s"], 0.0) for r in lag_rows})
-        dlq = {r["queue"]: r["depth"] for r in dlq_rows}
+        lag = {q.queue: q.lag_s or 0.0 for q in queues if q.depth}
+        dlq = {q.queue: q.dlq_depth for q in queues if q.dlq_depth}
         # Zero what vanished since the previous pass.
         depth_out = {**{k: 0 for k in self.depth if k not in depth}, **depth}
         lag_out = {**{k: 0.0 for k in self.lag if k not in lag}, **lag}

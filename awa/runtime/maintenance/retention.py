@@ -12,15 +12,18 @@ runtime's values for that queue.  Runtime rows unseen for
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config
 from awa.config import QueueConfig, RetentionPolicy, RuntimeSettings
 from awa.runtime.maintenance import recording
-from awa.storage.canonical import maintenance as sql
+from awa.storage import open_engine
+from awa.storage.engine import Engine, PurgedBatch
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -38,23 +41,28 @@ def _finalized_ages(completed_hours: float, failed_hours: float) -> dict[str, fl
             "failed": failed_hours * HOUR_S}
 
 
-async def _drain(conn, statement: str, params: dict, limit: int, max_batches: int,
-                 outcome: RetentionOutcome, what: str) -> None:
+async def _drain(delete: Callable[[int], Awaitable[int | PurgedBatch]], limit: int,
+                 max_batches: int, outcome: RetentionOutcome, what: str) -> None:
     """Run one bounded delete until it takes less than a batch (or the cap)."""
     for _ in range(max_batches):
-        cur = await conn.execute(statement, {**params, "limit": limit})
+        result = await delete(limit)
         outcome.statements += 1
-        n = cur.rowcount
-        if what == "dlq" and n:
-            recording.record_dlq_purged(Counter(r["queue"] for r in await cur.fetchall()))
-        outcome.deleted[what] += max(n, 0)
+        if isinstance(result, PurgedBatch):
+            n = result.deleted
+            if result.by_queue:
+                recording.record_dlq_purged(Counter(result.by_queue))
+        else:
+            n = result
+        outcome.deleted[what] += n
         if n < limit:
             return
 
 
 async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
                 queues: Mapping[str, QueueConfig] | None = None, *,
-                max_batches: int = config.MAINTENANCE_MAX_BATCHES_PER_TICK) -> RetentionOutcome:
+                max_batches: int = config.MAINTENANCE_MAX_BATCHES_PER_TICK,
+                engine: Engine | None = None) -> RetentionOutcome:
+    store: Engine = engine or await open_engine(pool)
     outcome = RetentionOutcome()
     limit = settings.cleanup_batch_size
     overrides: dict[str, RetentionPolicy] = {
@@ -62,29 +70,35 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
     excluded = list(overrides)
     finalized_ages = _finalized_ages(settings.completed_retention_hours,
                                      settings.failed_retention_hours)
+
+    async def drain(what: str, delete: Callable[[int], Awaitable[int | PurgedBatch]]) -> None:
+        await _drain(delete, limit, max_batches, outcome, what)
+
+    def finalized(conn: psycopg.AsyncConnection[Any], state: str, age_s: float,
+                  **where: Any) -> Callable[[int], Awaitable[int]]:
+        return lambda n: store.purge_finalized(conn, state=state, older_than_s=age_s,
+                                                limit=n, **where)
+
+    def dlq(conn: psycopg.AsyncConnection[Any], age_s: float,
+            **where: Any) -> Callable[[int], Awaitable[PurgedBatch]]:
+        return lambda n: store.purge_aged_dlq(conn, older_than_s=age_s, limit=n, **where)
+
     async with pool.connection() as conn:
         for state, age_s in finalized_ages.items():
-            await _drain(conn, sql.DELETE_FINALIZED_DEFAULT,
-                         {"state": state, "age_s": age_s, "excluded_queues": excluded},
-                         limit, max_batches, outcome, state)
-        await _drain(conn, sql.DELETE_DLQ_DEFAULT,
-                     {"age_s": settings.dlq_retention_days * DAY_S,
-                      "excluded_queues": excluded}, limit, max_batches, outcome, "dlq")
+            await drain(state, finalized(conn, state, age_s, exclude_queues=excluded))
+        await drain("dlq", dlq(conn, settings.dlq_retention_days * DAY_S,
+                               exclude_queues=excluded))
         for queue, policy in overrides.items():
             for state, age_s in _finalized_ages(policy.completed_hours,
                                                 policy.failed_hours).items():
-                await _drain(conn, sql.DELETE_FINALIZED_QUEUE,
-                             {"state": state, "queue": queue, "age_s": age_s},
-                             limit, max_batches, outcome, state)
-            await _drain(conn, sql.DELETE_DLQ_QUEUE,
-                         {"queue": queue, "age_s": policy.dlq_days * DAY_S},
-                         limit, max_batches, outcome, "dlq")
-        await _drain(conn, sql.DELETE_UNSEEN_RUNTIMES,
-                     {"age_s": settings.runtime_retention_hours * HOUR_S},
-                     limit, max_batches, outcome, "runtime_instances")
+                await drain(state, finalized(conn, state, age_s, queue=queue))
+            await drain("dlq", dlq(conn, policy.dlq_days * DAY_S, queue=queue))
+        runtime_age_s = settings.runtime_retention_hours * HOUR_S
+        await drain("runtime_instances", lambda n: store.purge_unseen_runtimes(
+            conn, older_than_s=runtime_age_s, limit=n))
         descriptor_age_s = settings.descriptor_retention_days * DAY_S
-        await _drain(conn, sql.DELETE_UNSEEN_QUEUE_DESCRIPTORS, {"age_s": descriptor_age_s},
-                     limit, max_batches, outcome, "queue_descriptors")
-        await _drain(conn, sql.DELETE_UNSEEN_KIND_DESCRIPTORS, {"age_s": descriptor_age_s},
-                     limit, max_batches, outcome, "job_kind_descriptors")
+        await drain("queue_descriptors", lambda n: store.purge_unseen_descriptors(
+            conn, catalogue="queues", older_than_s=descriptor_age_s, limit=n))
+        await drain("job_kind_descriptors", lambda n: store.purge_unseen_descriptors(
+            conn, catalogue="kinds", older_than_s=descriptor_age_s, limit=n))
     return outcome

@@ -1,4 +1,6 @@
-"""SQL of the maintenance leader on the canonical engine, as named constants.
+"""The maintenance group of the Engine protocol on the canonical engine:
+``CanonicalMaintenance`` (at the bottom) and the SQL it runs, as named constants.
+(The cron *admin* statements used by ``awa.cron`` live here too, for now.)
 
 Moves between ``awa.jobs_hot`` and ``awa.scheduled_jobs`` (and into
 ``awa.dlq_entries``) are one ``DELETE ... RETURNING`` feeding an ``INSERT`` in
@@ -10,7 +12,36 @@ import, from fixed table and column names -- never from input.
 
 from __future__ import annotations
 
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
+from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.engine import (
+    ORIGINAL_PRIORITY_KEY,
+    CronFired,
+    ActiveCronSchedule,
+    Descriptor,
+    PromoteBatch,
+    PromotedJob,
+    PurgedBatch,
+    QueueDepth,
+    RescueBatch,
+    RescuedAttempt,
+)
+
+log = logging.getLogger("awa.storage")
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
 
@@ -19,11 +50,6 @@ def _select_list(source: str, overrides: dict[str, str]) -> str:
     """``source.col`` for every job column, with some replaced by expressions."""
     return ", ".join(overrides.get(c, f"{source}.{c}") for c in JOB_COLUMNS)
 
-
-# --- leader election ---------------------------------------------------------
-TRY_LEADER_LOCK = "SELECT pg_try_advisory_lock(%(key)s) AS acquired"
-RELEASE_LEADER_LOCK = "SELECT pg_advisory_unlock(%(key)s) AS released"
-LEADER_PING = "SELECT 1"
 
 # --- rescue ----------------------------------------------------------------------
 # Candidates are locked for the rest of the transaction, then one apply
@@ -130,32 +156,9 @@ RETURNING id, run_lease, kind, queue
 """
 
 # --- promotion ----------------------------------------------------------------------
-# Due deferred rows of unpaused queues become available; the insert trigger
-# on jobs_hot sends NOTIFY "awa:<queue>" at commit.
-PROMOTE_DUE = f"""
-WITH due AS (
-    SELECT s.id
-      FROM awa.scheduled_jobs s
-     WHERE s.run_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = s.queue AND m.paused)
-     ORDER BY s.run_at, s.id
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-),
-moved AS (
-    DELETE FROM awa.scheduled_jobs s USING due WHERE s.id = due.id
-    RETURNING s.*
-),
-promoted AS (
-    INSERT INTO awa.jobs_hot ({_COLUMNS})
-    SELECT {_select_list("moved", {"state": "'available'::awa.job_state"})}
-      FROM moved
-    RETURNING queue
-)
-SELECT queue, count(*) AS promoted FROM promoted GROUP BY queue
-"""
-
-# Row-at-a-time fallback after a unique collision in a promotion batch.
+# Two statements per batch: lock the due rows of unpaused queues, then move
+# them; the insert trigger on jobs_hot sends NOTIFY "awa:<queue>" at commit.
+# Locking first is what lets a collision degrade row by row over the same rows.
 SELECT_DUE_IDS = """
 SELECT s.id, s.attempt
   FROM awa.scheduled_jobs s
@@ -166,15 +169,15 @@ SELECT s.id, s.attempt
    FOR UPDATE SKIP LOCKED
 """
 
-PROMOTE_ONE = f"""
+PROMOTE_IDS = f"""
 WITH moved AS (
-    DELETE FROM awa.scheduled_jobs s WHERE s.id = %(id)s AND s.run_at <= now()
+    DELETE FROM awa.scheduled_jobs s WHERE s.id = ANY(%(ids)s::bigint[]) AND s.run_at <= now()
     RETURNING s.*
 )
 INSERT INTO awa.jobs_hot ({_COLUMNS})
 SELECT {_select_list("moved", {"state": "'available'::awa.job_state"})}
   FROM moved
-RETURNING id, queue
+RETURNING id, kind, queue
 """
 
 CANCEL_DEFERRED_AS_DUPLICATE = f"""
@@ -301,61 +304,6 @@ SELECT %(kind)s, %(queue)s, %(args)s::jsonb, 'available', %(priority)s, %(max_at
 RETURNING *
 """
 
-UPSERT_CRON_JOBS = """
-INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority,
-                           max_attempts, tags, metadata, missed_fire_policy)
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy
-  FROM jsonb_to_recordset(%(schedules)s::jsonb) AS t(
-       name text, cron_expr text, timezone text, kind text, queue text, args jsonb,
-       priority smallint, max_attempts smallint, tags text[], metadata jsonb,
-       missed_fire_policy text)
-ON CONFLICT (name) DO UPDATE
-   SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-       queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-       max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags,
-       metadata = EXCLUDED.metadata, missed_fire_policy = EXCLUDED.missed_fire_policy,
-       updated_at = now()
- WHERE (awa.cron_jobs.cron_expr, awa.cron_jobs.timezone, awa.cron_jobs.kind,
-        awa.cron_jobs.queue, awa.cron_jobs.args, awa.cron_jobs.priority,
-        awa.cron_jobs.max_attempts, awa.cron_jobs.tags, awa.cron_jobs.metadata,
-        awa.cron_jobs.missed_fire_policy)
-       IS DISTINCT FROM
-       (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-        EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-        EXCLUDED.missed_fire_policy)
-"""
-
-LIST_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- ORDER BY name
-"""
-
-GET_CRON_JOB = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-"""
-
-DELETE_CRON_JOB = "DELETE FROM awa.cron_jobs WHERE name = %(name)s RETURNING name"
-
-PAUSE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = coalesce(paused_at, now()), paused_by = %(paused_by)s, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
-RESUME_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = NULL, paused_by = NULL, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
 # --- descriptors -------------------------------------------------------------------------
 
 
@@ -381,42 +329,72 @@ UPSERT_QUEUE_DESCRIPTORS = _upsert_descriptors("awa.queue_descriptors", "queue")
 UPSERT_KIND_DESCRIPTORS = _upsert_descriptors("awa.job_kind_descriptors", "kind")
 
 # --- queue health -------------------------------------------------------------------------
-# Index-only counts per (queue, state) of the non-finished states, plus the
-# lag of each queue's oldest available job.
-QUEUE_DEPTH = """
-SELECT queue, state::text AS state, count(*) AS depth
-  FROM awa.jobs_hot
- WHERE state IN ('available', 'running', 'waiting_external', 'failed')
- GROUP BY queue, state
+# THE queue-depth read.  Which (state, queue) pairs exist comes from a loose
+# index scan of each table's (state, queue, id) index, one probe per pair and
+# only for the depth states, so terminal history is never walked; each pair
+# is then counted (up to %(cap)s; LIMIT NULL counts all).  Lag: the oldest
+# available job of each queue, one probe per priority of the claim index.
+QUEUE_DEPTHS = """
+WITH RECURSIVE hot AS (
+    SELECT s.state, (SELECT min(h.queue) FROM awa.jobs_hot h WHERE h.state = s.state) AS queue
+      FROM unnest(%(hot_states)s::awa.job_state[]) AS s(state)
+    UNION ALL
+    SELECT p.state, (SELECT min(h.queue) FROM awa.jobs_hot h
+                      WHERE h.state = p.state AND h.queue > p.queue)
+      FROM hot p WHERE p.queue IS NOT NULL
+), deferred AS (
+    SELECT s.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d WHERE d.state = s.state)
+           AS queue
+      FROM unnest(%(deferred_states)s::awa.job_state[]) AS s(state)
+    UNION ALL
+    SELECT p.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d
+                      WHERE d.state = p.state AND d.queue > p.queue)
+      FROM deferred p WHERE p.queue IS NOT NULL
+), dlq AS (
+    SELECT (SELECT min(e.queue) FROM awa.dlq_entries e) AS queue
+    UNION ALL
+    SELECT (SELECT min(e.queue) FROM awa.dlq_entries e WHERE e.queue > p.queue)
+      FROM dlq p WHERE p.queue IS NOT NULL
+)
+SELECT p.queue, p.state::text AS state,
+       (SELECT count(*) FROM (SELECT 1 FROM awa.jobs_hot h
+         WHERE h.state = p.state AND h.queue = p.queue LIMIT %(cap)s) c) AS n,
+       CASE WHEN p.state = 'available' THEN
+           (SELECT min(o.run_at) FROM unnest(%(priorities)s::smallint[]) AS pr(priority)
+              CROSS JOIN LATERAL (
+                  SELECT h.run_at FROM awa.jobs_hot h
+                   WHERE h.state = 'available' AND h.queue = p.queue
+                     AND h.priority = pr.priority
+                   ORDER BY h.run_at LIMIT 1) o)
+       END AS oldest_available_at,
+       now() AS db_now
+  FROM hot p WHERE p.queue IS NOT NULL
 UNION ALL
-SELECT queue, state::text, count(*)
-  FROM awa.scheduled_jobs
- GROUP BY queue, state
+SELECT p.queue, p.state::text,
+       (SELECT count(*) FROM (SELECT 1 FROM awa.scheduled_jobs d
+         WHERE d.state = p.state AND d.queue = p.queue LIMIT %(cap)s) c),
+       NULL, now()
+  FROM deferred p WHERE p.queue IS NOT NULL
+UNION ALL
+SELECT p.queue, NULL,
+       (SELECT count(*) FROM (SELECT 1 FROM awa.dlq_entries e
+         WHERE e.queue = p.queue LIMIT %(cap)s) c),
+       NULL, now()
+  FROM dlq p WHERE p.queue IS NOT NULL
 """
 
-QUEUE_LAG = """
-SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS lag_s
-  FROM awa.jobs_hot
- WHERE state = 'available'
- GROUP BY queue
+# The planner cannot cost that read well: a recursive CTE is guessed at
+# hundreds of rows, each with a count subplan, which puts the plan far above
+# jit_above_cost (JIT compilation then takes ~1 s for a read of milliseconds);
+# and a pair's state is an outer reference, so its rows are estimated at a
+# third of the table and a sequential scan with a LIMIT looks cheap -- while
+# those rows sit behind the whole terminal history.  The read is index probes
+# by design, so for its own transaction it says so.
+INDEX_PROBES_ONLY = """
+SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
 """
 
-DLQ_DEPTH = """
-SELECT queue, count(*) AS depth FROM awa.dlq_entries GROUP BY queue
-"""
-
-# --- cron admin ---------------------------------------------------------------------------
-TRIGGER_CRON_JOB = """
-INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, metadata, tags)
-SELECT kind, queue, args, 'available', priority, max_attempts,
-       metadata || jsonb_build_object('cron_name', name, 'cron_triggered_at', now()), tags
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-RETURNING *
-"""
-
-# Each runtime records the hashes of what it declares, so the ops layer can
-# spot drift between runtimes (the snapshot upsert leaves this column alone).
 SET_RUNTIME_DESCRIPTOR_HASHES = """
 UPDATE awa.runtime_instances
    SET descriptor_hashes = %(hashes)s::jsonb
@@ -425,5 +403,283 @@ UPDATE awa.runtime_instances
 """
 
 
+# --- the mixin ---------------------------------------------------------------------------
+
+DEFERRED_STATES = ("scheduled", "retryable")
+"""States whose rows live in ``awa.scheduled_jobs``; every other state in ``awa.jobs_hot``."""
+FINALIZED_STATES = ("completed", "cancelled", "failed")
+"""What retention may delete from ``awa.jobs_hot``."""
+
+
+async def _fetch(conn: psycopg.AsyncConnection[Any], query: str,
+                 params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows as dicts whatever the connection's row factory."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall() if cur.description is not None else []
+
+
+async def _execute(conn: psycopg.AsyncConnection[Any], query: str,
+                   params: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """Row count and any returned rows of one write."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        rows = await cur.fetchall() if cur.description is not None else []
+        return max(cur.rowcount, 0), rows
+
+
+@dataclass(frozen=True)
+class _Rescue:
+    """One way an attempt ends without its handler saying so: where it is found and why."""
+
+    name: str
+    candidates: str
+    state: str
+    error: str
+    dlq_reason: str
+
+
+_HEARTBEAT = _Rescue("heartbeat", SELECT_STALE_HEARTBEATS, "running",
+                     lifecycle.HEARTBEAT_STALE_ERROR, lifecycle.DLQ_HEARTBEAT_STALE)
+_DEADLINE = _Rescue("deadline", SELECT_EXPIRED_DEADLINES, "running",
+                    lifecycle.DEADLINE_EXCEEDED_ERROR, lifecycle.DLQ_DEADLINE_EXCEEDED)
+_CALLBACK = _Rescue("callback", SELECT_EXPIRED_CALLBACKS, "waiting_external",
+                    lifecycle.CALLBACK_TIMEOUT_ERROR, lifecycle.DLQ_CALLBACK_TIMEOUT)
+
+
+def _rescue_plan(rows: Sequence[dict[str, Any]], rescue: _Rescue,
+                 dlq_enabled: Callable[[str], bool]) -> dict[str, Any]:
+    """The apply statement's arrays: what happens to each candidate and why."""
+    plan: dict[str, list[Any]] = {k: [] for k in
+                                  ("ids", "leases", "actions", "backoffs", "errors",
+                                   "dlq_reasons")}
+    for row in rows:
+        exhausted = row["attempt"] >= row["max_attempts"]
+        if not exhausted:
+            action = "retry"
+        elif dlq_enabled(row["queue"]):
+            action = "dlq"
+        else:
+            action = "fail"
+        plan["ids"].append(row["id"])
+        plan["leases"].append(row["run_lease"])
+        plan["actions"].append(action)
+        plan["backoffs"].append(lifecycle.backoff_seconds(row["attempt"]))
+        plan["errors"].append(Jsonb(lifecycle.error_entry(rescue.error, row["attempt"],
+                                                          terminal=exhausted)))
+        plan["dlq_reasons"].append(rescue.dlq_reason if action == "dlq" else None)
+    return {**plan, "state": rescue.state}
+
+
+def _rescued(row: dict[str, Any], action: Any) -> RescuedAttempt:
+    return RescuedAttempt(id=row["id"], run_lease=row["run_lease"], kind=row["kind"],
+                          queue=row["queue"], action=action,
+                          dlq_reason=row.get("dlq_reason"))
+
+
 class CanonicalMaintenance:
     """The maintenance group of the Engine protocol on the canonical engine."""
+
+    # -- rescue ------------------------------------------------------------------------
+    async def rescue_stale_heartbeats(
+            self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        return await self._rescue(conn, _HEARTBEAT, {"limit": limit, "staleness_s": staleness_s},
+                                  dlq_enabled)
+
+    async def rescue_expired_deadlines(
+            self, conn: psycopg.AsyncConnection[Any], *, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        return await self._rescue(conn, _DEADLINE, {"limit": limit}, dlq_enabled)
+
+    async def rescue_callback_timeouts(
+            self, conn: psycopg.AsyncConnection[Any], *, limit: int,
+            dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        return await self._rescue(conn, _CALLBACK, {"limit": limit}, dlq_enabled)
+
+    async def _rescue(self, conn: psycopg.AsyncConnection[Any], rescue: _Rescue,
+                      params: dict[str, Any], dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        """Lock the candidates (SKIP LOCKED: a completion writing one right now wins), then
+        move them all in one statement; a unique collision degrades row by row over the
+        same locked rows and cancels the superseded attempt."""
+
+        async def apply(rows: Sequence[dict[str, Any]]) -> list[RescuedAttempt]:
+            moved = await _fetch(conn, APPLY_RESCUE, _rescue_plan(rows, rescue, dlq_enabled))
+            return [_rescued(r, r["action"]) for r in moved]
+
+        async def cancel(row: dict[str, Any]) -> list[RescuedAttempt]:
+            error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
+                                          terminal=True, cause=rescue.error)
+            cancelled = await _fetch(conn, CANCEL_RUNNING_AS_DUPLICATE, {
+                "id": row["id"], "run_lease": row["run_lease"], "state": rescue.state,
+                "error": Jsonb(error)})
+            return [_rescued(r, "cancel") for r in cancelled]
+
+        batch = RescueBatch()
+        async with conn.transaction():
+            rows = await _fetch(conn, rescue.candidates, params)
+            batch.statements += 1
+            batch.found = len(rows)
+            if not rows:
+                return batch
+            done = await apply_batch_or_each(conn, rows, batch=apply, on_collision=cancel,
+                                             what=f"rescue of {rescue.name} jobs")
+        batch.rescued = done.applied + done.superseded
+        batch.left = len(done.left)
+        batch.statements += done.statements
+        return batch
+
+    # -- promotion ---------------------------------------------------------------------
+    async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
+                          limit: int) -> PromoteBatch:
+        async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
+            moved = await _fetch(conn, PROMOTE_IDS, {"ids": [r["id"] for r in rows]})
+            return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
+
+        async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
+            error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
+                                          terminal=True)
+            cancelled = await _fetch(conn, CANCEL_DEFERRED_AS_DUPLICATE,
+                                     {"id": row["id"], "error": Jsonb(error)})
+            return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
+                    for r in cancelled]
+
+        batch = PromoteBatch()
+        async with conn.transaction():
+            due = await _fetch(conn, SELECT_DUE_IDS, {"limit": limit})
+            batch.statements += 1
+            batch.found = len(due)
+            if not due:
+                return batch
+            done = await apply_batch_or_each(conn, due, batch=promote, on_collision=cancel,
+                                             what="promotion")
+        batch.promoted = done.applied
+        batch.duplicates = done.superseded
+        batch.statements += done.statements
+        return batch
+
+    # -- retention ---------------------------------------------------------------------
+    async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], *, state: str,
+                              older_than_s: float, limit: int, queue: str | None = None,
+                              exclude_queues: Sequence[str] = ()) -> int:
+        if state not in FINALIZED_STATES:
+            raise ValueError(f"retention deletes only finished jobs, not {state!r}")
+        params: dict[str, Any] = {"state": state, "age_s": older_than_s, "limit": limit}
+        if queue is not None:
+            n, _ = await _execute(conn, DELETE_FINALIZED_QUEUE, {**params, "queue": queue})
+        else:
+            n, _ = await _execute(conn, DELETE_FINALIZED_DEFAULT,
+                                  {**params, "excluded_queues": list(exclude_queues)})
+        return n
+
+    async def purge_aged_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
+                        limit: int, queue: str | None = None,
+                        exclude_queues: Sequence[str] = ()) -> PurgedBatch:
+        params: dict[str, Any] = {"age_s": older_than_s, "limit": limit}
+        if queue is not None:
+            n, rows = await _execute(conn, DELETE_DLQ_QUEUE, {**params, "queue": queue})
+        else:
+            n, rows = await _execute(conn, DELETE_DLQ_DEFAULT,
+                                     {**params, "excluded_queues": list(exclude_queues)})
+        return PurgedBatch(n, dict(Counter(r["queue"] for r in rows)))
+
+    async def purge_unseen_runtimes(self, conn: psycopg.AsyncConnection[Any], *,
+                                    older_than_s: float, limit: int) -> int:
+        n, _ = await _execute(conn, DELETE_UNSEEN_RUNTIMES,
+                              {"age_s": older_than_s, "limit": limit})
+        return n
+
+    async def purge_unseen_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
+                                       catalogue: Literal["queues", "kinds"],
+                                       older_than_s: float, limit: int) -> int:
+        statement = (DELETE_UNSEEN_QUEUE_DESCRIPTORS if catalogue == "queues"
+                     else DELETE_UNSEEN_KIND_DESCRIPTORS)
+        n, _ = await _execute(conn, statement, {"age_s": older_than_s, "limit": limit})
+        return n
+
+    # -- priority aging ------------------------------------------------------------------
+    async def age_priorities(self, conn: psycopg.AsyncConnection[Any], *,
+                             default_interval_ms: int, queue_intervals_ms: Mapping[str, int],
+                             limit: int) -> int:
+        names = list(queue_intervals_ms)
+        intervals = [queue_intervals_ms[n] for n in names]
+        positive = [i for i in intervals + [default_interval_ms] if i > 0]
+        if not positive:
+            return 0
+        n, _ = await _execute(conn, AGE_PRIORITIES, {
+            "queues": names, "intervals_ms": intervals,
+            "default_interval_ms": default_interval_ms,
+            "min_interval_s": min(positive) / 1000.0,
+            "meta_key": ORIGINAL_PRIORITY_KEY, "limit": limit})
+        return n
+
+    # -- cron ----------------------------------------------------------------------------
+    async def list_active_cron_jobs(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
+        return [ActiveCronSchedule(**r) for r in await _fetch(conn, SELECT_ACTIVE_CRON_JOBS)]
+
+    async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
+                        slots: Sequence[datetime]) -> CronFired:
+        if not slots:
+            return CronFired(advanced=False)
+        async with conn.transaction():
+            advanced = await _fetch(conn, ADVANCE_CRON_JOB, {
+                "name": schedule.name, "slot": slots[-1],
+                "previous": schedule.last_enqueued_at})
+            if not advanced:
+                return CronFired(advanced=False)
+            inserted = await _fetch(conn, INSERT_CRON_RUNS, {
+                "kind": schedule.kind, "queue": schedule.queue,
+                "args": json.dumps(schedule.args), "priority": schedule.priority,
+                "max_attempts": schedule.max_attempts,
+                "metadata": json.dumps(schedule.metadata), "name": schedule.name,
+                "tags": schedule.tags, "slots": list(slots)})
+        return CronFired(advanced=True, job_ids=[r["id"] for r in inserted])
+
+    # -- descriptors -------------------------------------------------------------------
+    async def upsert_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
+                                 queues: Sequence[Descriptor],
+                                 kinds: Sequence[Descriptor]) -> int:
+        async with conn.transaction():
+            for statement, declared in ((UPSERT_QUEUE_DESCRIPTORS, queues),
+                                        (UPSERT_KIND_DESCRIPTORS, kinds)):
+                if declared:
+                    await _execute(conn, statement, {
+                        "descriptors": json.dumps([asdict(d) for d in declared])})
+        return len(queues) + len(kinds)
+
+    async def set_runtime_descriptor_hashes(self, conn: psycopg.AsyncConnection[Any],
+                                            instance_id: UUID,
+                                            hashes: Mapping[str, Any]) -> bool:
+        n, _ = await _execute(conn, SET_RUNTIME_DESCRIPTOR_HASHES, {
+            "instance_id": instance_id, "hashes": json.dumps(dict(hashes))})
+        return n > 0
+
+    # -- queue health --------------------------------------------------------------------
+    async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
+                           cap: int | None = None) -> list[QueueDepth]:
+        async with conn.transaction():
+            await _execute(conn, INDEX_PROBES_ONLY, {})
+            rows = await _fetch(conn, QUEUE_DEPTHS, {
+                "hot_states": [s for s in lifecycle.DEPTH_STATES if s not in DEFERRED_STATES],
+                "deferred_states": [s for s in lifecycle.DEPTH_STATES if s in DEFERRED_STATES],
+                "cap": cap,
+                "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))})
+        by_queue: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            q = by_queue.setdefault(r["queue"], {"queue": r["queue"], "depth": {},
+                                                 "capped": set()})
+            n = int(r["n"])
+            if r["state"] is None:
+                q["dlq_depth"] = n
+                state = "dlq"
+            else:
+                q["depth"][r["state"]] = n
+                state = r["state"]
+            if cap is not None and n >= cap:
+                q["capped"].add(state)
+            if r["oldest_available_at"] is not None:
+                q["oldest_available_at"] = r["oldest_available_at"]
+                q["lag_s"] = max((r["db_now"] - r["oldest_available_at"]).total_seconds(), 0.0)
+        return [QueueDepth(**{**q, "capped": frozenset(q["capped"])})
+                for _, q in sorted(by_queue.items())]

@@ -15,8 +15,13 @@ import click
 from awa import callback_contract, config
 from awa.callback_server import CallbackApp, load_secret, parse_listen, serve_forever
 from awa.callbacks import ResolveResult
-from awa.cli import (database_url_option, json_option, print_json, resolved_database_url,
-                     run_client)
+from awa.cli.options import (
+    database_url_option,
+    json_option,
+    print_json,
+    resolved_database_url,
+    run_client,
+)
 from awa.db import one_line
 
 
@@ -26,7 +31,8 @@ def _payload(text: str | None) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {one_line(exc)}", param_hint="--payload")
+        raise click.BadParameter(f"not valid JSON: {one_line(exc)}",
+                                 param_hint="--payload") from None
     if value is not None and not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--payload")
     return value
@@ -132,7 +138,7 @@ def serve_cmd(listen: str, secret_file: str | None, secret_env: str | None,
               allow_unsigned: bool, max_body_bytes: int, path_prefix: str) -> None:
     """Serve POST <prefix>/<callback_id>/complete|fail|heartbeat|resume over HTTP."""
     host, port = parse_listen(listen)
-    run_client(lambda client: client._get_pool())  # unreachable or unmigrated: fail now
+    run_client(lambda client: client.check_database())  # unreachable/unmigrated: fail now
     app = CallbackApp(database_url=resolved_database_url(),
                       secret=load_secret(secret_file, secret_env),
                       allow_unsigned=allow_unsigned, max_body_bytes=max_body_bytes,

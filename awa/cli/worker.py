@@ -21,16 +21,16 @@ from typing import Any
 import click
 
 from awa import config
+from awa.cli.options import current_database_url
+from awa.client import AsyncClient, Client
 from awa.job import ValidationError
 from awa.runtime.executor import HANDLER_THREAD_PREFIX
 
 log = logging.getLogger("awa.worker")
 
 
-def load_client(target: str) -> Any:
+def load_client(target: str) -> AsyncClient:
     """``package.module:attribute`` -> the AsyncClient it names."""
-    from awa.client import AsyncClient, Client
-
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise click.UsageError(f"expected MODULE:CLIENT (e.g. myapp.jobs:client), got {target!r}")
@@ -105,15 +105,12 @@ async def run_worker(client: Any, queues: list[tuple[str, int]] | None,
 def worker_command(target: str, queues: tuple[str, ...], metrics_addr: str | None,
                    shutdown_timeout_ms: int, database_url: str | None) -> None:
     """Run the handlers registered on MODULE:CLIENT until SIGTERM/SIGINT."""
-    from awa.cli import current_database_url
-
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = load_client(target)
     url = database_url or current_database_url()
     if url:
-        client._database_url_arg = url
-        client._database_url = None
+        client.use_database_url(url)
     parsed = parse_queue_option(queues)
     if parsed is not None and any(n < 1 for _, n in parsed):
         raise ValidationError("--queue MAX_WORKERS must be at least 1")

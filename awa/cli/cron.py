@@ -11,7 +11,14 @@ from typing import Any
 import click
 from rich.table import Table
 
-from awa.cli import database_url_option, fail, json_option, print_json, print_table, run_client
+from awa.cli.options import (
+    database_url_option,
+    fail,
+    json_option,
+    print_json,
+    print_table,
+    run_client,
+)
 
 
 def _when(value: Any) -> str:

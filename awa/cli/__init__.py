@@ -1,0 +1,58 @@
+"""The `awa` command: one module per command group, the shared plumbing in ``options``.
+
+    db.py         awa migrate, awa db
+    jobs.py       awa job list|dump|cancel|retry|retry-failed|discard
+    queues.py     awa queue stats|pause|resume|drain
+    dlq.py        awa dlq depth|list|retry|retry-bulk|purge|move
+    cron.py       awa cron list|remove|pause|resume|trigger
+    callbacks.py  awa callbacks complete|fail|retry|resume|heartbeat|resolve|serve
+    worker.py     awa worker MODULE:CLIENT
+    options.py    --database-url, --json, run_client, output, the one-line error handling
+
+Every command is a thin shell over one client method, so the CLI, the TUI
+and awa-ops share one implementation.  A new group is one module here plus
+one ``main.add_command(...)`` line below; packages outside ``awa`` contribute
+through the ``awa.commands`` entry-point group instead (e.g. ``awa serve``).
+The helpers are re-exported here for those plugins.
+"""
+
+from __future__ import annotations
+
+import click
+
+from awa.cli.callbacks import callbacks
+from awa.cli.cron import cron
+from awa.cli.db import db_command, migrate
+from awa.cli.dlq import dlq
+from awa.cli.jobs import job
+from awa.cli.options import (
+    PLUGIN_GROUP,
+    AwaGroup,
+    current_database_url,
+    database_url_option,
+    fail,
+    json_option,
+    print_json,
+    print_table,
+    resolved_database_url,
+    run_client,
+    to_jsonable,
+)
+from awa.cli.queues import queue
+from awa.cli.worker import worker_command
+
+
+@click.group(cls=AwaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@database_url_option
+def main() -> None:
+    """awa: a Postgres-native job queue. Inspect and operate it from the shell."""
+
+
+for _command in (migrate, db_command, job, queue, dlq, worker_command, cron, callbacks):
+    main.add_command(_command)
+
+__all__ = [
+    "PLUGIN_GROUP", "AwaGroup", "current_database_url", "database_url_option", "fail",
+    "json_option", "main", "print_json", "print_table", "resolved_database_url", "run_client",
+    "to_jsonable",
+]

@@ -1,0 +1,100 @@
+"""`awa job list|dump|cancel|retry|retry-failed|discard`: individual jobs."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from awa import config
+from awa.cli.options import (
+    apply_to_job,
+    database_url_option,
+    job_id_argument,
+    json_option,
+    last_error,
+    print_json,
+    print_table,
+    run_client,
+    short_time,
+)
+
+
+@click.group()
+@database_url_option
+def job() -> None:
+    """Inspect and act on individual jobs."""
+
+
+@job.command("list")
+@database_url_option
+@click.option("--state", type=click.Choice(config.JOB_STATES), help="Only jobs in this state.")
+@click.option("--kind", help="Only jobs of this kind.")
+@click.option("--queue", help="Only jobs on this queue.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+def job_list(state: str | None, kind: str | None, queue: str | None, limit: int,
+             as_json: bool) -> None:
+    """The newest jobs, optionally filtered."""
+    jobs = run_client(lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
+    if as_json:
+        print_json(jobs)
+        return
+    table = Table("id", "kind", "queue", "state", "attempt", "prio", "run_at", "last error",
+                  title=f"{len(jobs)} job(s)")
+    for j in jobs:
+        table.add_row(str(j.id), j.kind, j.queue, j.state.value, f"{j.attempt}/{j.max_attempts}",
+                      str(j.priority), short_time(j.run_at), last_error(j))
+    print_table(table)
+
+
+@job.command("dump")
+@database_url_option
+@job_id_argument
+@json_option
+def job_dump(job_id: int, as_json: bool) -> None:
+    """Everything about one job: every attempt's error, progress and timestamps."""
+    if as_json:
+        print_json(run_client(lambda c: c.get_job(job_id)))
+    else:
+        click.echo(run_client(lambda c: c.dump_job(job_id)))
+
+
+@job.command("cancel")
+@database_url_option
+@job_id_argument
+def job_cancel(job_id: int) -> None:
+    """Cancel a job; a running handler is signalled at once (awa:cancel)."""
+    cancelled = apply_to_job(job_id, lambda c: c.cancel(job_id), "cancelled", "unfinished")
+    click.echo(f"cancelled job {job_id} ({cancelled.kind} on {cancelled.queue})")
+
+
+@job.command("retry")
+@database_url_option
+@job_id_argument
+def job_retry(job_id: int) -> None:
+    """Run a failed or cancelled job again with a fresh attempt budget."""
+    retried = apply_to_job(job_id, lambda c: c.retry(job_id), "retried", "failed or cancelled")
+    click.echo(f"job {job_id} is available again on queue {retried.queue}")
+
+
+@job.command("retry-failed")
+@database_url_option
+@click.option("--kind", help="Retry failed jobs of this kind.")
+@click.option("--queue", help="Retry failed jobs on this queue.")
+def job_retry_failed(kind: str | None, queue: str | None) -> None:
+    """Retry every failed job of a kind and/or queue."""
+    if kind is None and queue is None:
+        raise click.UsageError("give --kind or --queue (or both)")
+    result = run_client(lambda c: c.retry_failed(kind=kind, queue=queue))
+    extra = f"; {result.skipped} left failed (unique key held)" if result.skipped else ""
+    click.echo(f"retried {len(result.jobs)} of {result.matched} failed job(s){extra}")
+
+
+@job.command("discard")
+@database_url_option
+@click.option("--kind", required=True, help="Delete the failed jobs of this kind.")
+def job_discard(kind: str) -> None:
+    """Delete the failed jobs of one kind."""
+    count = run_client(lambda c: c.discard_failed(kind))
+    click.echo(f"discarded {count} failed job(s) of kind {kind}")
+
