@@ -24,11 +24,56 @@ ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
 # Test function names (or full node names, "name[params]") queue storage does not pass yet.
 QUEUE_STORAGE_XFAIL: dict[str, str] = {
+    "test_a_row_that_can_be_neither_moved_nor_cancelled_is_left":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_aging_raises_priority_of_long_waiting_available_jobs":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_callback_timeouts_retry_then_fail":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_cron_cas_two_concurrent_advances_of_one_slot_insert_one_job":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_descriptor_upsert_and_runtime_hashes":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_expired_deadlines_are_rescued_and_exhausted_ones_dead_lettered":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_promote_cancels_a_retryable_superseded_by_a_newer_unique_holder":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_promote_moves_only_due_jobs_of_unpaused_queues":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_queue_depths_by_state_lag_and_dlq":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_rescue_batches_are_bounded":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_rescue_colliding_with_a_newer_unique_holder_cancels_it_and_applies_the_rest":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_retention_of_dlq_runtimes_and_descriptors":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_retention_removes_only_aged_terminal_rows":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_stale_heartbeats_retry_fail_or_dead_letter_by_attempts_and_dlq":
+        "maintenance group not written yet (needs a queue-storage arranger)",
+    "test_cancelled_while_running_is_listed_until_its_deadline":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_dlq_pages_with_cursors_and_filters":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_job_pages_and_job_record":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_queue_lag_and_details":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_repeated_errors_find_the_poison_job":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_running_attempt_of_a_claimed_job_has_its_claim_and_ages":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_running_attempts_oldest_heartbeat_first_and_bounded":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_runtime_list_and_liveness":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_stale_and_overdue_counted_and_classified":
+        "ops read side not written yet (needs a queue-storage arranger)",
+    "test_unique_claim_holder_lookup_and_wedge":
+        "ops read side not written yet (needs a queue-storage arranger)",
 }
 
-# Modules that bind ``open_engine`` at import; on a queue-storage database they
-# must get this engine until ``awa.storage.open_engine`` selects it itself.
-_OPEN_ENGINE_USERS = ("awa.storage", "awa.client", "awa.cron", "awa.callbacks", "awa.admin")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -69,13 +114,12 @@ def engine_url(engine_name: str, request: pytest.FixtureRequest,
     if engine_name == "canonical":
         yield request.getfixturevalue("database_url")
         return
-    import importlib
-
+    import awa.storage
     from awa.storage import queue_storage
 
-    for module in _OPEN_ENGINE_USERS:
-        monkeypatch.setattr(importlib.import_module(module), "open_engine",
-                            queue_storage.open_engine)
+    # Until the lead registers it (awa.storage.ENGINES[QUEUE_STORAGE] = queue_storage.load),
+    # engine selection learns the engine for the queue-storage tests only.
+    monkeypatch.setitem(awa.storage.ENGINES, queue_storage.NAME, queue_storage.load)
     admin_url = request.getfixturevalue("admin_url")
     name = create_database(admin_url, template=request.getfixturevalue("queue_storage_template"))
     yield make_conninfo(admin_url, dbname=name)

@@ -161,17 +161,11 @@ async def test_the_hot_path_only_appends(engine, aconn):
 
 
 @QS
-async def test_a_queue_storage_database_selects_this_engine(engine_url, aconn):
-    from awa.storage import queue_storage
-    assert await queue_storage.open_engine(aconn) is queue_storage.ENGINE
-    assert isinstance(queue_storage.ENGINE, QueueStorageEngine)
-
-
-async def test_a_canonical_database_keeps_canonical(database_url):
-    from awa.storage import queue_storage
-    from awa.storage.canonical import ENGINE as CANONICAL
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        assert await queue_storage.open_engine(conn) is CANONICAL
+async def test_engine_selection_finds_this_engine(engine_url, aconn):
+    from awa.storage import describe_layout, open_engine
+    layout = await describe_layout(aconn)
+    assert (layout.engine, layout.schema, layout.foreign) == ("queue_storage", "awa", False)
+    assert isinstance(await open_engine(aconn), QueueStorageEngine)
 
 
 @QS

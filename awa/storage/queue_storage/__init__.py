@@ -11,8 +11,6 @@ written here fall back to canonical's implementation or raise
 
 from __future__ import annotations
 
-from typing import Any
-
 from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
 from awa.storage.canonical.maintenance import CanonicalMaintenance
 from awa.storage.canonical.reads import CanonicalReads
@@ -21,8 +19,8 @@ from awa.storage.queue_storage.admin import QueueStorageAdmin
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
 from awa.storage.queue_storage.enqueue import QueueStorageEnqueue
 from awa.storage.queue_storage.execution import QueueStorageExecution
-from awa.storage.queue_storage.schema import (DEFAULT_SCHEMA, active_schema,
-                                              install_queue_storage, install_queue_storage_sync)
+from awa.storage.queue_storage.schema import (DEFAULT_SCHEMA, install_queue_storage,
+                                              install_queue_storage_sync)
 
 NAME = "queue_storage"
 
@@ -46,20 +44,5 @@ def load() -> Engine:
     return ENGINE
 
 
-async def open_engine(conn_or_pool: Any) -> Engine:
-    """Engine selection until ``awa.storage.open_engine`` knows queue storage: this
-    engine when ``awa.active_queue_storage_schema()`` names a schema, else canonical."""
-    from psycopg_pool import AsyncConnectionPool
-
-    from awa.storage.canonical import ENGINE as CANONICAL
-
-    if isinstance(conn_or_pool, AsyncConnectionPool):
-        async with conn_or_pool.connection() as conn:
-            found = await active_schema(conn)
-    else:
-        found = await active_schema(conn_or_pool)
-    return ENGINE if found else CANONICAL
-
-
 __all__ = ["ENGINE", "NAME", "QueueStorageEngine", "install_queue_storage",
-           "install_queue_storage_sync", "load", "open_engine"]
+           "install_queue_storage_sync", "load"]
