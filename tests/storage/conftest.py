@@ -24,34 +24,6 @@ ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
 # Test function names (or full node names, "name[params]") queue storage does not pass yet.
 QUEUE_STORAGE_XFAIL: dict[str, str] = {
-    "test_a_row_that_can_be_neither_moved_nor_cancelled_is_left":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_aging_raises_priority_of_long_waiting_available_jobs":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_callback_timeouts_retry_then_fail":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_cron_cas_two_concurrent_advances_of_one_slot_insert_one_job":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_descriptor_upsert_and_runtime_hashes":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_expired_deadlines_are_rescued_and_exhausted_ones_dead_lettered":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_promote_cancels_a_retryable_superseded_by_a_newer_unique_holder":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_promote_moves_only_due_jobs_of_unpaused_queues":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_queue_depths_by_state_lag_and_dlq":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_rescue_batches_are_bounded":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_rescue_colliding_with_a_newer_unique_holder_cancels_it_and_applies_the_rest":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_retention_of_dlq_runtimes_and_descriptors":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_retention_removes_only_aged_terminal_rows":
-        "maintenance group not written yet (needs a queue-storage arranger)",
-    "test_stale_heartbeats_retry_fail_or_dead_letter_by_attempts_and_dlq":
-        "maintenance group not written yet (needs a queue-storage arranger)",
     "test_cancelled_while_running_is_listed_until_its_deadline":
         "ops read side not written yet (needs a queue-storage arranger)",
     "test_dlq_pages_with_cursors_and_filters":
@@ -85,6 +57,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         reason = QUEUE_STORAGE_XFAIL.get(item.name) or QUEUE_STORAGE_XFAIL.get(original)
         if reason:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"queue storage: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _queue_storage_arrangers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """The queue-storage arrangers of the modules that arrange engine state directly."""
+    module = request.module
+    if hasattr(module, "ARRANGERS") and "queue_storage" not in module.ARRANGERS:
+        from tests.storage.queue_storage_arrange import maintenance_arranger
+        monkeypatch.setitem(module.ARRANGERS, "queue_storage",
+                            maintenance_arranger(module.ARRANGERS["canonical"]))
+    if hasattr(module, "ARRANGE") and "queue_storage" not in module.ARRANGE:
+        from tests.storage.queue_storage_arrange import reads_arranger
+        monkeypatch.setitem(module.ARRANGE, "queue_storage",
+                            reads_arranger(module.ARRANGE["canonical"]))
 
 
 @pytest.fixture(params=sorted(ENGINES))

@@ -12,7 +12,7 @@ written here fall back to canonical's implementation or raise
 from __future__ import annotations
 
 from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
-from awa.storage.canonical.maintenance import CanonicalMaintenance
+from awa.storage.queue_storage.maintenance import QueueStorageMaintenance
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
@@ -25,7 +25,7 @@ from awa.storage.queue_storage.schema import (DEFAULT_SCHEMA, install_queue_stor
 NAME = "queue_storage"
 
 
-class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, CanonicalMaintenance,
+class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, QueueStorageMaintenance,
                          QueueStorageAdmin, QueueStorageCallbacks, QueueStorageCronAdmin,
                          CanonicalReads):
     """The append-only engine behind ``awa.storage.engine.Engine`` (schema ``awa``)."""
