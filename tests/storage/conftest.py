@@ -23,28 +23,7 @@ from tests.conftest import create_database, drop_database
 ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
 # Test function names (or full node names, "name[params]") queue storage does not pass yet.
-QUEUE_STORAGE_XFAIL: dict[str, str] = {
-    "test_cancelled_while_running_is_listed_until_its_deadline":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_dlq_pages_with_cursors_and_filters":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_job_pages_and_job_record":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_queue_lag_and_details":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_repeated_errors_find_the_poison_job":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_running_attempt_of_a_claimed_job_has_its_claim_and_ages":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_running_attempts_oldest_heartbeat_first_and_bounded":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_runtime_list_and_liveness":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_stale_and_overdue_counted_and_classified":
-        "ops read side not written yet (needs a queue-storage arranger)",
-    "test_unique_claim_holder_lookup_and_wedge":
-        "ops read side not written yet (needs a queue-storage arranger)",
-}
+QUEUE_STORAGE_XFAIL: dict[str, str] = {}
 
 
 

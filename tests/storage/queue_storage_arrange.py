@@ -147,6 +147,49 @@ def maintenance_arranger(base: type) -> type:
     return QueueStorageMaintenanceArrange
 
 
+AGE_LEASE = """
+UPDATE awa.leases SET
+       heartbeat_at = coalesce(now() - make_interval(secs => %s), heartbeat_at),
+       deadline_at = coalesce(now() + make_interval(secs => %s), deadline_at),
+       claimed_at = coalesce(now() - make_interval(secs => %s), claimed_at)
+ WHERE job_id = %s"""
+CANCELLED_AGO = """
+UPDATE awa.done_entries SET finalized_at = now() - make_interval(secs => %s) WHERE id = %s"""
+
+
 def reads_arranger(base: type) -> type:
-    """``test_reads``' arranger (filled in with the read side)."""
-    return base
+    """``test_reads``' arranger with jobs enqueued, claimed and aged the queue-storage way."""
+    from awa.storage.engine import AttemptWrite
+    from awa.storage.queue_storage import ENGINE
+
+    class QueueStorageReadsArrange(base):  # type: ignore[misc, valid-type]
+        async def enqueue(self, kind: str = "k", queue: str = "q", *, state: str = "available",
+                          age_s: float = 0.0, run_in_s: float | None = None, priority: int = 2,
+                          unique_key: bytes | None = None, unique_states: str | None = None,
+                          tags: list[str] | None = None) -> int:
+            running = state in ("running", "waiting_external")
+            return await QueueStorageJobs(self.conn).make(
+                state=state, kind=kind, queue=queue, attempt=1 if running else 0,
+                max_attempts=25, run_lease=1 if running else 0, priority=priority,
+                run_at_offset_s=run_in_s if run_in_s is not None else -age_s,
+                created_age_s=age_s, unique_key=unique_key,
+                unique_states=unique_states if unique_key else None, tags=tags,
+                finalized_age_s=0.0)
+
+        async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
+            return [j.id for j in await ENGINE.claim_batch(self.conn, queue, n, 300_000)]
+
+        async def age(self, job_id: int, *, heartbeat_age_s: float | None = None,
+                      deadline_in_s: float | None = None,
+                      running_for_s: float | None = None) -> None:
+            job = await ENGINE.get_job(self.conn, job_id)
+            assert job is not None
+            await ENGINE.heartbeat_batch(self.conn, [AttemptWrite(job_id, job.run_lease)])
+            await self.conn.execute(AGE_LEASE, (heartbeat_age_s, deadline_in_s, running_for_s,
+                                                job_id))
+
+        async def cancel_running(self, job_id: int, *, ago_s: float) -> None:
+            assert await ENGINE.cancel(self.conn, job_id) is not None
+            await self.conn.execute(CANCELLED_AGO, (ago_s, job_id))
+
+    return QueueStorageReadsArrange

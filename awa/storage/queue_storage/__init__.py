@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
 from awa.storage.queue_storage.maintenance import QueueStorageMaintenance
-from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.queue_storage.reads import QueueStorageReads
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
@@ -27,7 +27,7 @@ NAME = "queue_storage"
 
 class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, QueueStorageMaintenance,
                          QueueStorageAdmin, QueueStorageCallbacks, QueueStorageCronAdmin,
-                         CanonicalReads):
+                         QueueStorageReads):
     """The append-only engine behind ``awa.storage.engine.Engine`` (schema ``awa``)."""
 
     name = NAME
