@@ -102,6 +102,7 @@ class AdminMixin:
                         queue: str | None = None, limit: int = 100) -> list[Job[Any]]:
         wanted = _validate_state(state)
         limit = _validate_limit(limit)
+        queue = None if queue is None else validate_queue(queue)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             return await engine.list_jobs(conn, state=wanted, kind=kind, queue=queue,
@@ -177,17 +178,20 @@ class AdminMixin:
 
     # -- queues ------------------------------------------------------------
     async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
+        queue = validate_queue(queue)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             await engine.pause_queue(conn, queue, paused_by)
 
     async def resume_queue(self, queue: str) -> None:
+        queue = validate_queue(queue)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             await engine.resume_queue(conn, queue)
 
     async def drain_queue(self, queue: str) -> int:
         """Cancel every job of the queue still waiting to run; running ones finish."""
+        queue = validate_queue(queue)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             drained = await engine.drain_queue(conn, queue)

@@ -35,6 +35,7 @@ from awa.storage.engine import Engine
 from awa.worker import WorkerMixin
 
 
+@db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
                   CallbackMixin):
     def __init__(self, database_url: str | None = None,

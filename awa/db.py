@@ -8,11 +8,14 @@ started on demand and reused by later commands.  Every connection carries an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -23,6 +26,7 @@ from awa import config
 from awa.job import DatabaseError
 
 DATABASE_URL_ENV = "DATABASE_URL"
+T = TypeVar("T")
 
 
 def embedded_data_dir() -> Path:
@@ -86,6 +90,35 @@ def redact(url: str) -> str:
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.split())
+
+
+def database_errors_raise_awa(cls: type[T]) -> type[T]:
+    """Class decorator: every public coroutine method raises ``awa.DatabaseError`` for a
+    driver failure (the psycopg error chained), as the client API promises.
+
+    Errors the methods already translate (a unique violation becomes
+    ``UniqueConflict``) never reach this; anything else from psycopg or the
+    pool would otherwise leak raw driver types (``AdminShutdown`` ...) to users.
+    """
+    for name in dir(cls):
+        method = getattr(cls, name)
+        if name.startswith("_") and name not in ("__aenter__", "__aexit__"):
+            continue
+        if inspect.iscoroutinefunction(method) and not getattr(method, "_awa_translated", False):
+            setattr(cls, name, _translated(method))
+    return cls
+
+
+def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"database error: {one_line(exc)}") from exc
+
+    call._awa_translated = True  # type: ignore[attr-defined] - a marker against double wrapping
+    return call
 
 
 def connection_error(url: str, exc: BaseException) -> DatabaseError:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config
+from awa import config, db
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
 from awa import metrics as awa_metrics
@@ -213,6 +213,7 @@ def translate_query(query: str, args: tuple[Any, ...]) -> tuple[str, Any]:
     return query, (args or None)
 
 
+@db.database_errors_raise_awa
 class Transaction:
     """Inserts and queries that commit or roll back together with the caller's work."""
 

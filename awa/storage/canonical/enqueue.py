@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -181,9 +182,31 @@ class _Defaults:
     unique: UniqueOpts | None
 
 
+def storable_text(value: str, what: str) -> str:
+    """``value`` unless it holds a NUL, which PostgreSQL text cannot store (rejected before any write)."""
+    if "\x00" in value:
+        raise ValidationError(f"{what} contains a NUL character (\\x00), which PostgreSQL "
+                              f"cannot store: remove it")
+    return value
+
+
+# A JSON text encodes a NUL in a string as \u0000, which jsonb rejects; an odd
+# run of backslashes before "u0000" is that escape (an even run is a literal
+# backslash followed by the characters u0000).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _storable_json(text: str, what: str) -> str:
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ValidationError(f"{what} contains a NUL character (\\u0000), which PostgreSQL "
+                              f"cannot store in jsonb: remove it")
+    return text
+
+
 def validate_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not queue:
         raise ValidationError(f"queue name must be a non-empty string, got {queue!r}")
+    storable_text(queue, "queue name")
     size = len(queue.encode())
     if size > config.MAX_QUEUE_NAME_BYTES:
         raise ValidationError(
@@ -213,7 +236,7 @@ def validate_max_attempts(max_attempts: Any) -> int:
 def _validate_kind(kind: Any) -> str:
     if not isinstance(kind, str) or not kind.strip():
         raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
-    return kind
+    return storable_text(kind, "kind")
 
 
 def normalize_run_at(run_at: Any) -> datetime | None:
@@ -239,6 +262,8 @@ def _tags_literal(tags: Any) -> str:
         return "{}"
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise ValidationError(f"tags must be a list of strings, got {tags!r}")
+    for tag in tags:
+        storable_text(tag, "tag")
     quoted = ('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in tags)
     return "{" + ",".join(quoted) + "}"
 
@@ -253,7 +278,7 @@ def _metadata(metadata: Any) -> dict[str, Any]:
 
 def _dumps(value: Any, what: str) -> str:
     try:
-        return _ENCODER.encode(value)
+        return _storable_json(_ENCODER.encode(value), what)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serializable: "
                                  f"{' '.join(str(exc).split())}") from None

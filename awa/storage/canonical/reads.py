@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
+from awa.storage.canonical.tables import DEFERRED_STATES
 from awa.storage.engine import (CancelledAttempt, DlqCursor,
                                 DlqDepth, DlqEntriesPage, DlqPageQuery, DlqSummary, JobListQuery,
                                 JobRecord, JobSummary, QueueDetail, RepeatedError,
@@ -169,7 +170,6 @@ SELECT j.queue, count(*) AS wedged
 JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
                     "run_at, created_at, attempted_at, finalized_at, tags")
 HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
-DEFERRED_STATES = ("scheduled", "retryable")
 
 # Jobs list for one table: enumerate its (state, queue) pairs (loose index
 # scan), keep those the filter allows, take the newest rows of each from the
