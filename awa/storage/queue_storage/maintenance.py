@@ -28,6 +28,7 @@ from awa.storage.canonical.maintenance import FINALIZED_STATES, CanonicalMainten
 from awa.storage.engine import (ORIGINAL_PRIORITY_KEY, ActiveCronSchedule, AttemptWrite,
                                 CronFired, PromoteBatch, PromotedJob, QueueDepth, RescueBatch,
                                 RescuedAttempt)
+from awa.storage.queue_storage import rings
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import DEAD_LETTER, FINALIZE, RETRY, finish
 
@@ -398,6 +399,18 @@ class QueueStorageMaintenance(CanonicalMaintenance):
                 q["lag_s"] = max((r["db_now"] - r["oldest_available_at"]).total_seconds(), 0.0)
         return [QueueDepth(**{**q, "capped": frozenset(q["capped"])})
                 for _, q in sorted(by_queue.items())]
+
+
+    async def rotate_and_prune(self, conn: psycopg.AsyncConnection[Any], *,
+                               completed_retention_s: float = config.COMPLETED_RETENTION_HOURS
+                               * 3600,
+                               failed_retention_s: float = config.FAILED_RETENTION_HOURS * 3600,
+                               lock_timeout_ms: int = rings.DEFAULT_LOCK_TIMEOUT_MS
+                               ) -> rings.PruneReport:
+        """The leader's ring tick (queue-storage only; see ``rings``)."""
+        return await rings.rotate_and_prune(conn, completed_retention_s=completed_retention_s,
+                                            failed_retention_s=failed_retention_s,
+                                            lock_timeout_ms=lock_timeout_ms)
 
 
 def _rescued(row: dict[str, Any], action: Any, dlq_reason: str | None) -> RescuedAttempt:
