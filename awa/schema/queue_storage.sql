@@ -61,6 +61,9 @@ CREATE TABLE IF NOT EXISTS awa.queue_claim_heads (
     claim_seq bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, priority, shard)
 ) WITH (fillfactor = 20);
+-- The highest lane position ever claimed: rows past it need no receipt probe
+-- (in FIFO order it is claim_seq - 1 and the claim probes nothing).
+ALTER TABLE awa.queue_claim_heads ADD COLUMN IF NOT EXISTS claimed_max bigint NOT NULL DEFAULT -1;
 
 -- Runnable jobs, appended; never updated.  Everything below the lane's
 -- claim_seq is claimed or tombstoned.
@@ -279,7 +282,7 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    w int := greatest(p_limit * 4, 64);
+    w int := greatest(p_limit * 2, 16);
     got int;
     rounds int := 0;
     advanced int;
@@ -303,7 +306,7 @@ BEGIN
         rounds := rounds + 1;
         RETURN QUERY
         WITH lanes AS MATERIALIZED (
-            SELECT h.priority, h.shard, h.claim_seq,
+            SELECT h.priority, h.shard, h.claim_seq, h.claimed_max,
                    least(e.next_seq, h.claim_seq + w) AS win_end
               FROM awa.queue_claim_heads h
               JOIN awa.queue_enqueue_heads e
@@ -316,10 +319,13 @@ BEGIN
               JOIN awa.ready_entries r
                 ON r.queue = p_queue AND r.priority = l.priority AND r.shard = l.shard
                AND r.lane_seq >= l.claim_seq AND r.lane_seq < l.win_end
-             WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
-                                WHERE t.ready_id = r.ready_id)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                                WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+             WHERE (NOT (SELECT EXISTS (SELECT 1 FROM awa.ready_tombstones))
+                    OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                    WHERE t.ready_id = r.ready_id))
+               AND (r.lane_seq > l.claimed_max
+                    OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                                    WHERE c.job_id = r.job_id
+                                      AND c.run_lease = r.run_lease + 1))
         ), picked AS MATERIALIZED (
             SELECT * FROM win ORDER BY priority, run_at, job_id LIMIT p_limit
         ), receipts AS (
@@ -337,7 +343,10 @@ BEGIN
                    (SELECT min(v.lane_seq) FROM win v
                      WHERE v.priority = l.priority AND v.shard = l.shard
                        AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.ready_id = v.ready_id)),
-                   l.win_end))
+                   l.win_end)),
+                   claimed_max = greatest(h.claimed_max, COALESCE(
+                   (SELECT max(p.lane_seq) FROM picked p
+                     WHERE p.priority = l.priority AND p.shard = l.shard), -1))
               FROM lanes l
              WHERE h.queue = p_queue AND h.priority = l.priority AND h.shard = l.shard
         ), released AS (

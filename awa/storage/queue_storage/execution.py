@@ -44,9 +44,13 @@ WITH u AS MATERIALIZED (
                          %(reason)s::text[])
            AS u(id, lease, delay_s, error, progress, meta, reason)
 ), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue
-      FROM u JOIN awa.lease_claims c ON c.job_id = u.id AND c.run_lease = u.lease
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
 )"""
 
 # Buffered progress (replaces) and metadata (merges) of the rows of ``hit``.
