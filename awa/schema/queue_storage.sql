@@ -332,7 +332,7 @@ BEGIN
             INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
                                           priority, attempt, claimed_at, deadline_at,
                                           ready_slot, ready_id)
-            SELECT awa.qs_slot('claim'), nextval('awa.qs_receipt_id_seq'), p.job_id,
+            SELECT (SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), p.job_id,
                    p.run_lease + 1, p_queue, p.priority, p.attempt + 1, now(),
                    now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id
               FROM picked p

@@ -33,7 +33,7 @@ READY_IDS = "SELECT ready_slot, ready_id FROM awa.ready_entries WHERE job_id = %
 RECEIPT = """
 INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue, priority,
                               attempt, claimed_at, deadline_at, ready_slot, ready_id)
-VALUES (awa.qs_slot('claim'), nextval('awa.qs_receipt_id_seq'), %(id)s, %(lease)s, %(queue)s,
+VALUES ((SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), %(id)s, %(lease)s, %(queue)s,
         %(priority)s, %(attempt)s, now() - make_interval(secs => %(claimed_age)s),
         now() + make_interval(secs => %(dl)s), %(ready_slot)s, %(ready_id)s)
 RETURNING claim_slot, receipt_id"""
@@ -45,7 +45,7 @@ WITH c AS (
 INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                         receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at, deadline_at,
                         callback_id, callback_timeout_at)
-VALUES (awa.qs_slot('lease'), %(id)s, %(lease)s, %(queue)s, %(state)s::awa.job_state,
+VALUES ((SELECT awa.qs_slot('lease')), %(id)s, %(lease)s, %(queue)s, %(state)s::awa.job_state,
         %(attempt)s, %(claim_slot)s, %(receipt_id)s, %(ready_slot)s, %(ready_id)s, now(),
         now() - make_interval(secs => %(hb)s),
         CASE WHEN %(state)s::text = 'running' THEN now() + make_interval(secs => %(dl)s) END,
@@ -62,7 +62,7 @@ VALUES (%(kind)s, %(queue)s, '{}', %(state)s::awa.job_state, %(attempt)s, %(max_
 RETURNING id"""
 DONE = """
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
-SELECT awa.qs_slot('queue'), """ + ", ".join({
+SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join({
     "id": "nextval('awa.jobs_id_seq')", "kind": "%(kind)s", "queue": "%(queue)s",
     "args": "'{}'", "state": "%(state)s::awa.job_state", "priority": "%(priority)s",
     "attempt": "%(attempt)s", "max_attempts": "%(max_attempts)s",

@@ -61,7 +61,7 @@ WITH live AS MATERIALIZED (""" + LIVE_READY.replace("SELECT r.ready_slot, r.read
     SELECT ready_slot, ready_id, job_id, %(reason)s FROM live
 ), done AS (
     INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT awa.qs_slot('queue'), job_id, kind, queue, args, 'cancelled', priority, attempt,
+    SELECT (SELECT awa.qs_slot('queue')), job_id, kind, queue, args, 'cancelled', priority, attempt,
            max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
            tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
            progress
@@ -79,7 +79,7 @@ WITH m AS (
     DELETE FROM awa.deferred_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *
 ), done AS (
     INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT awa.qs_slot('queue'), """ + ", ".join(
+    SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
         "'cancelled'" if c == "state" else "now()" if c == "finalized_at" else c
         for c in JOB_COLUMNS) + """
       FROM m
@@ -150,7 +150,7 @@ WITH live AS MATERIALIZED (
       FROM m
 ), done AS (
     INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT awa.qs_slot('queue'), id, kind, queue, args, 'cancelled', priority, attempt,
+    SELECT (SELECT awa.qs_slot('queue')), id, kind, queue, args, 'cancelled', priority, attempt,
            max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
            tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
            progress

@@ -42,7 +42,7 @@ WITH att AS MATERIALIZED (
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at, callback_id, callback_timeout_at, callback_filter,
                             callback_on_complete, callback_on_fail, callback_transform)
-    SELECT awa.qs_slot('lease'), a.job_id, a.run_lease, a.queue, 'running', a.attempt,
+    SELECT (SELECT awa.qs_slot('lease')), a.job_id, a.run_lease, a.queue, 'running', a.attempt,
            a.claim_slot, a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(),
            a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
            %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s
@@ -82,7 +82,7 @@ LIMIT 1"""
 # Resolved by the external system: terminal, the callback kept as a record.
 FINALIZE_EXTERNAL = _END + """
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
-SELECT awa.qs_slot('queue'), """ + _select({"state": "%(to_state)s::awa.job_state",
+SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
                                            "finalized_at": "now()",
                                            "callback_timeout_at": "NULL"}) + """
   FROM ended e

@@ -55,7 +55,7 @@ APPEND_READY = """
                                    kind, args, attempt, max_attempts, run_at, attempted_at,
                                    created_at, errors, metadata, tags, unique_key, unique_states,
                                    run_lease, progress)
-    SELECT awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), p.id, p.queue, p.priority,
+    SELECT (SELECT awa.qs_slot('queue')), nextval('awa.qs_ready_id_seq'), p.id, p.queue, p.priority,
            p.shard, h.next_seq - l.n + p.lane_pos - 1, p.kind, p.args, p.attempt,
            p.max_attempts, p.run_at, p.attempted_at, p.created_at, p.errors, p.metadata, p.tags,
            p.unique_key, p.unique_states, p.run_lease, p.progress

@@ -134,7 +134,7 @@ _DEFERRED = {
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
 FINALIZE = _END + f"""
 INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
-SELECT awa.qs_slot('queue'), {_select({"state": "%(to_state)s::awa.job_state",
+SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
                                        "finalized_at": "now()"})}
   FROM ended e
 RETURNING id"""
@@ -186,7 +186,7 @@ HEARTBEAT = _ATTEMPTS + """
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at)
-    SELECT awa.qs_slot('lease'), a.id, a.lease, a.c_queue, 'running', a.c_attempt, a.claim_slot,
+    SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt, a.claim_slot,
            a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline
       FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
     RETURNING job_id, run_lease

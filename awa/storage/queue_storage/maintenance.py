@@ -119,7 +119,7 @@ uq AS (
      WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
 )
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
-SELECT awa.qs_slot('queue'), """ + ", ".join(
+SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
     "'cancelled'::awa.job_state" if c == "state" else "now()" if c == "finalized_at"
     else "array_append(COALESCE(d.errors, '{}'::jsonb[]), %(error)s::jsonb)" if c == "errors"
     else f"d.{c}" for c in JOB_COLUMNS) + """

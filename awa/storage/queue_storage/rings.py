@@ -70,7 +70,7 @@ SELECT
   AS live"""
 CARRY_FAILED = """
 INSERT INTO awa.done_entries
-SELECT awa.qs_slot('queue'), d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
+SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
        d.max_attempts, d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
        d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
        d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
