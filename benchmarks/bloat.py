@@ -35,10 +35,9 @@ import time
 import uuid
 from typing import Any
 
+import _support
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-
-import _support
 
 import awa
 from awa.storage.queue_storage import install_queue_storage_sync
@@ -99,7 +98,7 @@ async def worker_main(url: str, workers: int) -> None:
 # --- bloat mode ---------------------------------------------------------------------
 async def offer(url: str, rate: int, seconds: float) -> int:
     client = awa.AsyncClient(url)
-    batch, period = 10, 10 / rate
+    batch = 10
     sent, started = 0, time.monotonic()
     while time.monotonic() - started < seconds:
         await client.insert_many([{"i": sent + k} for k in range(batch)], kind=KIND, queue=QUEUE)

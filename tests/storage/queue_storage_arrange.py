@@ -33,7 +33,8 @@ READY_IDS = "SELECT ready_slot, ready_id FROM awa.ready_entries WHERE job_id = %
 RECEIPT = """
 INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue, priority,
                               attempt, claimed_at, deadline_at, ready_slot, ready_id)
-VALUES ((SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), %(id)s, %(lease)s, %(queue)s,
+VALUES ((SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), %(id)s, %(lease)s,
+        %(queue)s,
         %(priority)s, %(attempt)s, now() - make_interval(secs => %(claimed_age)s),
         now() + make_interval(secs => %(dl)s), %(ready_slot)s, %(ready_id)s)
 RETURNING claim_slot, receipt_id"""
@@ -50,7 +51,8 @@ VALUES ((SELECT awa.qs_slot('lease')), %(id)s, %(lease)s, %(queue)s, %(state)s::
         now() - make_interval(secs => %(hb)s),
         CASE WHEN %(state)s::text = 'running' THEN now() + make_interval(secs => %(dl)s) END,
         CASE WHEN %(cb)s::float8 IS NOT NULL THEN gen_random_uuid() END,
-        CASE WHEN %(cb)s::float8 IS NOT NULL THEN now() + make_interval(secs => %(cb)s::float8) END)"""
+        CASE WHEN %(cb)s::float8 IS NOT NULL
+             THEN now() + make_interval(secs => %(cb)s::float8) END)"""
 DEFERRED = """
 INSERT INTO awa.deferred_jobs (kind, queue, args, state, attempt, max_attempts, run_lease,
                                priority, attempted_at, run_at, unique_key, unique_states, tags,

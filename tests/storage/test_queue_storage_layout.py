@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa.storage.engine import AttemptWrite
 from awa.storage.canonical.enqueue import build_batch
+from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage
 
 QS = pytest.mark.parametrize("engine_name", ["queue_storage"])
@@ -181,7 +181,8 @@ async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
             stop = asyncio.Event()
             claimed: list[int] = []
 
-            async def claimer(conn: psycopg.AsyncConnection[Any]) -> None:
+            async def claimer(conn: psycopg.AsyncConnection[Any], queue: str = queue,
+                              stop: asyncio.Event = stop, claimed: list[int] = claimed) -> None:
                 while not stop.is_set():
                     claimed.extend(j.id for j in await engine.claim_batch(conn, queue, 5, 60_000))
 

@@ -11,16 +11,19 @@ written here fall back to canonical's implementation or raise
 
 from __future__ import annotations
 
-from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
-from awa.storage.queue_storage.maintenance import QueueStorageMaintenance
-from awa.storage.queue_storage.reads import QueueStorageReads
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
+from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
 from awa.storage.queue_storage.enqueue import QueueStorageEnqueue
 from awa.storage.queue_storage.execution import QueueStorageExecution
-from awa.storage.queue_storage.schema import (DEFAULT_SCHEMA, install_queue_storage,
-                                              install_queue_storage_sync)
+from awa.storage.queue_storage.maintenance import QueueStorageMaintenance
+from awa.storage.queue_storage.reads import QueueStorageReads
+from awa.storage.queue_storage.schema import (
+    DEFAULT_SCHEMA,
+    install_queue_storage,
+    install_queue_storage_sync,
+)
 
 NAME = "queue_storage"
 

@@ -25,8 +25,15 @@ from awa.storage.canonical import admin as canonical
 from awa.storage.canonical.admin import CanonicalAdmin
 from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.canonical.enqueue import unique_error
-from awa.storage.engine import (AttemptWrite, DlqEntry, DlqFilter, KindQueueCount, QueueCount,
-                                QueueStat, RetryFailedResult)
+from awa.storage.engine import (
+    AttemptWrite,
+    DlqEntry,
+    DlqFilter,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import FINALIZE, finish
 
@@ -55,7 +62,8 @@ SELECT 1 FROM awa.queue_claim_heads
 # Tombstone the (still live, rechecked under the lane lock) ready entries of
 # the jobs and record them cancelled.
 CANCEL_READY = """
-WITH live AS MATERIALIZED (""" + LIVE_READY.replace("SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard", "SELECT r.*") + """
+WITH live AS MATERIALIZED (""" + LIVE_READY.replace(
+    "SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard", "SELECT r.*") + """
 ), tomb AS (
     INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
     SELECT ready_slot, ready_id, job_id, %(reason)s FROM live
@@ -91,11 +99,15 @@ WITH m AS (
 )
 SELECT * FROM done"""
 
+_NULL_TYPES = {"callback_id": "uuid", "heartbeat_at": "timestamptz", "deadline_at": "timestamptz",
+               "finalized_at": "timestamptz", "callback_timeout_at": "timestamptz"}
+
 # A terminal job runnable again: out of done_entries, appended to its lane
 # with a fresh attempt budget (same id, same run_lease).
 _REDRIVE_DONE = """
 WITH d AS MATERIALIZED (
-    DELETE FROM awa.done_entries WHERE id = ANY(%(ids)s::bigint[]) AND state = ANY(%(states)s::awa.job_state[])
+    DELETE FROM awa.done_entries
+     WHERE id = ANY(%(ids)s::bigint[]) AND state = ANY(%(states)s::awa.job_state[])
     RETURNING *
 ), src AS (
     SELECT id, kind, queue, args, priority, 0::smallint AS attempt, max_attempts,
@@ -114,7 +126,7 @@ SELECT """ + ", ".join(
     "'available'::awa.job_state AS state" if c == "state"
     else "0::smallint AS attempt" if c == "attempt"
     else "now() AS run_at" if c == "run_at"
-    else f"NULL::{'uuid' if c == 'callback_id' else 'text' if c.startswith('callback_') and c != 'callback_timeout_at' else 'timestamptz'} AS {c}"
+    else f"NULL::{_NULL_TYPES.get(c, 'text')} AS {c}"
     if c in ("heartbeat_at", "deadline_at", "finalized_at", "callback_id", "callback_timeout_at",
              "callback_filter", "callback_on_complete", "callback_on_fail", "callback_transform")
     else f"d.{c}" for c in JOB_COLUMNS) + """

@@ -17,8 +17,14 @@ from psycopg.types.json import Jsonb
 
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.canonical.callbacks import CanonicalCallbacks
-from awa.storage.engine import (CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, AttemptWrite,
-                                CallbackHolder, CallbackSpec, CallbackWait)
+from awa.storage.engine import (
+    CALLBACK_RESULT_KEY,
+    CALLBACK_RESUME_CHANNEL,
+    AttemptWrite,
+    CallbackHolder,
+    CallbackSpec,
+    CallbackWait,
+)
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import _END, _select, finish
 

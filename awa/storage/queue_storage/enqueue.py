@@ -21,8 +21,14 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
 from awa.storage.canonical import enqueue as canonical
-from awa.storage.canonical.enqueue import (COPY_INTO_STAGING, CREATE_STAGING, STAGING_SOURCE,
-                                           UNIQUE_RACE_RETRIES, UNNEST_SOURCE, CanonicalEnqueue)
+from awa.storage.canonical.enqueue import (
+    COPY_INTO_STAGING,
+    CREATE_STAGING,
+    STAGING_SOURCE,
+    UNIQUE_RACE_RETRIES,
+    UNNEST_SOURCE,
+    CanonicalEnqueue,
+)
 from awa.storage.engine import EnqueueBatch, InsertOutcome
 
 # Given ``src`` (id, kind, queue, args, priority, attempt, max_attempts, run_at,

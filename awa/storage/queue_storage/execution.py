@@ -28,8 +28,11 @@ from psycopg.types.json import Jsonb
 from awa import lifecycle
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical.collisions import apply_batch_or_each
-from awa.storage.canonical.execution import (UPSERT_RUNTIME_INSTANCE, ClaimJsonbLoader,
-                                             job_from_claim)
+from awa.storage.canonical.execution import (
+    UPSERT_RUNTIME_INSTANCE,
+    ClaimJsonbLoader,
+    job_from_claim,
+)
 from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
 
 log = logging.getLogger("awa.storage")
@@ -186,7 +189,8 @@ HEARTBEAT = _ATTEMPTS + """
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at)
-    SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt, a.claim_slot,
+    SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt,
+           a.claim_slot,
            a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline
       FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
     RETURNING job_id, run_lease

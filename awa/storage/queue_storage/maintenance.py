@@ -25,9 +25,17 @@ from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.canonical.maintenance import FINALIZED_STATES, CanonicalMaintenance
-from awa.storage.engine import (ORIGINAL_PRIORITY_KEY, ActiveCronSchedule, AttemptWrite,
-                                CronFired, PromoteBatch, PromotedJob, QueueDepth, RescueBatch,
-                                RescuedAttempt)
+from awa.storage.engine import (
+    ORIGINAL_PRIORITY_KEY,
+    ActiveCronSchedule,
+    AttemptWrite,
+    CronFired,
+    PromoteBatch,
+    PromotedJob,
+    QueueDepth,
+    RescueBatch,
+    RescuedAttempt,
+)
 from awa.storage.queue_storage import rings
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import DEAD_LETTER, FINALIZE, RETRY, finish

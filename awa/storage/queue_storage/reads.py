@@ -16,8 +16,16 @@ import psycopg
 
 from awa.storage.canonical import reads as canonical
 from awa.storage.canonical.reads import CanonicalReads, _float, _rows
-from awa.storage.engine import (CancelledAttempt, JobListQuery, JobSummary, QueueDetail,
-                                RepeatedError, RunningAttemptRead, RunningCounts, WedgedClaims)
+from awa.storage.engine import (
+    CancelledAttempt,
+    JobListQuery,
+    JobSummary,
+    QueueDetail,
+    RepeatedError,
+    RunningAttemptRead,
+    RunningCounts,
+    WedgedClaims,
+)
 
 
 def _on_view(statement: str) -> str:

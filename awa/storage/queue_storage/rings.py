@@ -53,7 +53,8 @@ _OPEN_RECEIPT = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                    WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)"""
 _CLAIMABLE = """r.lane_seq >= h.claim_seq
-               AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)"""
+               AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                WHERE t.ready_id = r.ready_id)"""
 QUEUE_SLOT_LIVE = f"""
 SELECT
   EXISTS (SELECT 1 FROM awa.ready_entries r
