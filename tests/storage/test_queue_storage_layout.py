@@ -200,3 +200,20 @@ async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
     finally:
         for c in conns:
             await c.close()
+
+
+@QS
+async def test_enqueue_shards_spread_a_queue_over_lanes(engine, aconn):
+    """queue_meta.enqueue_shards really shards the enqueue heads; every job is claimed once."""
+    await aconn.execute("INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES ('s', 4) "
+                        "ON CONFLICT (queue) DO UPDATE SET enqueue_shards = 4")
+    for _ in range(4):
+        await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(10)], kind="k",
+                                                     queue="s"))
+    heads = await _all(aconn, "SELECT shard, next_seq FROM awa.queue_enqueue_heads "
+                              "WHERE queue = 's' ORDER BY shard")
+    assert [h["shard"] for h in heads] == [0, 1, 2, 3]
+    assert sum(h["next_seq"] for h in heads) == 40
+    claimed = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
+    assert len(claimed) == len(set(claimed)) == 40
+    assert await engine.claim_batch(aconn, "s", 100, 60_000) == []
