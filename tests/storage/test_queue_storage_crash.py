@@ -108,3 +108,84 @@ async def test_sigkilled_worker_job_is_rescued_and_completed_once(
     finally:
         second.send_signal(signal.SIGKILL)
         await second.wait()
+
+
+CHURN_WORKER = r"""
+import asyncio, json, sys
+import awa, awa.storage
+from awa.storage import queue_storage
+awa.storage.ENGINES.setdefault(queue_storage.NAME, queue_storage.load)
+
+async def main(url, settings):
+    client = awa.AsyncClient(url)
+
+    @client.task(dict, kind="quick", queue="default")
+    async def quick(job):
+        await asyncio.sleep(0.1)
+
+    await client.start([("default", 16)], **settings)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))
+"""
+CHURN_JOBS = 10_000
+
+
+@pytest.mark.timeout(300)
+async def test_ten_thousand_jobs_across_four_processes_with_kills_complete_exactly_once(
+        engine, engine_url, aconn):
+    import awa
+    settings = {**FAST, "heartbeat_interval_ms": 200}
+
+    async def start() -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHURN_WORKER, engine_url, json.dumps(settings),
+            stdout=asyncio.subprocess.PIPE)
+        assert proc.stdout is not None
+        assert (await asyncio.wait_for(proc.stdout.readline(), 30)).split() == [b"ready"]
+        return proc
+
+    workers = [await start() for _ in range(4)]
+    async with awa.AsyncClient(engine_url) as client:
+        for offset in range(0, CHURN_JOBS, 1_000):
+            await client.insert_many([{"i": i} for i in range(offset, offset + 1_000)],
+                                     kind="quick", max_attempts=25)
+    kills = 0
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 240
+        while loop.time() < deadline:
+            done = await count_of(aconn, "SELECT count(*) FROM awa.done_entries "
+                                         "WHERE state = 'completed'")
+            if done >= CHURN_JOBS:
+                break
+            await asyncio.sleep(2.0)
+            if kills < 8:  # a worker SIGKILLed every couple of seconds, and replaced
+                victim = workers.pop(kills % len(workers))
+                victim.send_signal(signal.SIGKILL)
+                await victim.wait()
+                kills += 1
+                workers.append(await start())
+        assert kills >= 3, "the jobs finished before the workers were killed"
+        assert await count_of(aconn, "SELECT count(*) FROM awa.done_entries") == CHURN_JOBS
+        assert await count_of(aconn, "SELECT count(DISTINCT id) FROM awa.done_entries "
+                                     "WHERE state = 'completed'") == CHURN_JOBS
+        cur = await aconn.execute("SELECT state::text AS state, count(*) AS n, "
+                                  "count(DISTINCT id) AS ids FROM awa.jobs GROUP BY 1")
+        assert await cur.fetchall() == [{"state": "completed", "n": CHURN_JOBS,
+                                         "ids": CHURN_JOBS}]
+        rescued = await count_of(aconn, "SELECT count(*) FROM awa.done_entries "
+                                        "WHERE attempt > 1")
+        assert rescued > 0, "no attempt was ever cut short by a kill"
+    finally:
+        for proc in workers:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+
+
+async def count_of(aconn: psycopg.AsyncConnection[Any], query: str) -> int:
+    cur = await aconn.execute(query)
+    row = await cur.fetchone()
+    assert row is not None
+    return int(next(iter(row.values())))
