@@ -49,11 +49,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
-from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
-
 import awa  # noqa: E402 - the checkout's awa, whatever the venv has
 from awa import schema  # noqa: E402
+from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
+from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
 
 # A completion is written within a flush interval of the handler's return;
 # an attempt whose process was killed or stopped this soon after is excused.
@@ -224,7 +223,7 @@ class Run:
                 break
             time.sleep(0.2)
         with psycopg.connect(self.url) as conn:
-            states = dict(conn.execute(COUNT_STATES).fetchall())
+            states: dict[str, int] = dict(conn.execute(COUNT_STATES).fetchall())
         terminal_bad = sum(states.get(s, 0) for s in ("failed", "cancelled"))
         missing = self.result.jobs - sum(states.values())
         unfinished = sum(n for s, n in states.items()

@@ -39,7 +39,7 @@ class Branch:
 class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
-        self.settings = runtime.settings
+        self.settings: config.RuntimeSettings = runtime.settings
         self.elector = LeaderElector(runtime.database_url,
                                      ping_interval_ms=self._ping_interval_ms())
         self.queue_health = QueueHealthPublisher()
