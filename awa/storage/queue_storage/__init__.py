@@ -4,9 +4,10 @@ Enqueue appends ``ready_entries``; claim appends a ``lease_claims`` receipt
 and advances a per-lane claim head; finishing appends a closure and a
 ``done_entries`` row; only long attempts materialize into ``leases`` /
 ``attempt_state``.  ``awa/schema/queue_storage.sql`` holds the layout;
-``install_queue_storage`` installs it.  Not yet the default: groups not yet
-written here fall back to canonical's implementation or raise
-``NotImplementedError`` (see ``tests/storage/conftest.py``'s xfail list).
+``install_queue_storage`` installs it.  Every group
+of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
+unique claims, cron, runtimes, descriptors -- use canonical's statements);
+``rings`` holds rotation and prune.  Not yet the default engine.
 """
 
 from __future__ import annotations
