@@ -1,0 +1,367 @@
+"""Queue storage: the admin group (jobs, queues, the DLQ).
+
+Reads go through the ``awa.jobs`` view and ``awa.dlq_entries`` exactly as
+on canonical (those methods are inherited).  Out-of-band writes are rare,
+so they may delete: a terminal ``done_entries`` row leaves when the job is
+retried, a ``deferred_jobs`` row when it is cancelled.  An available job is
+never deleted from ``ready_entries``: it gets a ``ready_tombstones`` row,
+written while its lane's claim head is locked so no claim can race it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from awa import config
+from awa.job import JOB_COLUMNS, Job, JobState
+from awa.storage.canonical import admin as canonical
+from awa.storage.canonical.admin import CanonicalAdmin
+from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.enqueue import unique_error
+from awa.storage.engine import (
+    AttemptWrite,
+    DlqEntry,
+    DlqFilter,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
+from awa.storage.queue_storage.enqueue import APPEND_READY
+from awa.storage.queue_storage.execution import FINALIZE, finish
+
+_COLUMNS = ", ".join(JOB_COLUMNS)
+
+CURRENT = "SELECT state::text AS state, run_lease, queue FROM awa.jobs WHERE id = %(id)s"
+
+# The live ready entries of a job (normally one) and their lanes.
+LIVE_READY = """
+SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard
+  FROM awa.ready_entries r
+  JOIN awa.queue_claim_heads h
+    ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+   AND r.lane_seq >= h.claim_seq
+ WHERE r.job_id = ANY(%(ids)s::bigint[])
+   AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
+   AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                    WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)"""
+LOCK_LANES = """
+SELECT 1 FROM awa.queue_claim_heads
+ WHERE (queue, priority, shard) IN (
+       SELECT * FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::smallint[]))
+ ORDER BY queue, priority, shard
+   FOR UPDATE"""
+
+# Tombstone the (still live, rechecked under the lane lock) ready entries of
+# the jobs and record them cancelled.
+CANCEL_READY = """
+WITH live AS MATERIALIZED (""" + LIVE_READY.replace(
+    "SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard", "SELECT r.*") + """
+), tomb AS (
+    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
+    SELECT ready_slot, ready_id, job_id, %(reason)s FROM live
+), done AS (
+    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
+    SELECT (SELECT awa.qs_slot('queue')), job_id, kind, queue, args, 'cancelled', priority, attempt,
+           max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
+           tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
+           progress
+      FROM live
+    RETURNING *
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING done d
+     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
+       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
+)
+SELECT * FROM done"""
+
+CANCEL_DEFERRED = """
+WITH m AS (
+    DELETE FROM awa.deferred_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *
+), done AS (
+    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
+    SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
+        "'cancelled'" if c == "state" else "now()" if c == "finalized_at" else c
+        for c in JOB_COLUMNS) + """
+      FROM m
+    RETURNING *
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING done d
+     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
+       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
+)
+SELECT * FROM done"""
+
+_NULL_TYPES = {"callback_id": "uuid", "heartbeat_at": "timestamptz", "deadline_at": "timestamptz",
+               "finalized_at": "timestamptz", "callback_timeout_at": "timestamptz"}
+
+# A terminal job runnable again: out of done_entries, appended to its lane
+# with a fresh attempt budget (same id, same run_lease).
+_REDRIVE_DONE = """
+WITH d AS MATERIALIZED (
+    DELETE FROM awa.done_entries
+     WHERE id = ANY(%(ids)s::bigint[]) AND state = ANY(%(states)s::awa.job_state[])
+    RETURNING *
+), src AS (
+    SELECT id, kind, queue, args, priority, 0::smallint AS attempt, max_attempts,
+           now() AS run_at, attempted_at, created_at, errors, metadata, tags, unique_key,
+           unique_states, run_lease, progress
+      FROM d
+)""" + APPEND_READY + """
+, uq AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT d.unique_key, d.id FROM d
+     WHERE d.unique_key IS NOT NULL AND awa.qs_in_mask(d.unique_states, 'available')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = d.unique_key AND x.job_id = d.id)
+)
+SELECT """ + ", ".join(
+    "'available'::awa.job_state AS state" if c == "state"
+    else "0::smallint AS attempt" if c == "attempt"
+    else "now() AS run_at" if c == "run_at"
+    else f"NULL::{_NULL_TYPES.get(c, 'text')} AS {c}"
+    if c in ("heartbeat_at", "deadline_at", "finalized_at", "callback_id", "callback_timeout_at",
+             "callback_filter", "callback_on_complete", "callback_on_fail", "callback_transform")
+    else f"d.{c}" for c in JOB_COLUMNS) + """
+  FROM d"""
+RETRY_DONE = _REDRIVE_DONE
+# Lanes of a queue, and its live ready entries, for drain.
+LOCK_QUEUE_LANES = """
+SELECT 1 FROM awa.queue_claim_heads WHERE queue = %(queue)s
+ ORDER BY priority, shard FOR UPDATE"""
+DRAIN_QUEUE = """
+WITH live AS MATERIALIZED (
+    SELECT r.*
+      FROM awa.ready_entries r
+      JOIN awa.queue_claim_heads h
+        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+       AND r.lane_seq >= h.claim_seq
+     WHERE r.queue = %(queue)s
+       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+), tomb AS (
+    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
+    SELECT ready_slot, ready_id, job_id, 'drained' FROM live
+), m AS (
+    DELETE FROM awa.deferred_jobs WHERE queue = %(queue)s RETURNING *
+), gone AS (
+    SELECT job_id AS id, kind, queue, args, priority, attempt, max_attempts, run_at,
+           attempted_at, created_at, errors, metadata, tags, unique_key, unique_states,
+           run_lease, progress FROM live
+    UNION ALL
+    SELECT id, kind, queue, args, priority, attempt, max_attempts, run_at, attempted_at,
+           created_at, errors, metadata, tags, unique_key, unique_states, run_lease, progress
+      FROM m
+), done AS (
+    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
+    SELECT (SELECT awa.qs_slot('queue')), id, kind, queue, args, 'cancelled', priority, attempt,
+           max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
+           tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
+           progress
+      FROM gone
+    RETURNING id, kind, unique_key, unique_states
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING done d
+     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
+       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
+)
+SELECT kind, %(queue)s AS queue, count(*) AS drained FROM done GROUP BY kind"""
+
+# Canonical's statement over the view: every branch of awa.jobs is index-backed.
+QUEUE_STATS = (canonical.QUEUE_STATS.replace("FROM awa.jobs_hot", "FROM awa.jobs")
+               .replace("FROM awa.scheduled_jobs", "FROM awa.jobs"))
+
+_REDRIVE_DLQ = """
+WITH m AS (DELETE FROM awa.dlq_entries WHERE {filter} RETURNING *),
+s0 AS MATERIALIZED (
+    SELECT m.job_id AS id, m.kind, COALESCE(%(queue)s, m.queue) AS queue, m.args,
+           COALESCE(%(priority)s::smallint, m.priority) AS priority, 0::smallint AS attempt,
+           m.max_attempts, COALESCE(%(run_at)s::timestamptz, now()) AS run_at, m.attempted_at,
+           m.created_at, m.errors, m.metadata, m.tags, m.unique_key, m.unique_states,
+           m.original_run_lease AS run_lease, m.progress,
+           COALESCE(%(run_at)s::timestamptz, now()) > now() AS deferred
+      FROM m
+), src AS (SELECT * FROM s0 WHERE NOT deferred)""" + APPEND_READY + """
+, later AS (
+    INSERT INTO awa.deferred_jobs (""" + _COLUMNS + """)
+    SELECT id, kind, queue, args, 'scheduled', priority, attempt, max_attempts, run_at, NULL,
+           NULL, attempted_at, NULL, created_at, errors, metadata, tags, unique_key,
+           unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease, progress
+      FROM s0 WHERE deferred
+), uq AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT unique_key, id FROM s0
+     WHERE unique_key IS NOT NULL AND awa.qs_in_mask(unique_states,
+           CASE WHEN deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = s0.unique_key AND x.job_id = s0.id)
+)
+SELECT """ + ", ".join(
+    "CASE WHEN deferred THEN 'scheduled' ELSE 'available' END::awa.job_state AS state"
+    if c == "state" else f"NULL AS {c}"
+    if c in ("heartbeat_at", "deadline_at", "finalized_at", "callback_id", "callback_timeout_at",
+             "callback_filter", "callback_on_complete", "callback_on_fail", "callback_transform")
+    else c for c in JOB_COLUMNS) + """
+  FROM s0"""
+RETRY_FROM_DLQ = _REDRIVE_DLQ.format(filter="job_id = %(id)s")
+RETRY_FROM_DLQ_IDS = _REDRIVE_DLQ.format(filter="job_id = ANY(%(ids)s::bigint[])")
+
+_TO_DLQ = """
+WITH m AS (
+    DELETE FROM awa.done_entries WHERE state = 'failed' AND {filter} RETURNING *
+), moved AS (
+    INSERT INTO awa.dlq_entries (job_id, """ + canonical._NON_ID_COLUMNS + """, dlq_reason,
+                                 dlq_at, original_run_lease)
+    SELECT id, """ + canonical._NON_ID_COLUMNS + """, %(reason)s, now(), run_lease FROM m
+    RETURNING *
+), uq AS (
+    DELETE FROM awa.job_unique_claims x USING m
+     WHERE m.unique_key IS NOT NULL AND x.unique_key = m.unique_key AND x.job_id = m.id
+)"""
+MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM moved"
+BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
+                           "GROUP BY kind, queue")
+
+FAILED_IDS = "SELECT id FROM awa.done_entries WHERE state = 'failed' AND {filter} ORDER BY id"
+DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
+
+
+async def _rows(conn: psycopg.AsyncConnection[Any], sql: str,
+                params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def _row(conn: psycopg.AsyncConnection[Any], sql: str,
+               params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    rows = await _rows(conn, sql, params)
+    return rows[0] if rows else None
+
+
+async def lock_lanes(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
+    """Lock the claim heads of the lanes holding these jobs' live ready entries."""
+    lanes = sorted({(r["queue"], r["priority"], r["shard"])
+                    for r in await _rows(conn, LIVE_READY, {"ids": list(ids)})})
+    if lanes:
+        await conn.execute(LOCK_LANES, {"queues": [q for q, _, _ in lanes],
+                                        "priorities": [p for _, p, _ in lanes],
+                                        "shards": [s for _, _, s in lanes]})
+
+
+class QueueStorageAdmin(CanonicalAdmin):
+    """The admin group on queue storage; lookups, queue pause and DLQ reads are canonical's."""
+
+    async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        async with conn.transaction():
+            current = await _row(conn, CURRENT, {"id": job_id})
+            if current is None:
+                return None
+            state = current["state"]
+            if state == "available":
+                await lock_lanes(conn, [job_id])
+                row = await _row(conn, CANCEL_READY, {"ids": [job_id], "reason": "cancelled"})
+                return Job.from_row(row) if row else None
+            if state in ("scheduled", "retryable"):
+                row = await _row(conn, CANCEL_DEFERRED, {"ids": [job_id]})
+                return Job.from_row(row) if row else None
+            if state not in ("running", "waiting_external"):
+                return None
+            attempt = AttemptWrite(job_id, current["run_lease"])
+            done = await finish(conn, FINALIZE, [attempt], "cancelled", "cancelled",
+                                from_states=("running", "waiting_external"))
+            if not done:
+                return None
+            payload = json.dumps({"job_id": job_id, "run_lease": current["run_lease"]})
+            await canonical._notify(conn, config.CANCEL_CHANNEL, payload)
+        return await self.get_job(conn, job_id)
+
+    async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        try:
+            async with conn.transaction():
+                row = await _row(conn, RETRY_DONE,
+                                 {"ids": [job_id], "states": ["failed", "cancelled"]})
+        except pg_errors.UniqueViolation as exc:
+            raise (unique_error(exc, f"retry job {job_id}") or exc) from None
+        return Job.from_row(row) if row else None
+
+    async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
+                           queue: str | None = None) -> RetryFailedResult:
+        chosen, params = canonical._filters(kind=kind, queue=queue)
+
+        async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
+            return await _rows(conn, RETRY_DONE, {"ids": list(ids), "states": ["failed"]})
+
+        async with conn.transaction():
+            ids = [r["id"] for r in await _rows(
+                conn, FAILED_IDS.format(filter=canonical._all_of(chosen)), params)]
+            outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
+        jobs = [Job.from_row(r) for r in outcome.applied]
+        if not outcome.degraded:
+            return RetryFailedResult(jobs, len(jobs))
+        return RetryFailedResult(jobs, len(ids), skipped=len(ids) - len(jobs))
+
+    async def discard_failed(self, conn: psycopg.AsyncConnection[Any], kind: str) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(DISCARD_FAILED, {"kind": kind})
+            return cur.rowcount
+
+    async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
+                          queue: str) -> list[KindQueueCount]:
+        async with conn.transaction():
+            await conn.execute(LOCK_QUEUE_LANES, {"queue": queue})
+            rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
+        return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
+
+    async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
+        return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
+
+    async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                             run_at: datetime | None = None, priority: int | None = None,
+                             queue: str | None = None) -> Job[Any] | None:
+        params = {"id": job_id, "run_at": run_at, "priority": priority, "queue": queue}
+        try:
+            rows = await _rows(conn, RETRY_FROM_DLQ, params)
+        except pg_errors.UniqueViolation as exc:
+            raise (unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
+        return Job.from_row(rows[0]) if rows else None
+
+    async def bulk_retry_from_dlq(self, conn: psycopg.AsyncConnection[Any],
+                                  where: DlqFilter) -> list[QueueCount]:
+        chosen, params = canonical._filters(kind=where.kind, queue=where.queue, tag=where.tag)
+
+        async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
+            return await _rows(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
+                                                         "priority": None, "queue": None})
+
+        async with conn.transaction():
+            ids = [r["job_id"] for r in await _rows(
+                conn, canonical.DLQ_IDS.format(filter=canonical._all_of(chosen)), params)]
+            outcome = await apply_batch_or_each(conn, ids, batch=redrive,
+                                                what="bulk_retry_from_dlq")
+        return canonical._per_queue(outcome.applied)
+
+    async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                 reason: str) -> DlqEntry | None:
+        row = await _row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
+        return canonical._dlq_entry(row) if row else None
+
+    async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
+                                      kind: str | None = None, queue: str | None = None,
+                                      reason: str) -> list[KindQueueCount]:
+        chosen, params = canonical._filters(kind=kind, queue=queue)
+        params["reason"] = reason
+        rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
+            filter=canonical._all_of(chosen)), params)
+        return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
+
+
+__all__ = ["QueueStorageAdmin", "JobState"]

@@ -1,0 +1,220 @@
+"""Queue storage: the callbacks group.
+
+A callback lives on its attempt's ``leases`` row: registering one
+materializes the attempt (its receipt closed ``materialized``) if the first
+heartbeat has not already.  Resolutions match ``callback_id`` and an open
+lease state (running, waiting_external) in one guarded statement.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from awa.job import JOB_COLUMNS, Job
+from awa.storage.canonical.callbacks import CanonicalCallbacks
+from awa.storage.engine import (
+    CALLBACK_RESULT_KEY,
+    CALLBACK_RESUME_CHANNEL,
+    AttemptWrite,
+    CallbackHolder,
+    CallbackSpec,
+    CallbackWait,
+)
+from awa.storage.queue_storage.enqueue import APPEND_READY
+from awa.storage.queue_storage.execution import _END, _select, finish
+
+_CALLBACK_SET = """
+           callback_id = %(callback_id)s,
+           callback_timeout_at = now() + make_interval(secs => %(timeout)s),
+           callback_filter = %(filter)s, callback_on_complete = %(on_complete)s,
+           callback_on_fail = %(on_fail)s, callback_transform = %(transform)s"""
+
+REGISTER_CALLBACK = """
+WITH att AS MATERIALIZED (
+    SELECT c.* FROM awa.lease_claims c
+     WHERE c.job_id = %(job_id)s AND c.run_lease = %(run_lease)s
+), mat AS (
+    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
+    SELECT claim_slot, receipt_id, job_id, run_lease, 'materialized' FROM att
+    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
+    RETURNING job_id, run_lease
+), fresh AS (
+    INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
+                            receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
+                            deadline_at, callback_id, callback_timeout_at, callback_filter,
+                            callback_on_complete, callback_on_fail, callback_transform)
+    SELECT (SELECT awa.qs_slot('lease')), a.job_id, a.run_lease, a.queue, 'running', a.attempt,
+           a.claim_slot, a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(),
+           a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
+           %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s
+      FROM att a JOIN mat m ON m.job_id = a.job_id AND m.run_lease = a.run_lease
+    RETURNING job_id
+), upd AS (
+    UPDATE awa.leases SET""" + _CALLBACK_SET + """
+     WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
+    RETURNING job_id
+)
+SELECT job_id FROM fresh UNION ALL SELECT job_id FROM upd"""
+
+PARK_FOR_WAIT = """
+UPDATE awa.leases SET state = 'waiting_external'
+ WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
+   AND callback_id = %(callback_id)s
+RETURNING job_id"""
+
+
+OPEN = ("running", "waiting_external")
+
+# The open attempt holding a callback id.
+OPEN_LEASE = """
+SELECT job_id, run_lease, attempt FROM awa.leases
+ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')"""
+LOCK_OPEN_LEASE = OPEN_LEASE + "\n   FOR UPDATE"
+JOB = "SELECT * FROM awa.jobs WHERE id = %(id)s"
+POLL_WAIT = """
+SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text AS result
+  FROM awa.jobs WHERE id = %(job_id)s AND state NOT IN ('scheduled', 'retryable')"""
+FIND_CALLBACK = """
+SELECT job_id AS id, state::text AS state FROM awa.leases WHERE callback_id = %(callback_id)s
+UNION ALL
+SELECT id, state::text FROM awa.done_entries WHERE callback_id = %(callback_id)s
+LIMIT 1"""
+
+# Resolved by the external system: terminal, the callback kept as a record.
+FINALIZE_EXTERNAL = _END + """
+INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
+SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
+                                           "finalized_at": "now()",
+                                           "callback_timeout_at": "NULL"}) + """
+  FROM ended e
+RETURNING id"""
+
+# A fresh start: the attempt ends and the job is appended to its lane with
+# attempt 0 and the callback cleared.
+RETRY_EXTERNAL = _END + """
+, src AS (
+    SELECT e.id, e.kind, e.queue, e.args, e.priority, 0::smallint AS attempt, e.max_attempts,
+           now() AS run_at, e.attempted_at, e.created_at, e.errors, e.metadata, e.tags,
+           e.unique_key, e.unique_states, e.run_lease, e.progress
+      FROM ended e
+)""" + APPEND_READY + """
+SELECT id FROM ready"""
+
+RESUME_EXTERNAL = """
+WITH hit AS (
+    UPDATE awa.leases
+       SET state = 'running', heartbeat_at = now(), callback_id = NULL,
+           callback_timeout_at = NULL, callback_filter = NULL, callback_on_complete = NULL,
+           callback_on_fail = NULL, callback_transform = NULL
+     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+    RETURNING job_id, run_lease
+), st AS (
+    INSERT INTO awa.attempt_state AS s (job_id, run_lease, metadata)
+    SELECT job_id, run_lease, jsonb_build_object(%(key)s::text, %(result)s::jsonb) FROM hit
+    ON CONFLICT (job_id, run_lease) DO UPDATE
+       SET metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
+)
+SELECT job_id, pg_notify(%(channel)s, job_id::text) FROM hit"""
+
+HEARTBEAT_CALLBACK = """
+UPDATE awa.leases SET callback_timeout_at = now() + make_interval(secs => %(timeout)s)
+ WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
+RETURNING job_id"""
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], query: str,
+               params: dict[str, Any]) -> dict[str, Any] | None:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
+
+
+async def _job(conn: psycopg.AsyncConnection[Any], job_id: int | None) -> Job[Any] | None:
+    if job_id is None:
+        return None
+    row = await _one(conn, JOB, {"id": job_id})
+    return None if row is None else Job.from_row(row)
+
+
+class QueueStorageCallbacks(CanonicalCallbacks):
+    """The callbacks group on queue storage."""
+
+    async def _end(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                   statement: Any, to_state: str, meta: dict[str, Any] | None = None,
+                   error: dict[str, Any] | None = None) -> Job[Any] | None:
+        """End the open attempt holding ``callback_id`` through ``statement``."""
+        held = await _one(conn, OPEN_LEASE, {"callback_id": callback_id})
+        if held is None:
+            return None
+        entry = None if error is None else {**error, "attempt": held["attempt"]}
+        write = AttemptWrite(held["job_id"], held["run_lease"], metadata=meta, error=entry)
+        done = await finish(conn, statement, [write], to_state, to_state, from_states=OPEN)
+        return await _job(conn, done[0] if done else None)
+
+    async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, spec: CallbackSpec) -> bool:
+        params = {
+            "callback_id": spec.callback_id, "timeout": spec.timeout_s, "filter": spec.filter,
+            "on_complete": spec.on_complete, "on_fail": spec.on_fail,
+            "transform": spec.transform, "job_id": job_id, "run_lease": run_lease}
+        row = await _one(conn, REGISTER_CALLBACK, params)
+        if row is None:
+            # A concurrent heartbeat may have just materialized the attempt (its
+            # lease invisible to that snapshot): once more, with a fresh one.
+            row = await _one(conn, REGISTER_CALLBACK, params)
+        return row is not None
+
+    async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, callback_id: uuid.UUID) -> bool:
+        row = await _one(conn, PARK_FOR_WAIT, {
+            "job_id": job_id, "run_lease": run_lease, "callback_id": callback_id})
+        return row is not None
+
+    async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any],
+                                 job_id: int) -> CallbackWait | None:
+        row = await _one(conn, POLL_WAIT, {"job_id": job_id, "key": CALLBACK_RESULT_KEY})
+        if row is None:
+            return None
+        return CallbackWait(state=row["state"], run_lease=row["run_lease"],
+                            callback_id=row["callback_id"], result=row["result"])
+
+    async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                                result: dict[str, Any]) -> Job[Any] | None:
+        return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "completed",
+                               meta={CALLBACK_RESULT_KEY: result})
+
+    async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                            error: dict[str, Any]) -> Job[Any] | None:
+        return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "failed", error=error)
+
+    async def retry_external(self, conn: psycopg.AsyncConnection[Any],
+                             callback_id: uuid.UUID) -> Job[Any] | None:
+        return await self._end(conn, callback_id, RETRY_EXTERNAL, "available")
+
+    async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
+                              result: dict[str, Any]) -> Job[Any] | None:
+        row = await _one(conn, RESUME_EXTERNAL, {
+            "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
+            "channel": CALLBACK_RESUME_CHANNEL})
+        return await _job(conn, None if row is None else row["job_id"])
+
+    async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any],
+                                 callback_id: uuid.UUID, timeout_s: float) -> Job[Any] | None:
+        row = await _one(conn, HEARTBEAT_CALLBACK,
+                         {"callback_id": callback_id, "timeout": timeout_s})
+        return await _job(conn, None if row is None else row["job_id"])
+
+    async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],
+                                 callback_id: uuid.UUID) -> Job[Any] | None:
+        row = await _one(conn, LOCK_OPEN_LEASE, {"callback_id": callback_id})
+        return await _job(conn, None if row is None else row["job_id"])
+
+    async def find_callback(self, conn: psycopg.AsyncConnection[Any],
+                            callback_id: uuid.UUID) -> CallbackHolder | None:
+        row = await _one(conn, FIND_CALLBACK, {"callback_id": callback_id})
+        return None if row is None else CallbackHolder(job_id=row["id"], state=row["state"])

@@ -1,0 +1,208 @@
+"""Queue storage: enqueue appends ``ready_entries`` (or ``deferred_jobs`` for a future run_at).
+
+One statement per batch, fed by ``unnest`` of array parameters or by COPY
+into the canonical per-session staging table.  Each lane (queue, priority,
+shard) gets its positions from its enqueue head: one small upsert per lane
+per batch, the only row the producer updates.  The head row stays locked
+until the producer commits, so positions become visible in lane order and a
+claimer can never pass a position that is still to commit.
+
+``APPEND_READY`` is shared by every path that makes a job runnable again
+(promotion, admin retry, callback retry, DLQ redrive): given a CTE ``src``
+of full job rows it appends them to their lanes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from awa.storage.canonical import enqueue as canonical
+from awa.storage.canonical.enqueue import (
+    COPY_INTO_STAGING,
+    CREATE_STAGING,
+    STAGING_SOURCE,
+    UNIQUE_RACE_RETRIES,
+    UNNEST_SOURCE,
+    CanonicalEnqueue,
+)
+from awa.storage.engine import EnqueueBatch, InsertOutcome
+
+# Given ``src`` (id, kind, queue, args, priority, attempt, max_attempts, run_at,
+# attempted_at, created_at, errors, metadata, tags, unique_key, unique_states,
+# run_lease, progress), append every row to its lane.  Defines ``ready``
+# (RETURNING id, state, run_at, created_at).
+APPEND_READY = """
+, rq AS MATERIALIZED (
+    SELECT s.*,
+           CASE WHEN COALESCE(m.enqueue_shards, 1) > 1
+                THEN (s.id %% m.enqueue_shards)::smallint ELSE 0::smallint END AS shard
+      FROM src s LEFT JOIN awa.queue_meta m ON m.queue = s.queue
+), rq_pos AS MATERIALIZED (
+    SELECT rq.*, row_number() OVER (PARTITION BY rq.queue, rq.priority, rq.shard
+                                    ORDER BY rq.id) AS lane_pos
+      FROM rq
+), rq_lanes AS MATERIALIZED (
+    SELECT queue, priority, shard, count(*) AS n FROM rq GROUP BY queue, priority, shard
+), rq_heads AS (
+    INSERT INTO awa.queue_enqueue_heads AS h (queue, priority, shard, next_seq)
+    SELECT queue, priority, shard, n FROM rq_lanes ORDER BY queue, priority, shard
+    ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq
+    RETURNING h.queue, h.priority, h.shard, h.next_seq
+), rq_claim_heads AS (
+    INSERT INTO awa.queue_claim_heads (queue, priority, shard)
+    SELECT queue, priority, shard FROM rq_lanes ORDER BY queue, priority, shard
+    ON CONFLICT (queue, priority, shard) DO NOTHING
+), ready AS (
+    INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard, lane_seq,
+                                   kind, args, attempt, max_attempts, run_at, attempted_at,
+                                   created_at, errors, metadata, tags, unique_key, unique_states,
+                                   run_lease, progress)
+    SELECT (SELECT awa.qs_slot('queue')), nextval('awa.qs_ready_id_seq'), p.id, p.queue, p.priority,
+           p.shard, h.next_seq - l.n + p.lane_pos - 1, p.kind, p.args, p.attempt,
+           p.max_attempts, p.run_at, p.attempted_at, p.created_at, p.errors, p.metadata, p.tags,
+           p.unique_key, p.unique_states, p.run_lease, p.progress
+      FROM rq_pos p
+      JOIN rq_heads h ON h.queue = p.queue AND h.priority = p.priority AND h.shard = p.shard
+      JOIN rq_lanes l ON l.queue = p.queue AND l.priority = p.priority AND l.shard = p.shard
+     ORDER BY p.id
+    RETURNING job_id AS id, 'available'::awa.job_state AS state, run_at, created_at
+)"""
+
+# Deferred rows go to deferred_jobs; unique rows whose key is taken (claimed
+# already, or by an earlier row of the batch) are skipped; the rest append.
+_INSERT = """
+WITH s0 AS MATERIALIZED (
+    SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
+           s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
+           COALESCE(s.run_at, now()) AS run_at,
+           COALESCE(s.run_at > now(), false) AS deferred
+      FROM {source}
+), flagged AS (
+    SELECT s0.*,
+           s0.unique_key IS NOT NULL
+           AND awa.qs_in_mask(s0.unique_states,
+                   CASE WHEN s0.deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)
+           AS claims
+      FROM s0
+), ranked AS (
+    SELECT flagged.*,
+           row_number() OVER (PARTITION BY flagged.claims, flagged.unique_key
+                              ORDER BY flagged.ord) AS nth
+      FROM flagged
+), kept AS MATERIALIZED (
+    SELECT nextval('awa.jobs_id_seq') AS id, r.*
+      FROM ranked r
+     WHERE NOT r.claims
+        OR (r.nth = 1 AND NOT EXISTS (
+               SELECT 1 FROM awa.job_unique_claims c WHERE c.unique_key = r.unique_key))
+     ORDER BY r.ord
+), src AS (
+    SELECT id, kind, queue, args, priority, 0::smallint AS attempt, max_attempts, run_at,
+           NULL::timestamptz AS attempted_at, now() AS created_at, NULL::jsonb[] AS errors,
+           metadata, tags, unique_key, unique_states, 0::bigint AS run_lease,
+           NULL::jsonb AS progress
+      FROM kept WHERE NOT deferred
+)""" + APPEND_READY + """
+, later AS (
+    INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
+                                   metadata, tags, unique_key, unique_states)
+    SELECT id, kind, queue, args, 'scheduled', priority, max_attempts, run_at,
+           metadata, tags, unique_key, unique_states
+      FROM kept WHERE deferred ORDER BY ord
+    RETURNING id, state, run_at, created_at
+), claimed AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT unique_key, id FROM kept WHERE claims
+)
+"""
+_RETURNING = """
+SELECT kept.ord, j.id, j.state, j.run_at, j.created_at
+  FROM (SELECT * FROM ready UNION ALL SELECT * FROM later) j
+  JOIN kept USING (id)
+ ORDER BY kept.ord"""
+_COUNT = "SELECT (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) AS inserted"
+
+INSERT_RETURNING = _INSERT.format(source=UNNEST_SOURCE) + _RETURNING
+INSERT_COUNT = _INSERT.format(source=UNNEST_SOURCE) + _COUNT
+# Run without parameters: no placeholder escaping.
+STAGED_RETURNING = (_INSERT.format(source=STAGING_SOURCE) + _RETURNING).replace("%%", "%")
+STAGED_COUNT = (_INSERT.format(source=STAGING_SOURCE) + _COUNT).replace("%%", "%")
+
+
+def _outcome_rows(batch: EnqueueBatch, rows: list[dict[str, Any]],
+                  returning: bool) -> InsertOutcome:
+    if returning:
+        return canonical._returned(batch, rows)
+    return canonical._counted(batch, int(rows[0]["inserted"]) if rows else 0)
+
+
+class QueueStorageEnqueue(CanonicalEnqueue):
+    """The enqueue group on queue storage (``unique_holder`` is canonical's: it reads the view)."""
+
+    async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                           returning: bool = True) -> InsertOutcome:
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        sql = INSERT_RETURNING if returning else INSERT_COUNT
+        params = canonical._params(batch)
+        guard = batch.has_unique and canonical._in_transaction(conn)
+        for attempt in range(UNIQUE_RACE_RETRIES):
+            try:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    if guard:
+                        async with conn.transaction():
+                            await cur.execute(sql, params)
+                    else:
+                        await cur.execute(sql, params)
+                    return _outcome_rows(batch, await cur.fetchall(), returning)
+            except pg_errors.UniqueViolation as exc:
+                if canonical._give_up(exc, attempt, conn, guard):
+                    raise canonical._conflict_from(exc) from None
+        raise AssertionError("unreachable")
+
+    def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
+                          returning: bool = True) -> InsertOutcome:
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        sql = INSERT_RETURNING if returning else INSERT_COUNT
+        params = canonical._params(batch)
+        guard = batch.has_unique and canonical._in_transaction(conn)
+        for attempt in range(UNIQUE_RACE_RETRIES):
+            try:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    if guard:
+                        with conn.transaction():
+                            cur.execute(sql, params)
+                    else:
+                        cur.execute(sql, params)
+                    return _outcome_rows(batch, cur.fetchall(), returning)
+            except pg_errors.UniqueViolation as exc:
+                if canonical._give_up(exc, attempt, conn, guard):
+                    raise canonical._conflict_from(exc) from None
+        raise AssertionError("unreachable")
+
+    async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
+                         returning: bool = True) -> InsertOutcome:
+        """COPY into the session's staging table, then one append statement."""
+        if not len(batch):
+            return InsertOutcome([], 0, 0)
+        sql = STAGED_RETURNING if returning else STAGED_COUNT
+        async with conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(CREATE_STAGING)
+                async with cur.copy(COPY_INTO_STAGING) as copy:
+                    for row in canonical._copy_rows(batch, with_ord=True):
+                        await copy.write_row(row)
+                for attempt in range(UNIQUE_RACE_RETRIES):
+                    try:
+                        async with conn.transaction():
+                            await cur.execute(sql)
+                        return _outcome_rows(batch, await cur.fetchall(), returning)
+                    except pg_errors.UniqueViolation as exc:
+                        if canonical._give_up(exc, attempt, conn, guarded=True):
+                            raise canonical._conflict_from(exc) from None
+        raise AssertionError("unreachable")

@@ -1,0 +1,387 @@
+"""Queue storage: the worker runtime's hot path.
+
+Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
+advances the lane's claim head.  Every later write is guarded by
+``(job_id, run_lease)``: an attempt is open while its receipt has no
+closure row, or while it has a ``leases`` row (materialized).  Ending an
+attempt appends a closure -- its unique index ``(claim_slot, job_id,
+run_lease)`` lets exactly one of two concurrent finishes win -- or deletes
+its lease row, then appends the job where it goes next: ``done_entries``,
+``deferred_jobs`` or ``awa.dlq_entries``.  One statement per batch.
+
+Unique claims (``awa.job_unique_claims``) are kept by each statement itself
+(there is no row whose state a trigger could watch): a move into a state of
+the mask inserts the claim (a collision raises ``unique_violation`` on
+``idx_awa_jobs_unique``, as on canonical), a move out of it deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.json import Jsonb
+
+from awa import lifecycle
+from awa.job import JOB_COLUMNS, Job, JobState
+from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.execution import (
+    UPSERT_RUNTIME_INSTANCE,
+    ClaimJsonbLoader,
+    job_from_claim,
+)
+from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
+
+log = logging.getLogger("awa.storage")
+
+CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s)"
+
+# The attempts a batch names, joined to their receipts.
+_ATTEMPTS = """
+WITH u AS MATERIALIZED (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delay)s::float8[],
+                         %(error)s::jsonb[], %(progress)s::jsonb[], %(meta)s::jsonb[],
+                         %(reason)s::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+)"""
+
+# Buffered progress (replaces) and metadata (merges) of the rows of ``hit``.
+_UPSERT_STATE = """
+, st AS (
+    INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, metadata)
+    SELECT u.id, u.lease, u.progress, COALESCE(u.meta, '{}'::jsonb)
+      FROM u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
+     WHERE u.progress IS NOT NULL OR u.meta IS NOT NULL
+    ON CONFLICT (job_id, run_lease) DO UPDATE
+       SET progress = COALESCE(EXCLUDED.progress, s.progress),
+           metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
+)
+SELECT job_id FROM hit"""
+
+# End the running attempts: close the receipt (or delete the lease), then
+# ``ended`` holds each one's full job row (state running) for the target.
+_END = _ATTEMPTS + """
+, closed AS (
+    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
+    SELECT claim_slot, receipt_id, id, lease, %(outcome)s FROM att
+    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
+    RETURNING job_id, run_lease
+), leased AS (
+    DELETE FROM awa.leases l USING att
+     WHERE l.job_id = att.id AND l.run_lease = att.lease
+       AND l.state = ANY(%(from_states)s::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           COALESCE(l.deadline_at, a.c_deadline) AS deadline_at, a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason
+      FROM att a
+      JOIN awa.ready_entries r ON r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN awa.attempt_state st ON st.job_id = a.id AND st.run_lease = a.lease
+     WHERE l.job_id IS NOT NULL
+        OR EXISTS (SELECT 1 FROM closed c WHERE c.job_id = a.id AND c.run_lease = a.lease)
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE s.job_id = e.id AND s.run_lease = e.run_lease
+), uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+)
+"""
+
+
+def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:
+    """``ended``'s job columns in table order, some replaced by expressions."""
+    return ", ".join(overrides.get(c, "e." + c) if c != "id" else f"e.id AS {with_id}"
+                     for c in JOB_COLUMNS)
+
+
+_COLUMN_LIST = ", ".join(JOB_COLUMNS)
+_DEFERRED = {
+    "heartbeat_at": "NULL", "deadline_at": "NULL", "finalized_at": "NULL",
+    "callback_id": "NULL", "callback_timeout_at": "NULL", "callback_filter": "NULL",
+    "callback_on_complete": "NULL", "callback_on_fail": "NULL", "callback_transform": "NULL",
+    "run_at": "now() + e.delay_s * interval '1 second'",
+}
+
+# Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
+FINALIZE = _END + f"""
+INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
+SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
+                                       "finalized_at": "now()"})}
+  FROM ended e
+RETURNING id"""
+
+RETRY = _END + f"""
+INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
+SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state"})}
+  FROM ended e
+RETURNING id"""
+
+SNOOZE = _END + f"""
+INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
+SELECT {_select({**_DEFERRED, "state": "'scheduled'::awa.job_state",
+                 "attempt": "greatest(e.attempt - 1, 0)"})}
+  FROM ended e
+RETURNING id"""
+
+DEAD_LETTER = _END + f"""
+INSERT INTO awa.dlq_entries ({", ".join("job_id" if c == "id" else c for c in JOB_COLUMNS)},
+                             dlq_reason, dlq_at, original_run_lease)
+SELECT {_select({"state": "'failed'::awa.job_state", "finalized_at": "now()"},
+                with_id="job_id")},
+       e.reason, now(), e.run_lease
+  FROM ended e
+RETURNING job_id"""
+
+PARK = """
+WITH u AS MATERIALIZED (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(callback_ids)s::uuid[],
+                         %(progress)s::jsonb[], %(meta)s::jsonb[])
+           AS u(id, lease, callback_id, progress, meta)
+), hit AS (
+    UPDATE awa.leases l SET state = 'waiting_external'
+      FROM u
+     WHERE l.job_id = u.id AND l.run_lease = u.lease AND l.state = 'running'
+       AND l.callback_id = u.callback_id
+    RETURNING l.job_id, l.run_lease
+)""" + _UPSERT_STATE
+
+# A heartbeat materializes an open receipt into a lease (closing the receipt
+# 'materialized') or refreshes the lease it already has.
+HEARTBEAT = _ATTEMPTS + """
+, mat AS (
+    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
+    SELECT claim_slot, receipt_id, id, lease, 'materialized' FROM att
+    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
+    RETURNING job_id, run_lease
+), fresh AS (
+    INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
+                            receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
+                            deadline_at)
+    SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt,
+           a.claim_slot,
+           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline
+      FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
+    RETURNING job_id, run_lease
+), beat AS (
+    UPDATE awa.leases l SET heartbeat_at = now()
+      FROM att a
+     WHERE l.job_id = a.id AND l.run_lease = a.lease
+       AND l.state IN ('running', 'waiting_external')
+    RETURNING l.job_id, l.run_lease
+), hit AS (
+    SELECT job_id, run_lease FROM fresh UNION ALL SELECT job_id, run_lease FROM beat
+)""" + _UPSERT_STATE
+
+FLUSH_PROGRESS = _ATTEMPTS + """
+, hit AS (
+    SELECT a.id AS job_id, a.lease AS run_lease FROM att a
+     WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                        WHERE x.claim_slot = a.claim_slot AND x.job_id = a.id
+                          AND x.run_lease = a.lease)
+    UNION ALL
+    SELECT l.job_id, l.run_lease FROM awa.leases l JOIN att a
+        ON l.job_id = a.id AND l.run_lease = a.lease
+     WHERE l.state IN ('running', 'waiting_external')
+)""" + _UPSERT_STATE
+
+AVAILABLE_COUNTS = """
+SELECT r.queue, count(*)
+  FROM awa.queue_claim_heads h
+  JOIN awa.ready_entries r
+    ON r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
+   AND r.lane_seq >= h.claim_seq
+ WHERE h.queue = ANY(%s::text[])
+   AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
+   AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                    WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+ GROUP BY r.queue"""
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+def _params(attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
+            from_states: Sequence[str] = ("running",)) -> dict[str, Any]:
+    """The batch arrays; ``from_states``: which materialized attempts may end (running)."""
+    return {"from_states": list(from_states),
+        "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts],
+        "delay": [a.delay_s for a in attempts], "error": [_jsonb(a.error) for a in attempts],
+        "progress": [_jsonb(a.progress) for a in attempts],
+        "meta": [_jsonb(a.metadata) for a in attempts],
+        "reason": [a.reason for a in attempts], "outcome": outcome, "to_state": to_state,
+    }
+
+
+async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
+               params: dict[str, Any]) -> list[int]:
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(query, params)
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def finish(conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+                 attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
+                 from_states: Sequence[str] = ("running",)) -> list[int]:
+    """Run an end-of-attempt statement; attempts it missed get one more statement.
+
+    A heartbeat that materializes an attempt concurrently wins the closure
+    while the lease it creates is invisible to this statement's snapshot;
+    the second statement sees it.  A stale write just misses twice.
+    """
+    ids = await _ids(conn, statement, _params(attempts, outcome, to_state, from_states))
+    if len(ids) < len(attempts):
+        got = set(ids)
+        rest = [a for a in attempts if a.id not in got]
+        ids += await _ids(conn, statement, _params(rest, outcome, to_state, from_states))
+    return ids
+
+
+class QueueStorageExecution:
+    """The execution group of the Engine protocol on queue storage."""
+
+    async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
+                          deadline_ms: int) -> list[Job[Any]]:
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
+        await cur.execute(CLAIM, (queue, limit, deadline_ms))
+        return [job_from_claim(row) for row in await cur.fetchall()]
+
+    async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
+                             attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await finish(conn, FINALIZE, attempts, "completed", "completed"))
+
+    async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
+                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, RETRY, attempts, "retry", "retryable")
+
+    async def snooze_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, SNOOZE, attempts, "snooze", "scheduled")
+
+    async def dead_letter_batch(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._move(conn, DEAD_LETTER, attempts, "dead-letter", None)
+
+    async def cancel_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await finish(conn, FINALIZE, attempts, "cancelled", "cancelled"))
+
+    async def fail_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await finish(conn, FINALIZE, attempts, "failed", "failed"))
+
+    async def park_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        if not attempts:
+            return AppliedBatch()
+        return AppliedBatch(await _ids(conn, PARK, {
+            "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts],
+            "callback_ids": [a.callback_id for a in attempts],
+            "progress": [_jsonb(a.progress) for a in attempts],
+            "meta": [_jsonb(a.metadata) for a in attempts]}))
+
+    async def cancel_superseded(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        marked = [AttemptWrite(a.id, a.run_lease,
+                               error=lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE,
+                                                           a.attempt))
+                  for a in attempts]
+        return await finish(conn, FINALIZE, marked, "superseded", "cancelled")
+
+    async def heartbeat_batch(self, conn: psycopg.AsyncConnection[Any],
+                              attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        return await _ids(conn, HEARTBEAT, _params(attempts, "materialized", None))
+
+    async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
+                                   attempts: Sequence[AttemptWrite]) -> list[int]:
+        if not attempts:
+            return []
+        return await _ids(conn, FLUSH_PROGRESS, _params(attempts, "progress", None))
+
+    async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
+                                      snapshot: RuntimeSnapshot) -> None:
+        s = snapshot
+        await conn.execute(UPSERT_RUNTIME_INSTANCE, (
+            s.instance_id, s.hostname, s.pid, s.version, s.started_at, s.snapshot_interval_ms,
+            s.healthy, s.postgres_connected, s.poll_loop_alive, s.heartbeat_alive,
+            s.maintenance_alive, s.leader, s.shutting_down, s.global_max_workers,
+            Jsonb(s.queues)))
+
+    async def available_counts(self, conn: psycopg.AsyncConnection[Any],
+                               queues: Sequence[str]) -> dict[str, int]:
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(AVAILABLE_COUNTS, (list(queues),))
+        return {queue: int(n) for queue, n in await cur.fetchall()}
+
+    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+                    attempts: Sequence[AttemptWrite], what: str,
+                    to_state: str | None) -> AppliedBatch:
+        """Retry, snooze, dead-letter: one statement; on a unique collision the shared
+        fallback (row by row, the superseded attempt cancelled)."""
+        if not attempts:
+            return AppliedBatch()
+        outcome_name = to_state or "dead_lettered"
+        if conn.autocommit:
+            try:
+                return AppliedBatch(await finish(conn, statement, attempts, outcome_name,
+                                                 to_state))
+            except psycopg.errors.UniqueViolation:
+                pass
+
+        async def batch(items: Sequence[AttemptWrite]) -> list[int]:
+            return await finish(conn, statement, items, outcome_name, to_state)
+
+        async def supersede(item: AttemptWrite) -> list[int]:
+            return await self.cancel_superseded(conn, [item])
+
+        outcome = await apply_batch_or_each(conn, attempts, batch=batch, on_collision=supersede,
+                                            what=f"{what} of {len(attempts)} job(s)")
+        for job_id in outcome.superseded:
+            log.info("job %s: %s collided with a newer unique job; cancelled", job_id, what)
+        return AppliedBatch(outcome.applied, outcome.superseded)
+
+
+__all__ = ["QueueStorageExecution", "JobState"]

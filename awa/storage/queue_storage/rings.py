@@ -1,0 +1,203 @@
+"""Queue storage: ring rotation and prune, run by the maintenance leader.
+
+Each ring (queue: ready entries, tombstones, terminal history; claim:
+receipts and closures; lease: materialized attempts) writes into its current
+slot.  ``rotate`` moves a ring to its next slot once that slot is empty;
+``prune`` reclaims a sealed slot with ``TRUNCATE`` -- never a row DELETE --
+once it proves the slot holds nothing live:
+
+* queue slot: no ready entry still claimable (at or past its lane's claim
+  head, not tombstoned, not claimed), no open receipt or lease whose payload
+  lives there, and no terminal row younger than its retention (failed rows
+  inside the failed-retention floor are carried forward to the current slot);
+* claim slot: no open receipt, no lease naming one of its receipts, and no
+  claimable-looking ready entry whose claim evidence is one of its receipts;
+* lease slot: no lease row left.
+
+The proof runs again after the ``ACCESS EXCLUSIVE`` lock is taken, under a
+short ``lock_timeout``: a reader or writer holding the partition makes prune
+skip this round (``busy``) instead of queueing claims behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+Ring = Literal["queue", "claim", "lease"]
+RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
+_TABLES: dict[str, tuple[str, ...]] = {
+    "queue": ("ready_entries", "ready_tombstones", "done_entries"),
+    "claim": ("lease_claims", "lease_claim_closures", "lease_claim_closure_batches"),
+    "lease": ("leases",),
+}
+DEFAULT_LOCK_TIMEOUT_MS = 50
+
+RING_STATE = "SELECT ring, current_slot, slot_count, generation FROM awa.queue_ring_state"
+LOCK_RING = ("SELECT current_slot, slot_count FROM awa.queue_ring_state WHERE ring = %(ring)s "
+             "FOR UPDATE")
+ADVANCE = """
+UPDATE awa.queue_ring_state
+   SET current_slot = %(next)s, generation = generation + 1, rotated_at = now()
+ WHERE ring = %(ring)s AND current_slot = %(current)s"""
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(ms)s, true)"
+
+# What keeps a slot alive; every query answers "is anything live left?".
+_OPEN_RECEIPT = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                   WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                     AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                   WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)"""
+_CLAIMABLE = """r.lane_seq >= h.claim_seq
+               AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                WHERE t.ready_id = r.ready_id)"""
+QUEUE_SLOT_LIVE = f"""
+SELECT
+  EXISTS (SELECT 1 FROM awa.ready_entries r
+            JOIN awa.queue_claim_heads h
+              ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+           WHERE r.ready_slot = %(slot)s AND {_CLAIMABLE}
+             AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                              WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1))
+  OR EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {_OPEN_RECEIPT})
+  OR EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
+  OR EXISTS (SELECT 1 FROM awa.done_entries d
+              WHERE d.ready_slot = %(slot)s AND d.state <> 'failed'
+                AND d.finalized_at > now() - make_interval(secs => %(completed_s)s))
+  AS live"""
+CARRY_FAILED = """
+INSERT INTO awa.done_entries
+SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
+       d.max_attempts, d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
+       d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
+       d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
+       d.callback_on_fail, d.callback_transform, d.run_lease, d.progress
+  FROM awa.done_entries d
+ WHERE d.ready_slot = %(slot)s AND d.state = 'failed'
+   AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
+CLAIM_SLOT_LIVE = f"""
+SELECT
+  EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {_OPEN_RECEIPT})
+  OR EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
+  OR EXISTS (SELECT 1 FROM awa.lease_claims c
+               JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+               JOIN awa.queue_claim_heads h
+                 ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+              WHERE c.claim_slot = %(slot)s AND {_CLAIMABLE})
+  AS live"""
+LEASE_SLOT_LIVE = "SELECT EXISTS (SELECT 1 FROM awa.leases WHERE lease_slot = %(slot)s) AS live"
+SLOT_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM {table}) AS empty"
+
+
+@dataclass
+class PruneReport:
+    """One prune pass: which (ring, slot) were truncated, skipped as busy or still live."""
+
+    truncated: list[tuple[str, int]] = field(default_factory=list)
+    busy: list[tuple[str, int]] = field(default_factory=list)
+    live: list[tuple[str, int]] = field(default_factory=list)
+    carried_failed: int = 0
+
+
+def _partition(table: str, slot: int) -> sql.Identifier:
+    return sql.Identifier("awa", f"{table}_{int(slot)}")
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], query: Any,
+               params: dict[str, Any] | None = None) -> dict[str, Any]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        row = await cur.fetchone()
+        assert row is not None
+        return row
+
+
+async def ring_state(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(RING_STATE)
+        return {r["ring"]: r for r in await cur.fetchall()}
+
+
+async def _slot_empty(conn: psycopg.AsyncConnection[Any], ring: str, slot: int) -> bool:
+    for table in _TABLES[ring]:
+        row = await _one(conn, sql.SQL(SLOT_EMPTY).format(table=_partition(table, slot)))
+        if not row["empty"]:
+            return False
+    return True
+
+
+async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring) -> bool:
+    """Move ``ring`` to its next slot when that slot is empty; False when it is not yet."""
+    async with conn.transaction():
+        state = await _one(conn, LOCK_RING, {"ring": ring})
+        current, count = int(state["current_slot"]), int(state["slot_count"])
+        following = (current + 1) % count
+        if not await _slot_empty(conn, ring, following):
+            return False
+        await conn.execute(ADVANCE, {"ring": ring, "next": following, "current": current})
+    return True
+
+
+async def _live(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
+                completed_s: float) -> bool:
+    if ring == "queue":
+        query = QUEUE_SLOT_LIVE
+    elif ring == "claim":
+        query = CLAIM_SLOT_LIVE
+    else:
+        query = LEASE_SLOT_LIVE
+    return bool((await _one(conn, query, {"slot": slot, "completed_s": completed_s}))["live"])
+
+
+async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
+                failed_retention_s: float,
+                lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
+    """Truncate every sealed slot proven free of live rows (rechecked under the lock)."""
+    report = PruneReport()
+    states = await ring_state(conn)
+    for ring in RINGS:
+        current, count = int(states[ring]["current_slot"]), int(states[ring]["slot_count"])
+        # Oldest sealed first: the slot after the current one was written longest ago.
+        for step in range(1, count):
+            slot = (current + step) % count
+            if await _slot_empty(conn, ring, slot):
+                continue
+            if await _live(conn, ring, slot, completed_retention_s):
+                report.live.append((ring, slot))
+                continue
+            try:
+                async with conn.transaction():
+                    await conn.execute(SET_LOCK_TIMEOUT, {"ms": str(lock_timeout_ms)})
+                    for table in _TABLES[ring]:
+                        await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE")
+                                           .format(_partition(table, slot)))
+                    # Under the lock nothing can write or read the slot: prove it again.
+                    if await _live(conn, ring, slot, completed_retention_s):
+                        report.live.append((ring, slot))
+                        continue
+                    if ring == "queue":
+                        async with conn.cursor() as cur:
+                            await cur.execute(CARRY_FAILED, {"slot": slot,
+                                                             "failed_s": failed_retention_s})
+                            report.carried_failed += max(cur.rowcount, 0)
+                    await conn.execute(sql.SQL("TRUNCATE {}").format(
+                        sql.SQL(", ").join(_partition(t, slot) for t in _TABLES[ring])))
+                report.truncated.append((ring, slot))
+            except psycopg.errors.LockNotAvailable:
+                report.busy.append((ring, slot))
+    return report
+
+
+async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
+                           failed_retention_s: float,
+                           lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
+    """One maintenance tick of the rings: prune what is sealed, then rotate every ring."""
+    report = await prune(conn, completed_retention_s=completed_retention_s,
+                         failed_retention_s=failed_retention_s, lock_timeout_ms=lock_timeout_ms)
+    for ring in RINGS:
+        await rotate(conn, ring)
+    return report

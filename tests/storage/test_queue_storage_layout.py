@@ -1,0 +1,219 @@
+"""Queue storage only: the layout the troubleshooting guide reads, and the append-only property.
+
+The guide's queue-storage queries (``awa.leases``, the ``lease_claims``
+anti-join with ``lease_claim_closures`` / ``lease_claim_closure_batches``,
+``runtime_storage_backends``, the table-churn query) run here verbatim.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from awa.storage.canonical.enqueue import build_batch
+from awa.storage.engine import AttemptWrite
+from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage
+
+QS = pytest.mark.parametrize("engine_name", ["queue_storage"])
+
+GUIDE_LEASES = """
+SELECT
+    job_id,
+    queue,
+    attempt,
+    heartbeat_at,
+    deadline_at,
+    EXTRACT(EPOCH FROM (now() - heartbeat_at)) AS heartbeat_age_s,
+    EXTRACT(EPOCH FROM (deadline_at - now())) AS deadline_remaining_s
+FROM awa.leases
+WHERE state = 'running'
+ORDER BY heartbeat_at ASC;
+"""
+
+GUIDE_RECEIPTS = """
+SELECT
+    c.job_id,
+    c.queue,
+    c.attempt,
+    c.claimed_at,
+    c.deadline_at,
+    EXTRACT(EPOCH FROM (now() - c.claimed_at)) AS claimed_age_s,
+    EXTRACT(EPOCH FROM (c.deadline_at - now())) AS deadline_remaining_s
+FROM awa.lease_claims c
+WHERE NOT EXISTS (
+    SELECT 1 FROM awa.lease_claim_closures cx
+    WHERE cx.claim_slot = c.claim_slot
+      AND cx.job_id = c.job_id
+      AND cx.run_lease = c.run_lease
+)
+AND NOT EXISTS (
+    SELECT 1 FROM awa.lease_claim_closure_batches cb
+    WHERE cb.receipt_ranges @> c.receipt_id
+)
+ORDER BY c.claimed_at ASC;
+"""
+
+GUIDE_CANONICAL_RUNNING = """
+SELECT id, kind, queue, attempt, heartbeat_at, deadline_at
+FROM awa.jobs
+WHERE state = 'running'
+ORDER BY heartbeat_at ASC;
+"""
+
+GUIDE_BACKENDS = """
+SELECT
+    backend,
+    schema_name,
+    updated_at
+FROM awa.runtime_storage_backends;
+"""
+
+GUIDE_CHURN = """
+SELECT
+    relname,
+    n_live_tup,
+    n_dead_tup,
+    vacuum_count,
+    autovacuum_count,
+    last_vacuum,
+    last_autovacuum
+FROM pg_stat_user_tables
+WHERE schemaname = '<schema>'
+  AND (
+      relname = 'attempt_state'
+      OR relname = 'deferred_jobs'
+      OR relname = 'dlq_entries'
+      OR relname LIKE 'ready_segments_%'
+      OR relname LIKE 'ready_entries%'
+      OR relname LIKE 'ready_tombstones%'
+      OR relname LIKE 'done_entries%'
+      OR relname LIKE 'queue_terminal_count_deltas%'
+      OR relname LIKE 'leases%'
+  )
+ORDER BY n_dead_tup DESC, relname;
+"""
+
+
+async def _all(conn: psycopg.AsyncConnection[Any], sql: str) -> list[dict[str, Any]]:
+    cur = await conn.execute(sql)
+    return await cur.fetchall()
+
+
+@QS
+async def test_install_is_idempotent_and_names_the_backend(engine_url, aconn):
+    await install_queue_storage(aconn)
+    rows = await _all(aconn, GUIDE_BACKENDS)
+    assert [(r["backend"], r["schema_name"]) for r in rows] == [("queue_storage", "awa")]
+    [row] = await _all(aconn, "SELECT awa.active_queue_storage_schema() AS s")
+    assert row["s"] == "awa"
+
+
+@QS
+async def test_the_guides_queries_return_the_running_attempts(engine, aconn):
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k"))
+    short, long_, done = await engine.claim_batch(aconn, "default", 3, 60_000)
+    # One finishes, one heartbeats (materializes into leases), one stays a bare receipt.
+    assert (await engine.complete_batch(aconn, [AttemptWrite(done.id, done.run_lease)])).applied
+    assert await engine.heartbeat_batch(aconn, [AttemptWrite(long_.id, long_.run_lease)])
+    leases = await _all(aconn, GUIDE_LEASES)
+    assert [(r["job_id"], r["attempt"]) for r in leases] == [(long_.id, 1)]
+    assert leases[0]["heartbeat_age_s"] < 60 and leases[0]["deadline_remaining_s"] > 0
+    receipts = await _all(aconn, GUIDE_RECEIPTS)
+    assert [(r["job_id"], r["queue"], r["attempt"]) for r in receipts] == [(short.id, "default", 1)]
+    running = await _all(aconn, GUIDE_CANONICAL_RUNNING)
+    assert sorted(r["id"] for r in running) == sorted([short.id, long_.id])
+    assert {r["kind"] for r in running} == {"k"}
+    churn = await _all(aconn, GUIDE_CHURN.replace("<schema>", "awa"))
+    assert {"ready_entries_0", "done_entries_0", "leases_0", "attempt_state"} <= {
+        r["relname"] for r in churn}
+
+
+@QS
+async def test_the_hot_path_only_appends(engine, aconn):
+    """Enqueue, claim and complete leave the canonical tables alone and never update or
+    delete a ready, receipt, closure or done row (pg_stat counters, per table)."""
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(50)], kind="k"))
+    jobs = await engine.claim_batch(aconn, "default", 50, 60_000)
+    assert len(jobs) == 50
+    applied = await engine.complete_batch(aconn, [AttemptWrite(j.id, j.run_lease) for j in jobs])
+    assert len(applied.applied) == 50
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.jobs_hot")
+    assert (await cur.fetchone())["n"] == 0
+    await aconn.execute("SELECT pg_stat_force_next_flush()")
+    stats = await _all(aconn, """
+        SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_xact_user_tables
+         WHERE false""")
+    assert stats == []
+    async with await psycopg.AsyncConnection.connect(aconn.info.dsn, autocommit=True,
+                                                     row_factory=dict_row) as other:
+        rows = await _all(other, """
+            SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables
+             WHERE schemaname = 'awa' AND (relname LIKE 'ready_entries_%'
+                OR relname LIKE 'lease_claims_%' OR relname LIKE 'lease_claim_closures_%'
+                OR relname LIKE 'done_entries_%')""")
+    written = {r["relname"]: r for r in rows if r["n_tup_ins"]}
+    assert {"ready_entries_0", "lease_claims_0", "lease_claim_closures_0",
+            "done_entries_0"} <= set(written)
+    assert all(r["n_tup_upd"] == 0 and r["n_tup_del"] == 0 for r in rows), rows
+
+
+@QS
+async def test_engine_selection_finds_this_engine(engine_url, aconn):
+    from awa.storage import describe_layout, open_engine
+    layout = await describe_layout(aconn)
+    assert (layout.engine, layout.schema, layout.foreign) == ("queue_storage", "awa", False)
+    assert isinstance(await open_engine(aconn), QueueStorageEngine)
+
+
+@QS
+async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
+    """Claimers racing the producer that creates a lane: each job is claimed once."""
+    import asyncio
+
+    conns = [await psycopg.AsyncConnection.connect(engine_url, autocommit=True)
+             for _ in range(4)]
+    try:
+        for round_ in range(20):
+            queue = f"fresh{round_}"
+            stop = asyncio.Event()
+            claimed: list[int] = []
+
+            async def claimer(conn: psycopg.AsyncConnection[Any], queue: str = queue,
+                              stop: asyncio.Event = stop, claimed: list[int] = claimed) -> None:
+                while not stop.is_set():
+                    claimed.extend(j.id for j in await engine.claim_batch(conn, queue, 5, 60_000))
+
+            tasks = [asyncio.create_task(claimer(c)) for c in conns]
+            await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k",
+                                                         queue=queue))
+            for _ in range(100):
+                if len(claimed) >= 3:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(*tasks)
+            assert sorted(claimed) == sorted(set(claimed)) and len(claimed) == 3, claimed
+    finally:
+        for c in conns:
+            await c.close()
+
+
+@QS
+async def test_enqueue_shards_spread_a_queue_over_lanes(engine, aconn):
+    """queue_meta.enqueue_shards really shards the enqueue heads; every job is claimed once."""
+    await aconn.execute("INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES ('s', 4) "
+                        "ON CONFLICT (queue) DO UPDATE SET enqueue_shards = 4")
+    for _ in range(4):
+        await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(10)], kind="k",
+                                                     queue="s"))
+    heads = await _all(aconn, "SELECT shard, next_seq FROM awa.queue_enqueue_heads "
+                              "WHERE queue = 's' ORDER BY shard")
+    assert [h["shard"] for h in heads] == [0, 1, 2, 3]
+    assert sum(h["next_seq"] for h in heads) == 40
+    claimed = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
+    assert len(claimed) == len(set(claimed)) == 40
+    assert await engine.claim_batch(aconn, "s", 100, 60_000) == []
