@@ -80,6 +80,11 @@ class CallbackAlreadyResolved(CallbackNotFound):
         self.state = state
 
 
+class InvalidCallbackId(ValidationError, CallbackNotFound):
+    """A callback id that is not a UUID: awa-pg 0.6.9 raised ``ValidationError``; it is
+    also a ``CallbackNotFound`` (nobody can be waiting on it)."""
+
+
 class CallbackWaitInterrupted(AwaError):
     """``wait_for_callback`` ended without a resume (cancelled, resolved, rescued)."""
 
@@ -115,8 +120,8 @@ def parse_callback_id(callback_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(callback_id))
     except ValueError:
-        raise CallbackNotFound(f"callback {str(callback_id)[:80]!r} not found: a callback id "
-                               f"is a UUID") from None
+        raise InvalidCallbackId(f"callback {str(callback_id)[:80]!r} not found: a callback id "
+                                f"is a UUID") from None
 
 
 def check_timeout(timeout_seconds: Any) -> float:

@@ -27,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa import config, db, schema
 from awa.admin import AdminMixin
 from awa.callbacks import CallbackMixin
+from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin
@@ -37,7 +38,7 @@ from awa.worker import WorkerMixin
 
 @db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
-                  CallbackMixin):
+                  CallbackMixin, StorageTransitionMixin):
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS, *,
                  application_name: str = config.APP_NAME_WORKER) -> None:
@@ -202,3 +203,7 @@ class Client(_SyncProxy):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+RawClient = Client
+"""awa-pg 0.6.9's low-level client; here the same object as ``Client``."""

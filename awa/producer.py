@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db
-from awa.job import AwaError, Job
+from awa.job import AwaError, DatabaseError, Job
 from awa.metrics import METRICS
 from awa import metrics as awa_metrics
 from awa.storage.canonical import enqueue
@@ -277,7 +277,7 @@ class Transaction:
     async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
         row = await self.fetch_optional(query, *args)
         if row is None:
-            raise AwaError("fetch_one: the query returned no row")
+            raise DatabaseError("fetch_one: the query returned no row")
         return row
 
     async def insert(self, args: Any, *, kind: str | None = None,

@@ -45,8 +45,8 @@ class Ctx:
             return list(cur.fetchall()) if cur.description else []
 
 
-def _raised(exc: BaseException) -> dict[str, Any]:
-    return {"raised": type(exc).__name__}
+def _raised(exc: BaseException) -> str:
+    return scenarios.raised(exc)
 
 
 def run_sync(fn: Any, url: str, client: Any) -> Any:
@@ -93,6 +93,7 @@ def main() -> None:
     out: dict[str, Any] = {}
     sync_fns = [f for f in wanted if not inspect.iscoroutinefunction(f)]
     async_fns = [f for f in wanted if inspect.iscoroutinefunction(f)]
+    async_fns.sort(key=lambda f: f.__name__ in scenarios.RUN_LAST)
     client = awa.Client(url)
     try:
         for fn in sync_fns:

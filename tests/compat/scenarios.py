@@ -34,10 +34,21 @@ def scenario(fn: Callable[..., Any] | None = None, *, name: str | None = None) -
 
 
 # --- summarising helpers ------------------------------------------------------
+BUILTIN_BASES = (bool, int, float, str, bytes, list, tuple, dict)
+
+
 def tn(value: Any) -> str:
-    """A type name both SDKs can agree on (PyO3 classes live in ``builtins``)."""
+    """A type name both SDKs can agree on (PyO3 classes live in ``builtins``).
+
+    A subclass of a builtin type reports the builtin (ours returns e.g. job timestamps
+    as a ``str`` subclass): what user code can rely on is ``isinstance``.
+    """
     if isinstance(value, awa.JobState):
         return "JobState"
+    if type(value) not in BUILTIN_BASES:
+        for base in BUILTIN_BASES:
+            if isinstance(value, base):
+                return base.__name__
     return type(value).__name__
 
 
@@ -66,15 +77,31 @@ def job(j: Any) -> Any:
     """A Job: its type, every reference field's type, and the values that do not vary."""
     if j is None or not hasattr(j, "kind"):
         return {"not_a_job": tn(j)}
-    out: dict[str, Any] = {"type": tn(j), "types": {f: tn(getattr(j, f)) for f in JOB_FIELDS}}
+    out: dict[str, Any] = {"type": tn(j), "types": {f: tn(getattr(j, f)) for f in JOB_FIELDS
+                                                     if f != "args"}}
     out.update({f: getattr(j, f) for f in STABLE})
+    # What came back as args is compared by insert_args_type alone; here, its content.
+    if dataclasses.is_dataclass(out["args"]):
+        out["args"] = dataclasses.asdict(out["args"])
     out["state"] = str(j.state)
     out["errors"] = len(j.errors)
     return out
 
 
+def raised(exc: BaseException) -> str:
+    """``raised:Name,Base,...``: an exception and the classes an ``except`` could name.
+
+    The suite counts ours as compatible when it is an instance of what the
+    reference raised (so every ``except``/``pytest.raises`` of a user still
+    catches it), not only when the names are equal.
+    """
+    names = [c.__name__ for c in type(exc).__mro__
+             if c not in (BaseException, Exception, object)]
+    return "raised:" + ",".join(names)
+
+
 def raises(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    """The name of what ``fn(...)`` raised, or ``ok``."""
+    """What ``fn(...)`` raised (see ``raised``), or ``ok``."""
     try:
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
@@ -82,7 +109,7 @@ def raises(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
             return "awaitable"
         return "ok"
     except Exception as exc:
-        return type(exc).__name__
+        return raised(exc)
 
 
 async def araises(awaitable: Any) -> str:
@@ -90,7 +117,7 @@ async def araises(awaitable: Any) -> str:
         await awaitable
         return "ok"
     except Exception as exc:
-        return type(exc).__name__
+        return raised(exc)
 
 
 def fields(obj: Any, names: tuple[str, ...]) -> dict[str, str]:
@@ -138,7 +165,7 @@ def testing_module_names(ctx: Any) -> Any:
     try:
         t = importlib.import_module("awa.testing")
     except Exception as exc:
-        return {"import": type(exc).__name__}
+        return raised(exc)
     return {n: hasattr(t, n) for n in ("AwaTestClient", "HandlerJob", "JobRow", "NoJob",
                                        "WorkResult", "awa_client", "get_database_url",
                                        "DEFAULT_DATABASE_URL")}
@@ -284,9 +311,11 @@ def migrations_range_shape(ctx: Any) -> Any:
 
 
 @scenario
-def migrate_function_awaitable(ctx: Any) -> Any:
-    return inspect.iscoroutinefunction(awa.migrate) or "awaitable" == raises(
-        lambda: awa.migrate(ctx.url))
+async def migrate_function_awaitable(ctx: Any) -> Any:
+    pending = awa.migrate(ctx.url)
+    awaitable = inspect.isawaitable(pending)
+    await pending
+    return awaitable
 
 
 @scenario
@@ -308,6 +337,11 @@ def schema_patches_shape(ctx: Any) -> Any:
 @scenario
 def insert_dict_kind(ctx: Any) -> Any:
     return job(ctx.client.insert({"a": 1}, kind="compat_k", queue=ctx.q))
+
+
+@scenario
+def insert_args_type(ctx: Any) -> Any:
+    return tn(ctx.client.insert(SendEmail(to="a@b.c"), queue=ctx.q).args)
 
 
 @scenario
@@ -338,7 +372,7 @@ for _p in (-1, 0, 1, 2, 3, 4, 5, 100):
         try:
             return job(ctx.client.insert(CompatPing(), queue=ctx.q, priority=_p))
         except Exception as exc:
-            return {"raised": type(exc).__name__}
+            return raised(exc)
     scenario(_prio, name=f"insert_priority_{_p}".replace("-", "m"))
 
 for _m in (-1, 0, 1, 25, 1000, 32767, 40000):
@@ -346,7 +380,7 @@ for _m in (-1, 0, 1, 25, 1000, 32767, 40000):
         try:
             return job(ctx.client.insert(CompatPing(), queue=ctx.q, max_attempts=_m))
         except Exception as exc:
-            return {"raised": type(exc).__name__}
+            return raised(exc)
     scenario(_max, name=f"insert_max_attempts_{_m}".replace("-", "m"))
 
 
@@ -501,7 +535,7 @@ def job_methods_outside_handler(ctx: Any) -> Any:
 def insert_many_copy_returns(ctx: Any) -> Any:
     jobs = ctx.client.insert_many_copy([CompatPing(n=i) for i in range(3)], queue=ctx.q)
     return {"type": tn(jobs), "n": len(jobs), "first": job(jobs[0]),
-            "args": [j.args for j in jobs]}
+            "args": [job(j)["args"] for j in jobs]}
 
 
 @scenario
@@ -763,7 +797,7 @@ def admin_cancel_missing(ctx: Any) -> Any:
     try:
         return jsonable(ctx.client.cancel(987654321))
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
 
 
 @scenario
@@ -785,7 +819,7 @@ def admin_retry_missing(ctx: Any) -> Any:
     try:
         return jsonable(ctx.client.retry(987654321))
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
 
 
 @scenario
@@ -912,8 +946,10 @@ def admin_health_check(ctx: Any) -> Any:
 
 @scenario
 def admin_storage_status(ctx: Any) -> Any:
+    import json
     s = ctx.client.storage_status()
-    return [tn(s), s]
+    d = json.loads(s)
+    return [tn(s), sorted(d), d["current_engine"], d["active_engine"], d["state"]]
 
 
 @scenario
@@ -979,7 +1015,7 @@ def dlq_move_not_failed(ctx: Any) -> Any:
     try:
         return jsonable(ctx.client.move_failed_to_dlq(j.id, "why"))
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
 
 
 @scenario
@@ -1066,7 +1102,14 @@ async def aadmin_health(ctx: Any) -> Any:
 
 @scenario
 async def aadmin_storage_status(ctx: Any) -> Any:
-    return await ctx.client.storage_status()
+    import json
+    return json.loads(await ctx.client.storage_status())["current_engine"]
+
+
+@scenario
+async def aadmin_prepare_queue_storage_call(ctx: Any) -> Any:
+    return [tn(await ctx.client.prepare_queue_storage_schema(schema="awa_qs_compat")),
+            json_engine(await ctx.client.storage_status())]
 
 
 @scenario
@@ -1079,6 +1122,11 @@ async def aadmin_prepare_queue_storage_accepts_args(ctx: Any) -> Any:
 @scenario
 async def aadmin_install_queue_storage_args(ctx: Any) -> Any:
     return sorted(inspect.signature(ctx.client.install_queue_storage).parameters)
+
+
+def json_engine(status: str) -> Any:
+    import json
+    return json.loads(status)["current_engine"]
 
 
 # === callbacks (ids with no waiting job) ==========================================
@@ -1103,7 +1151,7 @@ def view_delete_where(ctx: Any) -> Any:
     try:
         ctx.sql("DELETE FROM awa.jobs WHERE queue = %s AND args->>'n' = '1'", ctx.q)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return len(ctx.client.list_jobs(queue=ctx.q))
 
 
@@ -1113,7 +1161,7 @@ def view_delete_scheduled(ctx: Any) -> Any:
     try:
         ctx.sql("DELETE FROM awa.jobs WHERE queue = %s", ctx.q)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return len(ctx.client.list_jobs(queue=ctx.q))
 
 
@@ -1123,7 +1171,7 @@ def view_update_priority(ctx: Any) -> Any:
     try:
         ctx.sql("UPDATE awa.jobs SET priority = 1 WHERE id = %s", j.id)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return ctx.client.get_job(j.id).priority
 
 
@@ -1134,7 +1182,7 @@ def view_update_state_cancel(ctx: Any) -> Any:
         ctx.sql("UPDATE awa.jobs SET state = 'cancelled', finalized_at = now() WHERE id = %s",
                 j.id)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return str(ctx.client.get_job(j.id).state)
 
 
@@ -1145,7 +1193,7 @@ def view_update_run_at_future(ctx: Any) -> Any:
         ctx.sql("UPDATE awa.jobs SET state = 'scheduled', run_at = now() + interval '1 hour' "
                 "WHERE id = %s", j.id)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return str(ctx.client.get_job(j.id).state)
 
 
@@ -1155,7 +1203,7 @@ def view_update_scheduled_to_available(ctx: Any) -> Any:
     try:
         ctx.sql("UPDATE awa.jobs SET state = 'available', run_at = now() WHERE id = %s", j.id)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return str(ctx.client.get_job(j.id).state)
 
 
@@ -1165,7 +1213,7 @@ def view_update_metadata(ctx: Any) -> Any:
     try:
         ctx.sql("UPDATE awa.jobs SET metadata = metadata || '{\"k\": 1}' WHERE id = %s", j.id)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return ctx.client.get_job(j.id).metadata
 
 
@@ -1175,7 +1223,7 @@ def view_delete_returning(ctx: Any) -> Any:
     try:
         rows = ctx.sql("DELETE FROM awa.jobs WHERE queue = %s RETURNING kind", ctx.q)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return rows
 
 
@@ -1187,7 +1235,7 @@ async def view_delete_via_transaction(ctx: Any) -> Any:
         n = await tx.execute("DELETE FROM awa.jobs WHERE queue = $1", ctx.q)
         await tx.commit()
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return [n, len(await ctx.client.list_jobs(queue=ctx.q))]
 
 
@@ -1305,7 +1353,7 @@ def _pq_attempt(fn: Callable[[], Any]) -> Any:
     try:
         return jsonable(fn())
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
 
 
 @scenario
@@ -1376,7 +1424,7 @@ async def _start_attempt(ctx: Any, queues: Any, **kwargs: Any) -> Any:
         await c.start(queues, **kwargs)
     except Exception as exc:
         await c.close()
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     await c.shutdown(500)
     await c.close()
     return "started"
@@ -1454,7 +1502,7 @@ async def start_no_handlers(ctx: Any) -> Any:
         await c.start([(ctx.q, 1)])
     except Exception as exc:
         await c.close()
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     await c.shutdown(500)
     await c.close()
     return "started"
@@ -1472,7 +1520,7 @@ async def start_undeclared_descriptor(ctx: Any) -> Any:
         await c.start([(ctx.q, 1)])
     except Exception as exc:
         await c.close()
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     await c.shutdown(500)
     await c.close()
     return "started"
@@ -1551,7 +1599,7 @@ async def task_sync_handler(ctx: Any) -> Any:
         c.task(CompatPing, queue=ctx.q)(handle)
         return "ok"
     except Exception as exc:
-        return type(exc).__name__
+        return raised(exc)
     finally:
         await c.close()
 
@@ -1871,7 +1919,7 @@ def conn_bad_url(ctx: Any) -> Any:
     try:
         c = awa.Client("not a url at all")
     except Exception as exc:
-        return {"ctor": type(exc).__name__}
+        return raised(exc)
     try:
         return raises(c.insert, CompatPing(), queue=ctx.q)
     finally:
@@ -1883,7 +1931,7 @@ async def conn_refused_module_migrate(ctx: Any) -> Any:
     try:
         return await araises(asyncio.wait_for(awa.migrate(BAD_URL), 3))
     except Exception as exc:
-        return type(exc).__name__
+        return raised(exc)
 
 
 @scenario
@@ -1908,14 +1956,14 @@ def unmigrated_database(ctx: Any) -> Any:
 @scenario
 async def testing_work_one(ctx: Any) -> Any:
     from awa.testing import AwaTestClient
-    tc = AwaTestClient(awa.Client(ctx.url))
+    tc = AwaTestClient(awa.AsyncClient(ctx.url))
     await tc.insert(CompatPing(n=4), queue=ctx.q)
 
     async def handler(job: Any) -> None:
         return None
     r = await tc.work_one(CompatPing, handler, queue=ctx.q)
     none = await tc.work_one(CompatPing, handler, queue=ctx.q)
-    tc.client.close()
+    await tc.client.close()
     return {"outcome": r.outcome, "job": tn(r.job), "state": r.job.state,
             "args": r.job.args, "none": none.outcome, "none_job": repr(none.job)}
 
@@ -1923,20 +1971,20 @@ async def testing_work_one(ctx: Any) -> Any:
 @scenario
 async def testing_work_one_retryable(ctx: Any) -> Any:
     from awa.testing import AwaTestClient
-    tc = AwaTestClient(awa.Client(ctx.url))
+    tc = AwaTestClient(awa.AsyncClient(ctx.url))
     await tc.insert(CompatPing(n=4), queue=ctx.q)
 
     async def handler(job: Any) -> None:
         raise RuntimeError("nope")
     r = await tc.work_one(CompatPing, handler, queue=ctx.q)
-    tc.client.close()
+    await tc.client.close()
     return {"outcome": r.outcome, "error": r.error, "state": r.job.state}
 
 
 @scenario
 async def testing_work_one_handler_job(ctx: Any) -> Any:
     from awa.testing import AwaTestClient
-    tc = AwaTestClient(awa.Client(ctx.url))
+    tc = AwaTestClient(awa.AsyncClient(ctx.url))
     await tc.insert(CompatPing(n=4), queue=ctx.q, tags=["x"])
     seen: dict[str, Any] = {}
 
@@ -1947,14 +1995,14 @@ async def testing_work_one_handler_job(ctx: Any) -> Any:
         seen["attempt_v"] = job.attempt
         return awa.Cancel("c")
     r = await tc.work_one(CompatPing, handler, queue=ctx.q)
-    tc.client.close()
+    await tc.client.close()
     return {"seen": seen, "outcome": r.outcome, "error": r.error}
 
 
 @scenario
 async def testing_work_one_snooze_terminal(ctx: Any) -> Any:
     from awa.testing import AwaTestClient
-    tc = AwaTestClient(awa.Client(ctx.url))
+    tc = AwaTestClient(awa.AsyncClient(ctx.url))
     await tc.insert(CompatPing(n=1), queue=ctx.q)
     await tc.insert(CompatPing(n=2), queue=ctx.q)
 
@@ -1965,21 +2013,25 @@ async def testing_work_one_snooze_terminal(ctx: Any) -> Any:
         raise awa.TerminalError("t")
     a = await tc.work_one(CompatPing, snooze, queue=ctx.q)
     b = await tc.work_one(CompatPing, terminal, queue=ctx.q)
-    tc.client.close()
+    await tc.client.close()
     return [a.outcome, a.job.state, b.outcome, b.job.state]
 
 
 @scenario
 async def testing_clean(ctx: Any) -> Any:
     from awa.testing import AwaTestClient
-    c = awa.Client(ctx.url)
+    c = awa.AsyncClient(ctx.url)
     tc = AwaTestClient(c)
     await tc.insert(CompatPing(n=4), queue=ctx.q)
     before = len(ctx.sql("SELECT 1 FROM awa.jobs"))
     await tc.clean()
     after = len(ctx.sql("SELECT 1 FROM awa.jobs"))
-    c.close()
+    await c.close()
     return [before > 0, after]
+
+
+# Scenarios that wipe the whole database: the runner runs them after every other one.
+RUN_LAST = {"testing_clean"}
 
 
 @scenario
@@ -2005,7 +2057,7 @@ def rawclient_signature(ctx: Any) -> Any:
     try:
         r = awa.RawClient(ctx.url)
     except Exception as exc:
-        return {"raised": type(exc).__name__}
+        return raised(exc)
     return {"type": tn(r), "has_insert": hasattr(r, "insert")}
 
 
