@@ -3,7 +3,7 @@
 from awa import callback_contract
 from awa.admin import DlqEntry, QueueStat, RetryFailedResult
 from awa.callbacks import ResolveResult
-from awa.client import AsyncClient, Client, RawClient
+from awa.client import AsyncClient, Client, RawClient, SyncTransaction
 from awa.config import QueueConfig, RateLimit, RetentionPolicy
 from awa.job import (
     AwaError,
@@ -25,7 +25,7 @@ from awa.job import (
     ValidationError,
     WaitForCallback,
 )
-from awa.producer import SyncTransaction, Transaction
+from awa.producer import Transaction
 from awa.runtime.events import JobEvent
 from awa.compat import migrate, migrations, migrations_range, schema_patches
 from awa.partitioned import PartitionedQueue

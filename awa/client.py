@@ -30,7 +30,7 @@ from awa.callbacks import CallbackMixin
 from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
-from awa.producer import ProducerMixin
+from awa.producer import ProducerMixin, Transaction
 from awa.storage import open_engine
 from awa.storage.engine import Engine
 from awa.worker import WorkerMixin
@@ -168,8 +168,15 @@ class _SyncProxy:
         return f"Sync({self._target!r})"
 
 
+class SyncTransaction(_SyncProxy):
+    """A transaction of the blocking ``Client`` (``client.transaction()``): the methods of
+    ``awa.Transaction``, blocking; a context manager that commits, or rolls back on error."""
+
+
 def _wrap_result(value: Any, loop: _LoopThread) -> Any:
     """Async helper objects (transactions) come back wrapped so they block too."""
+    if isinstance(value, Transaction):
+        return SyncTransaction(value, loop)
     if hasattr(value, "__aenter__") and not isinstance(value, AsyncClient):
         return _SyncProxy(value, loop)
     return value
