@@ -17,7 +17,7 @@ import psycopg
 
 from awa import config
 from awa import metrics as awa_metrics
-from awa.job import JOB_COLUMNS, ValidationError
+from awa.job import ValidationError
 from awa.producer import raise_if_unique_skipped
 from awa.storage import open_engine
 from awa.storage.canonical import ENGINE as CANONICAL
@@ -41,10 +41,17 @@ def _sync_engine(conn: psycopg.Connection[Any]) -> EnqueueOps:
     return CANONICAL
 
 
+# The columns awa-pg 0.6.9's bridge returned (timestamps as datetimes, state as text).
+BRIDGE_COLUMNS = ("id", "kind", "queue", "args", "state", "priority", "attempt",
+                  "max_attempts", "run_at", "created_at", "metadata", "tags")
+
+
 def _row(batch: EnqueueBatch, outcome: InsertOutcome) -> dict[str, Any]:
-    """The new job as a row of ``awa.jobs`` (args as stored JSON, state as text)."""
+    """The new job as awa-pg 0.6.9's bridge returned it (args as stored JSON)."""
     job = outcome.jobs[0]
-    row = {name: getattr(job, name) for name in JOB_COLUMNS}
+    row = {name: getattr(job, name) for name in BRIDGE_COLUMNS}
+    for name in ("run_at", "created_at"):
+        row[name] = getattr(row[name], "datetime", row[name])
     row.update(args=json.loads(batch.args[0]), state=job.state.value)
     return row
 
