@@ -915,7 +915,9 @@ def admin_failed_lifecycle(ctx: Any) -> Any:
             "WHERE queue = %s", ctx.q)
     r = ctx.client.retry_failed(queue=ctx.q)
     again = ctx.client.get_job(a.id)
-    return {"matched": r.matched, "jobs": [job(j) for j in r.jobs], "state": str(again.state)}
+    # The order of RetryFailedResult.jobs is unspecified (0.6.9 happened to return newest first).
+    jobs = sorted((job(j) for j in r.jobs), key=lambda d: d["args"]["n"])
+    return {"matched": r.matched, "jobs": jobs, "state": str(again.state)}
 
 
 @scenario

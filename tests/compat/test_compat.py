@@ -24,6 +24,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from support.awa_pg import awa_pg_python
+from support.rust_awa import as_url
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "runner.py"
@@ -65,7 +66,7 @@ def compat_results(admin_url: str) -> Any:
     for n in names:
         _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
         _admin(admin_url, f"CREATE DATABASE {n}")
-    urls = [make_conninfo(admin_url, dbname=n) for n in names]
+    urls = [as_url(make_conninfo(admin_url, dbname=n)) for n in names]  # awa-pg takes URLs
     try:
         with ThreadPoolExecutor(2) as pool:
             ref = pool.submit(_run_side, reference, urls[0])
@@ -91,7 +92,7 @@ def same(want: Any, got: Any) -> bool:
 
 def _documented() -> set[str]:
     text = COMPAT_DOC.read_text() if COMPAT_DOC.exists() else ""
-    return set(re.findall(r"`([a-z][a-z0-9_]*)`", text))
+    return set(re.findall(r"`([A-Za-z][A-Za-z0-9_]*)`", text))
 
 
 @pytest.mark.parametrize("name", list(scenarios.REGISTRY))
