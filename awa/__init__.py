@@ -4,6 +4,7 @@ from awa import callback_contract
 from awa.admin import DlqEntry, QueueStat, RetryFailedResult
 from awa.callbacks import ResolveResult
 from awa.client import AsyncClient, Client, RawClient, SyncTransaction
+from awa.compat import migrate, migrations, migrations_range, schema_patches
 from awa.config import QueueConfig, RateLimit, RetentionPolicy
 from awa.job import (
     AwaError,
@@ -25,10 +26,9 @@ from awa.job import (
     ValidationError,
     WaitForCallback,
 )
+from awa.partitioned import PartitionedQueue
 from awa.producer import Transaction
 from awa.runtime.events import JobEvent
-from awa.compat import migrate, migrations, migrations_range, schema_patches
-from awa.partitioned import PartitionedQueue
 from awa.schema import current_migration_version
 from awa.serialization import derive_kind
 from awa.telemetry import init_telemetry, shutdown_telemetry

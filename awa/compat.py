@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from awa import schema
@@ -60,7 +60,7 @@ class StorageTransitionMixin:
     async def storage_status(self) -> str:
         """A pretty JSON storage report with the keys awa-pg 0.6.9 used."""
         await self._get_engine()  # connects and checks the schema, like any admin call
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         status: dict[str, Any] = {
             "current_engine": "canonical", "active_engine": "canonical",
             "prepared_engine": None, "state": "canonical", "transition_epoch": 0,

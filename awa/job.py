@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ class Timestamp(str):
 
     def __new__(cls, value: datetime) -> Timestamp:
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
+            value = value.astimezone(UTC)
         self = super().__new__(cls, value.isoformat())
         self.datetime = value
         return self

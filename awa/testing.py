@@ -24,7 +24,7 @@ import os
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import awa
@@ -150,7 +150,7 @@ def _build_args(args_type: type, data: Any) -> Any:
 
 def _error(exc: BaseException | str, attempt: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"error": str(exc), "attempt": attempt,
-                             "at": datetime.now(timezone.utc).isoformat()}
+                             "at": datetime.now(UTC).isoformat()}
     if isinstance(exc, BaseException):
         entry["traceback"] = "".join(traceback.format_exception(exc))[-4000:]
     return entry

@@ -16,7 +16,8 @@ import datetime as dt
 import enum
 import inspect
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import awa
 
@@ -136,22 +137,25 @@ class CompatPing:
 
 
 def future(seconds: float = 3600) -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
 
 
 def past(seconds: float = 3600) -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
 
 
 # === item 4: public names ======================================================
-REFERENCE_NAMES = (
-    "AsyncClient AwaError BatchOperation BatchOperationFilter BatchOperationKind "
-    "BatchOperationPreview BatchOperationState CallbackNotFound CallbackToken Cancel Client "
-    "DatabaseError DlqEntry HealthCheck Job JobState PartitionedQueue QueueHealth QueueStat "
-    "RawClient ResolveResult RetryAfter RetryFailedResult SchemaNotMigrated SerializationError "
-    "Snooze SyncTransaction TerminalError Transaction UniqueConflict UnknownJobKind "
-    "ValidationError WaitForCallback callback_contract current_migration_version derive_kind "
-    "init_telemetry migrate migrations migrations_range schema_patches shutdown_telemetry").split()
+REFERENCE_NAMES = [
+    "AsyncClient", "AwaError", "BatchOperation", "BatchOperationFilter", "BatchOperationKind",
+    "BatchOperationPreview", "BatchOperationState", "CallbackNotFound", "CallbackToken",
+    "Cancel", "Client", "DatabaseError", "DlqEntry", "HealthCheck", "Job", "JobState",
+    "PartitionedQueue", "QueueHealth", "QueueStat", "RawClient", "ResolveResult", "RetryAfter",
+    "RetryFailedResult", "SchemaNotMigrated", "SerializationError", "Snooze", "SyncTransaction",
+    "TerminalError", "Transaction", "UniqueConflict", "UnknownJobKind", "ValidationError",
+    "WaitForCallback", "callback_contract", "current_migration_version", "derive_kind",
+    "init_telemetry", "migrate", "migrations", "migrations_range", "schema_patches",
+    "shutdown_telemetry",
+]
 
 for _n in REFERENCE_NAMES:
     def _has(ctx: Any, _n: str = _n) -> Any:
@@ -266,7 +270,7 @@ def jobstate_job_state_identity(ctx: Any) -> Any:
 
 @scenario
 def jobstate_str_format(ctx: Any) -> Any:
-    return [f"{awa.JobState.WaitingExternal}", "%s" % awa.JobState.Completed]
+    return [f"{awa.JobState.WaitingExternal}", "%s" % awa.JobState.Completed]  # noqa: UP031
 
 
 # === handler results =============================================================
@@ -1258,6 +1262,7 @@ def _bridge_row(row: Any) -> Any:
 @scenario
 def bridge_psycopg_sync(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         row = insert_job_sync(conn, CompatPing(n=1), queue=ctx.q)
@@ -1267,6 +1272,7 @@ def bridge_psycopg_sync(ctx: Any) -> Any:
 @scenario
 def bridge_psycopg_sync_rollback(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         insert_job_sync(conn, CompatPing(n=1), queue=ctx.q)
@@ -1277,6 +1283,7 @@ def bridge_psycopg_sync_rollback(ctx: Any) -> Any:
 @scenario
 def bridge_psycopg_sync_past_run_at(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         row = insert_job_sync(conn, CompatPing(n=1), queue=ctx.q, run_at=past())
@@ -1286,6 +1293,7 @@ def bridge_psycopg_sync_past_run_at(ctx: Any) -> Any:
 @scenario
 def bridge_psycopg_sync_future_run_at(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         row = insert_job_sync(conn, CompatPing(n=1), queue=ctx.q, run_at=future())
@@ -1295,6 +1303,7 @@ def bridge_psycopg_sync_future_run_at(ctx: Any) -> Any:
 @scenario
 def bridge_psycopg_sync_options(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         row = insert_job_sync(conn, {"a": 1}, kind="compat_bridge", queue=ctx.q, priority=1,
@@ -1317,6 +1326,7 @@ async def bridge_unsupported_object_async(ctx: Any) -> Any:
 @scenario
 def bridge_bad_priority(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job_sync
     with psycopg.connect(ctx.url) as conn:
         return raises(insert_job_sync, conn, CompatPing(), queue=ctx.q, priority=7)
@@ -1325,6 +1335,7 @@ def bridge_bad_priority(ctx: Any) -> Any:
 @scenario
 async def bridge_psycopg_async(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job
     async with await psycopg.AsyncConnection.connect(ctx.url) as conn:
         row = await insert_job(conn, CompatPing(n=2), queue=ctx.q)
@@ -1334,6 +1345,7 @@ async def bridge_psycopg_async(ctx: Any) -> Any:
 @scenario
 async def bridge_psycopg_async_rollback(ctx: Any) -> Any:
     import psycopg
+
     from awa.bridge import insert_job
     async with await psycopg.AsyncConnection.connect(ctx.url) as conn:
         await insert_job(conn, CompatPing(n=2), queue=ctx.q)
