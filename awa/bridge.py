@@ -9,6 +9,7 @@ SQLAlchemy's ``driver_connection``).
 
 from __future__ import annotations
 
+import inspect
 import json
 from datetime import datetime
 from typing import Any
@@ -35,9 +36,9 @@ def _candidates(conn: Any) -> list[Any]:
     ``Session`` (``.connection()`` -> pooled DBAPI connection -> ``driver_connection``),
     Django's ``connection`` (``.connection`` once connected)."""
     found = [conn]
-    if type(conn).__module__.startswith("sqlalchemy") and callable(
-            getattr(conn, "connection", None)) and not isinstance(conn, (psycopg.Connection,
-                                                                       psycopg.AsyncConnection)):
+    # Looked up on the type: a Session's connection() is a method, elsewhere it is a property.
+    if type(conn).__module__.startswith("sqlalchemy") and inspect.isfunction(
+            getattr(type(conn), "connection", None)):
         try:
             conn = conn.connection()  # Session -> Connection (joins the session's transaction)
             found.append(conn)

@@ -83,6 +83,12 @@ class JobContext:
         patch.update(updates)
         self._metadata_patch = patch
         self.job.metadata = {**self.job.metadata, **updates}
+        # awa-pg 0.6.9 kept handler metadata in progress["metadata"] (shallow merge); it is
+        # mirrored there so code reading it from the progress object finds it too.
+        progress: dict[str, Any] = dict(self.job.progress or {})
+        progress["metadata"] = {**(progress.get("metadata") or {}), **updates}
+        self.job.progress = progress
+        self._progress_seq += 1
 
     def take_buffered(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The progress and metadata patch not yet written (and forget them)."""
