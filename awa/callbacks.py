@@ -440,7 +440,8 @@ async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload:
             raise await _not_found(engine, conn, cid)
         action, reason = decide(locked, payload, default_action)
         if action == "ignore":
-            return ResolveResult("ignored", locked, payload, reason)
+            # Nothing was written: no job in the result, as in awa-pg 0.6.9.
+            return ResolveResult("ignored", None, payload, reason)
         if action == "fail":
             entry = _fail_entry(f"callback failed: {reason}")
             job = await _resolve(engine, conn, cid, "fail",

@@ -59,12 +59,14 @@ class StorageTransitionMixin:
 
     async def storage_status(self) -> str:
         """A pretty JSON storage report with the keys awa-pg 0.6.9 used."""
-        await self._get_engine()  # connects and checks the schema, like any admin call
+        stats = await self.queue_stats()  # type: ignore[attr-defined]
+        backlog = sum(s.total_queued + s.running + s.waiting_external for s in stats)
         now = datetime.now(UTC).isoformat()
         status: dict[str, Any] = {
             "current_engine": "canonical", "active_engine": "canonical",
             "prepared_engine": None, "state": "canonical", "transition_epoch": 0,
             "details": {}, "entered_at": now, "updated_at": now, "finalized_at": None,
+            "canonical_live_backlog": backlog,
             "prepared_queue_storage_schema": None, "prepared_schema_ready": False,
             "live_runtime_capability_counts": {}, "can_enter_mixed_transition": False,
             "enter_mixed_transition_blockers": ["this version serves only the canonical engine"],
