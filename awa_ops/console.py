@@ -14,11 +14,12 @@ from __future__ import annotations
 import getpass
 import socket
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import psycopg
 
@@ -29,8 +30,7 @@ from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
-from awa_ops.runtimes import (ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt,  # noqa: F401 (re-exported for awa_tui)
-                              runtime_live)
+from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
 from awa_ops.session import OpsSession
 from awa_ops.storage import detect_engine, render, storage_engine
 
@@ -43,7 +43,8 @@ DB_NOW = "SELECT now() AS now"
 @cache
 def leases_query(schema_name: str) -> str:
     return f"""
-SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts, NULL::bigint AS run_lease,
+SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts,
+       NULL::bigint AS run_lease,
        NULL::timestamptz AS attempted_at, s.heartbeat_at, s.deadline_at
   FROM ({render("running_leases", schema=schema_name, as_subquery=True)}) s
  LIMIT %(limit)s"""

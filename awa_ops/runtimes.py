@@ -20,7 +20,6 @@ from awa.storage.engine import RuntimeInstance
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
 
-
 # --- the one liveness rule ----------------------------------------------------
 
 # The floor is capped at this many of the runtime's own snapshot intervals...
@@ -92,7 +91,7 @@ class Runtime:
     stale_after_s: float | None = None  # the heartbeat staleness cutoff in use
 
     @classmethod
-    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> "Runtime":
+    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> Runtime:
         return cls(asdict(instance), set(instance.queues), stale_after_s)
 
     @property

@@ -22,7 +22,6 @@ from awa.storage import CANONICAL, ENGINES, describe_layout, engine_for
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops.session import OpsSession, load_sql
 
-CANONICAL = "canonical"
 QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"
@@ -77,7 +76,7 @@ async def detect_engine(session: OpsSession) -> Engine:
     version = None
     if probe["has_schema_version"]:
         row = await session.fetch_one(SCHEMA_VERSION)
-        version = row and row["schema_version"]
+        version = row["schema_version"] if row else None
     foreign = bool(probe["has_storage_status"])
     if not probe["has_control_schema"]:
         engine = Engine(NO_SCHEMA, CONTROL_SCHEMA, None)

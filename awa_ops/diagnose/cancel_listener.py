@@ -52,7 +52,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
         try:
             delivered = await asyncio.wait_for(wait(), config.OPS_NOTIFY_PROBE_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             delivered = False
         return delivered, loop.time() - started, usage
     finally:
@@ -60,7 +60,8 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s) if r.live and not r.row["shutting_down"]]
+    runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s)
+                if r.live and not r.row["shutting_down"]]
     listeners = await session.fetch_all(LISTENERS, {"app": config.APP_NAME_LISTENER})
     delivered, took, usage = await notify_round_trip(session)
     findings: list[Finding] = []
@@ -84,7 +85,8 @@ async def check(session, engine, options) -> list[Finding]:
         missing = len(runtimes) - len(listeners)
         findings.append(Finding(
             Severity.CRITICAL if not listeners else Severity.WARNING,
-            f"{plural(len(runtimes), 'live runtime')} but {plural(len(listeners), 'listener connection')} "
+            f"{plural(len(runtimes), 'live runtime')} but "
+            f"{plural(len(listeners), 'listener connection')} "
             f"(application_name {config.APP_NAME_LISTENER}); {missing} without a cancel listener",
             "admin cancels then silently fall back to heartbeat/deadline detection: the cancel is "
             "durable, only the early wake-up of the running handler is lost",

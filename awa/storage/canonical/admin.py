@@ -24,8 +24,15 @@ from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.canonical.enqueue import unique_error
 from awa.storage.canonical.tables import depth_states_by_table, state_list
-from awa.storage.engine import (DlqEntry, DlqFilter, JobDump, KindQueueCount, QueueCount,
-                                QueueStat, RetryFailedResult)
+from awa.storage.engine import (
+    DlqEntry,
+    DlqFilter,
+    JobDump,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)

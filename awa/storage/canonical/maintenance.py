@@ -31,8 +31,8 @@ from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.canonical.tables import depth_states_by_table
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
-    CronFired,
     ActiveCronSchedule,
+    CronFired,
     Descriptor,
     PromoteBatch,
     PromotedJob,
