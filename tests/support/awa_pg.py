@@ -35,8 +35,10 @@ def awa_pg_python(version: str = AWA_PG_VERSION) -> Path:
         if not marker.exists():
             if not python.exists():
                 subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            # psycopg: the scenarios arrange/observe rows with it; pytest-asyncio: awa-pg's
+            # own awa.testing imports it.
             subprocess.run([str(venv / "bin" / "pip"), "install", "-q",
-                            f"awa-pg=={version}", "psycopg[binary]>=3.2,<4"],
-                           check=True, timeout=600)
+                            f"awa-pg=={version}", "psycopg[binary]>=3.2,<4",
+                            "pytest-asyncio"], check=True, timeout=600)
             marker.touch()
     return python
