@@ -3,7 +3,8 @@
 from awa import callback_contract
 from awa.admin import DlqEntry, QueueStat, RetryFailedResult
 from awa.callbacks import ResolveResult
-from awa.client import AsyncClient, Client
+from awa.client import AsyncClient, Client, RawClient, SyncTransaction
+from awa.compat import migrate, migrations, migrations_range, schema_patches
 from awa.config import QueueConfig, RateLimit, RetentionPolicy
 from awa.job import (
     AwaError,
@@ -25,9 +26,10 @@ from awa.job import (
     ValidationError,
     WaitForCallback,
 )
-from awa.producer import SyncTransaction, Transaction
+from awa.partitioned import PartitionedQueue
+from awa.producer import Transaction
 from awa.runtime.events import JobEvent
-from awa.schema import current_migration_version, migrations, migrations_range
+from awa.schema import current_migration_version
 from awa.serialization import derive_kind
 from awa.telemetry import init_telemetry, shutdown_telemetry
 from awa.worker import HealthCheck, QueueHealth
@@ -44,4 +46,5 @@ __all__ = [
     "migrations_range",
     "init_telemetry", "shutdown_telemetry", "ResolveResult", "callback_contract",
     "HealthCheck", "QueueHealth", "JobEvent",
+    "migrate", "schema_patches", "PartitionedQueue", "RawClient",
 ]

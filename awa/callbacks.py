@@ -87,6 +87,11 @@ class CallbackAlreadyResolved(CallbackNotFound):
         self.state = state
 
 
+class InvalidCallbackId(ValidationError, CallbackNotFound):
+    """A callback id that is not a UUID: awa-pg 0.6.9 raised ``ValidationError``; it is
+    also a ``CallbackNotFound`` (nobody can be waiting on it)."""
+
+
 class CallbackWaitInterrupted(AwaError):
     """``wait_for_callback`` ended without a resume (cancelled, resolved, rescued)."""
 
@@ -122,8 +127,8 @@ def parse_callback_id(callback_id: Any) -> uuid.UUID:
     try:
         return uuid.UUID(str(callback_id))
     except ValueError:
-        raise CallbackNotFound(f"callback {str(callback_id)[:80]!r} not found: a callback id "
-                               f"is a UUID") from None
+        raise InvalidCallbackId(f"callback {str(callback_id)[:80]!r} not found: a callback id "
+                                f"is a UUID") from None
 
 
 def check_timeout(timeout_seconds: Any) -> float:
@@ -442,7 +447,8 @@ async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload:
             raise await _not_found(engine, conn, cid)
         action, reason = decide(locked, payload, default_action)
         if action == "ignore":
-            return ResolveResult("ignored", locked, payload, reason)
+            # Nothing was written: no job in the result, as in awa-pg 0.6.9.
+            return ResolveResult("ignored", None, payload, reason)
         if action == "fail":
             entry = _fail_entry(f"callback failed: {reason}")
             job = await _resolve(engine, conn, cid, "fail",

@@ -27,9 +27,10 @@ from psycopg_pool import AsyncConnectionPool
 from awa import config, db, schema
 from awa.admin import AdminMixin
 from awa.callbacks import CallbackMixin
+from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
-from awa.producer import ProducerMixin
+from awa.producer import ProducerMixin, Transaction
 from awa.storage import open_engine
 from awa.storage.engine import Engine
 from awa.worker import WorkerMixin
@@ -37,7 +38,7 @@ from awa.worker import WorkerMixin
 
 @db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
-                  CallbackMixin):
+                  CallbackMixin, StorageTransitionMixin):
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS, *,
                  application_name: str = config.APP_NAME_WORKER) -> None:
@@ -167,8 +168,15 @@ class _SyncProxy:
         return f"Sync({self._target!r})"
 
 
+class SyncTransaction(_SyncProxy):
+    """A transaction of the blocking ``Client`` (``client.transaction()``): the methods of
+    ``awa.Transaction``, blocking; a context manager that commits, or rolls back on error."""
+
+
 def _wrap_result(value: Any, loop: _LoopThread) -> Any:
     """Async helper objects (transactions) come back wrapped so they block too."""
+    if isinstance(value, Transaction):
+        return SyncTransaction(value, loop)
     if hasattr(value, "__aenter__") and not isinstance(value, AsyncClient):
         return _SyncProxy(value, loop)
     return value
@@ -202,3 +210,7 @@ class Client(_SyncProxy):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+RawClient = Client
+"""awa-pg 0.6.9's low-level client; here the same object as ``Client``."""

@@ -60,6 +60,7 @@ class DescriptorMixin:
                          description: str | None = None, owner: str | None = None,
                          docs_url: str | None = None, tags: list[str] | None = None,
                          extra: dict[str, Any] | None = None) -> None:
+        _refuse_after_start(self)
         self._queue_descriptors[queue] = _descriptor("queue", queue, display_name,
                                                      description, owner, docs_url, tags, extra)
 
@@ -67,8 +68,17 @@ class DescriptorMixin:
                             description: str | None = None, owner: str | None = None,
                             docs_url: str | None = None, tags: list[str] | None = None,
                             extra: dict[str, Any] | None = None) -> None:
+        _refuse_after_start(self)
         self._kind_descriptors[kind] = _descriptor("kind", kind, display_name, description,
                                                    owner, docs_url, tags, extra)
+
+
+def _refuse_after_start(client: Any) -> None:
+    """Descriptors are published when start() runs; a later change would never reach
+    the catalogue (awa-pg 0.6.9 refused it too)."""
+    if getattr(client, "_runtime", None) is not None:
+        from awa.job import AwaError
+        raise AwaError("descriptors are fixed once start() ran: declare them before start()")
 
 
 def descriptor_hashes(client: Any) -> dict[str, dict[str, str]]:

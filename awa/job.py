@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -24,8 +24,11 @@ class DatabaseError(AwaError):
     """The database could not be reached or refused the operation."""
 
 
-class SchemaNotMigrated(AwaError):
-    """The database schema is older than this code; run ``awa migrate``."""
+class SchemaNotMigrated(DatabaseError):
+    """The database schema is older than this code; run ``awa migrate``.
+
+    A ``DatabaseError`` too: awa-pg 0.6.9 surfaced an unmigrated database as one.
+    """
 
 
 class ForeignSchema(SchemaNotMigrated):
@@ -36,8 +39,11 @@ class ForeignSchema(SchemaNotMigrated):
     """
 
 
-class SerializationError(AwaError):
-    """Job args could not be turned into JSON, or back into the args type."""
+class SerializationError(AwaError, TypeError):
+    """Job args could not be turned into JSON, or back into the args type.
+
+    Also a ``TypeError``: awa-pg 0.6.9 raised ``TypeError`` for unserialisable args.
+    """
 
 
 class TerminalError(AwaError):
@@ -52,16 +58,119 @@ class UnknownJobKind(AwaError):
     """A job's kind has no registered handler in this runtime."""
 
 
-class ValidationError(AwaError):
-    """An argument is out of range (priority, max_attempts, queue name...)."""
+class ValidationError(AwaError, ValueError, TypeError):
+    """An argument is out of range (priority, max_attempts, queue name...).
+
+    Also a ``ValueError`` and a ``TypeError``: where awa-pg 0.6.9 raised one of those
+    for a bad argument, code catching it still catches this.
+    """
 
 
 class CallbackNotFound(AwaError):
     """No job waits on this callback id (unknown, or already resolved)."""
 
 
+class NotInHandler(AwaError, RuntimeError):
+    """A handler-only ``Job`` method was called outside a running handler
+    (a ``RuntimeError`` too, as in awa-pg 0.6.9)."""
+
+
 class JobNotFound(AwaError):
     """No job has this id."""
+
+
+# --- timestamps -----------------------------------------------------------
+class Timestamp(str):
+    """A job timestamp: the ISO-8601 string awa-pg 0.6.9 returned, that still acts as a datetime.
+
+    ``job.created_at`` is a ``str`` (``"2026-01-01T12:00:00.123456+00:00"``, UTC) as in
+    the reference, so code that stores, prints or parses it keeps working; comparisons,
+    subtraction and attribute access (``.timestamp()``, ``.tzinfo``...) also accept
+    and behave like the ``datetime`` it came from, which the runtime relies on.
+    """
+
+    __slots__ = ("datetime",)
+    datetime: datetime
+
+    def __new__(cls, value: datetime) -> Timestamp:
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        self = super().__new__(cls, value.isoformat())
+        self.datetime = value
+        return self
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        """Wrap a datetime; leave None (and anything else) as it is."""
+        if isinstance(value, Timestamp) or not isinstance(value, datetime):
+            return value
+        return cls(value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.datetime, name)
+
+    def __reduce__(self) -> Any:
+        return (Timestamp, (self.datetime,))
+
+    @staticmethod
+    def _other(other: Any) -> Any:
+        if isinstance(other, Timestamp):
+            return other.datetime
+        return other if isinstance(other, datetime) else None
+
+    def _cmp(self, other: Any, op: str) -> Any:
+        o = self._other(other)
+        if o is None:
+            return getattr(str, op)(self, other)
+        return getattr(self.datetime, op)(o)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._cmp(other, "__eq__"))
+
+    def __ne__(self, other: object) -> bool:
+        return bool(self._cmp(other, "__ne__"))
+
+    def __lt__(self, other: Any) -> Any:
+        return self._cmp(other, "__lt__")
+
+    def __le__(self, other: Any) -> Any:
+        return self._cmp(other, "__le__")
+
+    def __gt__(self, other: Any) -> Any:
+        return self._cmp(other, "__gt__")
+
+    def __ge__(self, other: Any) -> Any:
+        return self._cmp(other, "__ge__")
+
+    def __hash__(self) -> int:
+        return hash(self.datetime)
+
+    def __sub__(self, other: Any) -> Any:
+        o = self._other(other)
+        if o is not None:
+            return self.datetime - o
+        if isinstance(other, timedelta):
+            return Timestamp(self.datetime - other)
+        return NotImplemented
+
+    def __rsub__(self, other: Any) -> Any:
+        if isinstance(other, datetime):
+            return other - self.datetime
+        return NotImplemented
+
+    def __add__(self, other: Any) -> Any:  # type: ignore[override]
+        if isinstance(other, timedelta):
+            return Timestamp(self.datetime + other)
+        return str.__add__(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, timedelta):
+            return Timestamp(self.datetime + other)
+        return other + str(self)
+
+
+TIMESTAMP_FIELDS = ("run_at", "heartbeat_at", "deadline_at", "attempted_at", "finalized_at",
+                    "created_at", "callback_timeout_at")
 
 
 # --- states -------------------------------------------------------------
@@ -93,12 +202,18 @@ class RetryAfter:
 
     seconds: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", float(self.seconds))
+
 
 @dataclass(frozen=True)
 class Snooze:
     """Run again after ``seconds`` without spending an attempt."""
 
     seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", float(self.seconds))
 
 
 @dataclass(frozen=True)
@@ -181,6 +296,12 @@ class Job(Generic[T]):
     progress: dict[str, Any] | None = None
     _ctx: ExecutionContext | None = field(default=None, repr=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Timestamps are Timestamp strings however they are set (rows, replace(), the runtime).
+        if name in TIMESTAMP_FIELDS and isinstance(value, datetime):
+            value = Timestamp(value)
+        object.__setattr__(self, name, value)
+
     @classmethod
     def from_row(cls, row: dict[str, Any], args: Any = None) -> Job[Any]:
         """Build from a row of awa.jobs (a dict; missing columns keep defaults)."""
@@ -208,7 +329,7 @@ class Job(Generic[T]):
     # -- inside a handler --------------------------------------------------
     def _context(self) -> ExecutionContext:
         if self._ctx is None:
-            raise AwaError("this method is only available inside a running handler")
+            raise NotInHandler("this method is only available inside a running handler")
         return self._ctx
 
     def is_cancelled(self) -> bool:
@@ -222,6 +343,24 @@ class Job(Generic[T]):
 
     async def flush_progress(self) -> None:
         await self._context().flush_progress()
+
+    def flush_progress_sync(self) -> None:
+        """``flush_progress`` from a sync handler (it runs on a worker thread)."""
+        ctx = self._context()
+        loop = getattr(ctx, "loop", None)
+        if loop is None:
+            raise NotInHandler("flush_progress_sync() needs the runtime's event loop")
+        import asyncio
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            # An async handler: blocking would stall the loop, so the write is scheduled
+            # (it lands before the attempt's outcome is written).
+            loop.create_task(ctx.flush_progress())  # type: ignore[arg-type]
+            return
+        asyncio.run_coroutine_threadsafe(ctx.flush_progress(), loop).result()  # type: ignore[arg-type]
 
     async def register_callback(self, timeout_seconds: float = 3600.0, filter: str | None = None,
                                 on_complete: str | None = None, on_fail: str | None = None,

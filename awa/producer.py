@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db
 from awa import metrics as awa_metrics
-from awa.job import AwaError, Job
+from awa.job import AwaError, DatabaseError, Job, Timestamp
 from awa.metrics import METRICS
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
@@ -269,18 +270,19 @@ class Transaction:
         sql, params = translate_query(query, args)
         async with self.connection.cursor(row_factory=dict_row) as cur:
             await cur.execute(sql, params)
-            return await cur.fetchall()
+            return [_timestamps_as_text(row) for row in await cur.fetchall()]
 
     async def fetch_optional(self, query: str, *args: Any) -> dict[str, Any] | None:
         sql, params = translate_query(query, args)
         async with self.connection.cursor(row_factory=dict_row) as cur:
             await cur.execute(sql, params)
-            return await cur.fetchone()
+            row = await cur.fetchone()
+            return None if row is None else _timestamps_as_text(row)
 
     async def fetch_one(self, query: str, *args: Any) -> dict[str, Any]:
         row = await self.fetch_optional(query, *args)
         if row is None:
-            raise AwaError("fetch_one: the query returned no row")
+            raise DatabaseError("fetch_one: the query returned no row")
         return row
 
     async def insert(self, args: Any, *, kind: str | None = None,
@@ -322,3 +324,12 @@ class Transaction:
 # The synchronous client hands out its transactions through a blocking proxy;
 # the name the Rust-core SDK used for that object.
 SyncTransaction = Transaction
+
+
+def _timestamps_as_text(row: dict[str, Any]) -> dict[str, Any]:
+    """timestamptz values as ISO-8601 ``Timestamp`` strings, as awa-pg 0.6.9's fetches
+    returned them (still comparable and subtractable as datetimes)."""
+    for key, value in row.items():
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            row[key] = Timestamp(value)
+    return row

@@ -255,18 +255,20 @@ class _OtlpState:
 
 
 _otlp: _OtlpState | None = None
+_otlp_args: tuple[str, str | None, int] | None = None
 
 
 def init_telemetry(endpoint: str | None = None, service_name: str | None = None,
-                   export_interval_ms: int = DEFAULT_EXPORT_INTERVAL_MS) -> None:
+                   export_interval_ms: int = DEFAULT_EXPORT_INTERVAL_MS) -> bool:
     """Export awa's metrics and handler spans over OTLP/HTTP to ``endpoint``.
 
     ``endpoint`` is the collector's base URL (``http://collector:4318``);
-    without it ``OTEL_EXPORTER_OTLP_ENDPOINT`` is used.  Calling it again
-    replaces the previous export.  Pair with ``shutdown_telemetry()``, which
-    flushes what is buffered.
+    without it ``OTEL_EXPORTER_OTLP_ENDPOINT`` is used.  Idempotent, as in
+    awa-pg 0.6.9: True when this call set the export up, False when the same
+    export was already running; other arguments replace the previous export.
+    Pair with ``shutdown_telemetry()``, which flushes what is buffered.
     """
-    global _otlp
+    global _otlp, _otlp_args
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -279,7 +281,10 @@ def init_telemetry(endpoint: str | None = None, service_name: str | None = None,
     if export_interval_ms <= 0:
         raise ValidationError("export_interval_ms must be positive")
     with _lock:
+        if _otlp is not None and _otlp_args == (base, service_name, export_interval_ms):
+            return False
         shutdown_telemetry()
+        _otlp_args = (base, service_name, export_interval_ms)
         meter_provider = _sdk_meter_provider(service_name)
         tracer_provider = _sdk_tracer_provider(service_name)
         reader = PeriodicExportingMetricReader(
@@ -291,6 +296,7 @@ def init_telemetry(endpoint: str | None = None, service_name: str | None = None,
                                        schedule_delay_millis=export_interval_ms)
         tracer_provider.add_span_processor(processor)
         _otlp = _OtlpState(reader, processor, meter_provider)
+    return True
 
 
 def init_telemetry_from_env() -> bool:

@@ -91,6 +91,9 @@ def _queue_name(name: Any) -> str:
     return name
 
 
+STORAGE_TRANSITION_ROLES = ("auto", "canonical_drain", "queue_storage_target")
+
+
 def parse_queue_configs(queues: Any, weighted: bool,
                         registered: list[str]) -> dict[str, QueueConfig]:
     """``queues`` as start() takes it -> validated QueueConfigs by name."""
@@ -218,7 +221,13 @@ class WorkerMixin:
 
         return register
 
-    worker = task
+    def worker(self, args_type: type[T], *, kind: str | None = None,
+               queue: str = config.DEFAULT_QUEUE) -> Callable[[Callable], Callable]:
+        """Deprecated spelling of ``task()`` (awa-pg 0.6.9 warned too)."""
+        import warnings
+        warnings.warn("client.worker() is deprecated, use client.task() instead",
+                      DeprecationWarning, stacklevel=2)
+        return self.task(args_type, kind=kind, queue=queue)
 
     def on_event(self, callback: Callable[[JobEvent], Any], kind: str | None = None,
                  events: list[str] | None = None) -> Callable[[JobEvent], Any]:
@@ -274,6 +283,10 @@ class WorkerMixin:
         """
         if self._runtime is not None:
             raise AwaError("the runtime is already started; call shutdown() first")
+        if storage_transition_role not in STORAGE_TRANSITION_ROLES:
+            raise ValidationError(f"storage_transition_role must be one of "
+                                  f"{', '.join(STORAGE_TRANSITION_ROLES)}, "
+                                  f"got {storage_transition_role!r}")
         settings = build_settings(
             poll_interval_ms=poll_interval_ms, global_max_workers=global_max_workers,
             completed_retention_hours=completed_retention_hours,
@@ -293,6 +306,11 @@ class WorkerMixin:
         registered = sorted({h.queue for h in self._handlers.values()})
         queue_configs = parse_queue_configs(queues, settings.global_max_workers is not None,
                                             registered)
+        undeclared = sorted(set(getattr(self, "_queue_descriptors", {})) - set(queue_configs))
+        if undeclared:
+            raise ValidationError(f"queue_descriptor() for {', '.join(map(repr, undeclared))}, "
+                                  f"which start() does not run: describe only queues this "
+                                  f"client works on")
         if settings.global_max_workers is not None:
             reserved = sum(q.min_workers or 0 for q in queue_configs.values())
             if reserved > settings.global_max_workers:
@@ -329,10 +347,19 @@ class WorkerMixin:
         """The running ``Runtime`` (None when not started)."""
         return self._runtime
 
+    async def _postgres_reachable(self) -> bool:
+        try:
+            await self._get_engine()  # type: ignore[attr-defined]
+            return True
+        except Exception:  # any failure to reach the database means: not connected
+            return False
+
     async def health_check(self) -> HealthCheck:
         runtime = self._runtime
         if runtime is None:
-            return HealthCheck(healthy=False, postgres_connected=False, poll_loop_alive=False,
+            # No runtime: only the database can be asked about (awa-pg 0.6.9 did the same).
+            return HealthCheck(healthy=False, postgres_connected=await self._postgres_reachable(),
+                               poll_loop_alive=False,
                                heartbeat_alive=False, shutting_down=False, leader=False)
         h = runtime.health
         h.refresh(runtime)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class JobContext:
     __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
                  "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq",
-                 "_written_seq", "_metadata_patch", "is_async", "__weakref__")
+                 "_written_seq", "_metadata_patch", "is_async", "loop", "__weakref__")
 
     def __init__(self, job: Job[Any], runtime: Runtime, permits: Any,
                  deadline_monotonic: float) -> None:
@@ -38,6 +38,12 @@ class JobContext:
         self.dropped = False
         self.waiting = False  # parked in wait_for_callback: the deadline does not run
         self.is_async = True
+        # The runtime's loop: Job.flush_progress_sync() from a handler thread runs on it.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
         # set_progress may run on a handler thread while the loop writes a
         # heartbeat: a sequence number (not a flag) cannot lose an update.
         self._progress_seq = 0
@@ -77,6 +83,12 @@ class JobContext:
         patch.update(updates)
         self._metadata_patch = patch
         self.job.metadata = {**self.job.metadata, **updates}
+        # awa-pg 0.6.9 kept handler metadata in progress["metadata"] (shallow merge); it is
+        # mirrored there so code reading it from the progress object finds it too.
+        progress: dict[str, Any] = dict(self.job.progress or {})
+        progress["metadata"] = {**(progress.get("metadata") or {}), **updates}
+        self.job.progress = progress
+        self._progress_seq += 1
 
     def take_buffered(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The progress and metadata patch not yet written (and forget them)."""

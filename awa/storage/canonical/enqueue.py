@@ -280,10 +280,12 @@ def _metadata(metadata: Any) -> dict[str, Any]:
 
 def _dumps(value: Any, what: str) -> str:
     try:
-        return _storable_json(_ENCODER.encode(value), what)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is not JSON-serializable: "
                                  f"{' '.join(str(exc).split())}") from None
+    # Outside the try: its ValidationError is also a ValueError (awa-pg compatibility).
+    return _storable_json(text, what)
 
 
 # One encoder for every row: json.dumps with options builds a new one per call.

@@ -1,0 +1,88 @@
+"""awa.bridge on the connections an application already has: SQLAlchemy (sync and async
+Session/Connection) and Django, each inside the caller's transaction (issue 15, item 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+import awa
+from awa.bridge import insert_job, insert_job_sync
+
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+def _sa_url(database_url: str, driver: str = "psycopg") -> str:
+    p = conninfo_to_dict(database_url)
+    return (f"postgresql+{driver}://{p.get('user', 'postgres')}@{p.get('host', '127.0.0.1')}:"
+            f"{p.get('port', 5432)}/{p['dbname']}")
+
+
+def _count(db: Any) -> int:
+    return db.execute("SELECT count(*) AS n FROM awa.jobs").fetchone()["n"]
+
+
+def test_sqlalchemy_session_and_connection(database_url, db):
+    from sqlalchemy.orm import Session
+    engine = sqlalchemy.create_engine(_sa_url(database_url))
+    try:
+        with Session(engine) as session:
+            row = insert_job_sync(session, {"n": 1}, kind="sa")
+            assert _count(db) == 0  # not committed yet: the session's own transaction
+            session.commit()
+        assert row["state"] == "available" and _count(db) == 1
+        with engine.connect() as conn:
+            insert_job_sync(conn, {"n": 2}, kind="sa")
+            conn.rollback()
+        assert _count(db) == 1
+    finally:
+        engine.dispose()
+
+
+async def test_sqlalchemy_async_session_and_connection(database_url, db):
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+    engine = create_async_engine(_sa_url(database_url))
+    try:
+        async with AsyncSession(engine) as session:
+            await insert_job(session, {"n": 1}, kind="sa_async")
+            await session.commit()
+        async with engine.connect() as conn:
+            await insert_job(conn, {"n": 2}, kind="sa_async")
+            await conn.rollback()
+        assert _count(db) == 1
+    finally:
+        await engine.dispose()
+
+
+def test_django_connection(database_url, db):
+    django = pytest.importorskip("django")
+    from django.conf import settings
+    p = conninfo_to_dict(database_url)
+    if not settings.configured:
+        settings.configure(DATABASES={"default": {
+            "ENGINE": "django.db.backends.postgresql", "NAME": p["dbname"],
+            "USER": p.get("user", "postgres"), "HOST": p.get("host", "127.0.0.1"),
+            "PORT": str(p.get("port", 5432))}})
+        django.setup()
+    from django.db import connection, transaction
+    connection.settings_dict["NAME"] = p["dbname"]
+    connection.close()
+    try:
+        with transaction.atomic():
+            row = insert_job_sync(connection, {"n": 1}, kind="dj")
+        assert row["kind"] == "dj" and _count(db) == 1
+        with pytest.raises(RuntimeError), transaction.atomic():
+            insert_job_sync(connection, {"n": 2}, kind="dj")
+            raise RuntimeError("roll back")
+        assert _count(db) == 1
+    finally:
+        connection.close()
+
+
+def test_unsupported_object_is_a_type_error():
+    with pytest.raises(TypeError):
+        insert_job_sync(object(), {"n": 1}, kind="x")
+    with pytest.raises(awa.ValidationError):
+        insert_job_sync(42, {"n": 1}, kind="x")
