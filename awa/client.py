@@ -31,6 +31,7 @@ from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin, Transaction
+from awa.storage import migrate as storage_migrate
 from awa.storage import open_engine
 from awa.storage.engine import Engine
 from awa.worker import WorkerMixin
@@ -100,11 +101,14 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         """
         await self._get_engine()
 
-    async def migrate(self) -> list[int]:
+    async def migrate(self, engine: str | None = None) -> list[int]:
+        """Apply the migrations; ``engine`` lays out ``canonical`` or ``queue_storage``
+        (default: the database's own engine, canonical when new)."""
         pool = await self._get_pool(check_schema=False)
         async with pool.connection() as conn:
-            applied = await schema.migrate(conn)
+            applied = await storage_migrate(conn, engine)
         self._schema_checked = True
+        self._engine = None
         return applied
 
     async def close(self) -> None:

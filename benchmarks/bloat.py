@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 import _support
@@ -119,13 +120,19 @@ async def ring_ticks(url: str, seconds: float) -> None:
             await ENGINE.rotate_and_prune(conn)
 
 
+def _scalar(conn: psycopg.Connection[Any], query: str) -> int:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0] or 0)
+
+
 def sample(conn: psycopg.Connection[Any], engine: str) -> dict[str, Any]:
     queue_set = CANONICAL_SET if engine == "canonical" else GUIDE_SET
     row = conn.execute(SAMPLE.format(queue_set=queue_set)).fetchone()
     assert row is not None
     return {"dead": int(row[0] or 0), "bytes": int(row[1] or 0),
             "control_dead": int(row[2] or 0), "control_bytes": int(row[3] or 0),
-            "done": int(conn.execute(DONE).fetchone()[0])}
+            "done": _scalar(conn, DONE)}
 
 
 def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) -> None:
@@ -139,7 +146,7 @@ def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) 
             raise SystemExit("worker failed to start")
 
         async def drive() -> int:
-            tasks = [offer(url, rate, seconds)]
+            tasks: list[Coroutine[Any, Any, Any]] = [offer(url, rate, seconds)]
             if engine == "queue_storage":
                 tasks.append(ring_ticks(url, seconds))
             results = await asyncio.gather(*tasks)
@@ -182,7 +189,7 @@ def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) 
               f"/ {final['bytes'] / 1e6:.1f} MB, control {final['control_dead']} dead "
               f"/ {final['control_bytes'] / 1e6:.1f} MB", flush=True)
     finally:
-        _support.drop_database(admin, conninfo_to_dict(url)["dbname"])
+        _support.drop_database(admin, str(conninfo_to_dict(url)["dbname"]))
 
 
 # --- throughput mode ------------------------------------------------------------------
@@ -202,11 +209,13 @@ def run_throughput(admin: str, engine: str, workers: int, jobs: int) -> dict[str
             proc.send_signal(signal.SIGUSR1)
             time.sleep(0.1)
             enqueue_s = asyncio.run(throughput.enqueue_all(url, jobs))
-            while conn.execute(DONE).fetchone()[0] < jobs:
+            while _scalar(conn, DONE) < jobs:
                 if proc.poll() is not None:
                     raise SystemExit(f"the worker process died ({proc.returncode})")
                 time.sleep(0.01)
-            span, attempts = conn.execute(SPAN).fetchone()
+            row = conn.execute(SPAN).fetchone()
+            assert row is not None and proc.stdout is not None
+            span, attempts = row
             proc.send_signal(signal.SIGUSR1)
             cpu = json.loads(proc.stdout.readline())["cpu_s"]
             latencies = pickup(url, 100)
@@ -217,7 +226,7 @@ def run_throughput(admin: str, engine: str, workers: int, jobs: int) -> dict[str
                 "pickup_p50_ms": _support.percentile(latencies, 50),
                 "pickup_p95_ms": _support.percentile(latencies, 95), "max_attempt": attempts}
     finally:
-        _support.drop_database(admin, conninfo_to_dict(url)["dbname"])
+        _support.drop_database(admin, str(conninfo_to_dict(url)["dbname"]))
 
 
 def pickup(url: str, samples: int) -> list[float]:

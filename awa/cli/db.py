@@ -10,7 +10,7 @@ import asyncio
 
 import click
 
-from awa import config, db, schema
+from awa import config, db, schema, storage
 from awa.cli.options import current_database_url, database_url_option, json_option, print_json
 from awa.storage import StorageLayout, describe_layout
 
@@ -19,26 +19,31 @@ from awa.storage import StorageLayout, describe_layout
 @database_url_option
 @click.option("--sql", "print_sql", is_flag=True,
               help="Print the migration SQL instead of applying it.")
-def migrate(print_sql: bool) -> None:
+@click.option("--engine", type=click.Choice(sorted(storage.ENGINES)), default=None,
+              help="Storage engine to lay out (default: the database's own; canonical when "
+                   "new). queue_storage is the append-only, vacuum-aware engine.")
+def migrate(print_sql: bool, engine: str | None) -> None:
     """Create or upgrade the awa schema (safe to run from several processes at once)."""
     if print_sql:
         click.echo(schema.migration_sql())
         return
     url = db.resolve_database_url(current_database_url())
 
-    async def apply() -> list[int]:
+    async def apply() -> tuple[list[int], str]:
         conn = await db.connect(url, config.APP_NAME_CLI)
         try:
-            return await schema.migrate(conn)
+            applied = await storage.migrate(conn, engine)
+            return applied, (await describe_layout(conn)).engine
         finally:
             await conn.close()
 
-    applied = asyncio.run(apply())
+    applied, serving = asyncio.run(apply())
+    version = schema.current_migration_version()
     if applied:
         click.echo(f"applied migrations {', '.join(map(str, applied))}; schema is at version "
-                   f"{schema.current_migration_version()}")
+                   f"{version}, storage engine {serving}")
     else:
-        click.echo(f"schema already up to date (version {schema.current_migration_version()})")
+        click.echo(f"schema already up to date (version {version}, storage engine {serving})")
 
 
 def _status(layout: StorageLayout) -> str:

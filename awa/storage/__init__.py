@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa import schema as migrations
-from awa.job import ForeignSchema
+from awa.job import ForeignSchema, ValidationError
 from awa.storage.engine import Engine
 
 CANONICAL = "canonical"
@@ -59,8 +59,14 @@ def _canonical() -> Engine:
     return ENGINE
 
 
-# Engine name -> loader.  The queue-storage engine adds its entry here.
-ENGINES: dict[str, Callable[[], Engine]] = {CANONICAL: _canonical}
+def _queue_storage() -> Engine:
+    from awa.storage import queue_storage  # imported on use, like canonical
+
+    return queue_storage.load()
+
+
+# Engine name -> loader.
+ENGINES: dict[str, Callable[[], Engine]] = {CANONICAL: _canonical, QUEUE_STORAGE: _queue_storage}
 
 
 @dataclass(frozen=True)
@@ -221,3 +227,24 @@ async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSou
             engine = engine_for(await describe_layout(conn))
         _SOURCE_ENGINES[conn_or_pool] = engine
     return engine
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None) -> list[int]:
+    """``awa migrate``: our numbered migrations, then the engine's own layout.
+
+    ``engine`` None keeps the database's engine (canonical when new).  Queue
+    storage is laid out again after every migration (idempotent), since a
+    migration may replace the ``awa.jobs`` view it extends.
+    """
+    from awa import schema  # awa.schema builds on this package's layout detection
+
+    if engine is not None and engine not in ENGINES:
+        raise ValidationError(f"unknown storage engine {engine!r}: choose one of "
+                              f"{', '.join(sorted(ENGINES))}")
+    applied = await schema.migrate(conn)
+    wanted = engine or (await describe_layout(conn)).engine
+    if wanted == QUEUE_STORAGE:
+        from awa.storage.queue_storage.schema import install_queue_storage
+
+        await install_queue_storage(conn)
+    return applied

@@ -461,6 +461,19 @@ class QueueDepth:
         return sum(self.depth.values())
 
 
+@dataclass
+class PruneReport:
+    """One ring prune pass: which (ring, slot) were truncated, skipped as busy or still live.
+
+    Empty on an engine without rings (canonical reclaims history by row retention).
+    """
+
+    truncated: list[tuple[str, int]] = field(default_factory=list)
+    busy: list[tuple[str, int]] = field(default_factory=list)
+    live: list[tuple[str, int]] = field(default_factory=list)
+    carried_failed: int = 0
+
+
 class MaintenanceOps(Protocol):
     """What the elected leader runs; every write is guarded against a second leader.
 
@@ -559,6 +572,13 @@ class MaintenanceOps(Protocol):
         ...
 
     # -- queue health -----------------------------------------------------------------
+    async def rotate_and_prune(self, conn: psycopg.AsyncConnection[Any], *,
+                               completed_retention_s: float,
+                               failed_retention_s: float) -> PruneReport:
+        """Reclaim history by rotating partition rings and TRUNCATE of sealed, provably
+        empty partitions under a short lock_timeout (queue storage); canonical: nothing."""
+        ...
+
     async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
                            cap: int | None = None) -> list[QueueDepth]:
         """Every queue with a job in a ``DEPTH_STATES`` state or in the DLQ, by name.

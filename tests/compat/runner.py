@@ -19,8 +19,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+# Run as a script under either distribution's venv: scenarios.py sits beside it.
 sys.path.insert(0, str(Path(__file__).parent))
-import scenarios  # noqa: E402
+import scenarios  # type: ignore[import-not-found]  # noqa: E402 - found on the path set above
 
 import awa  # noqa: E402
 

@@ -23,14 +23,13 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
+from compat import scenarios
 from support.awa_pg import awa_pg_python
 from support.rust_awa import as_url
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "runner.py"
 COMPAT_DOC = HERE.parent.parent / "docs" / "compat.md"
-sys.path.insert(0, str(HERE))
-import scenarios  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

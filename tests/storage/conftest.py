@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from awa.storage.canonical import CanonicalEngine
 from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage_sync
-from tests.conftest import create_database, drop_database
+from conftest import create_database, drop_database
 
 ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
@@ -43,11 +43,11 @@ def _queue_storage_arrangers(request: pytest.FixtureRequest, monkeypatch: pytest
     """The queue-storage arrangers of the modules that arrange engine state directly."""
     module = request.module
     if hasattr(module, "ARRANGERS") and "queue_storage" not in module.ARRANGERS:
-        from tests.storage.queue_storage_arrange import maintenance_arranger
+        from storage.queue_storage_arrange import maintenance_arranger
         monkeypatch.setitem(module.ARRANGERS, "queue_storage",
                             maintenance_arranger(module.ARRANGERS["canonical"]))
     if hasattr(module, "ARRANGE") and "queue_storage" not in module.ARRANGE:
-        from tests.storage.queue_storage_arrange import reads_arranger
+        from storage.queue_storage_arrange import reads_arranger
         monkeypatch.setitem(module.ARRANGE, "queue_storage",
                             reads_arranger(module.ARRANGE["canonical"]))
 
@@ -79,12 +79,6 @@ def engine_url(engine_name: str, request: pytest.FixtureRequest,
     if engine_name == "canonical":
         yield request.getfixturevalue("database_url")
         return
-    import awa.storage
-    from awa.storage import queue_storage
-
-    # Until the lead registers it (awa.storage.ENGINES[QUEUE_STORAGE] = queue_storage.load),
-    # engine selection learns the engine for the queue-storage tests only.
-    monkeypatch.setitem(awa.storage.ENGINES, queue_storage.NAME, queue_storage.load)
     admin_url = request.getfixturevalue("admin_url")
     name = create_database(admin_url, template=request.getfixturevalue("queue_storage_template"))
     yield make_conninfo(admin_url, dbname=name)

@@ -33,6 +33,7 @@ DAY_S = 86400.0
 class RetentionOutcome:
     deleted: Counter[str] = field(default_factory=Counter)
     statements: int = 0
+    truncated: int = 0  # ring partitions reclaimed by TRUNCATE (queue storage)
 
 
 def _finalized_ages(completed_hours: float, failed_hours: float) -> dict[str, float]:
@@ -101,4 +102,10 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
             conn, catalogue="queues", older_than_s=descriptor_age_s, limit=n))
         await drain("job_kind_descriptors", lambda n: store.purge_unseen_descriptors(
             conn, catalogue="kinds", older_than_s=descriptor_age_s, limit=n))
+        # Engines with partition rings reclaim their history here (TRUNCATE of sealed,
+        # provably empty partitions); the row engine has nothing to do.
+        pruned = await store.rotate_and_prune(
+            conn, completed_retention_s=settings.completed_retention_hours * HOUR_S,
+            failed_retention_s=settings.failed_retention_hours * HOUR_S)
+        outcome.truncated = len(pruned.truncated)
     return outcome

@@ -36,6 +36,7 @@ from awa.storage.engine import (
     Descriptor,
     PromoteBatch,
     PromotedJob,
+    PruneReport,
     PurgedBatch,
     QueueDepth,
     RescueBatch,
@@ -653,6 +654,12 @@ class CanonicalMaintenance:
         n, _ = await _execute(conn, SET_RUNTIME_DESCRIPTOR_HASHES, {
             "instance_id": instance_id, "hashes": json.dumps(dict(hashes))})
         return n > 0
+
+    async def rotate_and_prune(self, conn: psycopg.AsyncConnection[Any], *,
+                               completed_retention_s: float,
+                               failed_retention_s: float) -> PruneReport:
+        """No rings here: history goes by row retention (``purge_finalized``)."""
+        return PruneReport()
 
     # -- queue health --------------------------------------------------------------------
     async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,

@@ -32,6 +32,7 @@ from awa.storage.engine import (
     CronFired,
     PromoteBatch,
     PromotedJob,
+    PruneReport,
     QueueDepth,
     RescueBatch,
     RescuedAttempt,
@@ -414,7 +415,7 @@ class QueueStorageMaintenance(CanonicalMaintenance):
                                * 3600,
                                failed_retention_s: float = config.FAILED_RETENTION_HOURS * 3600,
                                lock_timeout_ms: int = rings.DEFAULT_LOCK_TIMEOUT_MS
-                               ) -> rings.PruneReport:
+                               ) -> PruneReport:
         """The leader's ring tick (queue-storage only; see ``rings``)."""
         return await rings.rotate_and_prune(conn, completed_retention_s=completed_retention_s,
                                             failed_retention_s=failed_retention_s,

@@ -21,12 +21,13 @@ skip this round (``busy``) instead of queueing claims behind it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+
+from awa.storage.engine import PruneReport
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -91,16 +92,6 @@ SELECT
   AS live"""
 LEASE_SLOT_LIVE = "SELECT EXISTS (SELECT 1 FROM awa.leases WHERE lease_slot = %(slot)s) AS live"
 SLOT_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM {table}) AS empty"
-
-
-@dataclass
-class PruneReport:
-    """One prune pass: which (ring, slot) were truncated, skipped as busy or still live."""
-
-    truncated: list[tuple[str, int]] = field(default_factory=list)
-    busy: list[tuple[str, int]] = field(default_factory=list)
-    live: list[tuple[str, int]] = field(default_factory=list)
-    carried_failed: int = 0
 
 
 def _partition(table: str, slot: int) -> sql.Identifier:

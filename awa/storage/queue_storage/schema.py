@@ -19,6 +19,7 @@ import psycopg
 
 from awa import config
 from awa import schema as migrations
+from awa.job import ValidationError
 
 DEFAULT_SCHEMA = "awa"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -59,8 +60,8 @@ async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
         cur = await conn.execute(CANONICAL_ROWS)
         row = await cur.fetchone()
         if row is not None and _first(row):
-            raise RuntimeError("the canonical job tables hold jobs: drain them before switching "
-                               "this database to queue storage")
+            raise ValidationError("the canonical job tables hold jobs: drain them before "
+                                  "switching this database to queue storage")
         await conn.execute(install_sql())
 
 
@@ -73,8 +74,8 @@ def install_queue_storage_sync(conn: psycopg.Connection[Any],
         conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
         row = conn.execute(CANONICAL_ROWS).fetchone()
         if row is not None and _first(row):
-            raise RuntimeError("the canonical job tables hold jobs: drain them before switching "
-                               "this database to queue storage")
+            raise ValidationError("the canonical job tables hold jobs: drain them before "
+                                  "switching this database to queue storage")
         conn.execute(install_sql())
 
 
