@@ -1,7 +1,7 @@
 """Runtime liveness as the database sees it (awa.runtime_instances).
 
 Several checks need "which runtimes are alive, which serve this queue": a
-runtime is live while its ``last_seen_at`` is within a few of its own
+runtime is live while its ``last_seen_at`` is within 2 of its own
 snapshot intervals (``runtime_live``, the one copy of that rule).  The one
 running-attempt classifier (``classify_attempt``) lives here too, since it
 rests on liveness; the console and ``diagnose stuck-running`` both use it.
@@ -23,6 +23,8 @@ from awa_ops.storage import storage_engine
 
 # --- the one liveness rule ----------------------------------------------------
 
+# A runtime is live while its last snapshot is within this many of its own intervals.
+LIVE_INTERVALS = 2
 # The floor is capped at this many of the runtime's own snapshot intervals...
 FLOOR_MAX_INTERVALS = 10
 # ...and at this share of the heartbeat staleness cutoff in use.
@@ -32,7 +34,8 @@ FLOOR_SHARE_OF_STALENESS = 0.75
 def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None) -> float:
     """How long a runtime may stay silent and still count as live.
 
-    ``OPS_RUNTIME_LIVE_FACTOR`` of its own snapshot intervals, and never less
+    ``LIVE_INTERVALS`` (2) of its own snapshot intervals (``snapshot_interval_ms``,
+    a column in every layout: 10 s on the Rust-core awa 0.6), and never less
     than a floor (``OPS_RUNTIME_LIVE_MIN_S``), so a late snapshot on a busy
     host is not a death.  The floor itself gives way: a runtime silent for ten
     of its promised intervals is gone however short they are, and a runtime is
@@ -44,7 +47,7 @@ def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None)
     floor = min(config.OPS_RUNTIME_LIVE_MIN_S, FLOOR_MAX_INTERVALS * interval_s)
     if stale_after_s is not None:
         floor = min(floor, FLOOR_SHARE_OF_STALENESS * stale_after_s)
-    return max(config.OPS_RUNTIME_LIVE_FACTOR * interval_s, floor)
+    return max(LIVE_INTERVALS * interval_s, floor)
 
 
 def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
