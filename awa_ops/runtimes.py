@@ -59,6 +59,25 @@ def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
     return last_seen_age_s <= live_window_s(snapshot_interval_ms, stale_after_s)
 
 
+# A snapshot later than its interval by more than this is overdue.
+SNAPSHOT_SLACK_S = 1.0
+
+# The leader's session advisory lock (config.ADVISORY_LOCK_LEADER, 'AWA_MAIN'): the same
+# key in every awa distribution.  Held right now by anyone?  (A pure catalogue read.)
+LEADER_LOCK_HELD = """
+SELECT count(*) > 0 AS held FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND database = (
+       SELECT oid FROM pg_database WHERE datname = current_database())
+   AND classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
+   AND objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND objsubid = 1
+"""
+
+
+async def leader_lock_held(session: OpsSession) -> bool:
+    row = await session.fetch_one(LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
+    return bool(row and row["held"])
+
+
 # --- the one running-attempt classifier ---------------------------------------
 
 # Running-attempt classes, worst first.
@@ -115,6 +134,24 @@ class Runtime:
         return runtime_live(self.age_s, int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
+    def interval_s(self) -> float:
+        return int(self.row["snapshot_interval_ms"]) / 1000
+
+    @property
+    def snapshot_overdue(self) -> bool:
+        """Its next snapshot is late (one interval and a second of slack): maybe dead.
+
+        Not yet "gone" (that takes ``live_window_s``), but its flags are no
+        longer news: a leader flag this old may have passed to another runtime.
+        """
+        return self.age_s > self.interval_s + SNAPSHOT_SLACK_S
+
+    @property
+    def draining(self) -> bool:
+        """Stopping cleanly (``shutting_down``): finishing its jobs, claiming no more."""
+        return bool(self.row["shutting_down"])
+
+    @property
     def recently_gone(self) -> bool:
         return not self.live and self.age_s <= config.OPS_RUNTIME_GONE_S
 
@@ -126,7 +163,10 @@ class Runtime:
         return not self.queues or queue in self.queues
 
     def label(self) -> str:
-        return f"{self.row['hostname']}:{self.row['pid']} ({self.instance_id[:8]})"
+        """``host:pid (id)``; the Rust-core runtimes leave hostname empty: ``pid N (id)``."""
+        host, pid = self.row["hostname"], self.row["pid"]
+        where = f"{host}:{pid}" if host else f"pid {pid if pid is not None else '?'}"
+        return f"{where} ({self.instance_id[:8]})"
 
     def evidence(self) -> dict[str, Any]:
         keep = ("instance_id", "hostname", "pid", "last_seen_at", "healthy", "postgres_connected",
