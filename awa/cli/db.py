@@ -16,8 +16,15 @@ import psycopg
 
 from awa import config, db, schema
 from awa.admin import AdminMixin
-from awa.cli.options import (current_database_url, database_url_option, fail, json_option,
-                             print_json, resolved_database_url, run_client)
+from awa.cli.options import (
+    current_database_url,
+    database_url_option,
+    fail,
+    json_option,
+    print_json,
+    resolved_database_url,
+    run_client,
+)
 from awa.job import AwaError
 from awa.storage import RUST_CORE, StorageLayout, describe_layout
 from awa.storage.engine import Engine

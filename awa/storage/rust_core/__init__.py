@@ -19,8 +19,10 @@ serve, read-only all the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg import sql
@@ -28,14 +30,47 @@ from psycopg.rows import dict_row
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState
 from awa.storage.canonical.reads import CanonicalReads
-from awa.storage.engine import (DlqDepth, DlqEntriesPage, DlqEntry, DlqFilter, DlqPageQuery,
-                                DlqSummary, DlqCursor, JobDump, JobListQuery, JobRecord,
-                                JobSummary, QueueDepth, QueueDetail, QueueStat, QueueCount,
-                                RepeatedError, RunningAttemptRead, RunningCounts,
-                                RuntimeDescriptorHashes, UniqueClaimHolder, WedgedClaims,
-                                CancelledAttempt)
+from awa.storage.engine import (
+    CancelledAttempt,
+    DlqCursor,
+    DlqDepth,
+    DlqEntriesPage,
+    DlqEntry,
+    DlqFilter,
+    DlqPageQuery,
+    DlqSummary,
+    JobDump,
+    JobListQuery,
+    JobRecord,
+    JobSummary,
+    QueueCount,
+    QueueDepth,
+    QueueDetail,
+    QueueStat,
+    RepeatedError,
+    RunningAttemptRead,
+    RunningCounts,
+    RuntimeDescriptorHashes,
+    UniqueClaimHolder,
+    WedgedClaims,
+)
 
 NAME = "rust_core"
+
+
+@dataclass(frozen=True)
+class SupersededAttempt:
+    """A running attempt whose unique key another job holds (the guide's wedge query).
+
+    (For the lead: belongs in engine.py's OpsReads section beside WedgedClaims.)
+    """
+
+    stuck_job: int
+    kind: str
+    queue: str
+    unique_key: bytes
+    claim_holder: int
+    holder_state: str | None
 
 # --- running attempts: open receipt claims and materialized leases --------------------
 # The guide's open-claim anti-join (plus the claim's own closed_at), a lease
@@ -168,7 +203,8 @@ QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
 # --- jobs (other states): the Rust core's own awa.jobs view ---------------------------------
 _COLUMNS = ", ".join(JOB_COLUMNS)
 JOB_BY_ID = f"SELECT {_COLUMNS} FROM awa.jobs WHERE id = %(id)s LIMIT 1"
-JOBS = (f"SELECT {_COLUMNS} FROM awa.jobs WHERE (%(state)s::text IS NULL OR state::text = %(state)s)"
+JOBS = (f"SELECT {_COLUMNS} FROM awa.jobs"
+        " WHERE (%(state)s::text IS NULL OR state::text = %(state)s)"
         " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
         " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
         " AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])"
@@ -193,7 +229,8 @@ SELECT {DLQ_JOB_COLUMNS} FROM {{s}}.dlq_entries d
    AND (%(kind)s::text IS NULL OR d.kind = %(kind)s)
    AND (%(reason)s::text IS NULL OR d.dlq_reason = %(reason)s)
    AND (%(tag)s::text IS NULL OR coalesce(d.payload->'tags', '[]'::jsonb) ? %(tag)s)
-   AND (%(before_at)s::timestamptz IS NULL OR (d.dlq_at, d.job_id) < (%(before_at)s, %(before_id)s))
+   AND (%(before_at)s::timestamptz IS NULL
+        OR (d.dlq_at, d.job_id) < (%(before_at)s, %(before_id)s))
    AND (%(before_id)s::bigint IS NULL OR %(before_at)s::timestamptz IS NOT NULL
         OR d.job_id < %(before_id)s)
  ORDER BY d.dlq_at DESC, d.job_id DESC
@@ -267,6 +304,19 @@ SELECT t.queue, count(*) AS wedged
    AND r.lane_seq = t.lane_seq
   JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
  GROUP BY t.queue
+"""
+# The guide's wedge query on this layout: a running attempt whose unique key
+# another job holds (its claim in awa.job_unique_claims).
+SUPERSEDED = _ATTEMPTS + """
+SELECT t.job_id AS stuck_job, r.kind, t.queue, r.unique_key, c.job_id AS claim_holder
+  FROM attempts t
+  JOIN {s}.ready_entries r
+    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
+   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
+   AND r.lane_seq = t.lane_seq
+  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
+ WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s)
+ LIMIT %(limit)s
 """
 RUNTIME_DESCRIPTOR_HASHES = """
 SELECT instance_id, jsonb_build_object('queue', queue_descriptor_hashes,
@@ -659,6 +709,21 @@ class RustCoreEngine(CanonicalReads):
             return await super().wedged_claims(conn)
         return [WedgedClaims(r["queue"], int(r["wedged"]))
                 for r in await _rows(conn, self._q(WEDGED))]
+
+    async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                                  queue: str | None = None,
+                                  limit: int) -> list[SupersededAttempt]:
+        """Running attempts whose unique key another job holds, with the holder's state."""
+        rows = await _rows(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
+        holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
+            conn, list({bytes(r["unique_key"]) for r in rows}))}
+        out = []
+        for r in rows:
+            h = holders.get((bytes(r["unique_key"]), r["claim_holder"]))
+            out.append(SupersededAttempt(r["stuck_job"], r["kind"], r["queue"],
+                                         bytes(r["unique_key"]), r["claim_holder"],
+                                         h.state if h else None))
+        return out
 
     async def runtime_descriptor_hashes(
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
