@@ -48,6 +48,16 @@ ORDER BY n_dead_tup DESC, relname
 """
 
 
+# The tables the guide's churn query names (sql/table_churn.sql): shown first.
+GUIDE_TABLES = ("attempt_state", "deferred_jobs", "dlq_entries")
+GUIDE_PREFIXES = ("ready_segments_", "ready_entries", "ready_tombstones", "done_entries",
+                  "queue_terminal_count_deltas", "leases", "lease_claims")
+
+
+def guide_table(relname: str) -> bool:
+    return relname in GUIDE_TABLES or relname.startswith(GUIDE_PREFIXES)
+
+
 def churn_query(engine) -> str:
     if engine.is_queue_storage:
         churn = QUEUE_STORAGE_CHURN.replace("'<schema>'", literal(engine.schema)).strip()
@@ -136,7 +146,10 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
         else:
             summary = (f"{plural(len(tables), 'queue table')} within their autovacuum triggers"
                        + (f" ({most})" if most else ""))
-        findings.append(Finding(Severity.OK, summary,
-                                evidence=(over or tables)[:options.evidence_limit],
+        # Over their trigger first, then the guide's queue tables, most dead first.
+        shown = sorted(tables, key=lambda t: (int(t["n_dead_tup"]) <= t["autovacuum_trigger"],
+                                              not guide_table(t["relname"]),
+                                              -int(t["n_dead_tup"])))
+        findings.append(Finding(Severity.OK, summary, evidence=shown[:options.evidence_limit],
                                 runbook=RUNBOOK))
     return findings
