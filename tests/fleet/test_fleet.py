@@ -41,6 +41,7 @@ WORKER = Path(__file__).with_name("worker.py")
 FLAGS = ["--heartbeat-staleness", "3", "--election-interval", "1"]
 SLOTS = 2  # per worker: 6 slow jobs land 2 on each of 3 workers
 AWA_TUI = Path(sys.executable).with_name("awa-tui")
+AWA = Path(sys.executable).with_name("awa")
 # The Rust core's processes import its `awa`, never this checkout's (no PYTHONPATH, no cwd).
 RUST_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "RUST_LOG": "warn"}
 
@@ -53,13 +54,21 @@ import awa
 class Slow:
     seconds: float = 60.0
 
+@dataclass
+class Boom:
+    n: int = 0
+
 async def main(url, n, seconds):
     client = awa.AsyncClient(url)
     for _ in range(n):
-        await client.insert(Slow(seconds), kind="slow", queue="work")
+        if seconds < 0:  # a poison job: fails the same way on each of its 3 attempts
+            await client.insert(Boom(1), kind="boom", queue="work", max_attempts=3)
+        else:
+            await client.insert(Slow(seconds), kind="slow", queue="work")
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
 """
+POISON = -1  # ENQUEUE's seconds for a poison job
 
 
 @dataclass
@@ -82,6 +91,12 @@ def enqueue(python: Path, url: str, n: int, seconds: float) -> None:
                           capture_output=True, text=True, timeout=120, cwd=WORKER.parent,
                           env=RUST_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def our_awa(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """This checkout's `awa` CLI."""
+    return subprocess.run([str(AWA), "--database-url", url, *args],
+                          capture_output=True, text=True, timeout=60)
 
 
 def ops(url: str, state: Path, check: str, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -206,6 +221,17 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         code, everything = ops(url, state, "all")
         assert code == 0, "\n".join(f"{c['check']}: {c['error'] or summaries(c)}"
                                      for c in everything["checks"] if c["exit_code"])
+        # Our CLI's read commands read the real layout; its writes name the Rust CLI command.
+        stats = json.loads(our_awa(url, "queue", "stats", "--json").stdout)
+        assert [(s["queue"], s["running"]) for s in stats] == [("work", 6)], stats
+        listed = json.loads(our_awa(url, "job", "list", "--state", "running", "--json").stdout)
+        assert {j["id"] for j in listed} == set().union(*(w.jobs for w in workers))
+        some_job = min(workers[0].jobs)
+        dump = our_awa(url, "job", "dump", str(some_job))
+        assert dump.returncode == 0 and "state=running" in dump.stdout, dump.stderr
+        refused = our_awa(url, "job", "cancel", str(some_job))
+        assert refused.returncode != 0 and "`awa job cancel <id>`" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         timings["healthy"] = time.monotonic() - t0
         running = {r["job_id"] for r in rows(url, OPEN_ATTEMPTS)}
         samples = scrape(url)
@@ -281,14 +307,27 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         assert "2 live runtimes report leader" not in history
         print("runtime check during failover:", *dict.fromkeys(seen), sep="\n  ")
 
-        # --- 4. a pinned horizon ------------------------------------------------------------
-        # A fresh worker with free slots churns short jobs through the queue tables.
+        # --- 3b. a poison job: its errors are read from the Rust core's payload -------------
+        # A fresh worker with free slots runs the poison job and churns short jobs.
         log = tmp_path / "w4.log"
         proc = subprocess.Popen([str(python), str(WORKER), rust_url, "w4", "8"],
                                 stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
                                 cwd=WORKER.parent, env=RUST_ENV)
         workers.append(Worker("w4", proc, log))
         wait_for("w4 started", lambda: "started" in log.read_text(), 30, 0.2)
+        enqueue(python, rust_url, 1, POISON)
+        failed = wait_for("the poison job failed 3 times", lambda: rows(
+            url, "SELECT job_id FROM awa.done_entries WHERE state = 'failed'"), 60)
+        poison = failed[0]["job_id"]
+        rust_awa(rust_awa_binary(), url, "dlq", "move", "--queue", "work", "--reason", "poison")
+        entries = json.loads(our_awa(url, "dlq", "list", "--json").stdout)
+        assert [e["job"]["id"] for e in entries] == [poison], entries
+        assert "payment gateway rejected" in json.dumps(entries)
+        _, dlq = ops(url, state, "dlq")
+        assert "repeated error" in summaries(dlq) and "payment gateway" in summaries(dlq), \
+            summaries(dlq)
+
+        # --- 4. a pinned horizon ------------------------------------------------------------
         enqueue(python, rust_url, 200, 0)
         with psycopg.connect(url, application_name="fleet-report") as holder:
             holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
