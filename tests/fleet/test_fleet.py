@@ -232,6 +232,18 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         refused = our_awa(url, "job", "cancel", str(some_job))
         assert refused.returncode != 0 and "`awa job cancel <id>`" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        # `awa migrate` / `awa db` say what they found and change nothing.
+        versions = rows(url, "SELECT count(*) AS n, max(version) AS v FROM awa.schema_version")
+        migrate = our_awa(url, "migrate")
+        assert migrate.returncode != 0 and len(migrate.stderr.strip().splitlines()) == 1
+        for found in ("Rust-core awa", "schema version 40", "engine queue_storage",
+                      "left unchanged"):
+            assert found in migrate.stderr, migrate.stderr
+        assert rows(url, "SELECT count(*) AS n, max(version) AS v FROM awa.schema_version") \
+            == versions
+        db_info = json.loads(our_awa(url, "db", "--json").stdout)
+        assert (db_info["schema_version"], db_info["engine"], db_info["foreign"]) == \
+            (40, "queue_storage", True)
         timings["healthy"] = time.monotonic() - t0
         running = {r["job_id"] for r in rows(url, OPEN_ATTEMPTS)}
         samples = scrape(url)

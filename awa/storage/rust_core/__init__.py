@@ -319,8 +319,8 @@ SELECT t.job_id AS stuck_job, r.kind, t.queue, r.unique_key, c.job_id AS claim_h
  LIMIT %(limit)s
 """
 RUNTIME_DESCRIPTOR_HASHES = """
-SELECT instance_id, jsonb_build_object('queue', queue_descriptor_hashes,
-                                       'kind', job_kind_descriptor_hashes) AS descriptor_hashes
+SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
+                                       'kinds', job_kind_descriptor_hashes) AS descriptor_hashes
   FROM awa.runtime_instances"""
 
 # What the Rust-core CLI calls each write (same spelling as its --help).
