@@ -20,12 +20,32 @@ from awa import config, lifecycle, metrics
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, ValidationError
 from awa.serialization import encode_args
 from awa.storage import open_engine
-from awa.storage.canonical.admin import (GET_JOB, KIND_FILTER, LIST_JOBS, LIST_JOBS_ORDER,
-                                         QUEUE_FILTER, QUEUE_STATS, STATE_FILTER, TAG_FILTER)
-from awa.storage.canonical.enqueue import (normalize_run_at, unique_error, validate_priority,
-                                           validate_queue)
-from awa.storage.engine import (DlqEntry, DlqFilter, Engine, JobDump, KindQueueCount,
-                                QueueCount, QueueStat, RetryFailedResult)
+from awa.storage.canonical.admin import (
+    GET_JOB,
+    KIND_FILTER,
+    LIST_JOBS,
+    LIST_JOBS_ORDER,
+    QUEUE_FILTER,
+    QUEUE_STATS,
+    STATE_FILTER,
+    TAG_FILTER,
+)
+from awa.storage.canonical.enqueue import (
+    normalize_run_at,
+    unique_error,
+    validate_priority,
+    validate_queue,
+)
+from awa.storage.engine import (
+    DlqEntry,
+    DlqFilter,
+    Engine,
+    JobDump,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
 from awa.unique import unique_key
 
 # The SQL of these operations lives with the canonical engine now; its names stay
@@ -338,15 +358,32 @@ def render_dump(dump: JobDump | dict[str, Any]) -> str:
                      f"unique_states: {row['unique_states']}")
     if row.get("callback_id"):
         lines.append(f"callback: {row['callback_id']} (timeout {_fmt(row['callback_timeout_at'])})")
+        lines += [f"  {label:<12} {row[name]}" for name, label in _CALLBACK_FIELDS
+                  if row.get(name) is not None]
     progress = row.get("progress")
     lines.append(f"progress: {_fmt(progress)}" if progress else "progress: none")
     errors = row.get("errors") or []
     if errors:
         lines.append(f"errors ({len(errors)}):")
         for entry in errors:
-            flag = " [terminal]" if entry.get("terminal") else ""
-            lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}{flag}: "
-                         f"{entry.get('error')}")
+            lines += _error_lines(entry)
     else:
         lines.append("errors: none")
     return "\n".join(lines)
+
+
+_CALLBACK_FIELDS = (("callback_filter", "filter:"), ("callback_on_complete", "on_complete:"),
+                    ("callback_on_fail", "on_fail:"), ("callback_transform", "transform:"))
+
+
+def _error_lines(entry: Any) -> list[str]:
+    """One attempt's error, then the handler's traceback when the runtime stored one."""
+    if not isinstance(entry, dict):
+        return [f"  {entry}"]
+    flag = " [terminal]" if entry.get("terminal") else ""
+    lines = [f"  attempt {entry.get('attempt')} at {entry.get('at')}{flag}: {entry.get('error')}"]
+    traceback = entry.get("traceback")
+    if traceback:
+        lines.append("    traceback:")
+        lines += [f"      {line}" for line in str(traceback).splitlines()]
+    return lines

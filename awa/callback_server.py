@@ -34,7 +34,8 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, cast
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -42,8 +43,14 @@ from psycopg_pool import PoolTimeout
 from awa import callback_contract, config
 from awa.callbacks import CallbackAlreadyResolved, ResolveResult, parse_callback_id
 from awa.db import one_line
-from awa.job import (AwaError, CallbackNotFound, SerializationError, UniqueConflict,
-                     ValidationError)
+from awa.job import (
+    AwaError,
+    CallbackNotFound,
+    Job,
+    SerializationError,
+    UniqueConflict,
+    ValidationError,
+)
 
 log = logging.getLogger("awa.callbacks.server")
 
@@ -122,21 +129,23 @@ class CallbackApp:
         try:
             callback_id = str(parse_callback_id(raw_id))
         except CallbackNotFound:
-            raise HttpError(400, f"malformed callback id {raw_id[:80]!r}: expected a UUID")
+            raise HttpError(400, f"malformed callback id {raw_id[:80]!r}: "
+                                 "expected a UUID") from None
         self._check_signature(scope, callback_id)
         fields = _validate(action, await self._read_json(scope, receive))
         try:
             result = await self._apply(action, callback_id, fields)
         except (CallbackAlreadyResolved, UniqueConflict) as exc:
-            raise HttpError(409, str(exc))
+            raise HttpError(409, str(exc)) from exc
         except CallbackNotFound as exc:
-            raise HttpError(404, str(exc))
+            raise HttpError(404, str(exc)) from exc
         except (ValidationError, SerializationError) as exc:
-            raise HttpError(400, one_line(exc))
+            raise HttpError(400, one_line(exc)) from exc
         except (AwaError, psycopg.Error, PoolTimeout) as exc:  # database down or unmigrated
             log.error("callback %s %s not applied: %s", callback_id, action, one_line(exc))
-            raise HttpError(503, f"callback not applied, try again: {one_line(exc)}")
-        job = result.job if isinstance(result, ResolveResult) else result
+            raise HttpError(503, f"callback not applied, try again: {one_line(exc)}") from exc
+        # resolve_callback's result always holds the job (its only None is "not found", raised).
+        job = cast(Job[Any], result.job if isinstance(result, ResolveResult) else result)
         log.info("callback %s %s: job %s is %s", callback_id, action, job.id, job.state.value)
         answer = {"id": callback_id, "job_id": job.id, "state": job.state.value}
         if isinstance(result, ResolveResult):
@@ -171,7 +180,7 @@ class CallbackApp:
                 try:
                     declared = int(value)
                 except ValueError:
-                    raise HttpError(400, "invalid Content-Length header")
+                    raise HttpError(400, "invalid Content-Length header") from None
                 if declared > self.max_body_bytes:
                     raise too_large
         chunks: list[bytes] = []
@@ -193,7 +202,7 @@ class CallbackApp:
         try:
             return json.loads(body)
         except (UnicodeDecodeError, ValueError) as exc:
-            raise HttpError(400, f"body is not valid JSON: {one_line(exc)}")
+            raise HttpError(400, f"body is not valid JSON: {one_line(exc)}") from exc
 
     async def _apply(self, action: str, callback_id: str, fields: dict[str, Any]) -> Any:
         client = self.client
@@ -207,7 +216,8 @@ class CallbackApp:
             return await client.resolve_callback(callback_id, fields.get("payload"),
                                                  fields.get("default_action", "ignore"))
         return await client.heartbeat_callback(
-            callback_id, fields.get("timeout_seconds", callback_contract.DEFAULT_HEARTBEAT_TIMEOUT_SECS))
+            callback_id,
+            fields.get("timeout_seconds", callback_contract.DEFAULT_HEARTBEAT_TIMEOUT_SECS))
 
 
 def _validate(action: str, body: Any) -> dict[str, Any]:
@@ -295,7 +305,7 @@ def serve_forever(app: CallbackApp, host: str, port: int) -> None:
     server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning",
                                            access_log=False))
     # Exit 0 after a graceful stop (uvicorn's own handlers re-raise the signal).
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # no-op hook
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

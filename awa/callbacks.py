@@ -39,9 +39,10 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -50,14 +51,20 @@ from psycopg_pool import AsyncConnectionPool
 from awa import cel, config, db, lifecycle
 from awa.admin import _unique_error
 from awa.db import one_line
-from awa.job import (AwaError, CallbackNotFound, CallbackToken, Job, SerializationError,
-                     ValidationError)
+from awa.job import (
+    AwaError,
+    CallbackNotFound,
+    CallbackToken,
+    Job,
+    SerializationError,
+    ValidationError,
+)
 from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, ATTR_TERMINAL, METRICS, job_attributes
 from awa.storage import open_engine
+
 # PARK_FOR_WAIT: re-exported for callers that still name the statement.
 from awa.storage.canonical.callbacks import PARK_FOR_WAIT  # noqa: F401 - re-export
-from awa.storage.engine import (CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackSpec,
-                                Engine)
+from awa.storage.engine import CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackSpec, Engine
 
 log = logging.getLogger("awa.callbacks")
 
@@ -141,7 +148,7 @@ def _json(value: Any, what: str) -> Any:
 
 def _result(callback_id: uuid.UUID, action: str, payload: Any) -> dict[str, Any]:
     return _json({"callback_id": str(callback_id), "action": action, "payload": payload,
-                  "at": datetime.now(timezone.utc).isoformat()}, "callback payload")
+                  "at": datetime.now(UTC).isoformat()}, "callback payload")
 
 
 async def _engine_for(pool: AsyncConnectionPool, engine: Engine | None) -> Engine:
@@ -174,7 +181,7 @@ class _ResolutionListener:
     """One ``LISTEN`` connection per event loop and database, shared by every
     handler in ``wait_for_callback``; it lives while at least one waits."""
 
-    _registry: dict[tuple[int, str], "_ResolutionListener"] = {}
+    _registry: dict[tuple[int, str], _ResolutionListener] = {}
 
     def __init__(self, key: tuple[int, str], conninfo: str) -> None:
         self.key = key
@@ -184,7 +191,7 @@ class _ResolutionListener:
         self.task = asyncio.create_task(self._run(), name="awa-callback-listener")
 
     @classmethod
-    def subscribe(cls, pool: AsyncConnectionPool, job_id: int) -> tuple["_ResolutionListener",
+    def subscribe(cls, pool: AsyncConnectionPool, job_id: int) -> tuple[_ResolutionListener,
                                                                          asyncio.Event]:
         loop = asyncio.get_running_loop()
         conninfo = str(pool.conninfo)  # awa opens its pools from a URL string

@@ -52,7 +52,8 @@ def compile_expression(source: str, role: str = "expression") -> celpy.Runner:
     except celpy.CELParseError as exc:
         context = str(exc.__context__ or "").splitlines()
         reason = context[0].split(" at line")[0].rstrip(", ") if context else "syntax error"
-        raise ValidationError(f"invalid CEL {role} {source!r}: {one_line(reason)} at column "
+        reason = " ".join(reason.split()) or "syntax error"
+        raise ValidationError(f"invalid CEL {role} {source!r}: {reason} at column "
                               f"{getattr(exc, 'column', '?')}") from None
     unknown = sorted(_free_names(tree) - {VARIABLE} - _BUILTIN_NAMES)
     if unknown:

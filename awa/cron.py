@@ -21,7 +21,6 @@ from awa.job import Job, ValidationError
 from awa.storage import open_engine
 from awa.storage.engine import CronJobInfo, CronSchedule, Engine
 
-
 MISSED_FIRE_POLICIES = ("coalesce", "catch_up")
 _NO_ARGS: Any = object()
 

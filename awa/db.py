@@ -13,8 +13,8 @@ import inspect
 import os
 import re
 import warnings
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg

@@ -8,9 +8,14 @@ production ones: fast emails, slow reports with progress, flaky payments
 (retries), poison uploads (fail every attempt, end in the DLQ), addresses
 that fail terminally, crawls that hang past their deadline (rescued), and
 now and then a worker process is SIGKILLed and replaced (its jobs are
-rescued once their heartbeats go stale).  The terminal shows live queue
-stats until Ctrl-C, or the TUI when ``awa_tui`` is installed and stdout is
-a terminal.
+rescued once their heartbeats go stale).  The terminal shows the TUI when
+``awa_tui`` is installed and stdout is a terminal (else live queue stats),
+until ``q`` / Ctrl-C or ``--duration`` seconds.
+
+Every worker serves ``/metrics`` and so does a database-side exporter
+(``awa-ops exporter``); the demo writes a ready ``prometheus.yml`` for them.
+On exit it says whether the embedded PostgreSQL is still running and how to
+stop it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +61,8 @@ QUEUES: list[dict[str, Any]] = [
 ]
 CHAOS_EVERY_S = (20.0, 40.0)  # a worker is SIGKILLed this often
 RESTART_AFTER_S = 3.0
+METRICS_HOST = "127.0.0.1"
+METRICS_ADDR_ENV = "AWA_DEMO_METRICS_ADDR"  # where a worker process serves /metrics
 
 
 # --- the application's jobs -----------------------------------------------------
@@ -142,10 +150,16 @@ async def worker_main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    endpoint = None
+    if os.environ.get(METRICS_ADDR_ENV):
+        from awa.telemetry import serve_prometheus
+        endpoint = serve_prometheus(os.environ[METRICS_ADDR_ENV])
     await client.start(QUEUES, **WORKER_SETTINGS)
     await stop.wait()
     await client.shutdown(3_000)
     await client.close()
+    if endpoint is not None:
+        endpoint.close()
 
 
 # --- producers ----------------------------------------------------------------------
@@ -181,6 +195,20 @@ async def produce(client: awa.AsyncClient, stop: threading.Event, counters: dict
 
 
 # --- the fleet ---------------------------------------------------------------------
+def free_ports(n: int, host: str = METRICS_HOST) -> list[int]:
+    """``n`` ports nothing listens on now (the machine may be shared: no fixed ports)."""
+    sockets = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 @dataclass
 class Fleet:
     database_url: str
@@ -189,17 +217,27 @@ class Fleet:
     procs: list[subprocess.Popen] = field(default_factory=list)
     kills: int = 0
     events: list[str] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)  # one /metrics port per worker slot
+    port_of: dict[int, int] = field(default_factory=dict)  # pid -> its port
 
     def spawn(self) -> subprocess.Popen:
         log = open(self.log_dir / f"worker-{len(self.procs) + self.kills}.log", "a")
+        taken = {self.port_of.get(p.pid) for p in self.procs}
+        port = next((p for p in self.ports if p not in taken), None)
+        env = {**os.environ, "DATABASE_URL": self.database_url}
+        if port is not None:  # a replacement takes over the killed worker's port
+            env[METRICS_ADDR_ENV] = f"{METRICS_HOST}:{port}"
         proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--worker-process"],
-                                env={**os.environ, "DATABASE_URL": self.database_url},
-                                stdout=log, stderr=subprocess.STDOUT)
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        if port is not None:
+            self.port_of[proc.pid] = port
         return proc
 
     def start(self) -> None:
-        self.procs = [self.spawn() for _ in range(self.size)]
+        self.procs = []
+        for _ in range(self.size):
+            self.procs.append(self.spawn())
 
     def note(self, text: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
@@ -213,6 +251,7 @@ class Fleet:
         self.kills += 1
         self.note(f"SIGKILLed worker pid {victim.pid}; its running jobs will be rescued")
         self.procs.remove(victim)
+        self.port_of.pop(victim.pid, None)
 
     def refill(self) -> None:
         while len(self.procs) < self.size:
@@ -229,6 +268,48 @@ class Fleet:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def start_exporter(database_url: str, port: int, log_dir: Path) -> subprocess.Popen:
+    """The database-side exporter (`awa-ops exporter`): metrics that outlive every worker."""
+    log = open(log_dir / "exporter.log", "a")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", database_url,
+         "--listen", f"{METRICS_HOST}:{port}",
+         "--heartbeat-staleness", str(WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)],
+        stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return proc
+
+
+def write_prometheus_config(path: Path, worker_ports: list[int], exporter_port: int) -> Path:
+    """A prometheus.yml scraping the demo's workers and its exporter, ready to run."""
+    workers = ", ".join(f"'{METRICS_HOST}:{p}'" for p in worker_ports)
+    path.write_text(
+        "# Written by the awa demo: prometheus --config.file=" + str(path) + "\n"
+        "global:\n"
+        "  scrape_interval: 5s\n"
+        "  evaluation_interval: 5s\n"
+        "scrape_configs:\n"
+        "  - job_name: awa-workers\n"
+        f"    static_configs:\n      - targets: [{workers}]\n"
+        "  - job_name: awa-exporter\n"
+        f"    static_configs:\n      - targets: ['{METRICS_HOST}:{exporter_port}']\n")
+    return path
+
+
+def embedded_server_status() -> str:
+    """Whether the embedded PostgreSQL outlives the demo, and the exact way to stop it."""
+    data_dir = db.embedded_data_dir()
+    pid_file = data_dir / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return f"the embedded PostgreSQL ({data_dir}) is not running."
+    return (f"the embedded PostgreSQL is still running (pid {pid}, data in {data_dir}), so the "
+            f"next demo starts fast. Stop it with: kill -INT {pid}   (a fast, clean shutdown; "
+            f"`awa` has no command for it)")
 
 
 def background(client_url: str, fleet: Fleet, stop: threading.Event,
@@ -322,8 +403,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     log_dir = Path(tempfile.mkdtemp(prefix="awa-demo-"))
-    fleet = Fleet(url, args.workers, log_dir)
+    *worker_ports, exporter_port = free_ports(args.workers + 1)
+    fleet = Fleet(url, args.workers, log_dir, ports=worker_ports)
     fleet.start()
+    exporter = start_exporter(url, exporter_port, log_dir)
+    prometheus = write_prometheus_config(log_dir / "prometheus.yml", worker_ports, exporter_port)
+    print(f"metrics: workers on {', '.join(f'http://{METRICS_HOST}:{p}/metrics' for p in worker_ports)}"
+          f"; exporter on http://{METRICS_HOST}:{exporter_port}/metrics", flush=True)
+    print(f"prometheus: prometheus --config.file={prometheus}", flush=True)
     stop = threading.Event()
     counters = {"inserted": 0}
     producer_thread = threading.Thread(target=background, args=(url, fleet, stop, counters),
@@ -331,9 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     producer_thread.start()
     started = time.monotonic()
     try:
-        if not args.no_tui and args.duration is None and tui_available():
+        if not args.no_tui and tui_available():
             from awa_tui.app import run_app  # the demo is an application: it may use the TUI
-            run_app(url, stale_after_s=WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)
+            run_app(url, stale_after_s=WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000,
+                    exit_after_s=args.duration)
         else:
             from rich.live import Live
             with Live(stats_table(client, fleet, counters, started), refresh_per_second=2,
@@ -344,13 +432,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        print("stopping producers and workers ...", flush=True)
+        print("stopping producers, workers and the exporter ...", flush=True)
         stop.set()
         producer_thread.join(timeout=10)
         fleet.stop()
+        exporter.terminate()
+        try:
+            exporter.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            exporter.kill()
         client.close()
     print(f"done: {counters['inserted']} jobs inserted, {fleet.kills} worker(s) killed; "
-          f"worker logs in {log_dir}")
+          f"worker logs and prometheus.yml in {log_dir}")
+    if args.database_url is None and not os.environ.get(db.DATABASE_URL_ENV):
+        print(embedded_server_status())
+    else:
+        print(f"the database ({db.redact(url)}) is yours: the demo leaves it as it is.")
     return 0
 
 

@@ -22,7 +22,7 @@ import asyncio
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import httpx
@@ -88,7 +88,7 @@ class HttpWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def register(self, client: Any, *, kind: str,
-                 queue: str = config.DEFAULT_QUEUE) -> "HttpWorker":
+                 queue: str = config.DEFAULT_QUEUE) -> HttpWorker:
         client.task(dict, kind=kind, queue=queue)(self.handle)
         return self
 
@@ -111,12 +111,14 @@ class HttpWorker:
             "priority": job.priority, "metadata": job.metadata, "tags": job.tags}}
         if callback_id is not None:
             cfg = self.config
+            # Callback mode, validated in HttpWorkerConfig: both the base URL and the secret.
+            base_url, secret = cast(str, cfg.callback_base_url), cast(bytes, cfg.secret)
             urls = {action: callback_contract.build_callback_url(
-                cfg.callback_base_url, cfg.path_prefix, callback_id, action)
+                base_url, cfg.path_prefix, callback_id, action)
                 for action in callback_contract.ACTIONS}
             body.update(callback_id=callback_id, callback_url=urls["complete"],
                         callback_urls=urls,
-                        callback_signature=callback_contract.sign(cfg.secret, callback_id),
+                        callback_signature=callback_contract.sign(secret, callback_id),
                         callback_timeout_seconds=cfg.callback_timeout_seconds)
         return body
 
@@ -129,8 +131,9 @@ class HttpWorker:
         headers = {"content-type": "application/json", **cfg.headers,
                    "x-awa-job-id": str(job.id)}
         if callback_id is not None:
-            headers[callback_contract.SIGNATURE_HEADER] = callback_contract.sign(cfg.secret,
-                                                                                 callback_id)
+            # A callback id only exists in callback mode, which requires the secret.
+            headers[callback_contract.SIGNATURE_HEADER] = callback_contract.sign(
+                cast(bytes, cfg.secret), callback_id)
             headers["x-awa-callback-id"] = callback_id
         content = json.dumps(self.request_body(job, callback_id), default=str)
         try:

@@ -7,7 +7,7 @@ all record failures the same way, so they all call these.
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from awa import config
@@ -27,7 +27,7 @@ def error_entry(message: str, attempt: int, *, terminal: bool = False,
     entry: dict[str, Any] = {
         "error": message,
         "attempt": attempt,
-        "at": (at or datetime.now(timezone.utc)).isoformat(),
+        "at": (at or datetime.now(UTC)).isoformat(),
     }
     if terminal:
         entry["terminal"] = True

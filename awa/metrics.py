@@ -599,7 +599,7 @@ class HistogramPoint(float):
     start_time_unix_nano: int
 
     def __new__(cls, counts: Sequence[int], total: float, low: float, high: float,
-                start_ns: int) -> "HistogramPoint":
+                start_ns: int) -> HistogramPoint:
         point = super().__new__(cls, sum(counts))
         point.bucket_counts = tuple(counts)
         point.sum, point.min, point.max, point.start_time_unix_nano = total, low, high, start_ns
@@ -763,7 +763,7 @@ def record_inserted_jobs(jobs: Iterable[Any]) -> None:
 
 
 # Jobs inserted inside a client transaction count when it commits.
-_pending_inserts: "weakref.WeakKeyDictionary[Any, list[Any]]" = weakref.WeakKeyDictionary()
+_pending_inserts: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
 def record_inserted_pending(transaction: Any, jobs: Iterable[Any]) -> None:

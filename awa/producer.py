@@ -17,9 +17,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db
+from awa import metrics as awa_metrics
 from awa.job import AwaError, Job
 from awa.metrics import METRICS
-from awa import metrics as awa_metrics
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
@@ -39,7 +39,7 @@ class EnqueueCount(int):
 
     skipped: int
 
-    def __new__(cls, inserted: int, skipped: int = 0) -> "EnqueueCount":
+    def __new__(cls, inserted: int, skipped: int = 0) -> EnqueueCount:
         value = super().__new__(cls, inserted)
         value.skipped = skipped
         return value
@@ -189,8 +189,11 @@ class ProducerMixin:
         _record(len(chunk), started)
         return outcome
 
-    async def transaction(self) -> "Transaction":
-        """A transaction on one pooled connection: ``async with await client.transaction() as tx``."""
+    async def transaction(self) -> Transaction:
+        """A transaction on one pooled connection.
+
+        ``async with await client.transaction() as tx``.
+        """
         pool = await self._get_pool()
         engine = await self._get_engine()
         conn = await pool.getconn()
@@ -229,7 +232,7 @@ class Transaction:
             raise AwaError("this transaction has already been committed or rolled back")
         return self._conn
 
-    async def __aenter__(self) -> "Transaction":
+    async def __aenter__(self) -> Transaction:
         return self
 
     async def __aexit__(self, exc_type: Any, _exc_val: Any, _exc_tb: Any) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from opentelemetry import propagate, trace
 

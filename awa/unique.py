@@ -32,7 +32,7 @@ class UniqueOpts:
     states: tuple[str, ...] = config.DEFAULT_UNIQUE_STATES
 
     @classmethod
-    def parse(cls, opts: dict[str, Any] | "UniqueOpts | None") -> "UniqueOpts | None":
+    def parse(cls, opts: dict[str, Any] | UniqueOpts | None) -> UniqueOpts | None:
         """Validate a user's ``unique_opts`` dict (``None`` = not unique)."""
         if opts is None or isinstance(opts, UniqueOpts):
             return opts

@@ -10,8 +10,9 @@ in full before anything connects, then runs the runtime
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from awa import config
 from awa.config import QueueConfig, RateLimit, RuntimeSettings
@@ -19,6 +20,9 @@ from awa.job import AwaError, ValidationError
 from awa.runtime.events import EVENT_NAMES, EventHooks, JobEvent
 from awa.runtime.executor import HandlerSpec
 from awa.serialization import derive_kind
+
+if TYPE_CHECKING:
+    from awa.client import AsyncClient
 
 T = TypeVar("T")
 
@@ -296,7 +300,9 @@ class WorkerMixin:
                                       f"global_max_workers={settings.global_max_workers}")
         from awa.runtime.runtime import Runtime
 
-        runtime = Runtime(self, settings, queue_configs, self._handlers, self._events)
+        # WorkerMixin is only ever mixed into AsyncClient.
+        runtime = Runtime(cast("AsyncClient", self), settings, queue_configs, self._handlers,
+                          self._events)
         self._runtime = runtime
         try:
             await runtime.start()

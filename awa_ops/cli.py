@@ -1,12 +1,23 @@
-"""The `awa-ops` command: diagnose, exporter (and generate, added by its module).
+"""The `awa-ops` command: diagnose, exporter, runbook (and generate, added by its module).
 
 Exit status of `diagnose`: 0 ok, 1 warning, 2 critical, 3 could not run.
+
+Settings an operator sets once (today: ``runbook_base_url``, the default of
+``generate --runbook-base-url``) come from ``$AWA_RUNBOOK_BASE_URL`` or, without
+it, from the TOML file ``$AWA_OPS_CONFIG`` (default
+``$XDG_CONFIG_HOME/awa/awa-ops.toml``, i.e. ``~/.config/awa/awa-ops.toml``);
+a flag on the command line wins over both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -27,6 +38,33 @@ def fail(message: str) -> None:
     sys.exit(EXIT_COULD_NOT_RUN)
 
 
+RUNBOOK_BASE_URL_ENV = "AWA_RUNBOOK_BASE_URL"
+CONFIG_ENV = "AWA_OPS_CONFIG"
+
+
+def config_path() -> Path:
+    """Where `awa-ops` reads its settings: $AWA_OPS_CONFIG, else the XDG config directory."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "awa" / "awa-ops.toml"
+
+
+def configured_defaults() -> dict[str, Any]:
+    """Option defaults per subcommand from the environment and the config file."""
+    settings: dict[str, Any] = {}
+    path = config_path()
+    if path.is_file():
+        try:
+            settings = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            fail(f"cannot read {path}: {exc}")
+    url = os.environ.get(RUNBOOK_BASE_URL_ENV) or settings.get("runbook_base_url")
+    return {"generate": {"runbook_base_url": str(url)}} if url else {}
+
+
+
 class OpsGroup(OneLineErrors):
     """Mistakes are one ``error:`` line: usage exits 2 (as click does), other failures "could not run"."""
 
@@ -35,8 +73,10 @@ class OpsGroup(OneLineErrors):
 
 @click.group(cls=OpsGroup)
 @click.version_option(package_name="awa-py", prog_name="awa-ops")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Operator tools for awa: scripted diagnostics and a database-side Prometheus exporter."""
+    ctx.default_map = {**configured_defaults(), **(ctx.default_map or {})}
 
 
 @main.command(help="Run CHECK (one of: " + ", ".join(CHECKS) + ", all) and explain what is "
@@ -129,6 +169,39 @@ def exporter(database_url: str | None, listen: str, heartbeat_staleness: float) 
         fail(db.one_line(exc))
     except KeyboardInterrupt:
         pass
+
+
+# --- runbooks ------------------------------------------------------------------------
+def runbook_files() -> dict[str, Any]:
+    """Every runbook shipped in the package: ``stuck-running``, ``alerts/AwaNoLeader`` ..."""
+    root = resources.files("awa_ops") / "runbooks"
+    found: dict[str, Any] = {}
+    for entry in root.iterdir():
+        if entry.name.endswith(".md"):
+            found[entry.name[:-3]] = entry
+    alerts = root / "alerts"
+    if alerts.is_dir():
+        for entry in alerts.iterdir():
+            if entry.name.endswith(".md") and entry.name != "README.md":
+                found[f"alerts/{entry.name[:-3]}"] = entry
+    return dict(sorted(found.items()))
+
+
+@main.command()
+@click.argument("name", required=False, metavar="NAME")
+def runbook(name: str | None) -> None:
+    """Print runbook NAME (a check, e.g. stuck-running, or an alert, e.g. AwaNoLeader);
+    without NAME, list them.  They ship inside the package, so this works on any host."""
+    books = runbook_files()
+    if name is None:
+        click.echo("\n".join(books))
+        return
+    key = name.strip().removesuffix(".md").removeprefix("runbooks/")
+    entry = books.get(key) or books.get(f"alerts/{key}")
+    if entry is None:
+        click.echo(f"awa-ops: no runbook {name!r}; known: {', '.join(books)}", err=True)
+        sys.exit(2)
+    click.echo(entry.read_text(encoding="utf-8"), nl=False)
 
 
 main.add_command(__import__("awa_ops.generate.cli", fromlist=["cli"]).generate_command)

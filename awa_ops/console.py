@@ -14,10 +14,11 @@ from __future__ import annotations
 import getpass
 import socket
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import psycopg
 
@@ -28,8 +29,7 @@ from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
-from awa_ops.runtimes import (ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt,  # noqa: F401 (re-exported for awa_tui)
-                              runtime_live)
+from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -75,7 +75,8 @@ def _family(name: str) -> tuple[GaugeMetricFamily, metrics.MetricSpec]:
 class DatabaseCollector(Collector):
     """Computes every DATABASE metric of the catalogue, per scrape."""
 
-    def __init__(self, url: str, heartbeat_staleness_s: float = config.HEARTBEAT_STALENESS_MS / 1000):
+    def __init__(self, url: str,
+                 heartbeat_staleness_s: float = config.HEARTBEAT_STALENESS_MS / 1000):
         self.url = url
         self.staleness = heartbeat_staleness_s
         self._session: OpsSession | None = None
@@ -179,7 +180,8 @@ class DatabaseCollector(Collector):
             dead.add_metric([r["relname"]], r["n_dead_tup"])
             live_t.add_metric([r["relname"]], r["n_live_tup"])
             if r["last_autovacuum"] is not None:
-                vacuum_age.add_metric([r["relname"]], time.time() - r["last_autovacuum"].timestamp())
+                vacuum_age.add_metric([r["relname"]],
+                                      time.time() - r["last_autovacuum"].timestamp())
         usage, _ = _family("awa.db.notification_queue.usage")
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
@@ -209,16 +211,20 @@ class DatabaseCollector(Collector):
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen must be HOST:PORT (e.g. {config.EXPORTER_LISTEN}), got {listen!r}")
+        raise ValueError(f"--listen must be HOST:PORT (e.g. {config.EXPORTER_LISTEN}), "
+                         f"got {listen!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def build_registry(url: str, heartbeat_staleness_s: float) -> tuple[CollectorRegistry, DatabaseCollector]:
+def build_registry(url: str,
+                   heartbeat_staleness_s: float) -> tuple[CollectorRegistry, DatabaseCollector]:
     registry = CollectorRegistry(auto_describe=False)
     collector = DatabaseCollector(url, heartbeat_staleness_s)
     collector.start_loop()
+    loop = collector._loop
+    assert loop is not None  # start_loop() just set it
     # Fail fast with one line when the database is unreachable at start.
-    asyncio.run_coroutine_threadsafe(collector._ensure_session(), collector._loop).result()
+    asyncio.run_coroutine_threadsafe(collector._ensure_session(), loop).result()
     registry.register(collector)
     return registry, collector
 

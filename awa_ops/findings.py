@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any
 from uuid import UUID
 
 RUNBOOK_DIR = "runbooks"

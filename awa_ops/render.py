@@ -1,11 +1,14 @@
-"""Human rendering of check results with rich: one panel per check, evidence as tables."""
+"""Human rendering of check results with rich: one panel per check, evidence as a
+table -- or, when the terminal is narrower than that table, as ``key: value`` blocks
+(a wrapped table is unreadable at 80 columns: "applica / tion_na / me")."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -34,6 +37,35 @@ def evidence_table(rows: list[dict[str, Any]], limit: int = 10) -> Table:
     return table
 
 
+def evidence_lines(rows: list[dict[str, Any]], limit: int = 10) -> list[str]:
+    """Each row as a block of ``key: value`` lines (keys aligned), blocks apart by a blank line."""
+    lines: list[str] = []
+    for n, row in enumerate(rows[:limit]):
+        if n:
+            lines.append("")
+        width = max((len(str(k)) for k in row), default=0) + 1
+        lines += [f"{str(k) + ':':<{width}} {_cell(v)}" for k, v in row.items()]
+    if len(rows) > limit:
+        lines += ["", f"... {len(rows) - limit} more rows (--json for all)"]
+    return lines
+
+
+class Evidence:
+    """A finding's evidence: a table when it fits the width it is given, else blocks."""
+
+    def __init__(self, rows: list[dict[str, Any]], limit: int = 10) -> None:
+        self.rows = rows
+        self.limit = limit
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = evidence_table(self.rows, self.limit)
+        natural = Measurement.get(console, options.update_width(10_000), table).maximum
+        if natural <= options.max_width:
+            yield table
+        else:
+            yield Text("\n".join(evidence_lines(self.rows, self.limit)))
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
@@ -49,7 +81,7 @@ def finding_block(f: Finding, verbose: bool) -> Group:
         if f.next_step:
             parts.append(Text.assemble(("  next: ", "bold"), f.next_step))
         if f.evidence:
-            parts.append(evidence_table(f.evidence))
+            parts.append(Evidence(f.evidence))
         if f.runbook and f.severity > Severity.OK:
             parts.append(Text(f"  runbook: {f.runbook}", style="dim"))
     return Group(*parts)

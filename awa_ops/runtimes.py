@@ -20,7 +20,6 @@ from awa.storage.engine import RuntimeInstance
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
 
-
 # --- the one liveness rule ----------------------------------------------------
 
 # A runtime is live while its last snapshot is within this many of its own intervals.
@@ -114,7 +113,7 @@ class Runtime:
     stale_after_s: float | None = None  # the heartbeat staleness cutoff in use
 
     @classmethod
-    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> "Runtime":
+    def of(cls, instance: RuntimeInstance, stale_after_s: float | None = None) -> Runtime:
         return cls(asdict(instance), set(instance.queues), stale_after_s)
 
     @property

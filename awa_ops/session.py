@@ -10,10 +10,11 @@ read-only console is refused by PostgreSQL itself.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -46,7 +47,7 @@ class OpsSession:
     async def open(cls, url: str, *, application_name: str = config.APP_NAME_OPS,
                    read_only: bool = False,
                    statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS,
-                   lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS) -> "OpsSession":
+                   lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS) -> OpsSession:
         conn = await db.connect(url, application_name)
         # Numbers at the SQL boundary: a bare EXTRACT(EPOCH ...) is numeric, and a Decimal
         # next to a float is a TypeError in the middle of an incident.  Every numeric
@@ -95,14 +96,15 @@ class OpsSession:
         await self.conn.execute(
             # Parallel workers would only add start-up latency and load to these
             # small index-backed reads.
-            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+            "SELECT set_config('statement_timeout', %s, true),"
+            " set_config('lock_timeout', %s, true),"
             " set_config('max_parallel_workers_per_gather', '0', true)",
             (f"{self.statement_timeout_ms}ms", f"{self.lock_timeout_ms}ms"))
 
     async def close(self) -> None:
         await self.conn.close()
 
-    async def __aenter__(self) -> "OpsSession":
+    async def __aenter__(self) -> OpsSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

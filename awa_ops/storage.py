@@ -18,12 +18,11 @@ from typing import Any
 
 from psycopg import sql
 
-from awa.storage import describe_layout
-from awa.storage.rust_core import read_engine_for
+from awa.storage import CANONICAL, describe_layout
 from awa.storage.engine import Engine as StorageEngine
+from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
-CANONICAL = "canonical"
 QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"
@@ -78,7 +77,7 @@ async def detect_engine(session: OpsSession) -> Engine:
     version = None
     if probe["has_schema_version"]:
         row = await session.fetch_one(SCHEMA_VERSION)
-        version = row and row["schema_version"]
+        version = row["schema_version"] if row else None
     foreign = bool(probe["has_storage_status"])
     if not probe["has_control_schema"]:
         engine = Engine(NO_SCHEMA, CONTROL_SCHEMA, None)

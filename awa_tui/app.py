@@ -10,6 +10,7 @@ at the refresh rate.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import click
 import psycopg
 from psycopg import errors as pg_errors
+from textual._files import generate_datetime_filename
 from textual.app import App
 from textual.binding import Binding
 from textual.timer import Timer
@@ -28,12 +30,12 @@ from awa import config, db
 from awa.job import AwaError, DatabaseError, SchemaNotMigrated
 from awa_ops.console import ConsoleActions, ConsoleReader, JobFilter
 from awa_ops.session import OpsSession
-from awa_tui.screens.base import ConsoleScreen
+from awa_tui.screens.base import MUTATING_ACTIONS, ConsoleScreen
 from awa_tui.screens.detail import JobDetailScreen
 from awa_tui.screens.diagnostics import DiagnosticsScreen
 from awa_tui.screens.dlq import DlqScreen
 from awa_tui.screens.jobs import JobsScreen
-from awa_tui.screens.modals import ConfirmScreen, HelpScreen
+from awa_tui.screens.modals import ConfirmScreen, HelpScreen, PromptScreen
 from awa_tui.screens.overview import OverviewScreen
 from awa_tui.screens.running import RunningScreen
 
@@ -44,6 +46,7 @@ GLOBAL_HELP = """
 [b]Everywhere[/b]
   1 2 3 4 5   Overview, Running, Jobs, DLQ, Diagnostics
   ?           this help          esc   back / close
+  :           open a job by id, from any screen
   + / -       refresh faster / slower
   f           freeze: stop refreshing (and ticking) to read the screen
   q           quit
@@ -52,6 +55,7 @@ Actions (cancel, retry, pause, DLQ retry/purge/move) go through the same admin
 functions as the `awa` CLI, ask before they change anything, and are refused
 by the database itself when the console runs with --read-only.
 """
+READ_ONLY = "not available: the console is read-only (--read-only)"
 
 
 def _ids(ids: list[int]) -> str:
@@ -80,6 +84,7 @@ class AwaConsole(App):
         Binding("4", "switch_mode('dlq')", "DLQ"),
         Binding("5", "switch_mode('diagnostics')", "Diagnostics"),
         Binding("question_mark", "help", "Help"),
+        Binding("colon", "jump", "Job id", show=False),
         Binding("plus", "faster", "Faster", show=False),
         Binding("minus", "slower", "Slower", show=False),
         Binding("f", "freeze", "Freeze"),
@@ -90,8 +95,9 @@ class AwaConsole(App):
                  read_only: bool = False, min_age_s: float = 0.0,
                  stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000,
                  clock: Callable[[], datetime] | None = None, label: str | None = None,
-                 live: bool = True) -> None:
+                 live: bool = True, exit_after_s: float | None = None) -> None:
         super().__init__()
+        self.exit_after_s = exit_after_s
         self.database_url = database_url
         self.refresh_s = refresh_s
         self.read_only = read_only
@@ -121,7 +127,18 @@ class AwaConsole(App):
         if self.live:
             self.refresh_timer = self.set_interval(self.refresh_s, self.scheduled_refresh)
             self.set_interval(1.0, self.tick)
+        if self.exit_after_s is not None:  # e.g. the demo's --duration
+            self.set_timer(self.exit_after_s, self.exit)
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Screenshots (Ctrl+P → Screenshot) go to the current directory, not ~/Downloads,
+        which a server or a bastion host rarely has; the notice says where."""
+        directory = path or os.getcwd()
+        filename = filename or generate_datetime_filename(self.title, ".svg", time_format)
+        key = super().deliver_screenshot(filename, directory, time_format)
+        self.say(f"screenshot saved to {os.path.join(directory, filename)}")
+        return key
     async def on_unmount(self) -> None:
         await self._disconnect()
 
@@ -146,7 +163,8 @@ class AwaConsole(App):
 
     def request_refresh(self) -> None:
         if self.db_lock is not None:
-            self.run_worker(self.refresh_now(), group="refresh")
+            # The function, not a coroutine: one never started at exit is not left unawaited.
+            self.run_worker(self.refresh_now, group="refresh")
 
     async def refresh_now(self) -> None:
         """Read what the visible screen shows and show it (or the problem)."""
@@ -160,6 +178,7 @@ class AwaConsole(App):
             if now is not None:
                 self.anchor, self.anchor_mono = now, time.monotonic()
             screen.show(data)
+            screen.refit()
             self.refreshes += 1
         if screen.composed():
             screen.sync_chrome()
@@ -257,7 +276,38 @@ class AwaConsole(App):
     def action_help(self) -> None:
         screen = self.screen
         if isinstance(screen, ConsoleScreen):
-            self.push_screen(HelpScreen(f"{screen.TITLE}: keys", screen.HELP + GLOBAL_HELP))
+            self.push_screen(HelpScreen(f"{screen.TITLE}: keys",
+                                        screen.HELP + self.unavailable(screen) + GLOBAL_HELP))
+
+    def unavailable(self, screen: ConsoleScreen) -> str:
+        """In --read-only mode, the screen's keys that would change something."""
+        if not self.read_only:
+            return ""
+        keys = [f"  {self.get_key_display(b):<8} {b.description.lower()}"
+                for _, b in screen._bindings if b.action in MUTATING_ACTIONS]
+        if not keys:
+            return ""
+        return ("\n[b]Unavailable (read-only session)[/b]: these keys only say so\n"
+                + "\n".join(keys) + "\n")
+
+    def refused_read_only(self, description: str) -> bool:
+        """True (and one line saying so) when the console is read-only: nothing is asked."""
+        if self.read_only:
+            self.say(f"{description}: {READ_ONLY}")
+        return self.read_only
+
+    def action_jump(self) -> None:
+        """``:`` then a job id: its detail, from whichever screen is showing."""
+        def answered(text: str | None) -> None:
+            if not text:
+                return
+            digits = text.strip().lstrip("#")
+            if not digits.isdigit():
+                self.say(f"{text!r} is not a job id: type digits, e.g. 4242")
+                return
+            self.open_job(int(digits))
+
+        self.push_screen(PromptScreen("Open job id:"), answered)
 
     def open_job(self, job_id: int) -> None:
         self.push_screen(JobDetailScreen(job_id))
@@ -293,6 +343,9 @@ class AwaConsole(App):
 
     # -- operator actions ------------------------------------------------------------
     def confirm_then(self, question: str, description: str, action: Action) -> None:
+        if self.refused_read_only(description):
+            return
+
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_worker(self.perform(description, action), group="action")
@@ -360,11 +413,11 @@ def parse_seconds(value: str, option: str) -> float:
 
 
 def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
-            read_only: bool = False, min_age_s: float = 0.0,
+            read_only: bool = False, min_age_s: float = 0.0, exit_after_s: float | None = None,
             stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000) -> None:
     """Run the console in this terminal (``awa serve`` runs this same function per browser)."""
     AwaConsole(database_url, refresh_s=refresh_s, read_only=read_only, min_age_s=min_age_s,
-               stale_after_s=stale_after_s).run()
+               stale_after_s=stale_after_s, exit_after_s=exit_after_s).run()
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -15,8 +15,8 @@ import socket
 import statistics
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 from psycopg import sql
@@ -45,7 +45,7 @@ def admin_url() -> str:
     return LOCAL_SERVER
 
 
-def _admin_execute(admin: str, statement: sql.Composable) -> None:
+def _admin_execute(admin: str, statement: sql.Composed) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(statement)
 
@@ -92,7 +92,7 @@ def kept_job_count(admin: str, name: str) -> int | None:
         if conn.execute(DATABASE_EXISTS, (name,)).fetchone() is None:
             return None
     with psycopg.connect(make_conninfo(admin, dbname=name)) as conn:
-        return conn.execute(COUNT_JOBS).fetchone()[0]
+        return conn.execute(COUNT_JOBS).fetchone()[0]  # type: ignore[index]  # count(*): one row
 
 
 def empty_job_tables(conn: psycopg.Connection) -> None:

@@ -1,4 +1,4 @@
-"""External callbacks: resolution rate, receiver throughput, resume latency, HTTP worker round trips.
+"""External callbacks: resolution rate, receiver throughput, resume latency, HTTP worker trips.
 
     .venv/bin/python benchmarks/callbacks.py --jobs 2000
 
@@ -27,13 +27,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
-
-import httpx
-import psycopg
+from typing import Any
 
 import _support
+import httpx
+import psycopg
 
 import awa
 from awa import callback_contract
@@ -41,7 +41,8 @@ from awa.callback_server import serve_in_thread
 from awa.http_worker import HttpWorker, HttpWorkerConfig
 
 SECRET = secrets.token_bytes(32)
-FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 500, "run_maintenance": False}
+FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 500,
+                        "run_maintenance": False}
 
 PARK_MANY = """
 INSERT INTO awa.jobs_hot (kind, queue, state, attempt, run_lease, attempted_at, heartbeat_at,
@@ -177,8 +178,9 @@ async def http_worker_round_trips(url: str, receiver: str, endpoint: str, n: int
         started = time.perf_counter()
         await client.enqueue_many_copy([{"i": i} for i in range(n)], kind="remote", queue="http")
         with psycopg.connect(url, autocommit=True) as conn:
-            while conn.execute("SELECT count(*) FROM awa.jobs_hot WHERE kind = 'remote' "
-                               "AND state = 'completed'").fetchone()[0] < n:
+            while conn.execute(  # type: ignore[index]  # count(*): one row
+                    "SELECT count(*) FROM awa.jobs_hot WHERE kind = 'remote' "
+                    "AND state = 'completed'").fetchone()[0] < n:
                 await asyncio.sleep(0.05)
         report("HTTP worker round trip (32 workers)", n, time.perf_counter() - started)
     finally:
@@ -203,7 +205,7 @@ def receiver_process(url: str) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("awa callbacks serve did not start")
+                    raise RuntimeError("awa callbacks serve did not start") from None
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:

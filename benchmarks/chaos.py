@@ -7,7 +7,8 @@ Each scenario gets a fresh database on a private PostgreSQL cluster this script
 starts (so terminating every backend or restarting the server never touches
 the shared server), ``--jobs`` short jobs (kind ``sleep``, ``--job-ms`` each)
 and ``--workers`` worker processes (tests/support/worker_app.py, the test
-suite's short intervals: heartbeat staleness 1 s, election 200 ms).  Every
+suite's short intervals, election 200 ms, with ``--staleness-ms`` heartbeat
+staleness, 2.5 s by default).  Every
 handler appends ``start``/``done`` lines with the attempt's run_lease and the
 time to its own log file: that log, not the database, says what ran.
 
@@ -48,11 +49,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
-from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
-
 import awa  # noqa: E402 - the checkout's awa, whatever the venv has
 from awa import schema  # noqa: E402
+from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
+from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
 
 # A completion is written within a flush interval of the handler's return;
 # an attempt whose process was killed or stopped this soon after is excused.
@@ -135,6 +135,7 @@ class Run:
 
     def spawn(self) -> WorkerProcess:
         worker = start_worker(self.url, f"default:{self.args.concurrency}",
+                              settings={"heartbeat_staleness_ms": self.args.staleness_ms},
                               log_dir=self.log_dir, ready_timeout=60)
         self.workers.append(worker)
         return worker
@@ -222,7 +223,7 @@ class Run:
                 break
             time.sleep(0.2)
         with psycopg.connect(self.url) as conn:
-            states = dict(conn.execute(COUNT_STATES).fetchall())
+            states: dict[str, int] = dict(conn.execute(COUNT_STATES).fetchall())
         terminal_bad = sum(states.get(s, 0) for s in ("failed", "cancelled"))
         missing = self.result.jobs - sum(states.values())
         unfinished = sum(n for s, n in states.items()
@@ -386,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="handlers per worker")
     parser.add_argument("--job-ms", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6, help="kills in worker_sigkill")
+    parser.add_argument("--staleness-ms", type=int, default=2_500,
+                        help="heartbeat staleness of the workers (the test suite's 1 s is too "
+                             "tight for a loaded 2-core machine after a restart)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     names = args.scenario or list(SCENARIOS)

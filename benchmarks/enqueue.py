@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import _support
 
@@ -60,7 +61,7 @@ async def bench(url: str, jobs: int, batch: int, single: int) -> dict[str, float
         results["insert"] = await measure("insert (one per call)", single, singles)
         await reset(client)
 
-        batched_paths = (
+        batched_paths: tuple[tuple[str, str, Any, dict[str, Any]], ...] = (
             ("insert_many", f"insert_many (batches of {batch})", client.insert_many, {}),
             ("enqueue_many_copy", f"enqueue_many_copy (batches of {batch})",
              client.enqueue_many_copy, {}),
@@ -70,7 +71,8 @@ async def bench(url: str, jobs: int, batch: int, single: int) -> dict[str, float
              client.enqueue_many_copy, {"unique_opts": {}}),
         )
         for key, label, insert_batch, options in batched_paths:
-            async def in_batches() -> None:
+            async def in_batches(insert_batch: Any = insert_batch,
+                                 options: dict[str, Any] = options) -> None:
                 for i in range(0, jobs, batch):
                     await insert_batch(data[i:i + batch], **options)
             results[key] = await measure(label, jobs, in_batches)

@@ -4,9 +4,9 @@
 
 Runs against a scratch database created on the server of
 ``$AWA_TEST_DATABASE_URL`` / ``$DATABASE_URL`` (default: the local server at
-127.0.0.1:5432) and dropped afterwards.  Uses the production batch sizes (``config.RESCUE_BATCH_SIZE``,
-``config.PROMOTE_BATCH_SIZE``) and drives the same functions the leader runs
-each tick, back to back until nothing is left:
+127.0.0.1:5432) and dropped afterwards.  Uses the production batch sizes
+(``config.RESCUE_BATCH_SIZE``, ``config.PROMOTE_BATCH_SIZE``) and drives the same functions
+the leader runs each tick, back to back until nothing is left:
 
 * rescue: N running jobs whose heartbeat is older than the staleness cutoff
   -> retryable; reports seconds to clear and SQL statements issued (counted by
@@ -21,9 +21,8 @@ import argparse
 import asyncio
 import time
 
-import psycopg
-
 import _support
+import psycopg
 
 from awa import config, db
 from awa.runtime.maintenance import promote, rescue

@@ -27,9 +27,8 @@ import statistics
 import sys
 import threading
 
-import httpx
-
 import _support
+import httpx
 import throughput  # benchmarks/throughput.py, the runtime engineer's
 
 import awa

@@ -28,10 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _support
 import psycopg
 from psycopg.conninfo import make_conninfo
-
-import _support
 
 from awa_ops.diagnose import Options, run_all
 from awa_ops.exporter import DatabaseCollector
@@ -47,9 +46,11 @@ POPULATE = [
                                  created_at, run_at)
        SELECT 'kind_' || (g %% 20), (%(queues)s::text[])[1 + g %% 4], 'completed', 1, 1,
               now() - make_interval(secs => g %% 86400), now() - make_interval(secs => g %% 86400),
-              now() - make_interval(secs => g %% 86400 + 1), now() - make_interval(secs => g %% 86400 + 1)
+              now() - make_interval(secs => g %% 86400 + 1),
+              now() - make_interval(secs => g %% 86400 + 1)
        FROM generate_series(1, %(completed)s) g""",
-    """INSERT INTO awa.jobs_hot (kind, queue, state, attempt, run_lease, attempted_at, finalized_at, errors)
+    """INSERT INTO awa.jobs_hot (kind, queue, state, attempt, run_lease, attempted_at,
+                                finalized_at, errors)
        SELECT 'kind_' || (g %% 20), (%(queues)s::text[])[1 + g %% 4], 'failed', 25, 25, now(),
               now() - make_interval(secs => g %% 86400),
               ARRAY[jsonb_build_object('error', 'boom ' || (g %% 7), 'attempt', 25, 'at', now())]
@@ -83,7 +84,8 @@ POPULATE = [
     """INSERT INTO awa.runtime_instances (instance_id, hostname, pid, last_seen_at, leader,
                                          maintenance_alive, queues)
        SELECT gen_random_uuid(), 'bench-' || g, 1000 + g, now() + interval '1 day', g = 1, g = 1,
-              '[{"queue": "default"}, {"queue": "email"}, {"queue": "billing"}, {"queue": "reports"}]'
+              '[{"queue": "default"}, {"queue": "email"},'
+              ' {"queue": "billing"}, {"queue": "reports"}]'
        FROM generate_series(1, 4) g""",
 ]
 
@@ -117,7 +119,8 @@ def build(admin_url: str, total: int, running: int, rebuild: bool) -> str:
 def _refresh_running(url: str) -> None:
     """Keep the ~500 running attempts alive and the runtimes live, as a healthy fleet would."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() - make_interval(secs => id % 20), "
+        conn.execute("UPDATE awa.jobs_hot "
+                     "SET heartbeat_at = now() - make_interval(secs => id % 20), "
                      "deadline_at = now() + interval '5 minutes' WHERE state = 'running'")
 
 
@@ -194,9 +197,11 @@ async def measure(url: str) -> int:
 
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "all", "--json",
-                           "--database-url", url], cwd=_support.ROOT, capture_output=True, text=True)
+                           "--database-url", url], cwd=_support.ROOT, capture_output=True,
+                          text=True)
     cli_s = time.perf_counter() - started
-    print(f"`awa-ops diagnose all` as a fresh process (incl. interpreter start): {cli_s * 1000:.0f} ms "
+    print("`awa-ops diagnose all` as a fresh process (incl. interpreter start): "
+          f"{cli_s * 1000:.0f} ms "
           f"(exit {proc.returncode})")
 
     collector = DatabaseCollector(url)

@@ -30,10 +30,10 @@ import signal
 import subprocess
 import sys
 import time
-
-import psycopg
+from typing import cast
 
 import _support
+import psycopg
 
 import awa
 
@@ -77,7 +77,7 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
     await phase.wait()
     if profiler:
         profiler.disable()
-        profiler.dump_stats(profile)
+        profiler.dump_stats(cast(str, profile))  # a profiler exists only for a --profile path
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(json.dumps({"cpu_s": cpu}), flush=True)
@@ -90,6 +90,7 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
 def spawn_worker(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A worker process, returned once it says READY (its queue is being claimed)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None  # stdout=PIPE
     line = proc.stdout.readline()
     if not line.startswith("READY"):
         raise SystemExit(f"worker failed to start: {line!r}")
@@ -111,8 +112,8 @@ async def enqueue_all(url: str, n: int) -> float:
     client = awa.AsyncClient(url)
     started = time.perf_counter()
     for offset in range(0, n, COPY_BATCH):
-        await client.enqueue_many_copy([{"i": i} for i in range(offset, min(offset + COPY_BATCH, n))],
-                                       kind=KIND, queue=QUEUE)
+        await client.enqueue_many_copy(
+            [{"i": i} for i in range(offset, min(offset + COPY_BATCH, n))], kind=KIND, queue=QUEUE)
     took = time.perf_counter() - started
     await client.close()
     return took
@@ -132,14 +133,16 @@ def run_throughput(url: str, n: int, workers: int, claim_batch: int,
                 raise SystemExit(f"the worker process died ({proc.returncode})")
             time.sleep(0.01)
         wall = time.perf_counter() - started
-        span = conn.execute("SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
-                            "FROM awa.jobs_hot").fetchone()[0]
+        span = conn.execute(  # type: ignore[index]  # an aggregate: one row
+            "SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
+            "FROM awa.jobs_hot").fetchone()[0]
         proc.send_signal(signal.SIGUSR1)
         cpu = json.loads(proc.stdout.readline())["cpu_s"]
         latencies = pickup_latencies(conn, url)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        attempts = conn.execute("SELECT max(attempt) FROM awa.jobs_hot").fetchone()[0]
+        attempts = conn.execute(  # type: ignore[index]  # an aggregate: one row
+            "SELECT max(attempt) FROM awa.jobs_hot").fetchone()[0]
     return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
             "processed_per_s": n / float(span), "wall_s": wall, "cpu_ms_per_job": 1000 * cpu / n,
             "pickup_p50_ms": _support.percentile(latencies, 50),
@@ -151,13 +154,14 @@ def pickup_latencies(conn, url: str, samples: int = 100) -> list[float]:
     """Single jobs into the idle worker, one at a time."""
     out = []
     insert = conn.cursor()
-    for i in range(samples):
+    for _ in range(samples):
         row = insert.execute(
             "INSERT INTO awa.jobs_hot (kind, queue, args) VALUES (%s, %s, '{}') RETURNING id",
             (KIND, QUEUE)).fetchone()
         job_id = row[0]
         while True:
-            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs_hot "
+            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) "
+                             "FROM awa.jobs_hot "
                              "WHERE id = %s AND attempted_at IS NOT NULL", (job_id,)).fetchone()
             if r:
                 out.append(1000 * float(r[0]))

@@ -32,11 +32,10 @@ import statistics
 import time
 from typing import Any
 
+import _support
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-
-import _support
 
 from awa import config
 from awa_ops.console import ConsoleReader, DlqFilter, JobFilter
@@ -53,11 +52,13 @@ INSERT INTO awa.jobs_hot (kind, queue, args, state, attempt, run_at, created_at,
 SELECT 'kind_' || (i %% 12), 'queue_' || (i %% %(queues)s), jsonb_build_object('n', i),
        s.state::awa.job_state, CASE WHEN s.state = 'available' THEN 0 ELSE 1 END,
        now() - make_interval(secs => (i %% 86400)), now() - make_interval(secs => (i %% 86400)),
-       CASE WHEN s.state = 'available' THEN NULL ELSE now() - make_interval(secs => (i %% 86400)) END,
+       CASE WHEN s.state = 'available' THEN NULL
+            ELSE now() - make_interval(secs => (i %% 86400)) END,
        CASE WHEN s.state IN ('completed', 'failed', 'cancelled')
             THEN now() - make_interval(secs => (i %% 86400)) END,
        CASE WHEN i %% 100 = 0 THEN ARRAY['vip'] ELSE '{}' END,
-       CASE WHEN s.state = 'failed' THEN ARRAY[jsonb_build_object('error', 'boom', 'attempt', 1)] END
+       CASE WHEN s.state = 'failed'
+            THEN ARRAY[jsonb_build_object('error', 'boom', 'attempt', 1)] END
   FROM generate_series(1, %(n)s) i
  CROSS JOIN LATERAL (SELECT CASE
         WHEN i %% 100 < 5 THEN 'available'
@@ -124,12 +125,13 @@ class RecordingReader(ConsoleReader):
         super().__init__(*args, **kwargs)
         self.recorded: list[tuple[Any, Any]] = []
 
-    async def _run(self, cur, query, params=None):  # type: ignore[override]
+    async def _run(self, cur, query, params=None):
         self.recorded.append((query, params))
         return await super()._run(cur, query, params)
 
 
-async def explain(url: str, statements: list[tuple[Any, Any]], show: bool) -> tuple[float, list[str]]:
+async def explain(url: str, statements: list[tuple[Any, Any]],
+                  show: bool) -> tuple[float, list[str]]:
     """Server execution time (ms) summed over the statements, and any seq scans of jobs tables."""
     total, seq_scans = 0.0, []
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -137,7 +139,9 @@ async def explain(url: str, statements: list[tuple[Any, Any]], show: bool) -> tu
             text = query.as_string(conn) if isinstance(query, sql.Composable) else query
             cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + text, params)
             plan = "\n".join(row[0] for row in await cur.fetchall())
-            total += float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
+            timing = re.search(r"Execution Time: ([\d.]+) ms", plan)
+            assert timing is not None, plan  # EXPLAIN ANALYZE always reports it
+            total += float(timing.group(1))
             seq_scans += SEQ_SCAN_OF_JOBS.findall(plan)
             if show:
                 first = " ".join(text.split())[:110]
@@ -148,8 +152,10 @@ async def explain(url: str, statements: list[tuple[Any, Any]], show: bool) -> tu
 async def measure_refreshes(url: str, repeat: int, show_plans: bool) -> list[dict[str, Any]]:
     session = await OpsSession.open(url, application_name=config.APP_NAME_TUI, read_only=True)
     reader = RecordingReader(session)
-    some_job = (await session.fetch_one(
-        "SELECT id FROM awa.jobs_hot WHERE state = 'failed' ORDER BY id DESC LIMIT 1"))["id"]
+    failed = await session.fetch_one(
+        "SELECT id FROM awa.jobs_hot WHERE state = 'failed' ORDER BY id DESC LIMIT 1")
+    assert failed is not None, "the seeded database has failed jobs"
+    some_job = failed["id"]
     screens = {
         "overview": lambda: reader.overview(),
         "running (500 attempts)": lambda: reader.running(),

@@ -33,7 +33,7 @@ TRANSIENT_ERROR = "PG cancel listener error; will retry"
 class CancelListener(BackgroundLoop):
     task_name = "awa-cancel-listener"
 
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.listening = asyncio.Event()
         self.retry_s = config.CANCEL_LISTENER_RETRY_MS / 1000.0

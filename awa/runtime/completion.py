@@ -58,7 +58,7 @@ class Finished:
 
     __slots__ = ("ctx", "outcome", "delay_s", "error", "reason", "callback_id", "result")
 
-    def __init__(self, ctx: "JobContext", outcome: Outcome, *, delay_s: float = 0.0,
+    def __init__(self, ctx: JobContext, outcome: Outcome, *, delay_s: float = 0.0,
                  error: dict[str, Any] | None = None, reason: str | None = None,
                  callback_id: str | None = None, result: Any = None) -> None:
         self.ctx = ctx
@@ -75,7 +75,7 @@ def _job_id(f: Finished) -> int:
 
 
 class CompletionBatcher:
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.max_rows = config.COMPLETION_FLUSH_MAX_ROWS
         self.flush_interval = config.COMPLETION_FLUSH_INTERVAL_MS / 1000.0
@@ -107,7 +107,7 @@ class CompletionBatcher:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def stop(self, timeout: float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from awa.job import CallbackToken, Job
@@ -22,10 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class JobContext:
     __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
-                 "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq", "_written_seq",
-                 "_metadata_patch", "is_async", "__weakref__")
+                 "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq",
+                 "_written_seq", "_metadata_patch", "is_async", "__weakref__")
 
-    def __init__(self, job: Job[Any], runtime: "Runtime", permits: Any,
+    def __init__(self, job: Job[Any], runtime: Runtime, permits: Any,
                  deadline_monotonic: float) -> None:
         self.job = job
         self.runtime = runtime
@@ -65,7 +65,7 @@ class JobContext:
             progress["percent"] = max(0.0, min(100.0, float(percent)))
         if message is not None:
             progress["message"] = str(message)
-        progress["updated_at"] = datetime.now(timezone.utc).isoformat()
+        progress["updated_at"] = datetime.now(UTC).isoformat()
         self.job.progress = progress
         self._progress_seq += 1
 

@@ -36,7 +36,7 @@ REASON_CAPACITY = "capacity"
 
 
 class Dispatcher:
-    def __init__(self, runtime: "Runtime", queue: QueueConfig, permits: QueuePermits) -> None:
+    def __init__(self, runtime: Runtime, queue: QueueConfig, permits: QueuePermits) -> None:
         self.runtime = runtime
         self.queue = queue
         self.name = queue.name
@@ -130,7 +130,7 @@ class Dispatcher:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval)
                 recording.wakeup(self.name, REASON_NOTIFY)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 recording.wakeup(self.name, REASON_POLL)
 
     def _give_back(self, n: int) -> None:
@@ -160,7 +160,7 @@ class QueueListener(BackgroundLoop):
 
     task_name = "awa-queue-listener"
 
-    def __init__(self, runtime: "Runtime", dispatchers: dict[str, Dispatcher]) -> None:
+    def __init__(self, runtime: Runtime, dispatchers: dict[str, Dispatcher]) -> None:
         self.runtime = runtime
         self.dispatchers = dispatchers
         self.by_channel = {config.NOTIFY_CHANNEL_PREFIX + name: d

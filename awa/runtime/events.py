@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from awa.job import Job
 
@@ -39,7 +40,7 @@ class JobEvent:
 class EventHooks:
     def __init__(self) -> None:
         self.hooks: list[tuple[Callable[[JobEvent], Any], str | None, frozenset[str] | None]] = []
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def add(self, callback: Callable[[JobEvent], Any], kind: str | None = None,
             events: frozenset[str] | None = None) -> None:
@@ -64,7 +65,7 @@ class EventHooks:
                 log.exception("lifecycle hook %r raised on %s of job %s; ignored",
                               callback, event, job.id)
 
-    def _finished(self, task: asyncio.Task) -> None:
+    def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("async lifecycle hook raised; ignored", exc_info=task.exception())

@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import inspect
 import logging
+import os
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as otel_trace
 
 from awa import lifecycle, telemetry
-from awa.job import (Cancel, Job, RetryAfter, SerializationError, Snooze,
-                     TerminalError, WaitForCallback)
+from awa.job import (
+    Cancel,
+    Job,
+    RetryAfter,
+    SerializationError,
+    Snooze,
+    TerminalError,
+    WaitForCallback,
+)
 from awa.runtime import recording
 from awa.runtime.completion import Finished, Outcome
 from awa.runtime.context import JobContext
@@ -75,7 +83,7 @@ def _tracing_installed() -> bool:
 
 
 class Executor:
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.handlers: dict[str, HandlerSpec] = runtime.handlers
         self.threads = ThreadPoolExecutor(max_workers=runtime.settings.sync_handler_threads,

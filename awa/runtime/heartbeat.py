@@ -29,7 +29,7 @@ log = logging.getLogger("awa.runtime.heartbeat")
 class Heartbeat(BackgroundLoop):
     task_name = "awa-heartbeat"
 
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.interval = runtime.settings.heartbeat_interval_ms / 1000.0
         self.last_beat_at = time.monotonic()

@@ -57,6 +57,9 @@ class LeaderElector:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.is_leader = False
         self._confirmed_at = 0.0  # time.monotonic() of the last proof we hold the lock
+        self._lost_database = False
+        # When an election attempt first succeeded again after the database was lost.
+        self.database_back_at: float | None = None
 
     async def try_acquire(self) -> bool:
         """One election attempt; True when this elector holds (or already held) the lock."""
@@ -70,8 +73,12 @@ class LeaderElector:
                                                   {"key": self.lock_key})).fetchone()
         except (psycopg.Error, DatabaseError, OSError) as exc:
             log.warning("leader election attempt failed: %s", db.one_line(exc))
+            self._lost_database = True
             await self._drop_connection()
             return False
+        if self._lost_database:
+            self._lost_database = False
+            self.database_back_at = time.monotonic()
         self.is_leader = row is not None and bool(row["acquired"])
         if self.is_leader:
             self._confirmed_at = time.monotonic()
@@ -90,9 +97,18 @@ class LeaderElector:
             return True
         except (psycopg.Error, OSError) as exc:
             log.warning("leader connection lost, stepping down: %s", db.one_line(exc))
+            self._lost_database = True
             self.is_leader = False
             await self._drop_connection()
             return False
+
+    def database_steady_for(self) -> float:
+        """Seconds the lock connection has worked since it was last lost (inf: never lost)."""
+        if self._lost_database:
+            return 0.0
+        if self.database_back_at is None:
+            return float("inf")
+        return time.monotonic() - self.database_back_at
 
     async def confirmed(self) -> bool:
         """Still the leader, asking the server first when the last proof is older than the fence.

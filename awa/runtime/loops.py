@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql as pgsql
@@ -22,7 +22,7 @@ LISTEN = pgsql.SQL("LISTEN {}")
 T = TypeVar("T")
 
 
-async def stop_tasks(tasks: Iterable[asyncio.Task | None]) -> None:
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
     """Cancel every task, then wait for each; their cancellation is the expected end."""
     running = [t for t in tasks if t is not None]
     for task in running:
@@ -38,7 +38,7 @@ class BackgroundLoop:
     """One named task running ``self._run()`` from ``start()`` until ``stop()``."""
 
     task_name = "awa-loop"
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=self.task_name)
@@ -99,15 +99,16 @@ async def listen_forever(database_url: str, channels: Iterable[str], *,
     """
     channels = list(channels)
     while True:
-        conn: psycopg.AsyncConnection | None = None
+        conn: psycopg.AsyncConnection[Any] | None = None
         try:
-            conn = await _logged_step(db.connect(database_url, application_name),
-                                      log, connect_failed)
+            connected = await _logged_step(db.connect(database_url, application_name),
+                                           log, connect_failed)
+            conn = connected
             for channel in channels:
-                await _logged_step(conn.execute(LISTEN.format(pgsql.Identifier(channel))),
+                await _logged_step(connected.execute(LISTEN.format(pgsql.Identifier(channel))),
                                    log, listen_failed)
             on_listening()
-            async for note in conn.notifies():
+            async for note in connected.notifies():
                 on_notify(note)
         except asyncio.CancelledError:
             raise

@@ -19,7 +19,7 @@ class QueuePermits:
 
     def __init__(self, name: str, *, max_workers: int | None = None,
                  min_workers: int = 0, weight: int = 1,
-                 pool: "WeightedPool | None" = None) -> None:
+                 pool: WeightedPool | None = None) -> None:
         self.name = name
         self.max_workers = max_workers
         self.min_workers = min_workers
@@ -72,7 +72,7 @@ class QueuePermits:
         self._freed.clear()
         try:
             await asyncio.wait_for(self._freed.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from awa.config import RateLimit
 
 
 class TokenBucket:
-    def __init__(self, limit: RateLimit, clock=time.monotonic) -> None:
+    def __init__(self, limit: RateLimit,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = float(limit.max_rate)
         self.burst = max(int(limit.burst), 1)
         self._clock = clock

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from awa import metrics
 from awa.metrics import METRICS
@@ -36,7 +37,7 @@ def rate_limited(queue: str) -> None:
     METRICS.dispatch_rate_limited.inc((queue,))
 
 
-def claimed(queue: str, jobs: "list[Job[Any]]", seconds: float) -> None:
+def claimed(queue: str, jobs: list[Job[Any]], seconds: float) -> None:
     """One claim statement returned ``jobs`` after ``seconds``."""
     key = (queue,)
     METRICS.dispatch_claim_duration.observe(key, seconds)
@@ -52,7 +53,8 @@ def claimed(queue: str, jobs: "list[Job[Any]]", seconds: float) -> None:
     for job in jobs:
         kq = (job.kind, queue)
         claimed_.inc(kq)
-        runnable = job.run_at if job.run_at and job.run_at > job.created_at else job.created_at
+        later = job.run_at and (job.created_at is None or job.run_at > job.created_at)
+        runnable = job.run_at if later else job.created_at
         if job.attempted_at is not None and runnable is not None:
             seconds_waited = (job.attempted_at - runnable).total_seconds()
             wait.observe(kq, seconds_waited if seconds_waited > 0.0 else 0.0)
@@ -90,7 +92,7 @@ def wake_to_claim(queue: str, woken: float | None) -> float | None:
     return None
 
 
-def outcomes(outcome: "Outcome", applied: "list[Finished]") -> None:
+def outcomes(outcome: Outcome, applied: list[Finished]) -> None:
     """Transitions the completion batcher just committed (one outcome kind)."""
     from awa.runtime.completion import Outcome
 
@@ -114,8 +116,8 @@ def outcomes(outcome: "Outcome", applied: "list[Finished]") -> None:
             METRICS.job_failed.inc((kind, queue, True), n)
         if outcome is Outcome.DLQ:
             reasons = Counter((f.ctx.job.kind, f.ctx.job.queue, f.reason) for f in applied)
-            for key, n in reasons.items():
-                METRICS.job_dlq_moved.inc(key, n)
+            for reason_key, n in reasons.items():
+                METRICS.job_dlq_moved.inc(reason_key, n)
         return
     for key, n in by_key.items():
         counter.inc(key, n)
@@ -127,7 +129,7 @@ def flushed(rows: int, seconds: float) -> None:
     METRICS.completion_flush_duration.observe((), seconds)
 
 
-def stale_ignored(items: "list[Finished]") -> None:
+def stale_ignored(items: list[Finished]) -> None:
     for queue, n in Counter(f.ctx.job.queue for f in items).items():
         METRICS.completion_stale_ignored.inc((queue,), n)
 
@@ -161,8 +163,12 @@ def descriptors_synced(queues: Iterable[dict[str, Any]], kinds: Iterable[dict[st
     reports one hash per queue/kind; different hashes across runtimes are drift.
     """
     for gauge, descriptors in ((METRICS.queue_info, queues), (METRICS.job_kind_info, kinds)):
-        wanted = {_descriptor_key(d["name"], d) for d in descriptors}
-        names = {key[0] for key in wanted}
-        gauge.forget(lambda key: key[0] in names and key not in wanted)
-        for key in wanted:
-            gauge.put(key, 1)
+        _replace_info(gauge, {_descriptor_key(d["name"], d) for d in descriptors})
+
+
+def _replace_info(gauge: metrics.PreGauge, wanted: set[tuple[str, ...]]) -> None:
+    """Drop the series of these names that are not wanted any more, then set the wanted ones."""
+    names = {key[0] for key in wanted}
+    gauge.forget(lambda key: key[0] in names and key not in wanted)
+    for key in wanted:
+        gauge.put(key, 1)

@@ -80,7 +80,7 @@ class Health:
         return (self.postgres_connected and self.poll_loop_alive and self.heartbeat_alive
                 and not self.shutting_down)
 
-    def refresh(self, runtime: "Runtime") -> None:
+    def refresh(self, runtime: Runtime) -> None:
         """Recompute the loop flags from the tasks themselves."""
         if self.shutting_down:
             return
@@ -92,7 +92,7 @@ class Health:
 
 
 class Runtime:
-    def __init__(self, client: "AsyncClient", settings: RuntimeSettings,
+    def __init__(self, client: AsyncClient, settings: RuntimeSettings,
                  queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
                  events: EventHooks) -> None:
         self.client = client
@@ -158,7 +158,7 @@ class Runtime:
             await asyncio.wait_for(asyncio.gather(self.listener.connected.wait(),
                                                   self.cancel_listener.listening.wait()),
                                    LISTENER_READY_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("LISTEN connections not ready after %.0fs; polling meanwhile",
                         LISTENER_READY_TIMEOUT_S)
         for d in self.dispatchers.values():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from awa.runtime.loops import BackgroundLoop, every
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("awa.runtime.snapshot")
 
 
-def queue_descriptions(runtime: "Runtime") -> list[dict[str, Any]]:
+def queue_descriptions(runtime: Runtime) -> list[dict[str, Any]]:
     out = []
     for name, q in runtime.queues.items():
         permits = runtime.permits[name]
@@ -44,12 +44,12 @@ def queue_descriptions(runtime: "Runtime") -> list[dict[str, Any]]:
 class Snapshot(BackgroundLoop):
     task_name = "awa-snapshot"
 
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.interval = runtime.settings.snapshot_interval_ms / 1000.0
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
         self.written = False
 
     async def _run(self) -> None:

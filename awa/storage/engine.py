@@ -831,7 +831,7 @@ class CallbackOps(Protocol):
 
     async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, spec: CallbackSpec) -> bool:
-        """Store the callback on the attempt ``(job_id, run_lease)`` while it runs; False if stale."""
+        """Store the callback on the running attempt ``(job_id, run_lease)``; False if stale."""
         ...
 
     async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
@@ -856,7 +856,7 @@ class CallbackOps(Protocol):
 
     async def retry_external(self, conn: psycopg.AsyncConnection[Any],
                              callback_id: uuid.UUID) -> Job[Any] | None:
-        """``open → available`` with attempt 0 and the callback cleared; wakes the queue at commit."""
+        """``open → available``, attempt 0, callback cleared; wakes the queue at commit."""
         ...
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,

@@ -56,7 +56,8 @@ def check_module(name: str):
     try:
         module_name = CHECKS[name]
     except KeyError:
-        raise ValueError(f"unknown check {name!r}; choose one of: {', '.join(CHECKS)}, all") from None
+        raise ValueError(f"unknown check {name!r}; "
+                         f"choose one of: {', '.join(CHECKS)}, all") from None
     return importlib.import_module(f"{__name__}.{module_name}")
 
 

@@ -31,7 +31,8 @@ SELECT pid, usename, application_name, client_addr, state, backend_start,
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND (application_name = %(app)s
-       OR (state = 'idle' AND query ~* '^[[:space:]]*LISTEN[[:space:]]+"?awa:cancel"?[[:space:]]*;?[[:space:]]*$'))
+       OR (state = 'idle'
+           AND query ~* '^[[:space:]]*LISTEN[[:space:]]+"?awa:cancel"?[[:space:]]*;?[[:space:]]*$'))
 ORDER BY backend_start
 """
 NOTIFY = "SELECT pg_notify(%s, %s), pg_notification_queue_usage() AS queue_usage"
@@ -57,7 +58,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
         try:
             delivered = await asyncio.wait_for(wait(), config.OPS_NOTIFY_PROBE_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             delivered = False
         return delivered, loop.time() - started, usage
     finally:
@@ -65,7 +66,8 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s) if r.live and not r.row["shutting_down"]]
+    runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s)
+                if r.live and not r.row["shutting_down"]]
     listeners = await session.fetch_all(LISTENERS, {"app": config.APP_NAME_LISTENER})
     delivered, took, usage = await notify_round_trip(session)
     findings: list[Finding] = []
@@ -89,7 +91,8 @@ async def check(session, engine, options) -> list[Finding]:
         missing = len(runtimes) - len(listeners)
         findings.append(Finding(
             Severity.CRITICAL if not listeners else Severity.WARNING,
-            f"{plural(len(runtimes), 'live runtime')} but {plural(len(listeners), 'listener connection')} "
+            f"{plural(len(runtimes), 'live runtime')} but "
+            f"{plural(len(listeners), 'listener connection')} "
             f"(LISTEN \"awa:cancel\" or application_name {config.APP_NAME_LISTENER}); {missing} "
             f"without a cancel listener",
             "admin cancels then silently fall back to heartbeat/deadline detection: the cancel is "

@@ -108,7 +108,8 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
         vacuumed_recently = since is not None and since <= config.OPS_VACUUM_RECENT_S
         evidence = [t]
         if pinning or (vacuumed_recently and dead > max(limit, live)):
-            holder = pinning[0].summary if pinning else "no holder older than the threshold right now"
+            holder = (pinning[0].summary if pinning
+                      else "no holder older than the threshold right now")
             findings.append(Finding(
                 Severity.WARNING,
                 f"{t['relname']}: {dead} dead tuples (autovacuum trigger {round(limit)}, "
@@ -130,7 +131,8 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
                 f"{t['relname']}: {dead} dead tuples, {round(dead / max(limit, 1), 1)}x its "
                 f"autovacuum trigger, last vacuum {secs(since)} ago",
                 "autovacuum is not keeping up with queue churn (autovacuum_count flat): check "
-                "autovacuum_max_workers, cost limits and naptime, or lower this table's scale factor",
+                "autovacuum_max_workers, cost limits and naptime, or lower this table's "
+                "scale factor",
                 f"psql \"$DATABASE_URL\" -c \"ALTER TABLE <schema>.{t['relname']} SET "
                 f"(autovacuum_vacuum_scale_factor = 0.01)\"", evidence, RUNBOOK))
     if not findings:

@@ -24,7 +24,7 @@ FROM awa.runtime_instances
 
 
 def split_hashes(value: Any) -> dict[tuple[str, str], str]:
-    """(type, key) -> hash from a runtime's descriptor_hashes, in any of the shapes runtimes write."""
+    """(type, key) -> hash from a runtime's descriptor_hashes, in any shape runtimes write."""
     out: dict[tuple[str, str], str] = {}
     if not isinstance(value, dict):
         return out

@@ -70,7 +70,6 @@ def _save(path: Path, depth: dict[str, int]) -> None:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    params = {"queue": options.queue, "recent": config.OPS_DLQ_RECENT_S}
     depth_rows, errors = await _canonical_dlq(session, options)
     by_queue: dict[str, int] = {}
     for row in depth_rows:

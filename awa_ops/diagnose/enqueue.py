@@ -74,7 +74,8 @@ async def check(session, engine, options) -> list[Finding]:
             Severity.OK,
             f"no WAL lock contention in {config.OPS_WAL_SAMPLES} samples; "
             f"{plural(len(shards), 'queue')} with queue_meta rows"
-            + ("" if options.metrics_url else " (pass --metrics-url for batch sizes and durations)"),
+            + ("" if options.metrics_url
+               else " (pass --metrics-url for batch sizes and durations)"),
             note, psql(" ".join(upsert.split())), shards[:options.evidence_limit], RUNBOOK))
     return findings
 
@@ -97,14 +98,17 @@ async def _histograms(options) -> list[Finding]:
     evidence = [{"histogram": "batch_size", **size}, {"histogram": "duration_seconds", **duration}]
     if size["p50"] is not None and size["p50"] < config.OPS_ENQUEUE_TINY_BATCH:
         return [Finding(Severity.WARNING,
-                        f"enqueue batches are tiny: p50 {size['p50']:.0f} rows over {size['count']:.0f} batches",
+                        f"enqueue batches are tiny: p50 {size['p50']:.0f} rows over "
+                        f"{size['count']:.0f} batches",
                         "throughput is bounded by the per-batch round trip, not by COPY",
-                        "increase the chunk size, or batch on the upstream side", evidence, RUNBOOK)]
+                        "increase the chunk size, or batch on the upstream side", evidence,
+                        RUNBOOK)]
     if duration["p99"] is not None and duration["p99"] > 1.0:
         return [Finding(Severity.WARNING,
                         f"enqueue batches are slow: p99 {duration['p99']:.2f}s at p50 "
                         f"{size['p50']:.0f} rows",
                         "COPY itself is contended on the database side (shards, WAL)",
-                        psql("SELECT queue, enqueue_shards FROM awa.queue_meta"), evidence, RUNBOOK)]
+                        psql("SELECT queue, enqueue_shards FROM awa.queue_meta"), evidence,
+                        RUNBOOK)]
     return [Finding(Severity.OK, f"enqueue batches p50 {size['p50']:.0f} rows, p99 "
                                  f"{duration['p99']:.3f}s", evidence=evidence, runbook=RUNBOOK)]

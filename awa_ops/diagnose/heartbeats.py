@@ -44,9 +44,11 @@ async def check(session, engine, options) -> list[Finding]:
         oldest = max((q["oldest_heartbeat_s"] or 0 for q in queues), default=0)
         findings.append(Finding(
             Severity.OK, f"{plural(total, 'running job')} in {plural(len(queues), 'queue')}; "
-                         f"oldest heartbeat {secs(oldest)} (cutoff {secs(options.heartbeat_staleness_s)})",
+                         f"oldest heartbeat {secs(oldest)} "
+                         f"(cutoff {secs(options.heartbeat_staleness_s)})",
             evidence=[*queues[:limit],
                       *[{"runtime": r.label(), "heartbeat_alive": r.row["heartbeat_alive"],
-                         "last_seen_age_s": round(r.age_s, 1)} for r in runtimes if r.live][:limit]],
+                         "last_seen_age_s": round(r.age_s, 1)}
+                        for r in runtimes if r.live][:limit]],
             runbook=RUNBOOK))
     return findings

@@ -32,7 +32,8 @@ SELECT s.pid, s.usename, s.application_name, s.client_addr, s.state,
 FROM seed s
 JOIN pg_stat_activity a ON a.pid = s.pid
 LEFT JOIN (
-    SELECT pid, 'ANALYZE' AS command, relid::regclass::text AS relation FROM pg_stat_progress_analyze
+    SELECT pid, 'ANALYZE' AS command, relid::regclass::text AS relation
+      FROM pg_stat_progress_analyze
     UNION ALL
     SELECT pid, 'VACUUM', relid::regclass::text FROM pg_stat_progress_vacuum
 ) p ON p.pid = s.pid
@@ -61,7 +62,8 @@ ORDER BY prepared
 """
 SETTINGS = """
 SELECT current_setting('vacuum_defer_cleanup_age', true) AS vacuum_defer_cleanup_age,
-       current_setting('idle_in_transaction_session_timeout') AS idle_in_transaction_session_timeout,
+       current_setting('idle_in_transaction_session_timeout')
+           AS idle_in_transaction_session_timeout,
        current_setting('old_snapshot_threshold', true) AS old_snapshot_threshold
 """
 
@@ -128,10 +130,13 @@ def holders(found: dict[str, list[dict[str, Any]]], options) -> list[Finding]:
             psql(f"SELECT pg_drop_replication_slot('{slot['slot_name']}')")
             + "  # only if its consumer is gone", [slot], RUNBOOK))
     for fb in found["feedback"]:
-        sev = Severity.WARNING if (fb["xmin_age"] or 0) >= config.OPS_XID_AGE_WARNING else Severity.OK
+        old = (fb["xmin_age"] or 0) >= config.OPS_XID_AGE_WARNING
+        sev = Severity.WARNING if old else Severity.OK
         out.append(Finding(
-            sev, f"standby {fb['application_name'] or fb['client_addr']} (walsender pid {fb['pid']}) "
-                 f"sends hot_standby_feedback xmin {fb['backend_xmin']} ({fb['xmin_age']} xids old)",
+            sev, f"standby {fb['application_name'] or fb['client_addr']} "
+                 f"(walsender pid {fb['pid']}) "
+                 f"sends hot_standby_feedback xmin {fb['backend_xmin']} "
+                 f"({fb['xmin_age']} xids old)",
             "a long query on the standby pins the primary's horizon through feedback",
             "end the long query on the standby, or turn hot_standby_feedback off there",
             [fb], RUNBOOK))

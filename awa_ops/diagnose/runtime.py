@@ -37,7 +37,8 @@ def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> l
     if not runtimes:
         return [Finding(Severity.CRITICAL, "no runtime has ever reported to this database",
                         "nothing claims jobs, and no leader runs rescue, promotion or cleanup",
-                        "start a worker (awa worker module:client) and confirm it logs that it started",
+                        "start a worker (awa worker module:client) and confirm it logs that it "
+                        "started",
                         runbook=RUNBOOK)]
     if not active:
         newest = min(runtimes, key=lambda r: r.age_s)
@@ -82,7 +83,8 @@ def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> l
                if not r.row[flag]]
         if bad:
             findings.append(Finding(
-                Severity.WARNING, f"runtime {r.label()} reports {', '.join(f + ' = false' for f in bad)}",
+                Severity.WARNING,
+                f"runtime {r.label()} reports {', '.join(f + ' = false' for f in bad)}",
                 "an unhealthy runtime claims less or nothing; its queues back up",
                 "check its logs and Postgres connectivity; restart it if it does not recover",
                 [r.evidence()], RUNBOOK))

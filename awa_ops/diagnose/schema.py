@@ -27,7 +27,8 @@ WHERE CASE WHEN o.kind = 'function' THEN to_regprocedure(o.name) IS NULL
 """
 TRIGGERS = """
 SELECT t.name FROM unnest(%(names)s::text[]) AS t(name)
-WHERE NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = t.name AND tgrelid = 'awa.jobs_hot'::regclass)
+WHERE NOT EXISTS (SELECT 1 FROM pg_trigger
+                   WHERE tgname = t.name AND tgrelid = 'awa.jobs_hot'::regclass)
 """
 REQUIRED_TRIGGERS = ("awa_unique_claim_ins", "awa_unique_claim_upd", "awa_unique_claim_del",
                      "awa_notify_available")
@@ -51,7 +52,8 @@ async def check(session, engine, options) -> list[Finding]:
     needed = migrations.current_migration_version()
     fix = awa("migrate")
     if not engine.installed:
-        return [Finding(Severity.CRITICAL, f"SchemaNotMigrated: {migrations.not_migrated_error(None)}",
+        return [Finding(Severity.CRITICAL,
+                        f"SchemaNotMigrated: {migrations.not_migrated_error(None)}",
                         "application code is newer than the database schema: nothing can enqueue "
                         "or run jobs", fix, runbook=RUNBOOK)]
     findings: list[Finding] = []

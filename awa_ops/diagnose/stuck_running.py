@@ -14,8 +14,13 @@ from awa import config
 from awa_ops import runtimes as runtimes_
 from awa_ops.diagnose._text import awa, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import (REPORT_NAMES, classify_attempt, inferred_owner, live_servers,
-                              load_runtimes)
+from awa_ops.runtimes import (
+    REPORT_NAMES,
+    classify_attempt,
+    inferred_owner,
+    live_servers,
+    load_runtimes,
+)
 from awa_ops.session import OpsSession
 from awa_ops.storage import render, storage_engine
 
@@ -54,7 +59,8 @@ async def check(session, engine, options) -> list[Finding]:
         attempts, cancelled = await _canonical_attempts(session, params)
     if options.min_age_s:
         attempts = [a for a in attempts
-                    if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0) >= options.min_age_s]
+                    if (a.get("running_for_s") or a.get("heartbeat_age_s") or 0)
+                    >= options.min_age_s]
     return classify(attempts, cancelled, runtimes, options)
 
 
@@ -113,10 +119,12 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
-        owner = inferred_owner(runtimes, a["queue"], hb) if hb is not None and hb > staleness else None
+        stale = hb is not None and hb > staleness
+        owner = inferred_owner(runtimes, a["queue"], hb) if stale else None
         servers = live_servers(runtimes, a["queue"])
-        row = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt", "run_lease",
-                                      "heartbeat_at", "deadline_at") if k in a}
+        row: dict[str, Any] = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt",
+                                                     "run_lease", "heartbeat_at", "deadline_at")
+                               if k in a}
         row["heartbeat_age_s"] = None if hb is None else round(float(hb), 1)
         row["deadline_remaining_s"] = None if remaining is None else round(float(remaining), 1)
         if a.get("receipt_claim"):
@@ -164,7 +172,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         else:
             critical = oldest > rescue_overdue or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} with a stale heartbeat "
-                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); rescue due at next scan")
+                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); "
+                       "rescue due at next scan")
             why = ("the runtime serving the queue is alive but these attempts stopped "
                    "heartbeating: its heartbeat loop or its connections are starved")
         step = (ops("runtime") if not leader_alive else

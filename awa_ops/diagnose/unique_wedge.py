@@ -101,7 +101,8 @@ async def check(session, engine, options) -> list[Finding]:
         steps = ["cancel the stuck job: " + awa(f"job cancel {row['stuck_job']}")]
         if state is None:
             steps.append("its claim holder no longer exists, so the claim row is safe to delete: "
-                         + psql(f"DELETE FROM awa.job_unique_claims WHERE unique_key = '{key}'::bytea "
+                         + psql("DELETE FROM awa.job_unique_claims "
+                                f"WHERE unique_key = '{key}'::bytea "
                                 f"AND job_id = {row['claim_holder']} AND NOT EXISTS (SELECT 1 FROM "
                                 f"awa.jobs WHERE id = {row['claim_holder']})"))
         else:

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import yaml
 
-from awa_ops.generate.alerts import (DEFAULT_RUNBOOK_BASE_URL, RULES_FILE, RULES_TEST_FILE,
-                                     Thresholds, build_rules, readme, rules_document,
-                                     unit_tests_document)
+from awa_ops.generate.alerts import (
+    DEFAULT_RUNBOOK_BASE_URL,
+    RULES_FILE,
+    RULES_TEST_FILE,
+    Thresholds,
+    build_rules,
+    readme,
+    rules_document,
+    unit_tests_document,
+)
 from awa_ops.generate.dashboards import build_dashboards
 
 DASHBOARDS_DIR = "dashboards"
@@ -46,7 +53,8 @@ def render(thresholds: Thresholds | None = None,
     files = {f"{DASHBOARDS_DIR}/{name}": text
              for name, text in build_dashboards(thresholds, runbook_base_url).items()}
     files[f"{ALERTS_DIR}/{RULES_FILE}"] = dump_yaml(rules_document(rules, runbook_base_url))
-    files[f"{ALERTS_DIR}/{RULES_TEST_FILE}"] = dump_yaml(unit_tests_document(rules, runbook_base_url))
+    files[f"{ALERTS_DIR}/{RULES_TEST_FILE}"] = dump_yaml(
+        unit_tests_document(rules, runbook_base_url))
     files[f"{ALERTS_DIR}/README.md"] = readme(rules, thresholds)
     return files
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import yaml
 
@@ -133,7 +134,7 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
     if not isinstance(data, dict):
         raise ThresholdsError(f"{path}: expected a mapping of threshold names to numbers")
     known = {f.name for f in dataclasses.fields(Thresholds)} - {"for_overrides"}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for key, value in data.items():
         if key == "for":
             values["for_overrides"] = _parse_for(path, value)
@@ -203,7 +204,7 @@ class AlertRule:
     summary: str
     description: str
     runbook_check: str  # the diagnostic runbook (runbooks/<check>.md) the alert runbook links
-    cases: Callable[["AlertRule"], list[RuleCase]]
+    cases: Callable[[AlertRule], list[RuleCase]]
 
     @property
     def runbook_path(self) -> str:
@@ -277,7 +278,8 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
                 f"/\n"
                 f"(\n"
                 f"  sum by ({Q}) (rate({FAILED}[5m]))\n"
-                f"  + (sum by ({Q}) (rate({COMPLETED}[5m])) or 0 * sum by ({Q}) (rate({FAILED}[5m])))\n"
+                f"  + (sum by ({Q}) (rate({COMPLETED}[5m])) or "
+                f"0 * sum by ({Q}) (rate({FAILED}[5m])))\n"
                 f")\n"
                 f"> {num(t.error_ratio)}"),
             for_="10m",
@@ -294,7 +296,8 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             expr=(
                 f"(\n"
                 f"  sum by ({Q}) (rate({COMPLETED}[10m]))\n"
-                f"  < {num(t.throughput_collapse_ratio)} * sum by ({Q}) (rate({COMPLETED}[10m] offset 1h))\n"
+                f"  < {num(t.throughput_collapse_ratio)} * "
+                f"sum by ({Q}) (rate({COMPLETED}[10m] offset 1h))\n"
                 f")\n"
                 f"and on ({Q})\n"
                 f"(sum by ({Q}) ({depth_available}) > {num(t.throughput_collapse_min_backlog)})"),
@@ -663,11 +666,13 @@ def _error_rate_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
         fail_high = min(100, math.floor(t.error_ratio * 100) + 20)
         fail_low = max(0, math.ceil(t.error_ratio * 100) - 5)
         return [
-            RuleCase({failed: linear(fail_high, minutes), completed: linear(100 - fail_high, minutes)},
+            RuleCase({failed: linear(fail_high, minutes),
+                      completed: linear(100 - fail_high, minutes)},
                      at, (Expected({Q: "email"}, fail_high / 100),)),
             # every attempt fails and nothing completes: still an error rate, not a gap
             RuleCase({failed: linear(60, minutes)}, at, (Expected({Q: "email"}, 1),)),
-            RuleCase({failed: linear(fail_low, minutes), completed: linear(100 - fail_low, minutes)},
+            RuleCase({failed: linear(fail_low, minutes),
+                      completed: linear(100 - fail_low, minutes)},
                      at),
         ]
     return cases
@@ -681,7 +686,8 @@ def _throughput_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
         completed = _labels_selector(COMPLETED, {KIND: "send_email", Q: "email"})
         depth = _labels_selector(DB_DEPTH, {Q: "email", STATE: AVAILABLE})
         backlog = constant(2 * t.throughput_collapse_min_backlog + 10, total)
-        stalled = f"{linear(60, healthy_minutes)} {constant(60 * healthy_minutes, total - healthy_minutes - 1)}"
+        stalled = (f"{linear(60, healthy_minutes)} "
+                   f"{constant(60 * healthy_minutes, total - healthy_minutes - 1)}")
         return [
             RuleCase({completed: stalled, depth: backlog}, at, (Expected({Q: "email"}, 0),)),
             RuleCase({completed: linear(60, total), depth: backlog}, at),
@@ -732,7 +738,8 @@ def rules_document(rules: list[AlertRule], base_url: str) -> dict:
     }]}
 
 
-def unit_tests_document(rules: list[AlertRule], base_url: str, rules_file: str = RULES_FILE) -> dict:
+def unit_tests_document(rules: list[AlertRule], base_url: str,
+                        rules_file: str = RULES_FILE) -> dict:
     tests = []
     for rule in rules:
         for case in rule.cases(rule):

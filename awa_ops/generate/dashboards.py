@@ -12,18 +12,32 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from grafana_foundation_sdk.builders import bargauge, dashboard as sdk, prometheus, stat, timeseries
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, timeseries
 from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as sdk
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common, dashboard as model
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
 
 from awa import metrics
 from awa_ops import findings
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import alerts
-from awa_ops.generate.alerts import (BRANCH, DESCRIPTOR_HASH, DLQ_REASON, KIND, OWNER, Q,
-                                     RESCUE_KIND, STATE, TABLE, TXN_STATE, XMIN_SOURCE,
-                                     Thresholds, runbook_url)
+from awa_ops.generate.alerts import (
+    BRANCH,
+    DESCRIPTOR_HASH,
+    DLQ_REASON,
+    KIND,
+    OWNER,
+    RESCUE_KIND,
+    STATE,
+    TABLE,
+    TXN_STATE,
+    XMIN_SOURCE,
+    Q,
+    Thresholds,
+    runbook_url,
+)
 from awa_ops.generate.promql import ALERTS_SERIES, DATASOURCE_VAR, QUEUE_VAR, selector
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
@@ -568,6 +582,7 @@ def _render(spec: DashboardSpec, base_url: str) -> str:
 
 
 def _panel(spec: PanelSpec, panel_id: int, base_url: str):
+    builder: stat.Panel | bargauge.Panel | timeseries.Panel
     if spec.kind == "stat":
         builder = (stat.Panel()
                    .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"])

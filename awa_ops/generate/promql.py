@@ -30,16 +30,18 @@ PROMETHEUS_METRICS = frozenset({"up", ALERTS_SERIES})
 
 # Everything in PromQL that may be followed by "(" and is not a metric.
 FUNCTIONS = frozenset(
-    """
-    abs absent absent_over_time avg avg_over_time bottomk ceil changes clamp clamp_max
-    clamp_min count count_over_time count_values day_of_month day_of_week days_in_month
-    delta deriv exp floor group histogram_quantile holt_winters hour idelta increase irate
-    label_join label_replace last_over_time ln log10 log2 max max_over_time min
-    min_over_time minute month predict_linear present_over_time quantile
-    quantile_over_time rate resets round scalar sgn sort sort_desc sqrt stddev
-    stddev_over_time stdvar stdvar_over_time sum sum_over_time time timestamp topk vector
-    year
-    """.split()
+    [
+        "abs", "absent", "absent_over_time", "avg", "avg_over_time", "bottomk", "ceil",
+        "changes", "clamp", "clamp_max", "clamp_min", "count", "count_over_time",
+        "count_values", "day_of_month", "day_of_week", "days_in_month", "delta", "deriv",
+        "exp", "floor", "group", "histogram_quantile", "holt_winters", "hour", "idelta",
+        "increase", "irate", "label_join", "label_replace", "last_over_time", "ln", "log10",
+        "log2", "max", "max_over_time", "min", "min_over_time", "minute", "month",
+        "predict_linear", "present_over_time", "quantile", "quantile_over_time", "rate",
+        "resets", "round", "scalar", "sgn", "sort", "sort_desc", "sqrt", "stddev",
+        "stddev_over_time", "stdvar", "stdvar_over_time", "sum", "sum_over_time", "time",
+        "timestamp", "topk", "vector", "year"
+    ]
 )
 # Modifiers whose parenthesised argument is a list of label names.
 LABEL_LIST_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
@@ -111,7 +113,8 @@ def references(expr: str) -> References:
 
 def grafana_variable_query_references(query: str) -> References:
     """Names in a Grafana Prometheus variable query: ``label_values(metric, label)``."""
-    match = re.fullmatch(r"\s*label_values\(\s*(?P<selector>.+?)\s*,\s*(?P<label>\w+)\s*\)\s*", query)
+    match = re.fullmatch(
+        r"\s*label_values\(\s*(?P<selector>.+?)\s*,\s*(?P<label>\w+)\s*\)\s*", query)
     if match is None:
         raise ValueError(f"unsupported variable query {query!r}")
     inner = references(match["selector"])

@@ -27,7 +27,7 @@ def render_template(text: str, labels: dict[str, str], value: float) -> str:
 
 
 def _g4(value: float) -> str:
-    return "%.4g" % value
+    return f"{value:.4g}"
 
 
 def humanize(v: float) -> str:

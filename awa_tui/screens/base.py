@@ -7,9 +7,12 @@ tick its clocks every second between refreshes (``tick``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
@@ -25,6 +28,155 @@ if TYPE_CHECKING:
     from awa_tui.app import AwaConsole
 
 TAG_MARK = "●"
+# Keys the footer always shows first, whatever the width: help and quit.
+PINNED_KEYS = ("question_mark", "q")
+# Actions that change the database: hidden from the footer (and refused in one
+# line, without a confirmation) when the console runs with --read-only.
+MUTATING_ACTIONS = {"cancel_jobs": "cancel", "cancel_job": "cancel", "retry_jobs": "retry",
+                    "retry_job": "retry", "retry": "DLQ retry", "purge": "DLQ purge",
+                    "move": "DLQ move", "pause_resume": "pause / resume"}
+SCROLLBAR = 2  # a table keeps room for its vertical scrollbar
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column and how it gives way on a narrow terminal.
+
+    ``priority`` 0 columns are the reason the screen exists and are dropped
+    last; higher numbers go first.  A ``width`` column is fixed (its values
+    tick every second, so it must never be re-measured); otherwise the column
+    sizes to its content, which is cut with an ellipsis at ``min_width`` plus
+    its share of the spare room (up to ``max_width``; without one it does not grow).
+    """
+
+    key: str
+    label: str
+    priority: int = 0
+    width: int | None = None
+    min_width: int = 6
+    max_width: int | None = None
+    clip: bool = True  # False for a row's key column (e.g. a job id): never cut
+
+    @property
+    def budget(self) -> int:
+        return self.width if self.width is not None else max(self.min_width, len(self.label))
+
+
+def fit_columns(columns: Sequence[Column], available: int, padding: int = 1,
+                wanted: dict[str, int] | None = None) -> tuple[list[Column], dict[str, int]]:
+    """The columns that fit in ``available`` cells (in their declared order),
+    and the content width each auto-sized one may use: its budget, grown
+    towards what its values need (``wanted``) while there is room."""
+    chosen: set[str] = set()
+    used = 0
+    for column in sorted(columns, key=lambda c: c.priority):  # stable: declared order breaks ties
+        cost = column.budget + 2 * padding
+        if used + cost <= available or not chosen:
+            chosen.add(column.key)
+            used += cost
+    shown = [c for c in columns if c.key in chosen]
+    caps = {c.key: c.budget for c in shown if c.width is None}
+    spare = max(available - used, 0)
+    for column in sorted((c for c in shown if c.width is None), key=lambda c: c.priority):
+        if spare <= 0:
+            break
+        if column.max_width is None:
+            continue
+        need = min(column.max_width, (wanted or {}).get(column.key, column.max_width))
+        grant = min(max(need - caps[column.key], 0), spare)
+        caps[column.key] += grant
+        spare -= grant
+    return shown, caps
+
+
+def clip(value: Any, width: int) -> Any:
+    """A cell cut to ``width`` cells with an ellipsis (rich Text keeps its style)."""
+    if isinstance(value, Text):
+        if value.cell_len <= width:
+            return value
+        cut = value.copy()
+        cut.truncate(width, overflow="ellipsis")
+        return cut
+    text = "" if value is None else str(value)
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+class ResponsiveTable(DataTable):
+    """A DataTable that shows the columns fitting the terminal, by priority.
+
+    Rows are given with a cell for every declared column; the table keeps the
+    ones on screen (cut to their width), and re-lays itself out on resize.
+    """
+
+    def __init__(self, columns: Sequence[Column] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("cursor_type", "row")
+        kwargs.setdefault("zebra_stripes", True)
+        super().__init__(**kwargs)
+        self.all_columns: tuple[Column, ...] = tuple(columns)
+        self.shown: list[Column] = []
+        self.caps: dict[str, int] = {}
+        self.wanted: dict[str, int] = {}  # the widest value seen per column, uncut
+        self._index: list[int] = []
+        self.fit(self.available_width())
+
+    def available_width(self) -> int:
+        try:
+            width = self.app.size.width
+        except Exception:  # not attached to an app yet (compose)
+            return 10_000
+        return max(width - SCROLLBAR, 20)
+
+    def fit(self, available: int) -> bool:
+        """Lay the columns out for this width; True when the set of columns changed
+        (the table was emptied and the caller must put its rows back)."""
+        shown, caps = fit_columns(self.all_columns, available, self.cell_padding, self.wanted)
+        if [c.key for c in shown] == [c.key for c in self.shown] and caps == self.caps:
+            return False
+        self.shown, self.caps = shown, caps
+        keys = [c.key for c in self.all_columns]
+        self._index = [keys.index(c.key) for c in shown]
+        self.clear(columns=True)
+        for column in shown:
+            self.add_column(column.label, key=column.key, width=column.width)
+        return True
+
+    def shown_keys(self) -> list[str]:
+        return [c.key for c in self.shown]
+
+    def project(self, cells: Sequence[Any]) -> list[Any]:
+        """The cells of the columns on screen, each cut to its column."""
+        out = []
+        for column, index in zip(self.shown, self._index):
+            value = cells[index] if index < len(cells) else ""
+            natural = value.cell_len if isinstance(value, Text) else len(str(value or ""))
+            if natural > self.wanted.get(column.key, 0):
+                self.wanted[column.key] = natural
+            limit = column.width if column.width is not None else self.caps.get(column.key)
+            out.append(clip(value, limit) if limit and column.clip else value)
+        return out
+
+    def put_row(self, *cells: Any, key: str | None = None) -> None:
+        self.add_row(*self.project(cells), key=key)
+
+    def put_cell(self, row_key: str, column_key: str, cells: Sequence[Any]) -> None:
+        index = [c.key for c in self.shown].index(column_key)
+        self.update_cell(row_key, column_key, self.project(cells)[index])
+
+
+class ConsoleFooter(Footer):
+    """The footer with ``?`` and ``q`` first, so a narrow terminal never loses them,
+    and without the keys a read-only console cannot use."""
+
+    def compose(self) -> ComposeResult:
+        read_only = bool(getattr(self.app, "read_only", False))
+        screen = self.screen
+        hidden = screen.hidden_actions() if isinstance(screen, ConsoleScreen) else set()
+        keys = [w for w in super().compose()
+                if not (read_only and getattr(w, "action", "") in MUTATING_ACTIONS)
+                and getattr(w, "action", "") not in hidden]
+        pinned = [w for w in keys if getattr(w, "key", None) in PINNED_KEYS]
+        yield from pinned
+        yield from (w for w in keys if w not in pinned)
 
 
 class ConsoleScreen(Screen):
@@ -46,7 +198,7 @@ class ConsoleScreen(Screen):
         yield from self.body()
         yield FilterBar(id="filter", placeholder=self.FILTER_HINT)
         yield Notice(id="notice")
-        yield Footer()
+        yield ConsoleFooter()
 
     def body(self) -> Iterable[Widget]:
         return ()
@@ -59,6 +211,25 @@ class ConsoleScreen(Screen):
         self.query_one(FilterBar).display = False
         self.sync_chrome()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.refit()
+
+    def refit(self) -> None:
+        """Lay the tables out again for the terminal's width and what their values need."""
+        changed: list[tuple[ResponsiveTable, int]] = []
+        for table in self.query(ResponsiveTable):
+            row = table.cursor_row
+            if table.fit(table.available_width()):
+                changed.append((table, row))
+        if changed:
+            self.relayout()
+            for table, row in changed:  # the rows come back in the same order
+                if table.row_count:
+                    table.move_cursor(row=min(row, table.row_count - 1), animate=False)
+
+    def relayout(self) -> None:
+        """The tables changed their columns (the terminal was resized): put the rows back."""
+
     def on_screen_resume(self) -> None:
         self.sync_chrome()
         self.console.request_refresh()
@@ -67,6 +238,10 @@ class ConsoleScreen(Screen):
         self.query_one(StatusLine).set(self.console.status_text(self.TITLE))
         self.query_one(Banner).show(self.console.problem or self.problem())
         self.query_one(Notice).set(self.console.notice)
+
+    def hidden_actions(self) -> set[str]:
+        """Actions the footer leaves out here (they do not apply to what is shown)."""
+        return set()
 
     def problem(self) -> str | None:
         """A screen-specific banner (e.g. no leader); the app's own problems come first."""
@@ -148,8 +323,7 @@ class JobTableScreen(SortableScreen):
     bulk actions act on the tagged rows (else the row under the cursor)."""
 
     TABLE_ID = ""
-    COLUMNS: tuple[tuple[str, str], ...] = ()
-    FIXED_WIDTHS: dict[str, int] = {}
+    COLUMNS: tuple[Column, ...] = ()
     NOTHING_SELECTED = "no job selected"
 
     def __init__(self, sort_key: str, reverse: bool = False) -> None:
@@ -158,10 +332,10 @@ class JobTableScreen(SortableScreen):
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
-        table = TaggableTable(id=self.TABLE_ID)
-        for key, label in self.COLUMNS:
-            table.add_column(label, key=key, width=self.FIXED_WIDTHS.get(key))
-        yield table
+        yield TaggableTable(self.COLUMNS, id=self.TABLE_ID)
+
+    def relayout(self) -> None:
+        self.redraw()
 
     def show(self, data: Any) -> None:
         self.data = data
@@ -207,8 +381,14 @@ def parse_filter(text: str, keys: tuple[str, ...], bare: dict[str, str] | None =
     return values, None
 
 
-class TaggableTable(DataTable):
-    """A row-cursor table whose first column marks rows tagged with space."""
+TAG_COLUMN = Column("tag", " ", 0, width=1)
+
+
+class TaggableTable(ResponsiveTable):
+    """A row-cursor table whose first column marks rows tagged with space.
+
+    Its rows are given without the tag cell: a cell for every declared column
+    after it."""
 
     BINDINGS = [Binding("space", "toggle_tag", "Tag", show=True)]
 
@@ -222,7 +402,7 @@ class TaggableTable(DataTable):
 
     def update_visible(self, cells_of: Callable[[str], list[Any] | None]) -> None:
         """Refresh the cells of the rows on screen only: cheap enough for every second."""
-        columns = [column.key for column in self.ordered_columns][1:]
+        columns = self.shown_keys()[1:]
         top = int(self.scroll_y)
         for index in range(top, min(top + self.size.height, self.row_count)):
             key = self.coordinate_to_cell_key(Coordinate(index, 0)).row_key.value
@@ -231,12 +411,13 @@ class TaggableTable(DataTable):
             cells = cells_of(key)
             if cells is None:
                 continue
-            for column, old, value in zip(columns, self.get_row_at(index)[1:], cells):
+            for column, old, value in zip(columns, self.get_row_at(index)[1:],
+                                          self.project([" ", *cells])[1:]):
                 if old != value:
                     self.update_cell(key, column, value)
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+    def __init__(self, columns: Sequence[Column] = (), **kwargs: Any) -> None:
+        super().__init__((TAG_COLUMN, *(c for c in columns if c.key != "tag")), **kwargs)
         self.tagged: set[str] = set()
 
     def action_toggle_tag(self) -> None:
@@ -286,21 +467,22 @@ class TaggableTable(DataTable):
         if len(gone) + len(new) > max(len(rows), 1) // 2:
             self.clear()
             for key, cells in rows:
-                self.add_row(TAG_MARK if key in self.tagged else " ", *cells, key=key)
+                self.put_row(TAG_MARK if key in self.tagged else " ", *cells, key=key)
         else:
             for key in gone:
                 self.remove_row(key)
             for key in new:
-                self.add_row(TAG_MARK if key in self.tagged else " ", *wanted[key], key=key)
+                self.put_row(TAG_MARK if key in self.tagged else " ", *wanted[key], key=key)
             order = {key: i for i, (key, _) in enumerate(rows)}
             self.sort(key_column, key=lambda value: order[str(value)])
             if lazy:
                 self.update_visible(wanted.get)
             else:
-                columns = [column.key for column in self.ordered_columns][1:]
+                columns = self.shown_keys()[1:]
                 for key, cells in rows:
                     if key not in new:
-                        for column, old, value in zip(columns, self.get_row(key)[1:], cells):
+                        for column, old, value in zip(columns, self.get_row(key)[1:],
+                                                      self.project([" ", *cells])[1:]):
                             if old != value:
                                 self.update_cell(key, column, value)
         if keep is not None and keep in wanted:

@@ -1,9 +1,12 @@
-"""One job: args, metadata, progress, every attempt's error, timestamps, unique key and holder."""
+"""One job: args, metadata, progress, every attempt's error and traceback, timestamps,
+the callback it waits on, unique key and holder.  Only the actions that apply to the
+job's state are offered (no cancel on a finished job, no retry on a running one)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from rich.markup import escape
@@ -17,18 +20,59 @@ from awa_tui.screens.base import ConsoleScreen
 from awa_tui.widgets import relative, stamp
 
 HELP = """\
-Everything recorded about one job.
+Everything recorded about one job, every attempt's error with its traceback.
 
-  c        cancel it (asks first)
-  r        retry it (asks first)
+  c        cancel it (asks first; only while it can still run)
+  r        retry it (asks first; failed, cancelled or dead-lettered jobs)
+  :        open another job by id
   esc      back
 """
 TIMESTAMPS = ("created_at", "run_at", "attempted_at", "heartbeat_at", "deadline_at",
               "finalized_at", "callback_timeout_at")
+# The states an operator action applies to (the admin functions' own rules).
+CANCELLABLE = frozenset({"scheduled", "available", "running", "retryable", "waiting_external"})
+RETRYABLE = frozenset({"failed", "cancelled"})
+CALLBACK_FIELDS = (("callback_id", "id"), ("callback_timeout_at", "times out"),
+                   ("callback_filter", "filter"), ("callback_on_complete", "on complete"),
+                   ("callback_on_fail", "on fail"), ("callback_transform", "transform"))
 
 
 def _json(value: Any) -> str:
     return escape(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def column_is_time(value: Any) -> bool:
+    return isinstance(value, datetime)
+
+
+def describe_progress(progress: Any) -> str:
+    """``42% page 5 of 12``, then the whole checkpoint as stored; or ``-``."""
+    if not progress:
+        return "-"
+    head = []
+    if isinstance(progress, dict):
+        if progress.get("percent") is not None:
+            head.append(f"{float(progress['percent']):.0f}%")
+        if progress.get("message"):
+            head.append(escape(str(progress["message"])))
+    return ("  " + " ".join(head) + "\n" if head else "") + _json(progress)
+
+
+def describe_error(err: Any) -> str:
+    """One attempt's error: when, whether terminal, the message, and its traceback."""
+    if not isinstance(err, dict):
+        return "  " + escape(str(err))
+    terminal = " [red](terminal)[/]" if err.get("terminal") else ""
+    lines = [f"  attempt {err.get('attempt', '?')} at {escape(str(err.get('at', '?')))}{terminal}"]
+    lines += [f"    {escape(line)}" for line in str(err.get("error", "")).splitlines() or [""]]
+    extra = {k: v for k, v in err.items()
+             if k not in ("attempt", "at", "terminal", "error", "traceback")}
+    for key, value in extra.items():
+        lines.append(f"    [dim]{escape(str(key))}: {escape(str(value))}[/]")
+    if err.get("traceback"):
+        lines.append("    [dim]traceback:[/]")
+        lines += [f"      [dim]{escape(line)}[/]" for line in str(err["traceback"]).splitlines()]
+    return "\n".join(lines)
 
 
 class JobDetailScreen(ConsoleScreen):
@@ -50,9 +94,12 @@ class JobDetailScreen(ConsoleScreen):
         return await reader.job(self.job_id)
 
     def show(self, data: JobDetail | None) -> None:
+        before = self.hidden_actions()
         self.detail = data
         self.query_one("#detail", Static).update(self.describe(data))
         self.sync_chrome()
+        if self.hidden_actions() != before:
+            self.refresh_bindings()  # the footer offers what applies now
 
     def describe(self, data: JobDetail | None) -> str:
         if data is None:
@@ -65,6 +112,7 @@ class JobDetailScreen(ConsoleScreen):
             f"attempt {job['attempt']}/{job['max_attempts']}  priority {job['priority']}  "
             f"run_lease {job['run_lease']}  tags {escape(', '.join(job['tags'] or [])) or '-'}",
         ]
+        lines.append("actions: " + self.actions_line(data))
         if data.in_dlq:
             lines.append(f"DLQ reason [b]{escape(job['dlq_reason'])}[/b] at {stamp(job['dlq_at'])}")
         lines.append("\n[b]Timestamps[/b]")
@@ -72,17 +120,16 @@ class JobDetailScreen(ConsoleScreen):
             if job.get(column) is not None:
                 lines.append(f"  {column:<20} {stamp(job[column])}  ({relative(job[column], now)})")
         lines.append("\n[b]Args[/b]\n" + _json(job["args"]))
-        lines.append("\n[b]Metadata[/b]\n" + _json(job["metadata"]))
-        lines.append("\n[b]Progress[/b]\n" + (_json(job["progress"]) if job.get("progress")
+        lines.append("\n[b]Metadata[/b]\n" + (_json(job["metadata"]) if job.get("metadata")
                                               else "-"))
-        lines.append("\n[b]Errors[/b]")
+        lines.append("\n[b]Progress[/b]\n" + describe_progress(job.get("progress")))
         errors = job.get("errors") or []
+        lines.append(f"\n[b]Errors[/b] ({len(errors)}, oldest first)" if errors
+                     else "\n[b]Errors[/b]")
         if not errors:
             lines.append("  none")
         for err in errors:
-            terminal = " [red](terminal)[/]" if err.get("terminal") else ""
-            lines.append(f"  attempt {err.get('attempt', '?')} at {escape(str(err.get('at', '?')))}"
-                         f"{terminal}\n    {escape(str(err.get('error', err)))}")
+            lines.append(describe_error(err))
         lines.append("\n[b]Uniqueness[/b]")
         key = job.get("unique_key")
         if key is None:
@@ -99,17 +146,56 @@ class JobDetailScreen(ConsoleScreen):
                 lines.append(f"  claim: held by job {holder['job_id']}, which no longer exists")
             else:
                 lines.append(f"  claim: held by job {holder['job_id']} ({holder['state']})")
-        if job.get("callback_id"):
-            lines.append(f"\n[b]Callback[/b]\n  id {job['callback_id']}")
+        callback = [(label, job.get(column)) for column, label in CALLBACK_FIELDS
+                    if job.get(column) is not None]
+        if callback:
+            lines.append("\n[b]Callback[/b]")
+            for label, value in callback:
+                shown = (f"{stamp(value)}  ({relative(value, now)})" if column_is_time(value)
+                         else escape(str(value)))
+                lines.append(f"  {label:<12} {shown}")
         return "\n".join(lines)
+
+    # -- which actions apply -------------------------------------------------------
+    def why_not(self, action: str) -> str | None:
+        """None when ``action`` applies to this job's state, else why it does not."""
+        data = self.detail
+        if data is None:
+            return f"job {self.job_id} is not loaded"
+        state = data.job["state"]
+        if action == "cancel_job":
+            if data.in_dlq:
+                return "it is in the DLQ (retry or purge it from the DLQ screen)"
+            if state not in CANCELLABLE:
+                return f"it is {state} already"
+        if action == "retry_job" and not data.in_dlq and state not in RETRYABLE:
+            return f"it is {state}: only failed, cancelled or dead-lettered jobs are retried"
+        return None
+
+    def hidden_actions(self) -> set[str]:
+        return {a for a in ("cancel_job", "retry_job") if self.why_not(a) is not None}
+
+    def actions_line(self, data: JobDetail) -> str:
+        offered = [f"[b]{key}[/b] {name}" for key, action, name in
+                   (("c", "cancel_job", "cancel"), ("r", "retry_job", "retry"))
+                   if self.why_not(action) is None]
+        return "  ".join(offered) or "none apply to this job's state"
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
     def action_cancel_job(self) -> None:
+        why = self.why_not("cancel_job")
+        if why:
+            self.console.say(f"cancel: not offered for job {self.job_id}: {why}")
+            return
         self.console.confirm_cancel([self.job_id])
 
     def action_retry_job(self) -> None:
+        why = self.why_not("retry_job")
+        if why:
+            self.console.say(f"retry: not offered for job {self.job_id}: {why}")
+            return
         if self.detail is not None and self.detail.in_dlq:
             self.console.confirm_dlq_retry([self.job_id])
         else:

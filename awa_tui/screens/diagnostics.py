@@ -16,7 +16,8 @@ from textual.widgets import DataTable, Static
 from awa import config
 from awa_ops.console import ConsoleReader
 from awa_ops.findings import CheckResult, Finding, Severity, plain
-from awa_tui.screens.base import ConsoleScreen
+from awa_ops.render import evidence_lines
+from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine
 
 SEVERITY_STYLE = {Severity.OK: "green", Severity.WARNING: "bold yellow",
@@ -49,11 +50,9 @@ class DiagnosticsScreen(ConsoleScreen):
 
     def body(self) -> Iterable[Widget]:
         yield TextLine(id="summary")
-        table: DataTable[Any] = DataTable(id="checks", cursor_type="row", zebra_stripes=True)
-        table.add_column("Check", key="check")
-        table.add_column("Status", key="status")
-        table.add_column("What was seen", key="summary")
-        yield table
+        yield ResponsiveTable((Column("check", "Check", 0, min_width=14, max_width=24),
+                               Column("status", "Status", 0, min_width=8),
+                               Column("summary", "What was seen", 0, min_width=20, max_width=400)), id="checks")
 
     async def fetch(self, reader: ConsoleReader) -> list[CheckResult]:
         force, self.force = self.force, False
@@ -65,7 +64,7 @@ class DiagnosticsScreen(ConsoleScreen):
         keep = table.cursor_row
         table.clear()
         for result in sorted(data, key=lambda r: -int(r.severity)):
-            table.add_row(result.check, severity_text(result.severity),
+            table.put_row(result.check, severity_text(result.severity),
                           result.headline(), key=result.check)
         if table.row_count:
             table.move_cursor(row=min(keep, table.row_count - 1), animate=False)
@@ -78,6 +77,9 @@ class DiagnosticsScreen(ConsoleScreen):
         self.query_one("#summary", TextLine).set(f"worst: [b]{status}[/b]   {line}")
         self.sync_chrome()
 
+    def relayout(self) -> None:
+        self.show(self.results)
+
     def action_rerun(self) -> None:
         self.force = True
         self.console.say("rerunning every check…")
@@ -89,7 +91,13 @@ class DiagnosticsScreen(ConsoleScreen):
             self.app.push_screen(CheckDetailScreen(result))
 
 
-def describe_finding(finding: Finding) -> str:
+def evidence_fits(rows: list[str], width: int) -> bool:
+    return all(len(row) <= width for row in rows)
+
+
+def describe_finding(finding: Finding, width: int = 10_000) -> str:
+    """A finding in full; its evidence one JSON row per line while each fits the
+    ``width``, else as ``key: value`` blocks (as `awa-ops diagnose` prints them)."""
     lines = [f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.label.upper()}[/] "
              f"{escape(finding.summary)}"]
     if finding.why:
@@ -100,8 +108,13 @@ def describe_finding(finding: Finding) -> str:
         lines.append(f"  [b]runbook[/b]: {escape(finding.runbook)}")
     if finding.evidence:
         lines.append(f"  [b]evidence[/b] ({len(finding.evidence)} rows):")
-        for row in finding.evidence[:EVIDENCE_ROWS]:
-            lines.append("    " + escape(json.dumps(plain(row), default=str)))
+        rows = ["    " + json.dumps(plain(row), default=str)
+                for row in finding.evidence[:EVIDENCE_ROWS]]
+        if evidence_fits(rows, width):
+            lines += [escape(row) for row in rows]
+        else:
+            for line in evidence_lines(finding.evidence[:EVIDENCE_ROWS], EVIDENCE_ROWS):
+                lines.append(("    " + escape(line)) if line else "")
         if len(finding.evidence) > EVIDENCE_ROWS:
             lines.append(f"    … {len(finding.evidence) - EVIDENCE_ROWS} more")
     return "\n".join(lines)
@@ -123,13 +136,20 @@ class CheckDetailScreen(ConsoleScreen):
         with VerticalScroll(id="detail-scroll"):
             yield Static(self.describe(), id="detail")
 
+    def text_width(self) -> int:
+        return max(self.app.size.width - 4, 20)  # the scroll's padding and scrollbar
+
+    def on_resize(self, event: Any) -> None:  # (the base class's handler runs too)
+        self.query_one("#detail", Static).update(self.describe())
+
     def describe(self) -> str:
+        width = self.text_width()
         r = self.result
         head = (f"[b]{escape(r.check)}[/b]  {severity_text(r.severity).markup}  "
                 f"engine: {escape(r.engine or '-')}  ({r.duration_ms:.0f} ms)")
         if r.error:
             return head + f"\n\n[b]could not run[/b]: {escape(r.error)}"
-        return head + "\n\n" + "\n\n".join(describe_finding(f) for f in r.findings)
+        return head + "\n\n" + "\n\n".join(describe_finding(f, width) for f in r.findings)
 
     async def fetch(self, reader: ConsoleReader) -> Any:
         return None

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from awa import lifecycle
 from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
 from awa_tui.screens.base import (
+    Column,
     JobTableScreen,
     SortableScreen,
     TaggableTable,
@@ -17,13 +18,15 @@ from awa_tui.screens.base import (
 from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
 
-COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"),
-           ("reason", "Reason"), ("attempt", "Attempt"), ("dlq_at", "In DLQ"),
-           ("error", "Last error"))
+COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),
+           Column("kind", "Kind", 0, min_width=12, max_width=28),
+           Column("queue", "Queue", 2, min_width=8, max_width=20),
+           Column("reason", "Reason", 1, min_width=12, max_width=24),
+           Column("attempt", "Attempt", 3, min_width=7), Column("dlq_at", "In DLQ", 1, min_width=9),
+           Column("error", "Last error", 0, min_width=20, max_width=400))
 FILTER_KEYS = ("queue", "kind", "reason")
 SORT_FIELDS = {"id": "job_id", "kind": "kind", "queue": "queue", "reason": "dlq_reason",
                "attempt": "attempt", "dlq_at": "dlq_at", "error": "last_error"}
-ERROR_WIDTH = 60
 
 HELP = """\
 Jobs in the dead letter queue, newest first. They are never claimed until
@@ -78,7 +81,7 @@ class DlqScreen(JobTableScreen):
         self.query_one(TaggableTable).replace_rows([(str(r["job_id"]), [
             str(r["job_id"]), r["kind"], r["queue"], r["dlq_reason"],
             f"{r['attempt']}/{r['max_attempts']}", relative(r["dlq_at"], data.now),
-            (r["last_error"] or "")[:ERROR_WIDTH]]) for r in rows])
+            " ".join((r["last_error"] or "").split())]) for r in rows])
         reasons = "  ".join(f"{escape(reason)} [b]{n}[/b]"
                             for reason, n in sorted(data.by_reason.items()))
         self.query_one("#summary", TextLine).set(
@@ -92,6 +95,8 @@ class DlqScreen(JobTableScreen):
         self.act_on_selection(self.console.confirm_dlq_purge)
 
     def action_move(self) -> None:
+        if self.console.refused_read_only("DLQ move"):
+            return
         table = self.query_one(TaggableTable)
         default = self.flt.queue or ""
         key = table.current_key()

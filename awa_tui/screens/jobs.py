@@ -7,6 +7,7 @@ from textual.binding import Binding
 from awa import config
 from awa_ops.console import ConsoleReader, JobFilter, JobsPage
 from awa_tui.screens.base import (
+    Column,
     JobTableScreen,
     SortableScreen,
     TaggableTable,
@@ -15,9 +16,14 @@ from awa_tui.screens.base import (
 )
 from awa_tui.widgets import TextLine, relative
 
-COLUMNS = (("tag", " "), ("id", "Job"), ("kind", "Kind"), ("queue", "Queue"), ("state", "State"),
-           ("attempt", "Attempt"), ("priority", "Pri"), ("created", "Created"),
-           ("finished", "Finished"), ("tags", "Tags"))
+COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),
+           Column("kind", "Kind", 0, min_width=12, max_width=32),
+           Column("queue", "Queue", 1, min_width=8, max_width=20),
+           Column("state", "State", 0, min_width=9, max_width=16),
+           Column("attempt", "Attempt", 2, min_width=7),
+           Column("priority", "Pri", 4, min_width=3), Column("created", "Created", 1, min_width=10),
+           Column("finished", "Finished", 3, min_width=10),
+           Column("tags", "Tags", 5, min_width=8, max_width=30))
 FILTER_KEYS = ("state", "kind", "queue", "tag")
 SORT_FIELDS = {"id": "id", "kind": "kind", "queue": "queue", "state": "state",
                "attempt": "attempt", "priority": "priority", "created": "created_at",

@@ -51,6 +51,20 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+def reflow(text: str) -> str:
+    """Join the lines of prose paragraphs so they wrap to the box (a narrow terminal
+    otherwise breaks them twice); indented lines -- the key tables -- stay as written."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        prose = bool(line) and not line[0].isspace()
+        if (prose and not line.startswith("[b]") and out and out[-1]
+                and not out[-1][0].isspace()):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 class HelpScreen(ModalScreen[None]):
     """The keys of the screen it was opened from, plus the global ones."""
 
@@ -64,7 +78,11 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Static(f"[b]{self.title_text}[/b]\n\n{self.text}", id="help-text")
+            yield Static(f"[b]{self.title_text}[/b]  [dim](↑ ↓ pgup pgdn scroll, esc closes)[/]"
+                         f"\n\n{reflow(self.text)}", id="help-text")
+
+    def on_mount(self) -> None:
+        self.query_one("#help").focus()  # the arrow and page keys scroll it
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -18,17 +18,23 @@ from awa_ops.console import (
     RunningAttempt,
     RunningSnapshot,
 )
-from awa_tui.screens.base import JobTableScreen, SortableScreen, TaggableTable
+from awa_tui.screens.base import Column, JobTableScreen, SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 
 STATUS_STYLE = {OVERDUE: "bold white on red", STALE: "bold red", ORPHANED: "bold magenta",
                 ALIVE: "green"}
 STATUS_RANK = {OVERDUE: 0, ORPHANED: 1, STALE: 2, ALIVE: 3}
-COLUMNS = (("tag", " "), ("status", "Status"), ("id", "Job"), ("kind", "Kind"),
-           ("queue", "Queue"), ("attempt", "Attempt"), ("runtime", "Runtime"),
-           ("running", "Running"), ("heartbeat", "Heartbeat age"), ("deadline", "Deadline in"))
 # Columns that change every tick get fixed widths, so a tick never re-measures the table.
-FIXED_WIDTHS = {"status": 8, "running": 7, "heartbeat": 13, "deadline": 11, "runtime": 28}
+# Priority 0 is what an on-call engineer opens the screen for; the rest give way at 80 columns.
+COLUMNS = (Column("tag", " ", 0, width=1), Column("status", "Status", 0, width=8),
+           Column("id", "Job", 0, min_width=7, clip=False),
+           Column("kind", "Kind", 0, min_width=10, max_width=32),
+           Column("queue", "Queue", 1, min_width=8, max_width=20),
+           Column("attempt", "Attempt", 3, width=7),
+           Column("runtime", "Runtime", 2, width=24),
+           Column("running", "Running", 0, width=7),
+           Column("heartbeat", "Heartbeat age", 0, width=13),
+           Column("deadline", "Deadline in", 0, width=11))
 _LAST = float("inf")
 
 
@@ -46,7 +52,7 @@ def _sort_keys(stale_after: float) -> dict[str, Callable[[RunningAttempt, dateti
     }
 
 
-SORTABLE = tuple(key for key, _ in COLUMNS if key != "tag")
+SORTABLE = [c.key for c in COLUMNS if c.key != "tag"]
 
 HELP = """\
 Every running attempt, oldest heartbeat first. Ages tick every second between
@@ -71,7 +77,6 @@ class RunningScreen(JobTableScreen):
     TITLE = "Running"
     TABLE_ID = "running"
     COLUMNS = COLUMNS
-    FIXED_WIDTHS = FIXED_WIDTHS
     HELP = HELP
     FILTER_HINT = "text to match (id, kind, queue, runtime, status); empty clears"
     SORTABLE = SORTABLE

@@ -15,7 +15,6 @@ from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.http_worker import HttpWorker, HttpWorkerConfig, HttpWorkerMode
-
 from support.polling import eventually
 from support.rows import job_row
 
@@ -59,11 +58,12 @@ class Endpoint:
             await asyncio.sleep(1)
         elif self.behaviour.startswith("status:"):
             status = int(self.behaviour.split(":")[1])
-        headers = [(b"content-type", b"application/json")]
+        response_headers = [(b"content-type", b"application/json")]
         if status == 429:
-            headers.append((b"retry-after", b"120"))
+            response_headers.append((b"retry-after", b"120"))
         payload = json.dumps({"accepted": status < 300}).encode()
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.start", "status": status,
+                    "headers": response_headers})
         await send({"type": "http.response.body", "body": payload})
 
     async def _call_back(self, body: dict[str, Any], delay: float = 0.0) -> None:

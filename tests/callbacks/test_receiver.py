@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +23,6 @@ from awa import callback_contract, callbacks
 from awa.callback_server import CallbackApp
 from awa.callback_server import serve_in_thread as serve
 from awa.cli import main as awa_cli
-
 from support.rows import job_row
 
 SECRET = secrets.token_bytes(32)
@@ -286,7 +286,7 @@ def test_resolution_commands(db, database_url, running_job):
     assert result.exit_code == 0 and '"state": "available"' in result.output
 
 
-async def _register(database_url: str, job_id: int, lease: int, **cel: str) -> str:
+async def _register(database_url: str, job_id: int, lease: int, **cel: Any) -> str:
     async with awa.AsyncClient(database_url) as c:
         return (await callbacks.register_callback(await c._get_pool(), job_id, lease, 60,
                                                   **cel)).id

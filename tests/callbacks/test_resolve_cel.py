@@ -10,7 +10,6 @@ import pytest
 
 import awa
 from awa import callbacks
-
 from support.rows import job_row
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import awa
 from awa import callbacks
-
 from support.polling import eventually
 from support.rows import job_row
 
@@ -91,7 +91,7 @@ async def test_bad_cel_is_rejected_at_registration_inside_the_handler(db, client
             await job.register_callback(filter="payload.status ==")
         except awa.ValidationError as exc:
             errors.append(str(exc))
-            raise awa.TerminalError(str(exc))
+            raise awa.TerminalError(str(exc)) from exc
 
     await client.start([("cb", 1)], **FAST)
     job = await client.insert({}, kind="bad_rules", queue="cb", max_attempts=1)

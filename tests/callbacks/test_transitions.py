@@ -11,7 +11,6 @@ import pytest
 import awa
 from awa import callbacks
 from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
-
 from support.rows import job_row
 
 

@@ -51,7 +51,8 @@ def test_frozen_leader_is_replaced_and_its_orphans_rescued_while_frozen(
         chaos_results: dict[str, dict]) -> None:
     result = chaos_results["leader_sigstop"]
     election_s = SHORT_INTERVALS["leader_election_interval_ms"] / 1000
-    ping_ms = min(SHORT_INTERVALS["leader_election_interval_ms"], config.LEADER_PING_MAX_INTERVAL_MS)
+    ping_ms = min(SHORT_INTERVALS["leader_election_interval_ms"],
+                  config.LEADER_PING_MAX_INTERVAL_MS)
     bound_s = fence_ms(ping_ms) / 1000 + 2 * election_s
     assert result["new_leader_s"] is not None and result["new_leader_s"] <= bound_s, result
     orphaned = int(result["notes"][-1].split()[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -36,7 +37,7 @@ class Listener:
 
 
 @pytest.fixture
-def listen(database_url):
+def listen(database_url: str) -> Iterator[Callable[..., Listener]]:
     opened: list[Listener] = []
 
     def make(*channels: str) -> Listener:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -35,8 +35,8 @@ def make_job(db):
             "run_lease": run_lease,
             "errors": [json.dumps(e) for e in errors] if errors else None,
             "progress": json.dumps(progress) if progress else None,
-            "finalized_at": finalized_at or (datetime.now(timezone.utc) if terminal else None),
-            "run_at": run_at or datetime.now(timezone.utc),
+            "finalized_at": finalized_at or (datetime.now(UTC) if terminal else None),
+            "run_at": run_at or datetime.now(UTC),
             "unique_key": unique_key, "unique_states": "11111000" if unique_key else None,
         }).fetchone()["id"]
     return make
@@ -144,7 +144,7 @@ async def test_queue_stats(client, db, make_job):
     make_job("failed")
     make_job("waiting_external")
     make_job("completed")
-    make_job("completed", finalized_at=datetime.now(timezone.utc) - timedelta(hours=2))
+    make_job("completed", finalized_at=datetime.now(UTC) - timedelta(hours=2))
     await client.pause_queue("idle")
     stats = {s.queue: s for s in await client.queue_stats()}
     q = stats["q"]
@@ -210,7 +210,7 @@ async def test_dlq_move_list_retry_purge(client, db, make_job):
     job = await client.retry_from_dlq(ids[0], priority=1)
     assert job.state == awa.JobState.Available and job.attempt == 0 and job.priority == 1
     assert job.run_lease == 4 and job.errors  # lease stays monotonic, history kept
-    later = await client.retry_from_dlq(ids[1], run_at=datetime.now(timezone.utc)
+    later = await client.retry_from_dlq(ids[1], run_at=datetime.now(UTC)
                                         + timedelta(hours=1), queue="email-retry")
     assert later.state == awa.JobState.Scheduled and later.queue == "email-retry"
     assert await client.retry_from_dlq(ids[1]) is None

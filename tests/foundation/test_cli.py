@@ -108,7 +108,8 @@ def test_job_commands(database_url):
     assert "1 job(s)" in table.stdout
 
     dump = cli("job", "dump", str(first.id), "--database-url", database_url)
-    assert dump.exit_code == 0 and f"job {first.id}" in dump.stdout and "errors: none" in dump.stdout
+    assert (dump.exit_code == 0 and f"job {first.id}" in dump.stdout
+            and "errors: none" in dump.stdout)
     assert json.loads(cli("job", "dump", str(first.id), "--json", "--database-url",
                           database_url).stdout)["kind"] == "send_email"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from opentelemetry import trace
@@ -36,13 +36,13 @@ async def test_insert_options_are_stored(client, db):
 
 
 async def test_future_run_at_goes_to_scheduled_jobs(client, db):
-    when = datetime.now(timezone.utc) + timedelta(hours=1)
+    when = datetime.now(UTC) + timedelta(hours=1)
     job = await client.insert(HTMLToPDF("u"), run_at=when)
     assert job.kind == "html_to_pdf" and job.state == awa.JobState.Scheduled
     row = db.execute("SELECT state, run_at FROM awa.scheduled_jobs WHERE id = %s",
                      (job.id,)).fetchone()
     assert row["state"] == "scheduled" and row["run_at"] == when
-    past = await client.insert(HTMLToPDF("p"), run_at=datetime.now(timezone.utc)
+    past = await client.insert(HTMLToPDF("p"), run_at=datetime.now(UTC)
                                - timedelta(minutes=1))
     assert past.state == awa.JobState.Available
 

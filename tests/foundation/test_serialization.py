@@ -59,7 +59,7 @@ def test_decode_builds_the_args_type_and_reports_misfits():
         decode_args(SendEmail, [1, 2])
 
 
-def test_decode_uses_model_validate_when_present():
+def test_decode_uses_model_validate_when_present() -> None:
     @dataclass
     class Validated:
         n: int

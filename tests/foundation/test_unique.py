@@ -103,7 +103,9 @@ def _race(database_url: str, insert) -> tuple[list[object], int]:
     for t in threads:
         t.join(60)
     with psycopg.connect(database_url) as conn:
-        rows = conn.execute("SELECT count(*) FROM awa.jobs").fetchone()[0]
+        count = conn.execute("SELECT count(*) FROM awa.jobs").fetchone()
+        assert count is not None
+        rows = count[0]
     return outcomes, rows
 
 

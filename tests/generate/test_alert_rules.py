@@ -12,18 +12,31 @@ import yaml
 
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import dump_yaml
-from awa_ops.generate.alerts import (ALERT_RUNBOOK_DIR, RULES_FILE, RULES_TEST_FILE, SEVERITIES,
-                                     Thresholds, build_rules, rules_document, unit_tests_document)
-from awa_ops.generate.templating import (humanize, humanize_duration, humanize_percentage,
-                                         render_template)
+from awa_ops.generate.alerts import (
+    ALERT_RUNBOOK_DIR,
+    RULES_FILE,
+    RULES_TEST_FILE,
+    SEVERITIES,
+    Thresholds,
+    build_rules,
+    rules_document,
+    unit_tests_document,
+)
+from awa_ops.generate.templating import (
+    humanize,
+    humanize_duration,
+    humanize_percentage,
+    render_template,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
-REQUIRED = (
-    "AwaNoActiveRuntime AwaNoLeader AwaQueueLagHigh AwaErrorRateHigh AwaThroughputCollapsed "
-    "AwaRescuesSpiking AwaHeartbeatsStale AwaDeadlinesOverdue AwaDLQGrowing AwaXminHorizonPinned "
-    "AwaIdleInTransaction AwaDeadTuplesGrowing AwaUniqueClaimWedged AwaMaintenanceOverrun "
-    "AwaExporterDown").split()
+REQUIRED = [
+    "AwaNoActiveRuntime", "AwaNoLeader", "AwaQueueLagHigh", "AwaErrorRateHigh",
+    "AwaThroughputCollapsed", "AwaRescuesSpiking", "AwaHeartbeatsStale", "AwaDeadlinesOverdue",
+    "AwaDLQGrowing", "AwaXminHorizonPinned", "AwaIdleInTransaction", "AwaDeadTuplesGrowing",
+    "AwaUniqueClaimWedged", "AwaMaintenanceOverrun", "AwaExporterDown"
+]
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -100,7 +113,7 @@ def test_every_alert_has_a_runbook_linking_its_diagnostic():
         assert "awa-ops diagnose" in text
 
 
-def test_every_alert_has_a_firing_and_a_quiet_unit_test():
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
     tests = yaml.safe_load((ALERTS / RULES_TEST_FILE).read_text())["tests"]
     firing: dict[str, int] = {}
     quiet: dict[str, int] = {}
@@ -119,7 +132,9 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test():
 
 
 def _minutes(duration: str) -> float:
-    value, unit = re.fullmatch(r"(\d+)([smh])", duration).groups()
+    match = re.fullmatch(r"(\d+)([smh])", duration)
+    assert match is not None, duration
+    value, unit = match.groups()
     return int(value) * {"s": 1 / 60, "m": 1, "h": 60}[unit]
 
 
@@ -142,7 +157,8 @@ def test_humanize_percentage_matches_prometheus():
 
 
 def test_render_template_fills_labels_and_values():
-    text = "{{ $value | humanizeDuration }} in {{ $labels.awa_job_queue }} ({{ $value | humanize }})"
+    text = ("{{ $value | humanizeDuration }} in {{ $labels.awa_job_queue }} "
+            "({{ $value | humanize }})")
     assert render_template(text, {"awa_job_queue": "email"}, 660) == "11m 0s in email (660)"
     with pytest.raises(ValueError, match="not supported"):
         render_template("{{ $value | title }}", {}, 1)

@@ -1,4 +1,4 @@
-"""The dashboards: valid for Grafana's import, and every query parses and names only catalogue names."""
+"""The dashboards: valid for Grafana's import; every query parses and names only catalogue names."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ import yaml
 from awa import metrics
 from awa_ops.diagnose import CHECKS
 from awa_ops.findings import runbook
-from awa_ops.generate.promql import (PROMETHEUS_LABELS, PROMETHEUS_METRICS, FUNCTIONS,
-                                     grafana_variable_query_references, references,
-                                     substitute_grafana_variables)
+from awa_ops.generate.promql import (
+    FUNCTIONS,
+    PROMETHEUS_LABELS,
+    PROMETHEUS_METRICS,
+    grafana_variable_query_references,
+    references,
+    substitute_grafana_variables,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
@@ -84,14 +89,15 @@ def test_dashboards_are_valid_for_grafana_import():
         assert variables["queue"]["datasource"]["uid"] == "${datasource}"
         assert variables["queue"]["includeAll"] and variables["queue"]["multi"]
         cells = [(x, y) for panel in all_panels(dashboard)
-                 for x in range(panel["gridPos"]["x"], panel["gridPos"]["x"] + panel["gridPos"]["w"])
-                 for y in range(panel["gridPos"]["y"], panel["gridPos"]["y"] + panel["gridPos"]["h"])]
+                 for grid in [panel["gridPos"]]
+                 for x in range(grid["x"], grid["x"] + grid["w"])
+                 for y in range(grid["y"], grid["y"] + grid["h"])]
         assert len(cells) == len(set(cells)), f"{path.name}: panels overlap"
         ids = [panel["id"] for panel in all_panels(dashboard)]
         assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
         for panel in all_panels(dashboard):
             grid = panel["gridPos"]
-            assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
+            assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
             if panel["type"] == "row":
                 continue
             where = f"{path.name}: {panel['title']}"
@@ -144,7 +150,8 @@ def test_the_name_check_can_fail():
         unknown_names('sum(rate(awa_jobs_done_total{awa_job_queue="x"}[5m]))')
     assert unknown_names('sum by (queue) (awa_job_in_flight)') == ["label queue"]
     assert unknown_names('max by (awa_db_table) (awa_job_in_flight)') == ["label awa_db_table"]
-    assert unknown_names("histogram_quantile(0.9, sum by (le) (rate(awa_job_duration_seconds_bucket[5m])))") == []
+    assert unknown_names(
+        "histogram_quantile(0.9, sum by (le) (rate(awa_job_duration_seconds_bucket[5m])))") == []
 
 
 def test_every_dashboard_query_parses(tmp_path):
@@ -170,7 +177,7 @@ def test_every_catalogue_metric_is_on_a_dashboard():
 
 
 def test_dashboards_round_trip_through_the_grafana_schema_model():
-    """Decoding with the SDK's dashboard model (Grafana's schema) and encoding again loses nothing."""
+    """Decoding with the SDK's dashboard model (Grafana's schema), then encoding, loses nothing."""
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models.dashboard import Dashboard
 

@@ -101,6 +101,6 @@ def test_unwritable_output_is_one_line_and_writes_nothing(tmp_path):
     (tmp_path / DASHBOARDS_DIR).write_text("a file where a directory belongs")
     result = run("--out", str(tmp_path))
     assert result.exit_code == 1
-    assert result.stderr.strip().startswith("Error: cannot write under")
+    assert result.stderr.strip().startswith("error: cannot write under")
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / ALERTS_DIR).exists()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from awa import config, db as awa_db
+from awa import config
+from awa import db as awa_db
+from runtime.conftest import log_dir  # noqa: F401 (the worker-subprocess tests' fixture)
 from support.polling import eventually  # noqa: F401 (re-exported for the maintenance tests)
-from support.rows import dlq_entry as dlq, job_row as job  # noqa: F401 (re-exported)
+from support.rows import dlq_entry as dlq  # noqa: F401 (re-exported)
+from support.rows import job_row as job  # noqa: F401 (re-exported)
 
 # The troubleshooting guide's query for the unique-claim wedge, verbatim.
 WEDGE_QUERY = """
@@ -31,7 +34,8 @@ def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str =
         f"""INSERT INTO {table} (kind, queue, args, state, attempt, max_attempts, run_lease,
                 priority, attempted_at, heartbeat_at, deadline_at, run_at, finalized_at,
                 unique_key, unique_states, callback_id, callback_timeout_at, metadata)
-            VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s, %(max_attempts)s,
+            VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s,
+                %(max_attempts)s,
                 %(run_lease)s, %(priority)s,
                 CASE WHEN %(attempt)s > 0 THEN now() END,
                 CASE WHEN %(state)s::text IN ('running', 'waiting_external')

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import awa
-from runtime.conftest import job_row, log_dir, wait_until  # noqa: F401 (log_dir: fixture)
+from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
 
 QUEUE_SETTINGS = {"heartbeat_staleness_ms": 600}
@@ -76,7 +76,8 @@ def test_poison_job_ends_in_dlq_and_jobs_sharing_its_process_finish(database_url
                                         settings=settings))
         in_dlq = db.execute("SELECT 1 FROM awa.dlq_entries WHERE job_id = %s",
                             (poison.id,)).fetchone()
-        done = all(job_row(db, b.id)["state"] == "completed" for b in bystanders)
+        done = all((row := job_row(db, b.id)) is not None and row["state"] == "completed"
+                   for b in bystanders)
         return bool(in_dlq) and done
 
     try:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from awa import ValidationError, config, db as awa_db
+from awa import ValidationError, config
+from awa import db as awa_db
 from awa.cron import slots_between
 from awa.runtime.maintenance import cron
 

@@ -50,3 +50,36 @@ async def test_unreachable_database_is_not_leader(database_url):
     bad = psycopg.conninfo.make_conninfo(database_url, port=1)
     e = LeaderElector(bad)
     assert await e.try_acquire() is False
+
+
+async def test_a_frozen_leader_is_fenced_off_by_the_server(database_url, db):
+    """A leader that stops pinging (SIGSTOP, GC pause) loses its session, and so the lock."""
+    import asyncio
+
+    from awa.runtime.leader import fence_ms
+
+    frozen = LeaderElector(database_url, ping_interval_ms=100)
+    other = LeaderElector(database_url, ping_interval_ms=100)
+    assert frozen.fence_ms == fence_ms(100) == config.LEADER_FENCE_MIN_MS
+    try:
+        assert await frozen.try_acquire()
+        assert await frozen.confirmed()  # fresh: no round trip needed
+        setting = db.execute("SELECT setting FROM pg_settings WHERE name = 'idle_session_timeout'"
+                             ).fetchone()  # this session's own value is untouched
+        assert setting["setting"] == "0"
+        assert not await other.try_acquire()
+        await asyncio.sleep(frozen.fence_ms / 1000 + 0.8)  # no ping: as if the process stopped
+        assert await other.try_acquire()  # the server ended the frozen session
+        # Woken, the former leader finds out before it would act.
+        assert await frozen.confirmed() is False and frozen.is_leader is False
+    finally:
+        await frozen.release()
+        await other.release()
+
+
+def test_the_fence_is_three_pings_within_bounds():
+    from awa.runtime.leader import fence_ms
+
+    assert fence_ms(1_000) == 3_000
+    assert fence_ms(50) == config.LEADER_FENCE_MIN_MS
+    assert fence_ms(60_000) == config.LEADER_FENCE_MAX_MS == 30_000

@@ -72,7 +72,8 @@ async def test_runtime_start_stores_declarations_and_one_runtime_leads(database_
         await second.close()
     # Both shut down: the leader lock is released, nobody holds it.
     holders = db.execute("""SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                            AND database = (SELECT oid FROM pg_database
+                                            WHERE datname = current_database())
                             AND ((classid::bigint << 32) | objid::bigint) = %s""",
                          (config.ADVISORY_LOCK_LEADER,)).fetchall()
     assert holders == []

@@ -5,7 +5,7 @@ SIGKILLed; rescue cancels the superseded attempt and still rescues the other row
 from __future__ import annotations
 
 import awa
-from runtime.conftest import job_row, log_dir, wait_until  # noqa: F401 (log_dir: fixture)
+from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
 
 from .conftest import WEDGE_QUERY

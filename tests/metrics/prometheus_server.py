@@ -43,12 +43,13 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> "PrometheusServer":
-        self.process = subprocess.Popen(
-            [self.binary, f"--config.file={self.directory / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=open(self.directory / "stderr.log", "wb"))
+    def start(self, timeout: float = 20.0) -> PrometheusServer:
+        with open(self.directory / "stderr.log", "wb") as stderr:  # the child keeps its own
+            self.process = subprocess.Popen(
+                [self.binary, f"--config.file={self.directory / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.directory / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -91,7 +92,7 @@ class PrometheusServer:
                 self.process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def __enter__(self) -> "PrometheusServer":
+    def __enter__(self) -> PrometheusServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,8 @@ from opentelemetry.metrics import Counter, Histogram, UpDownCounter, _Gauge
 from awa import metrics
 from awa.metrics import DATABASE_METRICS, METRICS, RUNTIME_METRICS
 
-# Issue 8 item 1, plus the brief's additions (snoozed, waiting_external, cron fires, leader changes).
+# Issue 8 item 1, plus the brief's additions (snoozed, waiting_external, cron fires, leader
+# changes).
 REQUIRED_RUNTIME = {
     "awa.job.completed", "awa.job.failed", "awa.job.retried", "awa.job.cancelled",
     "awa.job.snoozed", "awa.job.waiting_external", "awa.job.claimed", "awa.job.in_flight",

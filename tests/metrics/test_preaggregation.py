@@ -29,9 +29,11 @@ def _sdk_histogram(values: list[float]) -> HistogramDataPoint:
         "reference", "s", explicit_bucket_boundaries_advisory=metrics.SECONDS_BUCKETS)
     for v in values:
         histogram.record(v)
-    (point,) = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[0] \
-        .data.data_points
+    data = reader.get_metrics_data()
+    assert data is not None
+    (point,) = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
     provider.shutdown()
+    assert isinstance(point, HistogramDataPoint)
     return point
 
 

@@ -238,7 +238,8 @@ async def test_mixed_workload_metrics_match_the_database(client, db, database_ur
     assert {"promote", "queue_health"} <= branches
     assert value(series, "awa_leader_active") == 1
     assert value(series, "awa_leader_elected_total") >= 1
-    info = [s for s in series["awa_runtime_info"] if s.labels["awa_runtime_instance_id"] == instance]
+    info = [s for s in series["awa_runtime_info"]
+            if s.labels["awa_runtime_instance_id"] == instance]
     assert info and info[0].value == 1 and info[0].labels["awa_runtime_version"] == awa.__version__
 
     # --- leader gauges = database ------------------------------------------------------------

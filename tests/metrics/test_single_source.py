@@ -53,7 +53,7 @@ def stray_names(path: Path) -> list[str]:
     """``line: word`` for every catalogue name, label or key copied into a literal of ``path``."""
     tree = ast.parse(path.read_text(), str(path))
     documentation = _docstring_nodes(tree)
-    found = []
+    found: list[str] = []
     for node in ast.walk(tree):
         if (not isinstance(node, ast.Constant) or not isinstance(node.value, str)
                 or id(node) in documentation or node.value in METRIC_NAMES):

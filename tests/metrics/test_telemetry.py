@@ -43,13 +43,14 @@ def test_endpoint_exports_catalogue_names_labels_and_buckets(prometheus_endpoint
     assert (by_le[0.01], by_le[0.025], by_le[5.0], by_le[10.0]) == (0, 1, 1, 2)
     assert value(series, "awa_job_duration_seconds_count", awa_job_queue=queue) == 2
     # exactly the catalogue's labels, nothing added (no otel_scope_* labels)
-    sample = next(s for s in series["awa_job_completed_total"] if s.labels["awa_job_queue"] == queue)
+    sample = next(s for s in series["awa_job_completed_total"]
+                  if s.labels["awa_job_queue"] == queue)
     assert set(sample.labels) == set(metrics.by_name("awa.job.completed").labels)
 
 
 def test_two_endpoints_see_the_same_values_and_close_detaches(prometheus_endpoint):
     queue = _unique("q")
-    second = telemetry.serve_prometheus(f"127.0.0.1:0")
+    second = telemetry.serve_prometheus("127.0.0.1:0")
     try:
         METRICS.dispatch_empty_claims.add(4, metrics.queue_attributes(queue))
         for url in (prometheus_endpoint.url, second.url):

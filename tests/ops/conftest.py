@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ops_helpers import OpsRun, run_ops
+from ops.ops_helpers import OpsRun, run_ops
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import uuid
 from psycopg.types.json import Jsonb
 
 from awa.lifecycle import error_entry
-from ops_helpers import summaries
+from ops.ops_helpers import summaries
 
 
 def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",)) -> str:
@@ -22,7 +22,8 @@ def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",))
     return instance
 
 
-def add_dlq(db, job_id: int, message: str, attempts: int, queue="email", reason="max_attempts_exhausted"):
+def add_dlq(db, job_id: int, message: str, attempts: int, queue="email",
+            reason="max_attempts_exhausted"):
     errors = [Jsonb(error_entry(message, n)) for n in range(1, attempts + 1)]
     db.execute("""INSERT INTO awa.dlq_entries (job_id, kind, queue, dlq_reason, attempt, errors)
                   VALUES (%s, 'send_email', %s, %s, %s, %s::jsonb[])""",
@@ -84,8 +85,9 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
                           deadline_at, attempted_at) VALUES ('k', 'running', 1, 1,
                           now() - interval '60 seconds', now() + interval '1 minute', now())
                           RETURNING id""").fetchone()["id"]
-    cancelled = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
-                              deadline_at, attempted_at, finalized_at) VALUES ('k', 'cancelled', 1, 1,
+    cancelled = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease,
+                              heartbeat_at, deadline_at, attempted_at, finalized_at)
+                              VALUES ('k', 'cancelled', 1, 1,
                               now() - interval '4 seconds', now() + interval '1 minute',
                               now() - interval '10 seconds', now() - interval '3 seconds')
                               RETURNING id""").fetchone()["id"]
@@ -108,7 +110,7 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
 
 
 def test_schema_not_migrated_and_missing_objects(empty_database_url, database_url, db, tmp_path):
-    from ops_helpers import run_ops
+    from ops.ops_helpers import run_ops
 
     empty = run_ops("diagnose", "schema", "--database-url", empty_database_url, "--json")
     assert empty.code == 2
@@ -158,7 +160,8 @@ def test_enqueue_reads_the_producer_histograms(ops, database_url):
         finding = result.findings()[0]
         assert result.code == 1 and finding["summary"].startswith("enqueue batches are tiny: p50")
         assert "over 20 batches" in finding["summary"]
-        assert {row["histogram"] for row in finding["evidence"]} == {"batch_size", "duration_seconds"}
+        assert ({row["histogram"] for row in finding["evidence"]}
+                == {"batch_size", "duration_seconds"})
     finally:
         proc.kill()
         proc.wait()

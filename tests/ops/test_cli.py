@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ops_helpers import run_ops
+from ops.ops_helpers import run_ops
 
 
 def test_human_output_explains_and_exits_with_the_worst_status(database_url, db):
@@ -55,7 +55,7 @@ def test_every_check_links_an_existing_runbook():
     root = Path(__file__).resolve().parents[2]
     for name in CHECKS:
         module = check_module(name)
-        assert module.NAME == name
+        assert name == module.NAME
         assert (root / module.RUNBOOK).is_file(), module.RUNBOOK
 
 

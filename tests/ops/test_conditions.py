@@ -7,7 +7,7 @@ import time
 import psycopg
 import pytest
 
-from ops_helpers import FAST_FLAGS, run_ops, summaries
+from ops.ops_helpers import FAST_FLAGS, run_ops, summaries
 from support.processes import start_worker
 
 
@@ -129,9 +129,11 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     db.execute("DELETE FROM awa.jobs_hot WHERE id = %s", (newer,))
     db.execute("ALTER TABLE awa.jobs_hot ENABLE TRIGGER awa_unique_claim_del")
     gone = ops("unique-wedge").findings()[0]
-    assert "holder gone" in gone["summary"] and "DELETE FROM awa.job_unique_claims" in gone["next_step"]
+    assert ("holder gone" in gone["summary"]
+            and "DELETE FROM awa.job_unique_claims" in gone["next_step"])
 
-    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now() WHERE id = %s", (old,))
+    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now() WHERE id = %s",
+               (old,))
     assert ops("unique-wedge").code == 0
 
 

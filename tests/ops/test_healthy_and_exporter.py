@@ -10,7 +10,7 @@ import time
 import httpx
 
 from awa import metrics
-from ops_helpers import summaries
+from ops.ops_helpers import summaries
 from support.processes import start_worker
 
 
@@ -18,7 +18,8 @@ def test_healthy_busy_queue_every_check_is_ok(ops, database_url, db):
     worker = start_worker(database_url, "default:8,email:4")
     try:
         db.execute("INSERT INTO awa.jobs_hot (kind, queue, args) SELECT 'slow', q, "
-                   "'{\"seconds\": 0.4}' FROM generate_series(1, 40), unnest(ARRAY['default', 'email']) q")
+                   "'{\"seconds\": 0.4}' FROM generate_series(1, 40), "
+                   "unnest(ARRAY['default', 'email']) q")
         db.execute("INSERT INTO awa.jobs_hot (kind) SELECT 'fast' FROM generate_series(1, 300)")
         time.sleep(1.0)  # jobs running, heartbeating, completing; the runtime elected itself
         running = db.execute("SELECT count(*) AS n FROM awa.jobs_hot WHERE state = 'running'"
@@ -41,7 +42,8 @@ def _free_port() -> int:
 
 
 def test_exporter_serves_database_metrics_when_no_worker_runs(database_url, db):
-    db.execute("INSERT INTO awa.jobs_hot (kind, queue) SELECT 'fast', 'mail' FROM generate_series(1, 7)")
+    db.execute("INSERT INTO awa.jobs_hot (kind, queue) "
+               "SELECT 'fast', 'mail' FROM generate_series(1, 7)")
     db.execute("""INSERT INTO awa.dlq_entries (job_id, kind, queue, dlq_reason)
                   VALUES (990001, 'fast', 'mail', 'terminal_error')""")
     port = _free_port()
@@ -77,6 +79,7 @@ def test_exporter_bad_listen_and_unreachable_database_are_one_line():
     assert "--listen must be HOST:PORT" in bad.stderr
     down = subprocess.run([sys.executable, "-m", "awa_ops.cli", "exporter", "--listen",
                            f"127.0.0.1:{_free_port()}", "--database-url",
-                           "postgresql://x@127.0.0.1:1/x"], capture_output=True, text=True, timeout=30)
+                           "postgresql://x@127.0.0.1:1/x"], capture_output=True, text=True,
+                          timeout=30)
     assert down.returncode == 3 and "cannot connect" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr

@@ -10,7 +10,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from awa import schema
-from ops_helpers import run_ops, summaries
+from ops.ops_helpers import run_ops, summaries
 
 
 def test_mvcc_horizon_names_each_holder(prepared_xacts_server, tmp_path):
@@ -29,7 +29,8 @@ def test_mvcc_horizon_names_each_holder(prepared_xacts_server, tmp_path):
     reader = psycopg.connect(url, application_name="rr-report")
     preparer = psycopg.connect(url, autocommit=True)
     try:
-        writer.execute("INSERT INTO awa.queue_meta (queue) VALUES ('q1')")  # holds an xid, then idles
+        # holds an xid, then idles
+        writer.execute("INSERT INTO awa.queue_meta (queue) VALUES ('q1')")
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT count(*) FROM awa.jobs_hot")  # takes and keeps its snapshot
         preparer.execute("BEGIN")

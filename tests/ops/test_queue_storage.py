@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
-from ops_helpers import run_ops, summaries
+from ops.ops_helpers import run_ops, summaries
 
 AWA_CLI_VERSION = "0.6.9"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "awa-ops-tests"
@@ -41,7 +41,9 @@ def as_url(conninfo: str) -> str:
     from urllib.parse import quote
 
     p = conninfo_to_dict(conninfo)
-    auth = quote(p.get("user", "postgres")) + (f":{quote(p['password'])}" if p.get("password") else "")
+    auth = quote(str(p.get("user", "postgres")))
+    if p.get("password"):
+        auth += f":{quote(str(p['password']))}"
     return f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
 
 

@@ -84,7 +84,8 @@ async def test_snapshot_row_describes_the_runtime(client, db):
     assert health.queues["alpha"].capacity == 3 and health.queues["alpha"].in_flight == 0
     apps = db.execute("SELECT DISTINCT application_name FROM pg_stat_activity "
                       "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
-    assert {r["application_name"] for r in apps} <= {"awa-worker", "awa-listener", "awa-queue-listener"}
+    assert ({r["application_name"] for r in apps}
+            <= {"awa-worker", "awa-listener", "awa-queue-listener"})
 
 
 async def test_metrics_endpoint_exports_what_the_runtime_records(client, db):

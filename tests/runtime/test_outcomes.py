@@ -10,7 +10,6 @@ import pytest
 
 import awa
 from awa import lifecycle
-
 from support.polling import eventually
 from support.rows import dlq_entry
 
@@ -108,7 +107,7 @@ async def test_exhausted_attempts_fail_or_go_to_the_dlq(client, db):
     assert job_row(db, dead.id) is None
 
 
-async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db):
+async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db) -> None:
     @dataclass
     class Strict:
         needed: int

@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import psycopg
@@ -21,7 +21,8 @@ import awa
 from awa.job import JobState
 from awa.storage.engine import DlqFilter, KindQueueCount, QueueCount
 
-FAST = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100, "run_maintenance": False}
+FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100,
+                        "run_maintenance": False}
 WORK = "work"          # the queue the stage's runtime serves
 IDLE = "idle"          # nothing serves it: jobs stay available there
 UNIQUE = {"by_args": True}
@@ -72,8 +73,8 @@ async def settle(aconn: psycopg.AsyncConnection[Any], job_id: int, wanted: str,
 class Stage:
     """Puts jobs into a state the way production does: inserted, then run by a runtime."""
 
-    ARGS: ClassVar[dict[str, type]] = {"failed": Fail, "retryable": Flaky, "running": Block, "waiting_external": Park,
-            "completed": Done}
+    ARGS: ClassVar[dict[str, type]] = {"failed": Fail, "retryable": Flaky, "running": Block,
+                                       "waiting_external": Park, "completed": Done}
 
     def __init__(self, client: awa.AsyncClient, aconn: psycopg.AsyncConnection[Any]) -> None:
         self.client = client
@@ -368,7 +369,7 @@ async def test_dlq_round_trip(engine, aconn, stage):
     assert await engine.get_dlq_job(aconn, failed[0].id) is None
     assert await engine.retry_from_dlq(aconn, failed[0].id) is None
 
-    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    later = datetime.now(UTC) + timedelta(hours=1)
     moved_on = await engine.retry_from_dlq(aconn, failed[1].id, run_at=later, priority=1,
                                            queue=IDLE)
     assert moved_on is not None and moved_on.state is JobState.Scheduled

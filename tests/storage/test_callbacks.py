@@ -18,8 +18,12 @@ import psycopg
 import pytest
 
 import awa
-from awa.storage.engine import (CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackHolder,
-                                CallbackSpec)
+from awa.storage.engine import (
+    CALLBACK_RESULT_KEY,
+    CALLBACK_RESUME_CHANNEL,
+    CallbackHolder,
+    CallbackSpec,
+)
 
 QUEUE = "cb_conformance"
 Hold = Callable[[], Awaitable[tuple[int, int]]]

@@ -70,7 +70,7 @@ async def test_an_empty_batch_writes_nothing(engine, aconn):
 
 @pytest.mark.parametrize("returning", [True, False])
 @pytest.mark.parametrize("general", [False, True], ids=["plain", "deferred+unique"])
-async def test_copy_batch(engine, aconn, returning, general):
+async def test_copy_batch(engine, aconn, returning, general) -> None:
     args = [{"n": i} for i in range(5)]
     options: dict[str, Any] = {}
     if general:

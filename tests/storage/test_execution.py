@@ -12,7 +12,7 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -62,7 +62,7 @@ async def claim_all(engine, aconn, n: int, queue: str = "default") -> list[awa.J
 
 # -- claim ---------------------------------------------------------------------------
 async def test_claim_takes_priority_then_run_at_order(engine, aconn, client):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     spec = [(3, 50), (1, 10), (2, 40), (1, 30), (1, 20), (4, 60)]  # (priority, seconds ago)
     ids = {}
     for priority, ago in spec:
@@ -104,7 +104,7 @@ async def test_claim_respects_paused_queues_and_other_queues(engine, aconn, clie
 
 
 async def test_claim_skips_future_and_non_available_jobs(engine, aconn, client):
-    later = await client.insert(Work(), run_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    later = await client.insert(Work(), run_at=datetime.now(UTC) + timedelta(hours=1))
     now = await client.insert(Work())
     [claimed] = await engine.claim_batch(aconn, "default", 10, DEADLINE_MS)
     assert claimed.id == now.id
@@ -156,7 +156,7 @@ async def test_retry_batch(engine, aconn, client):
     r = await row(aconn, job.id)
     assert r["state"] == "retryable" and r["attempt"] == 1
     assert r["errors"][-1]["error"] == "boom" and r["progress"] == {"percent": 10.0}
-    assert r["run_at"] > datetime.now(timezone.utc) + timedelta(minutes=59)
+    assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=59)
     assert r["heartbeat_at"] is None and r["deadline_at"] is None
 
 
@@ -168,7 +168,7 @@ async def test_snooze_batch_gives_the_attempt_back(engine, aconn, client):
     assert result.applied == [job.id]
     r = await row(aconn, job.id)
     assert r["state"] == "scheduled" and r["attempt"] == 0
-    assert r["run_at"] > datetime.now(timezone.utc) + timedelta(minutes=9)
+    assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=9)
 
 
 @pytest.mark.parametrize("method, expected", [("cancel_batch", "cancelled"),
@@ -398,7 +398,7 @@ async def test_flush_progress_touches_only_matching_attempts_and_not_the_heartbe
 def _snapshot(instance_id: uuid.UUID, **kw: Any) -> RuntimeSnapshot:
     values: dict[str, Any] = {
         "instance_id": instance_id, "hostname": "host-a", "pid": 123, "version": "9.9.9",
-        "started_at": datetime.now(timezone.utc) - timedelta(minutes=1),
+        "started_at": datetime.now(UTC) - timedelta(minutes=1),
         "snapshot_interval_ms": 10_000, "healthy": True, "postgres_connected": True,
         "poll_loop_alive": True, "heartbeat_alive": True, "maintenance_alive": False,
         "leader": False, "shutting_down": False, "global_max_workers": None,

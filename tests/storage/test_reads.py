@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -18,8 +18,15 @@ import pytest
 
 from awa.storage.canonical.execution import CLAIM_JOBS
 from awa.storage.engine import DlqCursor, DlqPageQuery, JobListQuery
-from awa_ops.runtimes import (ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, live_window_s,
-                              runtime_live)
+from awa_ops.runtimes import (
+    ALIVE,
+    ORPHANED,
+    OVERDUE,
+    STALE,
+    classify_attempt,
+    live_window_s,
+    runtime_live,
+)
 
 DEADLINE_MS = 300_000
 
@@ -122,7 +129,7 @@ async def test_running_attempt_of_a_claimed_job_has_its_claim_and_ages(engine, a
 
     assert [x.id for x in await engine.running_attempts(aconn, job_ids=[job], limit=10)] == [job]
     assert await engine.running_attempts(aconn, job_ids=[job + 1000], limit=10) == []
-    long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
     assert await engine.running_attempts(aconn, started_before=long_ago, limit=10) == []
 
 
@@ -183,7 +190,7 @@ async def test_queue_lag_and_details(engine, aconn, arrange):
     await arrange.enqueue(queue="e", state="failed")
     await arrange.claim("d")  # the oldest available
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     details = {q.queue: q for q in await engine.queue_details(
         aconn, ["d", "e"], since=now - timedelta(minutes=5), until=now + timedelta(minutes=1),
         cap=100)}

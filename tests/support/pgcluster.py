@@ -78,7 +78,7 @@ class PrivateCluster:
             pass  # already stopped
         shutil.rmtree(self.base, ignore_errors=True)
 
-    def __enter__(self) -> "PrivateCluster":
+    def __enter__(self) -> PrivateCluster:
         self.start()
         return self
 

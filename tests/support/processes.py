@@ -41,7 +41,7 @@ SHORT_INTERVALS: dict[str, Any] = {
     "snapshot_interval_ms": 200,
 }
 
-_live: list["WorkerProcess"] = []
+_live: list[WorkerProcess] = []
 
 
 @dataclass
@@ -76,7 +76,9 @@ class WorkerProcess:
         return self.proc.wait(timeout=timeout)
 
     def stderr(self) -> str:
-        return self.stderr_path.read_text() if self.stderr_path and self.stderr_path.exists() else ""
+        if self.stderr_path and self.stderr_path.exists():
+            return self.stderr_path.read_text()
+        return ""
 
     def log_lines(self) -> list[str]:
         """This process's handler log (``start|done|cancelled kind id attempt lease``)."""
@@ -121,10 +123,9 @@ def start_worker(database_url: str, queues: str | list[tuple[str, int]] = "defau
                 "PYTHONUNBUFFERED": "1"}
     if run_dir is not None:
         full_env["AWA_WORKER_LOG_DIR"] = str(run_dir)
-    stderr_file = open(stderr_path, "w")
-    proc = subprocess.Popen([sys.executable, str(WORKER_APP)], cwd=str(ROOT), env=full_env,
-                            stdout=subprocess.PIPE, stderr=stderr_file, text=True)
-    stderr_file.close()
+    with open(stderr_path, "w") as stderr_file:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, str(WORKER_APP)], cwd=str(ROOT), env=full_env,
+                                stdout=subprocess.PIPE, stderr=stderr_file, text=True)
     worker = WorkerProcess(proc, run_dir, stderr_path=stderr_path)
     _live.append(worker)
     deadline = time.monotonic() + ready_timeout
@@ -133,7 +134,8 @@ def start_worker(database_url: str, queues: str | list[tuple[str, int]] = "defau
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             worker.kill()
-            raise TimeoutError(f"worker not ready after {ready_timeout}s:\n{worker.stderr()[-2000:]}")
+            raise TimeoutError(f"worker not ready after {ready_timeout}s:\n"
+                               f"{worker.stderr()[-2000:]}")
         ready, _, _ = select.select([proc.stdout], [], [], min(remaining, 0.5))
         if ready:
             line = proc.stdout.readline()

@@ -60,7 +60,9 @@ def log_line(word: str, job: awa.Job) -> None:
     if not LOG_DIR:
         return
     if _log_file is None:
-        _log_file = open(os.path.join(LOG_DIR, f"{os.getpid()}.log"), "a", buffering=1)
+        # Held open for the worker process's lifetime, line-buffered: no `with` block.
+        _log_file = open(  # noqa: SIM115 - see above
+            os.path.join(LOG_DIR, f"{os.getpid()}.log"), "a", buffering=1)
     _log_file.write(f"{word} {job.kind} {job.id} {job.attempt} {job.run_lease} {time.time():.3f}\n")
 
 

@@ -10,16 +10,17 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from awa_tui.app import AwaConsole
 
-T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 SIZE = (160, 45)
 
 
@@ -160,13 +161,37 @@ async def press(app: AwaConsole, pilot, *keys: str) -> None:
         await settle(app, pilot)
 
 
+# The terminals an on-call engineer really has: an SSH default and a laptop half-screen.
+NARROW, MEDIUM = (80, 24), (120, 35)
+
+
+def fixed_findings() -> list[Any]:
+    """Diagnostics that do not depend on what else the shared server is doing."""
+    from awa_ops.findings import CheckResult, Finding, Severity
+    evidence = [{"job_id": 9001 + i, "kind": "send_email", "queue": "email",
+                 "application_name": "awa-worker", "heartbeat_age_s": 120.5 + i,
+                 "runtime": "worker-c:303 (gone)"} for i in range(3)]
+    return [
+        CheckResult("stuck-running", [Finding(
+            Severity.CRITICAL, "3 running jobs have a heartbeat older than 90s",
+            why="their worker is gone or wedged; rescue moves them back to retryable",
+            next_step="awa-ops diagnose heartbeats", evidence=evidence,
+            runbook="runbooks/stuck-running.md")], engine="canonical", duration_ms=12),
+        CheckResult("dlq", [Finding(Severity.WARNING, "2 DLQ entries in the last 1.0h")],
+                    engine="canonical", duration_ms=3),
+        CheckResult("schema", [Finding(Severity.OK, "schema version 1 matches this code")],
+                    engine="canonical", duration_ms=1),
+    ]
+
+
 @asynccontextmanager
-async def running_console(database_url: str, **kwargs: Any) -> AsyncIterator[tuple[AwaConsole, Any]]:
+async def running_console(database_url: str, size: tuple[int, int] = SIZE,
+                          **kwargs: Any) -> AsyncIterator[tuple[AwaConsole, Any]]:
     kwargs.setdefault("clock", Clock())
     kwargs.setdefault("label", "test")
     kwargs.setdefault("live", False)
     app = AwaConsole(database_url, **kwargs)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await settle(app, pilot)
         yield app, pilot
 

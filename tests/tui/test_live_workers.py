@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import awa
 from support.processes import start_worker
@@ -97,7 +98,7 @@ async def test_cancel_reaches_the_running_handler(database_url, db, log_dir):
 async def test_dlq_retry_is_run_by_a_live_worker(database_url, db, log_dir):
     # dlq_at now, or the worker's retention would clean it up before we look.
     add_dlq(db, 777, kind="fast", queue="default", reason="terminal_error",
-            dlq_at=datetime.now(timezone.utc))
+            dlq_at=datetime.now(UTC))
     worker = start_worker(database_url, "default:2", log_dir=log_dir)
     try:
         async with running_console(database_url, clock=None) as (app, pilot):

@@ -66,21 +66,36 @@ async def test_a_huge_queue_is_counted_up_to_a_cap(database_url, db):
 
 
 async def test_read_only_session_refuses_every_action_in_postgresql(database_url, db):
+    """--read-only: a mutating key says so in one line without asking (issue 17 item 6);
+    underneath, the session itself is read-only, so PostgreSQL still refuses any write."""
     ids = seed_system(db)
     async with running_console(database_url, read_only=True) as (app, pilot):
         assert "READ-ONLY" in screen_text(app)
         await press(app, pilot, "2")
         table = app.screen.query_one("#running")
         table.move_cursor(row=[str(c) for c in table.get_column("id")].index(str(ids["alive"])))
-        await press(app, pilot, "c", "y")
+        await press(app, pilot, "c")
+        text = screen_text(app)
+        assert "cancel: not available: the console is read-only (--read-only)" in text
+        assert "Cancel job(s)" not in text  # no confirmation was asked
+        assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s",
+                          [ids["alive"]]).fetchone()["state"] == "running"
+        await press(app, pilot, "1", "p")
+        assert "read-only (--read-only)" in screen_text(app) and "Pause queue" not in screen_text(app)
+        await press(app, pilot, "4", "x")
+        assert "DLQ purge: not available" in screen_text(app)
+        await press(app, pilot, "m")
+        assert "DLQ move: not available" in screen_text(app)
+        # the database enforces it too: the actions themselves are refused by the server
+        await app.perform("cancel", lambda a: a.cancel_jobs([ids["alive"]]))
         assert ("cancel refused by the read-only session: cannot execute UPDATE in a "
                 "read-only transaction") in screen_text(app)
         assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s",
                           [ids["alive"]]).fetchone()["state"] == "running"
-        await press(app, pilot, "1", "p", "y")
+        await app.perform("pause email", lambda a: a.pause("email"))
         assert "cannot execute INSERT in a read-only transaction" in screen_text(app)
         assert db.execute("SELECT count(*) AS n FROM awa.queue_meta").fetchone()["n"] == 0
-        await press(app, pilot, "4", "x", "y")
+        await app.perform("DLQ purge", lambda a: a.dlq_purge([9001]))
         # the purge is a DELETE inside a counting CTE, so the server names the outer SELECT
         assert ("DLQ purge refused by the read-only session: cannot execute SELECT in a "
                 "read-only transaction") in screen_text(app)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -51,7 +51,7 @@ async def console_output(url: str, want: str, timeout: float = 30.0) -> str:
                     raise AssertionError(f"{want!r} never reached the browser; got:\n{seen[-3000:]}")
                 try:
                     msg = await ws.receive(timeout=remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if msg.type == aiohttp.WSMsgType.BINARY:
                     seen += msg.data.decode("utf-8", "replace")
@@ -63,7 +63,7 @@ async def console_output(url: str, want: str, timeout: float = 30.0) -> str:
 
 
 async def test_awa_serve_serves_the_console_on_loopback(database_url, db):
-    add_runtime(db, host="served-worker", pid=77, leader=True, last_seen=datetime.now(timezone.utc))
+    add_runtime(db, host="served-worker", pid=77, leader=True, last_seen=datetime.now(UTC))
     port = free_port()
     proc = subprocess.Popen([str(AWA), "--database-url", database_url, "serve", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

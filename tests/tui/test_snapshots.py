@@ -6,8 +6,10 @@ Update after an intended change with:
 
 from __future__ import annotations
 
+import pytest
+
 from awa_tui.app import AwaConsole
-from tui.conftest import Clock, SIZE, seed_system, settle
+from tui.conftest import MEDIUM, NARROW, SIZE, Clock, fixed_findings, seed_system, settle
 
 
 def console(database_url: str) -> AwaConsole:
@@ -55,3 +57,30 @@ def test_no_leader_banner_snapshot(database_url, db, snap_compare):
     seed_system(db)
     db.execute("UPDATE awa.runtime_instances SET leader = false")
     assert snap_compare(console(database_url), terminal_size=SIZE, run_before=keys())
+
+
+# Every screen at the terminals on-call engineers really have (80x24 over SSH, 120x35).
+SCREEN_KEYS = {
+    "overview": (),
+    "running": ("2",),
+    "jobs": ("3",),
+    "job_detail": ("3", "slash", "f", "a", "i", "l", "e", "d", "enter", "enter"),
+    "dlq": ("4",),
+    "diagnostics": ("5",),
+    "check_detail": ("5", "enter"),
+    "help": ("2", "question_mark"),
+}
+
+
+async def _fixed_findings(min_age_s: float = 0.0):
+    return fixed_findings()
+
+
+@pytest.mark.parametrize("size", [pytest.param(NARROW, id="80x24"),
+                                  pytest.param(MEDIUM, id="120x35")])
+@pytest.mark.parametrize("screen", list(SCREEN_KEYS))
+def test_screen_snapshot(database_url, db, snap_compare, screen, size):
+    seed_system(db)
+    app = console(database_url)
+    app.reader.diagnostics = _fixed_findings  # type: ignore[method-assign]
+    assert snap_compare(app, terminal_size=size, run_before=keys(*SCREEN_KEYS[screen]))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,12 +30,14 @@ def tmux() -> str:
 
 
 class Terminal:
-    """One tmux server on a private socket, one 160x45 window running a command."""
+    """One tmux server on a private socket, one window (160x45 unless told) running a command."""
 
-    def __init__(self, tmux: str, command: list[str]) -> None:
+    def __init__(self, tmux: str, command: list[str], width: int = 160, height: int = 45,
+                 cwd: str | None = None) -> None:
         self.base = [tmux, "-L", f"awa-tui-test-{uuid.uuid4().hex[:8]}"]
         env = {**os.environ, "TERM": "xterm-256color"}
-        subprocess.run(self.base + ["new-session", "-d", "-s", "tui", "-x", "160", "-y", "45",
+        subprocess.run(self.base + ["new-session", "-d", "-s", "tui", "-x", str(width),
+                                    "-y", str(height), *(["-c", cwd] if cwd else []),
                                     subprocess.list2cmdline(command)], check=True, env=env)
 
     def screen(self) -> str:
@@ -65,7 +67,7 @@ class Terminal:
 
 
 def test_awa_tui_runs_in_a_real_terminal(tmux, database_url, db):
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now)
     job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
     db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now(), attempted_at = now() - interval "
@@ -102,3 +104,40 @@ def test_bad_flags_are_one_line_errors(database_url):
     out = subprocess.run([str(AWA_TUI), "--database-url", database_url, "--min-age", "soon"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "'soon' is not a duration" in out.stderr
+
+
+def test_awa_tui_at_80x24_shows_the_running_heartbeat_column(tmux, database_url, db):
+    """The SSH default terminal: the Running screen keeps Heartbeat age, Deadline in, Running."""
+    now = datetime.now(UTC)
+    add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now,
+                queues=["default"])
+    job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
+    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() - interval '3 seconds', "
+               "attempted_at = now() - interval '40 seconds', "
+               "deadline_at = now() + interval '10 minutes' WHERE id = %s", [job])
+    term = Terminal(tmux, [str(AWA_TUI), "--database-url", database_url, "--refresh", "1"],
+                    width=80, height=24)
+    try:
+        term.wait_for("★ LEADER")
+        term.keys("2")
+        screen = term.wait_for("nightly_report")
+        lines = screen.splitlines()
+        header = next(line for line in lines if "Heartbeat age" in line)
+        assert "Deadline in" in header and "Running" in header and "Status" in header
+        row = next(line for line in lines if "nightly_report" in line)
+        # the cell under the "Heartbeat age" header is an age in seconds, ticking
+        start = header.index("Heartbeat age")
+        heartbeat = row[start:start + len("Heartbeat age")].strip()
+        assert heartbeat.endswith("s") and heartbeat[:-1].isdigit(), (heartbeat, screen)
+        start = header.index("Deadline in")
+        assert row[start:start + len("Deadline in")].strip().startswith(("9m", "10m")), screen
+        footer = lines[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer
+        assert all(len(line) <= 80 for line in lines)
+        term.keys("q")
+        deadline = time.monotonic() + 10
+        while term.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not term.alive(), "awa-tui did not exit on q"
+    finally:
+        term.close()

@@ -39,7 +39,7 @@ class Branch:
 class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
-        self.settings = runtime.settings
+        self.settings: config.RuntimeSettings = runtime.settings
         self.elector = LeaderElector(runtime.database_url,
                                      ping_interval_ms=self._ping_interval_ms())
         self.queue_health = QueueHealthPublisher()
@@ -76,7 +76,8 @@ class MaintenanceService:
             # After this process lost the database, live workers' heartbeats
             # were held back too: give them one staleness window to write
             # again before anyone is declared dead (deadlines are unaffected).
-            if rt.health.database_steady_for() < staleness_s:
+            steady_s = min(rt.health.database_steady_for(), self.elector.database_steady_for())
+            if steady_s < staleness_s:
                 return None
             return await rescue_heartbeats()
 

@@ -7,7 +7,8 @@ are attribute-value tuples in catalogue order (see ``awa.runtime.recording``).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from awa.metrics import METRICS
 

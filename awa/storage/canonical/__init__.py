@@ -1,4 +1,4 @@
-"""Engine 1, canonical: a row per job in ``awa.jobs_hot`` / ``awa.scheduled_jobs``, updated in place.
+"""Engine 1, canonical: one row per job in ``jobs_hot`` / ``scheduled_jobs``, updated in place.
 
 Each module holds one group of the ``Engine`` protocol: its SQL as named
 constants beside the mixin whose methods run it.

@@ -23,8 +23,16 @@ from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical.collisions import apply_batch_or_each
 from awa.storage.canonical.enqueue import unique_error
-from awa.storage.engine import (DlqEntry, DlqFilter, JobDump, KindQueueCount, QueueCount,
-                                QueueStat, RetryFailedResult)
+from awa.storage.canonical.tables import depth_states_by_table, state_list
+from awa.storage.engine import (
+    DlqEntry,
+    DlqFilter,
+    JobDump,
+    KindQueueCount,
+    QueueCount,
+    QueueStat,
+    RetryFailedResult,
+)
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)
@@ -120,14 +128,15 @@ SELECT kind, %(queue)s AS queue, count(*) AS drained
  GROUP BY kind"""
 # Each branch is served by an index: (state, queue, id) on both tables, the
 # finalized index for the last hour's completions, the claim index for lag.
-QUEUE_STATS = """
+_DEPTH = depth_states_by_table()
+QUEUE_STATS = f"""
 WITH counts AS (
     SELECT queue, state, count(*) AS n FROM awa.jobs_hot
-     WHERE state IN ('available', 'running', 'waiting_external', 'failed')
+     WHERE state IN ({state_list(_DEPTH["hot_states"])})
      GROUP BY queue, state
     UNION ALL
     SELECT queue, state, count(*) FROM awa.scheduled_jobs
-     WHERE state IN ('scheduled', 'retryable')
+     WHERE state IN ({state_list(_DEPTH["deferred_states"])})
      GROUP BY queue, state
 ), completed AS (
     SELECT queue, count(*) AS n FROM awa.jobs_hot

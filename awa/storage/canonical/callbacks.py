@@ -19,8 +19,13 @@ from psycopg.types.json import Jsonb
 
 from awa import config
 from awa.job import Job
-from awa.storage.engine import (CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackHolder,
-                                CallbackSpec, CallbackWait)
+from awa.storage.engine import (
+    CALLBACK_RESULT_KEY,
+    CALLBACK_RESUME_CHANNEL,
+    CallbackHolder,
+    CallbackSpec,
+    CallbackWait,
+)
 
 REGISTER_CALLBACK = """
 UPDATE awa.jobs_hot

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -244,7 +244,7 @@ def normalize_run_at(run_at: Any) -> datetime | None:
     if run_at is None:
         return None
     if isinstance(run_at, timedelta):
-        return datetime.now(timezone.utc) + run_at
+        return datetime.now(UTC) + run_at
     if isinstance(run_at, str):
         try:
             run_at = datetime.fromisoformat(run_at)
@@ -253,7 +253,7 @@ def normalize_run_at(run_at: Any) -> datetime | None:
     if not isinstance(run_at, datetime):
         raise ValidationError(f"run_at must be a datetime, ISO string or timedelta, "
                               f"got {type(run_at).__name__}")
-    return run_at if run_at.tzinfo else run_at.replace(tzinfo=timezone.utc)
+    return run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)
 
 
 def _tags_literal(tags: Any) -> str:

@@ -63,7 +63,8 @@ RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
 # of the attempt: progress replaces (NULL keeps), metadata merges (NULL keeps).
 _KEEP_PROGRESS = "COALESCE(u.progress, j.progress)"
 _MERGE_METADATA = "CASE WHEN u.meta IS NULL THEN j.metadata ELSE j.metadata || u.meta END"
-_APPEND_ERROR = "CASE WHEN u.error IS NULL THEN j.errors ELSE array_append(COALESCE(j.errors, '{}'), u.error) END"
+_APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
+                 " ELSE array_append(COALESCE(j.errors, '{}'), u.error) END")
 
 # The common case: completed with nothing buffered.
 COMPLETE_JOBS = """
@@ -114,7 +115,7 @@ def _move_columns(overrides: dict[str, str]) -> str:
     return ", ".join(overrides.get(c, "m." + c) for c in JOB_COLUMNS)
 
 
-_MOVED = """
+_MOVED = f"""
 WITH moved AS (
     DELETE FROM awa.jobs_hot j
      USING unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::jsonb[], %s::jsonb[],
@@ -122,9 +123,10 @@ WITH moved AS (
            AS u(id, lease, delay_s, error, progress, meta, reason)
      WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
     RETURNING j.*, u.delay_s AS u_delay_s, u.reason AS u_reason,
-              {keep_progress} AS u_progress, {merge_meta} AS u_meta, {append_error} AS u_errors
+              {_KEEP_PROGRESS} AS u_progress, {_MERGE_METADATA} AS u_meta,
+              {_APPEND_ERROR} AS u_errors
 )
-""".format(keep_progress=_KEEP_PROGRESS, merge_meta=_MERGE_METADATA, append_error=_APPEND_ERROR)
+"""
 
 _DEFERRED_OVERRIDES = {
     "run_at": "now() + m.u_delay_s * interval '1 second'",

@@ -28,10 +28,11 @@ from psycopg.types.json import Jsonb
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.tables import depth_states_by_table
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
-    CronFired,
     ActiveCronSchedule,
+    CronFired,
     Descriptor,
     PromoteBatch,
     PromotedJob,
@@ -405,8 +406,6 @@ UPDATE awa.runtime_instances
 
 # --- the mixin ---------------------------------------------------------------------------
 
-DEFERRED_STATES = ("scheduled", "retryable")
-"""States whose rows live in ``awa.scheduled_jobs``; every other state in ``awa.jobs_hot``."""
 FINALIZED_STATES = ("completed", "cancelled", "failed")
 """What retention may delete from ``awa.jobs_hot``."""
 
@@ -661,8 +660,7 @@ class CanonicalMaintenance:
         async with conn.transaction():
             await _execute(conn, INDEX_PROBES_ONLY, {})
             rows = await _fetch(conn, QUEUE_DEPTHS, {
-                "hot_states": [s for s in lifecycle.DEPTH_STATES if s not in DEFERRED_STATES],
-                "deferred_states": [s for s in lifecycle.DEPTH_STATES if s in DEFERRED_STATES],
+                **depth_states_by_table(),
                 "cap": cap,
                 "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))})
         by_queue: dict[str, dict[str, Any]] = {}

@@ -9,8 +9,9 @@ caller owns the (short, read-only) transaction; nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -18,12 +19,27 @@ from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.engine import (CancelledAttempt, DlqCursor,
-                                DlqDepth, DlqEntriesPage, DlqPageQuery, DlqSummary, JobListQuery,
-                                JobRecord, JobSummary, QueueDetail, RepeatedError,
-                                RunningAttemptRead, RunningCounts, RuntimeDescriptorHashes,
-                                RuntimeInstance, StoredDescriptor, UniqueClaimHolder,
-                                WedgedClaims)
+from awa.storage.canonical.tables import DEFERRED_STATES
+from awa.storage.engine import (
+    CancelledAttempt,
+    DlqCursor,
+    DlqDepth,
+    DlqEntriesPage,
+    DlqPageQuery,
+    DlqSummary,
+    JobListQuery,
+    JobRecord,
+    JobSummary,
+    QueueDetail,
+    RepeatedError,
+    RunningAttemptRead,
+    RunningCounts,
+    RuntimeDescriptorHashes,
+    RuntimeInstance,
+    StoredDescriptor,
+    UniqueClaimHolder,
+    WedgedClaims,
+)
 
 # --- queue lag and completions, DLQ depth ------------------------------------------
 # (Queue depth itself is MaintenanceOps.queue_depths: one rule for every reader.)
@@ -169,7 +185,6 @@ SELECT j.queue, count(*) AS wedged
 JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
                     "run_at, created_at, attempted_at, finalized_at, tags")
 HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
-DEFERRED_STATES = ("scheduled", "retryable")
 
 # Jobs list for one table: enumerate its (state, queue) pairs (loose index
 # scan), keep those the filter allows, take the newest rows of each from the
