@@ -163,7 +163,7 @@ class DatabaseCollector(Collector):
         leader.add_metric([], 1.0 if any(r.leader for r in live_runtimes) else 0.0)
         dlq_depth, _ = _family("awa.db.dlq.depth")
         for queue, reason, n in dlq:
-            dlq_depth.add_metric([queue, reason], n)
+            dlq_depth.add_metric([queue, reason or ""], n)
         txn, _ = _family("awa.db.transaction.oldest_age")
         for r in txns:
             txn.add_metric([r["state"]], r["oldest_s"] or 0.0)

@@ -59,7 +59,7 @@ class ForeignAdmin(AdminMixin):
     async def _get_engine(self) -> Engine:
         return self._engine
 
-    async def _get_pool(self) -> Any:
+    async def _get_pool(self, *, check_schema: bool = True) -> Any:
         return self._pool
 
 
@@ -85,7 +85,7 @@ def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
         result = asyncio.run(foreign())
     except AwaError as exc:
         fail(db.one_line(exc))
-    return run_client(operation) if result is nothing else result  # type: ignore[no-any-return] # the foreign branch returns T
+    return run_client(operation) if result is nothing else result
 
 
 def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], action: str,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
@@ -16,7 +18,7 @@ async def check(session, engine, options) -> list[Finding]:
     async with session.read():
         counts = await reads.running_counts(session.conn, stale_after_s=params["staleness"],
                                             queue=options.queue)
-    queues = [{"queue": c.queue, "running": c.running,
+    queues: list[dict[str, Any]] = [{"queue": c.queue, "running": c.running,
                "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     findings: list[Finding] = []

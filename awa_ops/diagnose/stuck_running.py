@@ -94,7 +94,7 @@ async def _engine_attempts(session: OpsSession, params: dict[str, Any]
         cancelled = await engine.cancelled_while_running(
             session.conn, window_s=params["window"], stale_after_s=params["staleness"],
             queue=params["queue"], limit=params["limit"])
-    attempts = []
+    attempts: list[dict[str, Any]] = []
     for a in found:
         if params["queue"] is not None and a.queue != params["queue"]:
             continue
@@ -104,8 +104,8 @@ async def _engine_attempts(session: OpsSession, params: dict[str, Any]
                          "heartbeat_age_s": a.heartbeat_age_s,
                          "deadline_remaining_s": a.deadline_remaining_s,
                          "running_for_s": a.running_for_s})
-    for a in attempts:
-        a["total"] = len(attempts)
+    for row in attempts:
+        row["total"] = len(attempts)
     return attempts, [asdict(c) for c in cancelled]
 
 

@@ -108,6 +108,10 @@ def ops(url: str, state: Path, check: str, *extra: str) -> tuple[int, dict[str, 
     return proc.returncode, json.loads(proc.stdout)
 
 
+def started(log: Path) -> Callable[[], bool]:
+    return lambda: "started" in log.read_text()
+
+
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -206,7 +210,7 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
                                     cwd=WORKER.parent, env=RUST_ENV)
             workers.append(Worker(name, proc, log))
             # Staggered: w1 starts first, so it is the leader.
-            wait_for(f"{name} started", lambda log=log: "started" in log.read_text(), 30, 0.2)
+            wait_for(f"{name} started", started(log), 30, 0.2)
         enqueue(python, rust_url, 3 * SLOTS, 600)
         if shutil.which("tmux") and AWA_TUI.exists():
             term = Terminal([str(AWA_TUI), "--database-url", url, "--refresh", "1",
@@ -253,8 +257,9 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         assert sample(samples, "awa_db_running_heartbeat_stale", awa_job_queue="work") == 0
         assert sample(samples, "awa_db_runtimes_live") == 3
         assert sample(samples, "awa_db_leader_present") == 1.0
-        assert sample(samples, "awa_db_running_oldest_heartbeat_age_seconds",
-                      awa_job_queue="work") < 3
+        youngest = sample(samples, "awa_db_running_oldest_heartbeat_age_seconds",
+                          awa_job_queue="work")
+        assert youngest is not None and youngest < 3
 
         # --- 2. a worker SIGKILLed ------------------------------------------------------
         victim, leader_worker = workers[2], workers[0]
@@ -326,7 +331,7 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
                                 stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
                                 cwd=WORKER.parent, env=RUST_ENV)
         workers.append(Worker("w4", proc, log))
-        wait_for("w4 started", lambda: "started" in log.read_text(), 30, 0.2)
+        wait_for("w4 started", started(log), 30, 0.2)
         enqueue(python, rust_url, 1, POISON)
         failed = wait_for("the poison job failed 3 times", lambda: rows(
             url, "SELECT job_id FROM awa.done_entries WHERE state = 'failed'"), 60)

@@ -35,12 +35,12 @@ async def main(url: str, name: str, slots: int, rescue_ms: int) -> None:
     client = awa.AsyncClient(url, max_connections=10)
 
     @client.worker(Slow, kind="slow", queue="work")
-    async def slow(job):  # type: ignore[no-untyped-def]
+    async def slow(job):  # noqa: ANN001 -- awa-pg hands a Job[Slow]
         print(f"running {job.id}", flush=True)  # the harness's ground truth: who runs what
         await asyncio.sleep(job.args.seconds)
 
     @client.worker(Boom, kind="boom", queue="work")
-    async def boom(job):  # type: ignore[no-untyped-def]
+    async def boom(job):  # noqa: ANN001 -- awa-pg hands a Job[Boom]
         raise RuntimeError("poison: the payment gateway rejected the card")
 
     await client.start([("work", slots)], poll_interval_ms=100, heartbeat_interval_ms=500,
