@@ -76,6 +76,10 @@ class SupersededAttempt:
 # The guide's open-claim anti-join (plus the claim's own closed_at), a lease
 # row per materialized attempt, the heartbeat from attempt_state where the
 # runtime wrote one, kind/tags from the claimed ready entry (primary key).
+# A claim without an attempt_state row has not heartbeated since its claim
+# (0.6 writes one at the first heartbeat, well within the staleness cutoff),
+# so its last sign of life is claimed_at -- what the Rust core's own stale
+# rescue of unmaterialized claims keys on (idx_awa_lease_claims_stale).
 _ATTEMPTS = """
 WITH claims AS (
     SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
@@ -101,7 +105,8 @@ WITH claims AS (
     UNION ALL
     SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
            c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
-           c.lane_seq, a.heartbeat_at, a.job_id IS NULL AS receipt_claim
+           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
+           a.job_id IS NULL AS receipt_claim
       FROM claims c
       LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
 )"""
