@@ -335,10 +335,14 @@ WRITE_COMMANDS: dict[str, str] = {
     "discard_failed": "awa job discard --kind <kind>",
     "pause_queue": "awa queue pause <queue>", "resume_queue": "awa queue resume <queue>",
     "drain_queue": "awa queue drain <queue>",
-    "purge_dlq": "awa dlq purge", "purge_dlq_job": "awa dlq purge --job-id <id>",
+    "purge_dlq": "awa dlq purge --kind <kind> | --queue <queue> | --tag <tag> | --all",
+    # (its CLI has no single-entry purge: the narrowest filter it offers)
+    "purge_dlq_job": "awa dlq purge --kind <kind> | --queue <queue> | --tag <tag>",
     "retry_from_dlq": "awa dlq retry <id>", "bulk_retry_from_dlq": "awa dlq retry-bulk",
     "move_failed_to_dlq": "awa dlq move", "bulk_move_failed_to_dlq": "awa dlq move",
     "delete_cron_job": "awa cron remove <name>",
+    # Reads of this layout that nothing of ours needs: its own CLI answers them.
+    "list_cron_jobs": "awa cron list", "get_cron_job": "awa cron list",
 }
 # Everything else that writes belongs to the Rust core's own runtime.
 RUNTIME_WRITES = (
@@ -352,15 +356,18 @@ RUNTIME_WRITES = (
     "park_for_callback", "complete_external", "fail_external", "retry_external",
     "resume_external", "heartbeat_callback", "upsert_cron_jobs", "pause_cron_job",
     "resume_cron_job", "trigger_cron_job",
+    # Reads only our runtime, producer and callback receiver make (never on this layout).
+    "available_counts", "list_active_cron_jobs", "unique_holder", "unique_holder_sync",
+    "poll_callback_wait", "lock_open_callback", "find_callback",
 )
 
 
 def refusal(method: str) -> ForeignSchema:
-    """The one-line error for a write on a Rust-core database."""
+    """The one-line error for a write (or a runtime-only read) on a Rust-core database."""
     command = WRITE_COMMANDS.get(method)
     if command:
         return ForeignSchema(f"this database is run by the Rust-core awa 0.6; awa-py only reads "
-                             f"it: use its CLI: `{command}`")
+                             f"its jobs, queues and DLQ: use its CLI: `{command}`")
     return ForeignSchema(f"this database is run by the Rust-core awa 0.6; awa-py only reads it "
                          f"({method} is done by its own runtime)")
 
