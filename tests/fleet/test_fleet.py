@@ -177,6 +177,13 @@ class Terminal:
         return subprocess.run(self.base + ["capture-pane", "-p", "-t", "tui"],
                               capture_output=True, text=True).stdout
 
+    def showing(self, text: str) -> Callable[[], str | None]:
+        """A probe: the screen when ``text`` is on it."""
+        def probe() -> str | None:
+            screen = self.screen()
+            return screen if text in screen else None
+        return probe
+
     def keys(self, *keys: str) -> None:
         subprocess.run(self.base + ["send-keys", "-t", "tui", *keys], check=True)
 
@@ -248,6 +255,10 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         db_info = json.loads(our_awa(url, "db", "--json").stdout)
         assert (db_info["schema_version"], db_info["engine"], db_info["foreign"]) == \
             (40, "queue_storage", True)
+        if term is not None:  # the overview lists the Rust core's queue, no error banner
+            screen = wait_for("the TUI overview listing queue work",
+                              term.showing(" work "), 20)
+            assert "refresh failed" not in screen, screen
         timings["healthy"] = time.monotonic() - t0
         running = {r["job_id"] for r in rows(url, OPEN_ATTEMPTS)}
         samples = scrape(url)
@@ -368,7 +379,7 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         if term is not None:
             assert term.alive(), "awa-tui exited"
             screen = term.screen()
-            assert "Traceback" not in screen, screen
+            assert "Traceback" not in screen and "refresh failed" not in screen, screen
         timings["total"] = time.monotonic() - t0
         print("fleet timings:", {k: round(v, 1) for k, v in timings.items()},
               "bloating:", sorted(tables))
