@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 import psycopg
@@ -32,34 +31,11 @@ from awa_ops import diagnose
 from awa_ops.findings import CheckResult
 from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
 from awa_ops.session import OpsSession
-from awa_ops.storage import detect_engine, render, storage_engine
+from awa_ops.storage import storage_engine
 
 # --- statements -------------------------------------------------------------
 
 DB_NOW = "SELECT now() AS now"
-
-# Queue storage (the guide's engine): the seed's leases and open receipt-claim
-# queries, bounded; a receipt claim has no heartbeat and no kind column.
-@cache
-def leases_query(schema_name: str) -> str:
-    return f"""
-SELECT s.job_id AS id, '-' AS kind, s.queue, s.attempt, 0 AS max_attempts,
-       NULL::bigint AS run_lease,
-       NULL::timestamptz AS attempted_at, s.heartbeat_at, s.deadline_at
-  FROM ({render("running_leases", schema=schema_name, as_subquery=True)}) s
- LIMIT %(limit)s"""
-
-
-@cache
-def claims_query(schema_name: str) -> str:
-    return f"""
-SELECT s.job_id AS id, '(receipt claim)' AS kind, s.queue, s.attempt, 0 AS max_attempts,
-       NULL::bigint AS run_lease, s.claimed_at AS attempted_at, NULL::timestamptz AS heartbeat_at,
-       s.deadline_at
-  FROM ({render("open_lease_claims", schema=schema_name, as_subquery=True)}) s
- WHERE s.claimed_at <= %(started_before)s
- LIMIT %(limit)s"""
-
 
 # The jobs screen lists at most this many (state, queue) pairs.
 MAX_PAIRS = 4_000
@@ -362,19 +338,13 @@ class ConsoleReader:
 
     # -- running ----------------------------------------------------------------
     async def running(self, min_age_s: float = 0.0) -> RunningSnapshot:
-        layout = await detect_engine(self.session)
         engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
             started_before = now - timedelta(seconds=min_age_s)
-            if layout.is_queue_storage:
-                params = {"started_before": started_before, "limit": self.row_limit}
-                rows = await self._run(cur, leases_query(layout.schema), params)
-                rows += await self._run(cur, claims_query(layout.schema), params)
-            else:
-                self.statements += 1
-                rows = [asdict(a) for a in await engine.running_attempts(
-                    self.session.conn, started_before=started_before, limit=self.row_limit)]
+            self.statements += 1
+            rows = [asdict(a) for a in await engine.running_attempts(
+                self.session.conn, started_before=started_before, limit=self.row_limit)]
             runtimes = await self._runtimes(engine)
         attempts = []
         for r in rows:

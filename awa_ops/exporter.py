@@ -21,7 +21,7 @@ from awa import config, db, metrics
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.runtimes import runtime_live
 from awa_ops.session import OpsSession
-from awa_ops.storage import Engine, detect_engine, quote, storage_engine
+from awa_ops.storage import Engine, detect_engine, storage_engine
 
 log = logging.getLogger("awa_ops.exporter")
 # Storage layout is re-detected this often, so a storage transition is noticed.
@@ -33,18 +33,6 @@ DEPTH_CAP = 1_000_000
 # Runtimes read per scrape, most recently seen first: more than ever live at once.
 RUNTIME_LIMIT = 1_000
 
-# Queue storage (the Rust core's layout): running attempts are its leases and
-# its DLQ lives in its schema; read here until a read-only engine exists for it.
-LEASES_RUNNING = """
-SELECT queue,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
-       count(*) FILTER (WHERE deadline_at < now()) AS overdue
-FROM {schema}.leases WHERE state = 'running'
-GROUP BY queue
-"""
-QUEUE_STORAGE_DLQ = ("SELECT queue, dlq_reason, count(*) AS depth FROM {schema}.dlq_entries "
-                     "GROUP BY queue, dlq_reason")
 TRANSACTIONS = """
 SELECT coalesce(state, 'unknown') AS state,
        max(EXTRACT(EPOCH FROM (now() - xact_start)))::float8 AS oldest_s
@@ -131,7 +119,6 @@ class DatabaseCollector(Collector):
 
     async def _database_metrics(self, session: OpsSession, engine: Engine) -> list[Metric]:
         reads = await storage_engine(session)
-        canonical = not engine.is_queue_storage and not engine.foreign_layout
         # One short read-only transaction: the catalogue queries, then the job reads.
         async with session.read() as cur:
             catalogue = []
@@ -139,37 +126,27 @@ class DatabaseCollector(Collector):
                 await cur.execute(query)
                 catalogue.append(await cur.fetchall())
             txns, horizon, notify, tables = catalogue
-            if engine.is_queue_storage:
-                schema = quote(engine.schema)
-                await cur.execute(LEASES_RUNNING.format(schema=schema),
-                                  {"staleness": self.staleness})
-                running = [(r["queue"], r["oldest_heartbeat_s"], r["stale"], r["overdue"])
-                           for r in await cur.fetchall()]
-                await cur.execute(QUEUE_STORAGE_DLQ.format(schema=schema))
-                dlq = [(r["queue"], r["dlq_reason"], r["depth"]) for r in await cur.fetchall()]
-            else:
-                running = [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue)
-                           for c in await reads.running_counts(session.conn,
-                                                               stale_after_s=self.staleness)]
-                dlq = [(d.queue, d.reason, d.count) for d in await reads.dlq_depths(session.conn)]
+            running = [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue)
+                       for c in await reads.running_counts(session.conn,
+                                                           stale_after_s=self.staleness)]
+            dlq = [(d.queue, d.reason, d.count) for d in await reads.dlq_depths(session.conn)]
             runtimes = await reads.runtime_instances(session.conn, limit=RUNTIME_LIMIT)
-            if canonical:
-                depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
-                wedged_rows = await reads.wedged_claims(session.conn)
+            depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
+            wedged_rows = await reads.wedged_claims(session.conn)
         out: list[Metric] = []
 
-        if canonical:
-            depth, _ = _family("awa.db.queue.depth")
-            lag, _ = _family("awa.db.queue.lag")
-            for d in depths:
-                for state, n in sorted(d.depth.items()):
-                    depth.add_metric([d.queue, state], n)
-                if d.depth:
-                    lag.add_metric([d.queue], d.lag_s or 0.0)
-            wedged, _ = _family("awa.db.unique.wedged")
-            for w in wedged_rows:
-                wedged.add_metric([w.queue], w.wedged)
-            out += [depth, lag, wedged]
+        # Every engine's read side answers depth, lag and wedges.
+        depth, _ = _family("awa.db.queue.depth")
+        lag, _ = _family("awa.db.queue.lag")
+        for d in depths:
+            for state, n in sorted(d.depth.items()):
+                depth.add_metric([d.queue, state], n)
+            if d.depth:
+                lag.add_metric([d.queue], d.lag_s or 0.0)
+        wedged, _ = _family("awa.db.unique.wedged")
+        for w in wedged_rows:
+            wedged.add_metric([w.queue], w.wedged)
+        out += [depth, lag, wedged]
 
         oldest, _ = _family("awa.db.running.oldest_heartbeat_age")
         stale, _ = _family("awa.db.running.heartbeat_stale")
@@ -186,7 +163,7 @@ class DatabaseCollector(Collector):
         leader.add_metric([], 1.0 if any(r.leader for r in live_runtimes) else 0.0)
         dlq_depth, _ = _family("awa.db.dlq.depth")
         for queue, reason, n in dlq:
-            dlq_depth.add_metric([queue, reason], n)
+            dlq_depth.add_metric([queue, reason or ""], n)
         txn, _ = _family("awa.db.transaction.oldest_age")
         for r in txns:
             txn.add_metric([r["state"]], r["oldest_s"] or 0.0)

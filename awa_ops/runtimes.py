@@ -1,7 +1,7 @@
 """Runtime liveness as the database sees it (awa.runtime_instances).
 
 Several checks need "which runtimes are alive, which serve this queue": a
-runtime is live while its ``last_seen_at`` is within a few of its own
+runtime is live while its ``last_seen_at`` is within 2 of its own
 snapshot intervals (``runtime_live``, the one copy of that rule).  The one
 running-attempt classifier (``classify_attempt``) lives here too, since it
 rests on liveness; the console and ``diagnose stuck-running`` both use it.
@@ -22,6 +22,8 @@ from awa_ops.storage import storage_engine
 
 # --- the one liveness rule ----------------------------------------------------
 
+# A runtime is live while its last snapshot is within this many of its own intervals.
+LIVE_INTERVALS = 2
 # The floor is capped at this many of the runtime's own snapshot intervals...
 FLOOR_MAX_INTERVALS = 10
 # ...and at this share of the heartbeat staleness cutoff in use.
@@ -31,7 +33,8 @@ FLOOR_SHARE_OF_STALENESS = 0.75
 def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None) -> float:
     """How long a runtime may stay silent and still count as live.
 
-    ``OPS_RUNTIME_LIVE_FACTOR`` of its own snapshot intervals, and never less
+    ``LIVE_INTERVALS`` (2) of its own snapshot intervals (``snapshot_interval_ms``,
+    a column in every layout: 10 s on the Rust-core awa 0.6), and never less
     than a floor (``OPS_RUNTIME_LIVE_MIN_S``), so a late snapshot on a busy
     host is not a death.  The floor itself gives way: a runtime silent for ten
     of its promised intervals is gone however short they are, and a runtime is
@@ -43,7 +46,7 @@ def live_window_s(snapshot_interval_ms: int, stale_after_s: float | None = None)
     floor = min(config.OPS_RUNTIME_LIVE_MIN_S, FLOOR_MAX_INTERVALS * interval_s)
     if stale_after_s is not None:
         floor = min(floor, FLOOR_SHARE_OF_STALENESS * stale_after_s)
-    return max(config.OPS_RUNTIME_LIVE_FACTOR * interval_s, floor)
+    return max(LIVE_INTERVALS * interval_s, floor)
 
 
 def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
@@ -53,6 +56,25 @@ def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
     The one rule of awa-ops diagnose, the exporter and the console alike.
     """
     return last_seen_age_s <= live_window_s(snapshot_interval_ms, stale_after_s)
+
+
+# A snapshot later than its interval by more than this is overdue.
+SNAPSHOT_SLACK_S = 1.0
+
+# The leader's session advisory lock (config.ADVISORY_LOCK_LEADER, 'AWA_MAIN'): the same
+# key in every awa distribution.  Held right now by anyone?  (A pure catalogue read.)
+LEADER_LOCK_HELD = """
+SELECT count(*) > 0 AS held FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND database = (
+       SELECT oid FROM pg_database WHERE datname = current_database())
+   AND classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
+   AND objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND objsubid = 1
+"""
+
+
+async def leader_lock_held(session: OpsSession) -> bool:
+    row = await session.fetch_one(LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
+    return bool(row and row["held"])
 
 
 # --- the one running-attempt classifier ---------------------------------------
@@ -111,6 +133,24 @@ class Runtime:
         return runtime_live(self.age_s, int(self.row["snapshot_interval_ms"]), self.stale_after_s)
 
     @property
+    def interval_s(self) -> float:
+        return int(self.row["snapshot_interval_ms"]) / 1000
+
+    @property
+    def snapshot_overdue(self) -> bool:
+        """Its next snapshot is late (one interval and a second of slack): maybe dead.
+
+        Not yet "gone" (that takes ``live_window_s``), but its flags are no
+        longer news: a leader flag this old may have passed to another runtime.
+        """
+        return self.age_s > self.interval_s + SNAPSHOT_SLACK_S
+
+    @property
+    def draining(self) -> bool:
+        """Stopping cleanly (``shutting_down``): finishing its jobs, claiming no more."""
+        return bool(self.row["shutting_down"])
+
+    @property
     def recently_gone(self) -> bool:
         return not self.live and self.age_s <= config.OPS_RUNTIME_GONE_S
 
@@ -122,7 +162,10 @@ class Runtime:
         return not self.queues or queue in self.queues
 
     def label(self) -> str:
-        return f"{self.row['hostname']}:{self.row['pid']} ({self.instance_id[:8]})"
+        """``host:pid (id)``; the Rust-core runtimes leave hostname empty: ``pid N (id)``."""
+        host, pid = self.row["hostname"], self.row["pid"]
+        where = f"{host}:{pid}" if host else f"pid {pid if pid is not None else '?'}"
+        return f"{where} ({self.instance_id[:8]})"
 
     def evidence(self) -> dict[str, Any]:
         keep = ("instance_id", "hostname", "pid", "last_seen_at", "healthy", "postgres_connected",

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.numeric import FloatLoader
 
 from awa import config, db
 
@@ -48,6 +49,10 @@ class OpsSession:
                    statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS,
                    lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS) -> OpsSession:
         conn = await db.connect(url, application_name)
+        # Numbers at the SQL boundary: a bare EXTRACT(EPOCH ...) is numeric, and a Decimal
+        # next to a float is a TypeError in the middle of an incident.  Every numeric
+        # this layer reads is an age, a ratio or a count: a float.
+        conn.adapters.register_loader("numeric", FloatLoader)
         if read_only:
             await conn.execute("SET default_transaction_read_only = on")
         return cls(conn, url, statement_timeout_ms, lock_timeout_ms, read_only)

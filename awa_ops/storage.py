@@ -18,8 +18,9 @@ from typing import Any
 
 from psycopg import sql
 
-from awa.storage import CANONICAL, ENGINES, describe_layout, engine_for
+from awa.storage import CANONICAL, describe_layout
 from awa.storage.engine import Engine as StorageEngine
+from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
 QUEUE_STORAGE = "queue_storage"
@@ -106,21 +107,13 @@ async def storage_engine(session: OpsSession) -> StorageEngine:
     """The storage engine whose read side serves this session's job-table reads.
 
     Its methods run on ``session.conn`` inside ``session.read()``, so each
-    refresh stays one short read-only transaction.  (The Rust-core
-    queue-storage layout keeps its own reads here and in the checks until a
-    read-only engine for it exists.)
+    refresh stays one short read-only transaction.  A database run by the
+    Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
+    every read there is of that layout, and every write is refused.
     """
     cached = session.cache.get("storage_engine")
     if cached is None:
-        layout = await describe_layout(session.conn)
-        if layout.foreign:
-            # Another distribution's layout (the Rust-core awa): operators still
-            # need its control tables read (runtime_instances, queue_meta,
-            # descriptors), which share the canonical shape; its job tables are
-            # read by the queries kept here.  Reads only -- never a write.
-            cached = ENGINES[CANONICAL]()
-        else:
-            cached = engine_for(layout)
+        cached = read_engine_for(await describe_layout(session.conn))
         session.cache["storage_engine"] = cached
     return cached
 

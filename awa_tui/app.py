@@ -208,6 +208,9 @@ class AwaConsole(App):
             else:
                 self.problem = f"refresh failed: {db.one_line(exc)}"
             return False, None
+        except Exception as exc:  # a bug in one read is a banner, never an exit (issue 13)
+            self.problem = f"refresh failed: {type(exc).__name__}: {db.one_line(exc)}"
+            return False, None
         self.problem = None
         return True, result
 

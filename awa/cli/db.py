@@ -7,12 +7,101 @@ laid out by another awa distribution is named as such (and never migrated).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 import click
+import psycopg
 
 from awa import config, db, schema, storage
-from awa.cli.options import current_database_url, database_url_option, json_option, print_json
-from awa.storage import StorageLayout, describe_layout
+from awa.admin import AdminMixin
+from awa.cli.options import (
+    current_database_url,
+    database_url_option,
+    fail,
+    json_option,
+    print_json,
+    resolved_database_url,
+    run_client,
+)
+from awa.job import AwaError
+from awa.storage import RUST_CORE, StorageLayout, describe_layout
+from awa.storage.engine import Engine
+
+T = TypeVar("T")
+
+
+# --- a database run by the Rust-core awa 0.6: read it, refuse writes with its CLI command ---
+class _OneConnection:
+    """A "pool" lending one connection (what AdminMixin asks of a pool)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        yield self.conn
+
+
+class ForeignAdmin(AdminMixin):
+    """The client's admin API over the Rust-core read-only engine, on one read-only connection.
+
+    Reads (list/get/dump job, queue stats, DLQ depth/list) answer from that
+    layout; every write raises the engine's one line naming the Rust-core CLI
+    command (`awa job cancel <id>`).
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], engine: Engine) -> None:
+        self._pool = _OneConnection(conn)
+        self._engine = engine
+
+    async def _get_engine(self) -> Engine:
+        return self._engine
+
+    async def _get_pool(self, *, check_schema: bool = True) -> Any:
+        return self._pool
+
+
+def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
+    """``run_client``, except that a Rust-core database is served by ``ForeignAdmin``."""
+    from awa.storage.rust_core import read_engine_for
+
+    url = resolved_database_url()
+    nothing = object()
+
+    async def foreign() -> Any:
+        conn = await db.connect(url, config.APP_NAME_CLI)
+        try:
+            layout = await describe_layout(conn)
+            if not (layout.foreign and layout.distribution == RUST_CORE):
+                return nothing
+            await conn.execute("SET default_transaction_read_only = on")
+            return await operation(ForeignAdmin(conn, read_engine_for(layout)))
+        finally:
+            await conn.close()
+
+    try:
+        result = asyncio.run(foreign())
+    except AwaError as exc:
+        fail(db.one_line(exc))
+    return run_client(operation) if result is nothing else result
+
+
+def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], action: str,
+                allowed: str) -> T:
+    """``options.apply_to_job`` through ``run_admin``."""
+    async def go(client: Any) -> tuple[T | None, str]:
+        done = await operation(client)
+        if done is not None:
+            return done, ""
+        found = await client.get_job(job_id)
+        return None, f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
+
+    done, why = run_admin(go)
+    if done is None:
+        fail(why)
+    return done
 
 
 @click.command()

@@ -9,8 +9,8 @@ import click
 from rich.table import Table
 
 from awa import config
+from awa.cli.db import apply_admin, run_admin
 from awa.cli.options import (
-    apply_to_job,
     database_url_option,
     fail,
     job_id_argument,
@@ -18,7 +18,6 @@ from awa.cli.options import (
     last_error,
     print_json,
     print_table,
-    run_client,
     short_time,
 )
 from awa.client import AsyncClient
@@ -42,7 +41,7 @@ def dlq_depth(queue: str | None, as_json: bool) -> None:
         per_queue = await client.dlq_depth_by_queue()
         return total, [(q, n) for q, n in per_queue if queue is None or q == queue]
 
-    total, per_queue = run_client(go)
+    total, per_queue = run_admin(go)
     if as_json:
         print_json({"total": total, "by_queue": dict(per_queue)})
         return
@@ -62,7 +61,7 @@ def dlq_depth(queue: str | None, as_json: bool) -> None:
 def dlq_list(kind: str | None, queue: str | None, tag: str | None, before_id: int | None,
              limit: int, as_json: bool) -> None:
     """Dead-lettered jobs, newest first."""
-    entries = run_client(lambda c: c.list_dlq(kind=kind, queue=queue, tag=tag,
+    entries = run_admin(lambda c: c.list_dlq(kind=kind, queue=queue, tag=tag,
                                               before_id=before_id, limit=limit))
     if as_json:
         print_json(entries)
@@ -83,7 +82,7 @@ def dlq_list(kind: str | None, queue: str | None, tag: str | None, before_id: in
 @click.option("--priority", type=click.IntRange(config.MIN_PRIORITY, config.MAX_PRIORITY))
 def dlq_retry(job_id: int, queue: str | None, priority: int | None) -> None:
     """Send one DLQ job back to work with a fresh attempt budget."""
-    retried = run_client(lambda c: c.retry_from_dlq(job_id, queue=queue, priority=priority))
+    retried = run_admin(lambda c: c.retry_from_dlq(job_id, queue=queue, priority=priority))
     if retried is None:
         fail(f"job {job_id} is not in the DLQ (see `awa dlq list`)")
     click.echo(f"job {job_id} is {retried.state.value} again on queue {retried.queue}")
@@ -111,7 +110,7 @@ def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
                    allow_all: bool) -> None:
     """Redrive many DLQ jobs (after the fix shipped)."""
     _require_filter(allow_all, kind, queue, tag)
-    count = run_client(lambda c: c.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag,
+    count = run_admin(lambda c: c.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag,
                                                        allow_all=allow_all))
     click.echo(f"retried {count} DLQ job(s)")
 
@@ -122,7 +121,7 @@ def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
 def dlq_purge(kind: str | None, queue: str | None, tag: str | None, allow_all: bool) -> None:
     """Delete DLQ entries for good."""
     _require_filter(allow_all, kind, queue, tag)
-    count = run_client(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,
+    count = run_admin(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,
                                              allow_all=allow_all))
     click.echo(f"purged {count} DLQ entr{'y' if count == 1 else 'ies'}")
 
@@ -141,12 +140,12 @@ def dlq_move(job_id: int | None, kind: str | None, queue: str | None, reason: st
     """Move failed jobs (one by id, or by filter) into the DLQ."""
     if job_id is not None:
         one = job_id
-        apply_to_job(one, lambda c: c.move_failed_to_dlq(one, reason),
+        apply_admin(one, lambda c: c.move_failed_to_dlq(one, reason),
                      "moved to the DLQ", "failed")
         click.echo(f"moved job {job_id} to the DLQ ({reason})")
         return
     if not allow_all and kind is None and queue is None:
         raise click.UsageError("give a JOB_ID, a filter (--kind/--queue) or --all")
-    count = run_client(lambda c: c.bulk_move_failed_to_dlq(kind=kind, queue=queue,
+    count = run_admin(lambda c: c.bulk_move_failed_to_dlq(kind=kind, queue=queue,
                                                           reason=reason, allow_all=allow_all))
     click.echo(f"moved {count} failed job(s) to the DLQ ({reason})")

@@ -6,15 +6,14 @@ import click
 from rich.table import Table
 
 from awa import config
+from awa.cli.db import apply_admin, run_admin
 from awa.cli.options import (
-    apply_to_job,
     database_url_option,
     job_id_argument,
     json_option,
     last_error,
     print_json,
     print_table,
-    run_client,
     short_time,
 )
 
@@ -35,7 +34,7 @@ def job() -> None:
 def job_list(state: str | None, kind: str | None, queue: str | None, limit: int,
              as_json: bool) -> None:
     """The newest jobs, optionally filtered."""
-    jobs = run_client(lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
+    jobs = run_admin(lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
     if as_json:
         print_json(jobs)
         return
@@ -54,9 +53,9 @@ def job_list(state: str | None, kind: str | None, queue: str | None, limit: int,
 def job_dump(job_id: int, as_json: bool) -> None:
     """Everything about one job: every attempt's error, progress and timestamps."""
     if as_json:
-        print_json(run_client(lambda c: c.get_job(job_id)))
+        print_json(run_admin(lambda c: c.get_job(job_id)))
     else:
-        click.echo(run_client(lambda c: c.dump_job(job_id)))
+        click.echo(run_admin(lambda c: c.dump_job(job_id)))
 
 
 @job.command("cancel")
@@ -64,7 +63,7 @@ def job_dump(job_id: int, as_json: bool) -> None:
 @job_id_argument
 def job_cancel(job_id: int) -> None:
     """Cancel a job; a running handler is signalled at once (awa:cancel)."""
-    cancelled = apply_to_job(job_id, lambda c: c.cancel(job_id), "cancelled", "unfinished")
+    cancelled = apply_admin(job_id, lambda c: c.cancel(job_id), "cancelled", "unfinished")
     click.echo(f"cancelled job {job_id} ({cancelled.kind} on {cancelled.queue})")
 
 
@@ -73,7 +72,7 @@ def job_cancel(job_id: int) -> None:
 @job_id_argument
 def job_retry(job_id: int) -> None:
     """Run a failed or cancelled job again with a fresh attempt budget."""
-    retried = apply_to_job(job_id, lambda c: c.retry(job_id), "retried", "failed or cancelled")
+    retried = apply_admin(job_id, lambda c: c.retry(job_id), "retried", "failed or cancelled")
     click.echo(f"job {job_id} is available again on queue {retried.queue}")
 
 
@@ -85,7 +84,7 @@ def job_retry_failed(kind: str | None, queue: str | None) -> None:
     """Retry every failed job of a kind and/or queue."""
     if kind is None and queue is None:
         raise click.UsageError("give --kind or --queue (or both)")
-    result = run_client(lambda c: c.retry_failed(kind=kind, queue=queue))
+    result = run_admin(lambda c: c.retry_failed(kind=kind, queue=queue))
     extra = f"; {result.skipped} left failed (unique key held)" if result.skipped else ""
     click.echo(f"retried {len(result.jobs)} of {result.matched} failed job(s){extra}")
 
@@ -95,6 +94,6 @@ def job_retry_failed(kind: str | None, queue: str | None) -> None:
 @click.option("--kind", required=True, help="Delete the failed jobs of this kind.")
 def job_discard(kind: str) -> None:
     """Delete the failed jobs of one kind."""
-    count = run_client(lambda c: c.discard_failed(kind))
+    count = run_admin(lambda c: c.discard_failed(kind))
     click.echo(f"discarded {count} failed job(s) of kind {kind}")
 

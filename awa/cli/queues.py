@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from awa.cli.options import database_url_option, json_option, print_json, print_table, run_client
+from awa.cli.db import run_admin
+from awa.cli.options import database_url_option, json_option, print_json, print_table
 
 
 @click.group()
@@ -19,7 +20,7 @@ def queue() -> None:
 @json_option
 def queue_stats(as_json: bool) -> None:
     """Per queue: available, running, failed, completed in the last hour, lag, paused."""
-    stats = run_client(lambda c: c.queue_stats())
+    stats = run_admin(lambda c: c.queue_stats())
     if as_json:
         print_json(stats)
         return
@@ -42,7 +43,7 @@ def queue_stats(as_json: bool) -> None:
 @click.option("--by", "paused_by", help="Who paused it (recorded in awa.queue_meta).")
 def queue_pause(name: str, paused_by: str | None) -> None:
     """Stop workers claiming from a queue (running jobs finish)."""
-    run_client(lambda c: c.pause_queue(name, paused_by))
+    run_admin(lambda c: c.pause_queue(name, paused_by))
     click.echo(f"paused queue {name}")
 
 
@@ -51,7 +52,7 @@ def queue_pause(name: str, paused_by: str | None) -> None:
 @click.argument("name")
 def queue_resume(name: str) -> None:
     """Let workers claim from a paused queue again."""
-    run_client(lambda c: c.resume_queue(name))
+    run_admin(lambda c: c.resume_queue(name))
     click.echo(f"resumed queue {name}")
 
 
@@ -60,5 +61,5 @@ def queue_resume(name: str) -> None:
 @click.argument("name")
 def queue_drain(name: str) -> None:
     """Cancel every job of a queue that is still waiting to run."""
-    count = run_client(lambda c: c.drain_queue(name))
+    count = run_admin(lambda c: c.drain_queue(name))
     click.echo(f"drained queue {name}: cancelled {count} waiting job(s)")

@@ -80,6 +80,8 @@ async def run_check(session: OpsSession, name: str, options: Options | None = No
             result.error = f"lost the database connection: {db.one_line(exc)}"
         else:
             result.error = f"{name} could not run: {db.one_line(exc)}"
+    except Exception as exc:  # a bug in one check must not hide the others' findings
+        result.error = f"{name} could not run: {type(exc).__name__}: {db.one_line(exc)}"
     result.duration_ms = (time.perf_counter() - started) * 1000
     return result
 

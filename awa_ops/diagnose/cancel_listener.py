@@ -1,7 +1,10 @@
 """cancel-listener: can an admin cancel still wake a running handler?
 
-Each live runtime keeps a LISTEN connection (application_name awa-listener);
-without it cancels fall back to heartbeat/deadline detection.  A pg_notify
+Each live runtime keeps a connection LISTENing on ``awa:cancel``; without it
+cancels fall back to heartbeat/deadline detection.  A listener is recognised
+by what it listens on, for any distribution: ``pg_stat_activity.query`` of an
+idle listening connection is its ``LISTEN "awa:cancel"`` (the Rust-core awa
+leaves application_name empty), or by our own runtime's application_name.  A pg_notify
 round trip on a private channel proves LISTEN/NOTIFY works on this server.
 """
 
@@ -26,7 +29,10 @@ SELECT pid, usename, application_name, client_addr, state, backend_start,
        EXTRACT(EPOCH FROM (now() - backend_start))::float8 AS connected_s,
        wait_event_type, wait_event
 FROM pg_stat_activity
-WHERE datname = current_database() AND application_name = %(app)s
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND (application_name = %(app)s
+       OR (state = 'idle'
+           AND query ~* '^[[:space:]]*LISTEN[[:space:]]+"?awa:cancel"?[[:space:]]*;?[[:space:]]*$'))
 ORDER BY backend_start
 """
 NOTIFY = "SELECT pg_notify(%s, %s), pg_notification_queue_usage() AS queue_usage"
@@ -87,7 +93,8 @@ async def check(session, engine, options) -> list[Finding]:
             Severity.CRITICAL if not listeners else Severity.WARNING,
             f"{plural(len(runtimes), 'live runtime')} but "
             f"{plural(len(listeners), 'listener connection')} "
-            f"(application_name {config.APP_NAME_LISTENER}); {missing} without a cancel listener",
+            f"(LISTEN \"awa:cancel\" or application_name {config.APP_NAME_LISTENER}); {missing} "
+            f"without a cancel listener",
             "admin cancels then silently fall back to heartbeat/deadline detection: the cancel is "
             "durable, only the early wake-up of the running handler is lost",
             "restart the worker(s) without a listener; if the pool is saturated, raise its max "

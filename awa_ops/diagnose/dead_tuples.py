@@ -36,9 +36,34 @@ ORDER BY t.n_dead_tup DESC, t.relname
 """
 
 
+# Queue storage: the guide's churn columns for EVERY table and partition of the
+# active schema (the guide's name patterns miss lease_claims_*, the claimer and
+# ring state tables that bloat most under a pinned horizon).
+QUEUE_STORAGE_CHURN = """
+SELECT relname, n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, last_vacuum,
+       last_autovacuum
+FROM pg_stat_user_tables
+WHERE schemaname = '<schema>'
+ORDER BY n_dead_tup DESC, relname
+"""
+
+
+# The tables the guide's churn query names (sql/table_churn.sql): shown first.
+GUIDE_TABLES = ("attempt_state", "deferred_jobs", "dlq_entries")
+GUIDE_PREFIXES = ("ready_segments_", "ready_entries", "ready_tombstones", "done_entries",
+                  "queue_terminal_count_deltas", "leases", "lease_claims")
+
+
+def guide_table(relname: str) -> bool:
+    return relname in GUIDE_TABLES or relname.startswith(GUIDE_PREFIXES)
+
+
 def churn_query(engine) -> str:
-    name = "table_churn" if engine.is_queue_storage else "table_churn_canonical"
-    churn = render(name, literals={"schema": engine.schema}, as_subquery=True)
+    if engine.is_queue_storage:
+        churn = QUEUE_STORAGE_CHURN.replace("'<schema>'", literal(engine.schema)).strip()
+    else:
+        churn = render("table_churn_canonical", literals={"schema": engine.schema},
+                       as_subquery=True)
     return WITH_THRESHOLDS.format(churn=churn, schema=literal(engine.schema))
 
 
@@ -112,8 +137,21 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
                 f"(autovacuum_vacuum_scale_factor = 0.01)\"", evidence, RUNBOOK))
     if not findings:
         worst = max(tables, key=lambda t: t["n_dead_tup"], default=None)
-        summary = (f"{plural(len(tables), 'queue table')} within their autovacuum triggers"
-                   + (f" (most dead: {worst['relname']} {worst['n_dead_tup']})" if worst else ""))
-        findings.append(Finding(Severity.OK, summary, evidence=tables[:options.evidence_limit],
+        over = [t for t in tables if int(t["n_dead_tup"]) > t["autovacuum_trigger"]]
+        most = (f"most dead: {worst['relname']} {worst['n_dead_tup']} (trigger "
+                f"{worst['autovacuum_trigger']})" if worst else "")
+        if over:
+            summary = (f"{plural(len(over), 'queue table')} of {len(tables)} past their "
+                       f"autovacuum trigger, awaiting autovacuum (nothing pins the horizon); "
+                       + ", ".join(f"{t['relname']} {t['n_dead_tup']} dead vs trigger "
+                                   f"{t['autovacuum_trigger']}" for t in over[:3]))
+        else:
+            summary = (f"{plural(len(tables), 'queue table')} within their autovacuum triggers"
+                       + (f" ({most})" if most else ""))
+        # Over their trigger first, then the guide's queue tables, most dead first.
+        shown = sorted(tables, key=lambda t: (int(t["n_dead_tup"]) <= t["autovacuum_trigger"],
+                                              not guide_table(t["relname"]),
+                                              -int(t["n_dead_tup"])))
+        findings.append(Finding(Severity.OK, summary, evidence=shown[:options.evidence_limit],
                                 runbook=RUNBOOK))
     return findings

@@ -20,26 +20,17 @@ from psycopg.conninfo import conninfo_to_dict
 from awa import config
 from awa_ops.diagnose._text import awa, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.storage import column_exists, quote, storage_engine
+from awa_ops.storage import column_exists, storage_engine
 
 NAME = "dlq"
 RUNBOOK = runbook("dlq")
 
-# Queue storage (the Rust core's layout) keeps its DLQ in its own schema.
-QUEUE_STORAGE_DEPTH = """
-SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
-       count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
-FROM {dlq}
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-GROUP BY queue, dlq_reason
-ORDER BY depth DESC
-"""
-
-
 async def _canonical_dlq(session, options) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Depth by queue and reason, and the repeated last errors: one read transaction."""
     engine = await storage_engine(session)
-    with_errors = await column_exists(session, "awa", "dlq_entries", "errors")
+    # The Rust-core layout keeps errors in each entry's payload (its engine reads them).
+    with_errors = (getattr(engine, "read_only", False)
+                   or await column_exists(session, "awa", "dlq_entries", "errors"))
     async with session.read():
         depths = await engine.dlq_depths(session.conn, queue=options.queue,
                                          recent_s=config.OPS_DLQ_RECENT_S)
@@ -79,14 +70,7 @@ def _save(path: Path, depth: dict[str, int]) -> None:
 
 
 async def check(session, engine, options) -> list[Finding]:
-    params = {"queue": options.queue, "recent": config.OPS_DLQ_RECENT_S}
-    if engine.is_queue_storage:
-        # the queue-storage DLQ keeps no per-attempt error array
-        depth_query = QUEUE_STORAGE_DEPTH.format(dlq=f"{quote(engine.schema)}.dlq_entries")
-        depth_rows = await session.fetch_all(depth_query, params)
-        errors: list[dict[str, Any]] = []
-    else:
-        depth_rows, errors = await _canonical_dlq(session, options)
+    depth_rows, errors = await _canonical_dlq(session, options)
     by_queue: dict[str, int] = {}
     for row in depth_rows:
         by_queue[row["queue"]] = by_queue.get(row["queue"], 0) + int(row["depth"])

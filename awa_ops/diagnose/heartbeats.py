@@ -2,37 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
-from awa_ops.storage import quote, storage_engine
+from awa_ops.storage import storage_engine
 
 NAME = "heartbeats"
 RUNBOOK = runbook("heartbeats")
 
-# Queue storage (the Rust core's layout): running attempts are its leases.
-def _leases_by_queue(schema: str) -> str:
-    return f"""
-SELECT queue, count(*) AS running,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale
-FROM {quote(schema)}.leases
-WHERE state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-GROUP BY queue ORDER BY queue
-"""
-
-
 async def check(session, engine, options) -> list[Finding]:
     params = {"staleness": options.heartbeat_staleness_s, "queue": options.queue}
-    if engine.is_queue_storage:
-        queues = await session.fetch_all(_leases_by_queue(engine.schema), params)
-    else:
-        reads = await storage_engine(session)
-        async with session.read():
-            counts = await reads.running_counts(session.conn, stale_after_s=params["staleness"],
-                                                queue=options.queue)
-        queues = [{"queue": c.queue, "running": c.running,
-                   "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
+    reads = await storage_engine(session)
+    async with session.read():
+        counts = await reads.running_counts(session.conn, stale_after_s=params["staleness"],
+                                            queue=options.queue)
+    queues: list[dict[str, Any]] = [{"queue": c.queue, "running": c.running,
+               "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     findings: list[Finding] = []
     limit = options.evidence_limit

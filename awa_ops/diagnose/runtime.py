@@ -2,13 +2,21 @@
 
 "If heartbeat_alive or maintenance_alive is false for the active runtime,
 fix that before manually changing job state."
+
+Liveness is each runtime's own: live while its last snapshot is within 2 of
+its ``snapshot_interval_ms``.  Leadership is read from the flags the runtimes
+publish, newest first (the leader lock is exclusive, so a newer snapshot
+saying "leader" makes an older one stale), and from whether anyone holds the
+leader's advisory lock right now, so a failover reads as one: the former
+leader silent, the leaderless window, then the new leader by name.  A runtime
+that is shutting down is draining, not unhealthy.
 """
 
 from __future__ import annotations
 
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import Runtime, load_runtimes
+from awa_ops.runtimes import Runtime, leader_lock_held, load_runtimes
 
 NAME = "runtime"
 RUNBOOK = runbook("runtime")
@@ -16,40 +24,46 @@ RUNBOOK = runbook("runtime")
 
 async def check(session, engine, options) -> list[Finding]:
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
-    return assess(runtimes, options)
+    lock_held = await leader_lock_held(session) if runtimes else False
+    return assess(runtimes, options, lock_held)
 
 
-def assess(runtimes: list[Runtime], options) -> list[Finding]:
+def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> list[Finding]:
     findings: list[Finding] = []
     live = [r for r in runtimes if r.live]
+    active = [r for r in live if not r.draining]
+    draining = [r for r in live if r.draining]
+    limit = options.evidence_limit
     if not runtimes:
         return [Finding(Severity.CRITICAL, "no runtime has ever reported to this database",
                         "nothing claims jobs, and no leader runs rescue, promotion or cleanup",
                         "start a worker (awa worker module:client) and confirm it logs that it "
                         "started",
                         runbook=RUNBOOK)]
-    if not live:
+    if not active:
         newest = min(runtimes, key=lambda r: r.age_s)
-        return [Finding(Severity.CRITICAL,
-                        f"no live runtime: the most recent, {newest.label()}, was last seen "
-                        f"{secs(newest.age_s)} ago",
+        if draining:
+            summary = (f"no live runtime claims work: {plural(len(draining), 'runtime')} "
+                       f"draining (shutting down), e.g. {draining[0].label()}")
+        else:
+            summary = (f"no live runtime: the most recent, {newest.label()}, was last seen "
+                       f"{secs(newest.age_s)} ago")
+        return [Finding(Severity.CRITICAL, summary,
                         "last_seen_at is stale for every runtime instance: no worker is claiming "
                         "jobs and no leader runs maintenance (escalate per the guide)",
                         "check the worker processes and Postgres connectivity from their hosts",
-                        [r.evidence() for r in runtimes[:options.evidence_limit]], RUNBOOK)]
+                        [r.evidence() for r in runtimes[:limit]], RUNBOOK)]
 
-    leaders = [r for r in live if r.leader]
-    if not leaders:
-        findings.append(_leaderless(runtimes, live, options))
-    elif len(leaders) > 1:
-        findings.append(Finding(
-            Severity.CRITICAL, f"{len(leaders)} live runtimes report leader = true",
-            "maintenance must run on exactly one instance; two leaders means a stale flag or "
-            "a broken advisory lock",
-            ops("runtime") + " --watch 10",
-            [r.evidence() for r in leaders], RUNBOOK))
+    # Leader flags, newest snapshot first: a newer "leader" makes every older one stale.
+    claimants = sorted((r for r in runtimes if r.leader), key=lambda r: r.age_s)
+    current = [r for r in claimants if r.live and not r.draining and not r.snapshot_overdue]
+    leader = current[0] if current else None
+    former = [r for r in claimants if r is not leader]
+    if leader is None:
+        findings.append(_leaderless(runtimes, active, former, options, lock_held))
     else:
-        leader = leaders[0]
+        if former:
+            findings.append(_failover(leader, former, options))
         if not leader.row["maintenance_alive"]:
             findings.append(Finding(
                 Severity.CRITICAL, f"leader {leader.label()} reports maintenance_alive = false",
@@ -58,7 +72,7 @@ def assess(runtimes: list[Runtime], options) -> list[Finding]:
                 f"restart the worker process {leader.label()}",
                 [leader.evidence()], RUNBOOK))
 
-    for r in live:
+    for r in active:
         if not r.row["heartbeat_alive"]:
             findings.append(Finding(
                 Severity.CRITICAL, f"runtime {r.label()} reports heartbeat_alive = false",
@@ -75,41 +89,73 @@ def assess(runtimes: list[Runtime], options) -> list[Finding]:
                 "check its logs and Postgres connectivity; restart it if it does not recover",
                 [r.evidence()], RUNBOOK))
 
-    gone = [r for r in runtimes if r.recently_gone and not r.row["shutting_down"]]
+    gone = [r for r in runtimes if r.recently_gone and not r.draining]
     if gone:
         findings.append(Finding(
             Severity.WARNING,
-            f"{plural(len(gone), 'runtime')} stopped reporting without shutting down "
-            f"(last seen {secs(min(r.age_s for r in gone))} ago)",
+            f"{plural(len(gone), 'runtime')} stopped reporting without shutting down: "
+            + ", ".join(f"{r.label()} last seen {secs(r.age_s)} ago" for r in gone[:3]),
             "a worker that vanishes without shutdown (crash, OOM kill, SIGKILL) leaves its "
             "running jobs to heartbeat rescue",
-            ops("stuck-running"), [r.evidence() for r in gone], RUNBOOK))
+            ops("stuck-running"), [r.evidence() for r in gone[:limit]], RUNBOOK))
 
     if not any(f.severity > Severity.OK for f in findings):
-        leader = leaders[0]
+        assert leader is not None
+        more = (f"; {plural(len(draining), 'runtime')} draining (shutting down)"
+                if draining else "")
         findings.append(Finding(
-            Severity.OK, f"{plural(len(live), 'live runtime')}; leader {leader.label()} with "
-                         f"maintenance alive",
-            evidence=[r.evidence() for r in live[:options.evidence_limit]], runbook=RUNBOOK))
+            Severity.OK, f"{plural(len(active), 'live runtime')}; leader {leader.label()} with "
+                         f"maintenance alive{more}",
+            evidence=[r.evidence() for r in live[:limit]], runbook=RUNBOOK))
     return findings
 
 
-def _leaderless(runtimes: list[Runtime], live: list[Runtime], options) -> Finding:
-    former = [r for r in runtimes if r.leader and not r.live]
+def _failover(leader: Runtime, former: list[Runtime], options) -> Finding:
+    """A new leader reports while an older snapshot still says another runtime led."""
+    last = former[0]
+    # The lock passed between the former leader's last snapshot and the new one's.
+    window = max(0.0, last.age_s - leader.age_s)
+    state = ("gone" if not last.live else "draining" if last.draining else
+             "silent" if last.snapshot_overdue else "still reporting")
+    return Finding(
+        Severity.WARNING,
+        f"leader failover: {leader.label()} is the leader now; the former leader "
+        f"{last.label()} is {state} (last seen {secs(last.age_s)} ago); leaderless for at "
+        f"most {secs(window)}",
+        "the former leader's flag is from an older snapshot; the leader lock is exclusive, "
+        "so the newest snapshot saying leader wins",
+        ops("stuck-running") + "  # the former leader's running jobs await rescue",
+        [leader.evidence(), *(r.evidence() for r in former[:options.evidence_limit])], RUNBOOK)
+
+
+def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runtime], options,
+                lock_held: bool | None) -> Finding:
     if former:
-        since = min(r.age_s for r in former)
-        origin = f"since the last leader {min(former, key=lambda r: r.age_s).label()} went silent"
+        last = former[0]
+        since = last.age_s
+        origin = (f"since the last leader {last.label()} went silent "
+                  f"({'gone' if not last.live else 'snapshot overdue'})")
     else:
-        since = max(float(r.row["uptime_s"]) for r in live)
+        since = max(float(r.row["uptime_s"] or 0) for r in live)
         origin = "since the oldest live runtime started"
     # The leader flag is published with the snapshot, so allow one snapshot on top.
-    allowed = options.election_interval_s + max(r.window_s for r in live) / 3
-    evidence = [r.evidence() for r in live[:options.evidence_limit]]
+    allowed = options.election_interval_s + max(r.interval_s for r in live)
+    evidence = [r.evidence() for r in [*former[:1], *live][:options.evidence_limit]]
+    if lock_held and former:
+        return Finding(
+            Severity.WARNING,
+            f"leader failover in progress: no live runtime reports leader for {secs(since)} "
+            f"({origin}); the leader lock is held again, so a new leader reports at its next "
+            f"snapshot",
+            "a short leaderless window after a leader dies is normal failover",
+            ops("runtime") + " --watch 5", evidence, RUNBOOK)
+    lock = ("" if lock_held is None else
+            "; the leader lock is free" if not lock_held else "; the leader lock is held")
     if since > allowed:
         return Finding(
             Severity.CRITICAL,
-            f"no live runtime is leader for {secs(since)} ({origin}); election retries every "
-            f"{secs(options.election_interval_s)}",
+            f"no live runtime is leader for {secs(since)} ({origin}){lock}; election retries "
+            f"every {secs(options.election_interval_s)}",
             "without a leader nothing rescues stale or overdue jobs, promotes scheduled jobs, "
             "or cleans up; running jobs accumulate",
             "verify Postgres connectivity from the workers and that the pool is not exhausted; "
@@ -120,6 +166,7 @@ def _leaderless(runtimes: list[Runtime], live: list[Runtime], options) -> Findin
             evidence, RUNBOOK)
     return Finding(
         Severity.WARNING,
-        f"no leader yet ({secs(since)}, {origin}); within the election interval",
-        "a short leader-less window after a restart is normal failover",
+        f"leaderless window: no leader for {secs(since)} ({origin}){lock}; within the "
+        f"election interval and one snapshot",
+        "a short leader-less window after a restart or a leader's death is normal failover",
         ops("runtime") + " --watch 5", evidence, RUNBOOK)

@@ -42,25 +42,6 @@ LIMIT %(limit)s
 """
 
 
-def _seed_rows_query(seed: str, schema: str, oldest_first_by: str) -> str:
-    """A storage engine's seed query, filtered by queue and capped, with the full count."""
-    return f"""
-WITH seed AS ({render(seed, schema=schema, as_subquery=True)})
-SELECT s.*, count(*) OVER () AS total FROM seed s
-WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
-ORDER BY s.{oldest_first_by} ASC
-LIMIT %(limit)s
-"""
-
-
-def _leases_query(schema: str) -> str:
-    return _seed_rows_query("running_leases", schema, "heartbeat_at")
-
-
-def _claims_query(schema: str) -> str:
-    return _seed_rows_query("open_lease_claims", schema, "claimed_at")
-
-
 # The console's classes (awa_ops.runtimes.classify_attempt), in the guide's words.
 ALIVE, STALE, OVERDUE, ORPHANED = (REPORT_NAMES[c] for c in (
     runtimes_.ALIVE, runtimes_.STALE, runtimes_.OVERDUE, runtimes_.ORPHANED))
@@ -71,14 +52,9 @@ async def check(session, engine, options) -> list[Finding]:
     params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
               "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
-    if engine.is_queue_storage:
-        leases, claims = await session.fetch_sets((_leases_query(engine.schema), params),
-                                                  (_claims_query(engine.schema), params))
-        for row in claims:
-            row["heartbeat_age_s"] = row.pop("claimed_age_s")  # a receipt claim has no heartbeat
-            row["receipt_claim"] = True
-        attempts = leases + claims
-        cancelled: list[dict[str, Any]] = []
+    reads = await storage_engine(session)
+    if engine.is_queue_storage or getattr(reads, "read_only", False):
+        attempts, cancelled = await _engine_attempts(session, params)
     else:
         attempts, cancelled = await _canonical_attempts(session, params)
     if options.min_age_s:
@@ -105,6 +81,31 @@ async def _canonical_attempts(session: OpsSession, params: dict[str, Any]
         detail = details.get(a["job_id"])
         a["run_lease"] = detail.run_lease if detail else None
         a["running_for_s"] = detail.running_for_s if detail else None
+    return attempts, [asdict(c) for c in cancelled]
+
+
+async def _engine_attempts(session: OpsSession, params: dict[str, Any]
+                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Running attempts from the engine's read side (a queue-storage layout: open receipt
+    claims and leases, heartbeats from attempt_state), and recent cancels."""
+    engine = await storage_engine(session)
+    async with session.read():
+        found = await engine.running_attempts(session.conn, limit=params["limit"])
+        cancelled = await engine.cancelled_while_running(
+            session.conn, window_s=params["window"], stale_after_s=params["staleness"],
+            queue=params["queue"], limit=params["limit"])
+    attempts: list[dict[str, Any]] = []
+    for a in found:
+        if params["queue"] is not None and a.queue != params["queue"]:
+            continue
+        attempts.append({"job_id": a.id, "kind": a.kind, "queue": a.queue,
+                         "attempt": a.attempt, "run_lease": a.run_lease,
+                         "heartbeat_at": a.heartbeat_at, "deadline_at": a.deadline_at,
+                         "heartbeat_age_s": a.heartbeat_age_s,
+                         "deadline_remaining_s": a.deadline_remaining_s,
+                         "running_for_s": a.running_for_s})
+    for row in attempts:
+        row["total"] = len(attempts)
     return attempts, [asdict(c) for c in cancelled]
 
 

@@ -1,6 +1,11 @@
 """unique-wedge: the guide's query for a running job whose unique key another job holds.
 
-Rescue of such a job collides on idx_awa_jobs_unique.  The holder decides the
+Such a supersession is normal while the old attempt still runs (a unique
+mask without ``running`` admits a newer enqueue); it is a wedge only with
+evidence that rescue is failing: the old attempt's heartbeat is older than
+the staleness cutoff plus two rescue intervals, so rescue should have moved
+it twice over and has not (on affected builds it collides on
+idx_awa_jobs_unique every tick).  Otherwise it is reported as information.  The holder decides the
 safe remedy: cancel the stuck job; delete a claim row only when its recorded
 holder provably no longer exists (deleting a live holder's claim admits a
 duplicate).
@@ -8,10 +13,11 @@ duplicate).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from awa import config
-from awa_ops.diagnose._text import awa, plural, psql
+from awa_ops.diagnose._text import awa, plural, psql, secs
 from awa_ops.findings import Finding, Severity, plain, runbook
 from awa_ops.session import OpsSession
 from awa_ops.storage import render, storage_engine
@@ -33,11 +39,25 @@ LIMIT %(limit)s
 
 async def _wedged(session: OpsSession, options) -> list[dict[str, Any]]:
     engine = await storage_engine(session)
+    limit = config.OPS_EVIDENCE_LIMIT * 20
     async with session.read() as cur:
-        await cur.execute(WEDGE, {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20})
-        rows = await cur.fetchall()
+        superseded = getattr(engine, "superseded_attempts", None)
+        if superseded is not None and getattr(engine, "queue_storage", False):
+            rows = [asdict(a) for a in await superseded(session.conn, queue=options.queue,
+                                                        limit=limit)]
+        else:
+            await cur.execute(WEDGE, {"queue": options.queue, "limit": limit})
+            rows = await cur.fetchall()
         holders = await engine.unique_claim_holders(
             session.conn, list({bytes(r["unique_key"]) for r in rows}))
+        attempts = {a.id: a for a in await engine.running_attempts(
+            session.conn, job_ids=[r["stuck_job"] for r in rows], limit=max(len(rows), 1))}
+    for row in rows:
+        a = attempts.get(row["stuck_job"])
+        row["heartbeat_age_s"] = None if a is None or a.heartbeat_age_s is None else round(
+            a.heartbeat_age_s, 1)
+        row["running_for_s"] = None if a is None or a.running_for_s is None else round(
+            a.running_for_s, 1)
     in_dlq = {(h.unique_key, h.job_id) for h in holders if h.in_dlq}
     for row in rows:
         row["holder_in_dlq"] = (bytes(row["unique_key"]), row["claim_holder"]) in in_dlq
@@ -50,6 +70,25 @@ async def check(session, engine, options) -> list[Finding]:
         return [Finding(Severity.OK, "no running job is wedged behind another job's unique claim",
                         runbook=RUNBOOK)]
     findings = []
+    # Rescue should have moved a stale attempt twice over by now.
+    overdue = options.heartbeat_staleness_s + 2 * options.rescue_interval_s
+    stuck = [r for r in rows if r["heartbeat_age_s"] is not None and r["heartbeat_age_s"] > overdue]
+    transient = [r for r in rows if r not in stuck]
+    if transient:
+        first = transient[0]
+        findings.append(Finding(
+            Severity.OK,
+            f"{plural(len(transient), 'running job')} superseded: a newer job holds "
+            f"{'its' if len(transient) == 1 else 'their'} unique key (e.g. running job "
+            f"{first['stuck_job']}, held by job {first['claim_holder']}); transient while "
+            f"the old attempt runs (heartbeat "
+            f"{'?' if first['heartbeat_age_s'] is None else secs(first['heartbeat_age_s'])} old)",
+            "a unique mask without running admits a newer enqueue during execution; the old "
+            "attempt ends in a fallback cancellation, the newer holder wins",
+            evidence=transient[:options.evidence_limit], runbook=RUNBOOK))
+    rows = stuck
+    if not rows:
+        return findings
     for row in rows[:options.evidence_limit]:
         state = row["holder_state"]
         if state is None:
@@ -71,7 +110,8 @@ async def check(session, engine, options) -> list[Finding]:
         findings.append(Finding(
             Severity.CRITICAL,
             f"running job {row['stuck_job']} ({row['kind']}, queue {row['queue']}) is wedged: "
-            f"job {row['claim_holder']} holds its unique key; holder {holder}",
+            f"job {row['claim_holder']} holds its unique key; holder {holder}; heartbeat "
+            f"{secs(row['heartbeat_age_s'])} old, past two rescue intervals",
             "rescue of this job collides on idx_awa_jobs_unique every tick (\"duplicate key value "
             "violates unique constraint\"); a unique_states mask without running let a newer "
             "duplicate take the key",

@@ -52,14 +52,28 @@ def layout(url: str) -> storage.StorageLayout:
         return storage.describe_layout_sync(conn)
 
 
-def assert_refused_everywhere(url: str, *fragments: str) -> None:
-    """`awa migrate`, `awa queue stats`, `awa job list`, the schema check and a client refuse."""
+def assert_refused_everywhere(url: str, *fragments: str, rust_core_reads: bool = False) -> None:
+    """`awa migrate`, `awa queue stats`, `awa job list`, the schema check and a client refuse.
+
+    ``rust_core_reads`` (issue 13): on a Rust-core database our CLI's read commands read it
+    through the read-only engine (awa.storage.rust_core) and its writes refuse with one line
+    naming the Rust-core CLI command; `awa migrate`, the schema check and a client still refuse.
+    """
     before = snapshot(url)
-    for args in (["migrate"], ["queue", "stats"], ["job", "list", "--json"]):
+    refused = [["migrate"]] if rust_core_reads else [
+        ["migrate"], ["queue", "stats"], ["job", "list", "--json"]]
+    for args in refused:
         result = awa_cmd(*args, "--database-url", url)
         assert result.returncode == 1, (args, result.stdout, result.stderr)
         assert_one_line_error(result.stderr, "not by awa-py", "left unchanged", *fragments)
         assert result.stdout == ""
+    if rust_core_reads:
+        for args in (["queue", "stats"], ["job", "list", "--json"]):
+            result = awa_cmd(*args, "--database-url", url)
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        result = awa_cmd("job", "cancel", "1", "--database-url", url)
+        assert result.returncode == 1
+        assert_one_line_error(result.stderr, "Rust-core awa", "`awa job cancel <id>`")
     with psycopg.connect(url, autocommit=True) as conn:
         with pytest.raises(awa.ForeignSchema, match="not by awa-py"):
             schema.ensure_migrated_sync(conn)
@@ -166,7 +180,7 @@ def test_a_database_migrated_by_the_rust_core_is_refused_and_unchanged(empty_dat
     assert found.foreign and found.distribution == storage.RUST_CORE
     assert found.schema_version is not None and found.schema_version >= 40
     assert_refused_everywhere(url, "Rust-core awa", f"schema version {found.schema_version}",
-                              "engine canonical")
+                              "engine canonical", rust_core_reads=True)
 
     # Routed to the Rust core's queue storage, the line names that engine and its schema.
     rust_awa(binary, url, "storage", "prepare-queue-storage-schema", "--schema", "awa_qs")
@@ -176,4 +190,5 @@ def test_a_database_migrated_by_the_rust_core_is_refused_and_unchanged(empty_dat
     rust_awa(binary, url, "storage", "finalize")
     routed = layout(url)
     assert (routed.engine, routed.schema) == (storage.QUEUE_STORAGE, "awa_qs")
-    assert_refused_everywhere(url, "Rust-core awa", "engine queue_storage in schema awa_qs")
+    assert_refused_everywhere(url, "Rust-core awa", "engine queue_storage in schema awa_qs",
+                              rust_core_reads=True)

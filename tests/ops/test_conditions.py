@@ -104,6 +104,12 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
                "heartbeat_at = now(), deadline_at = now() + interval '5 minutes', "
                "attempted_at = now() WHERE id = %s", (old,))
     newer = insert_job(db, "wedged", unique_key=key, unique_states=no_running)
+    # issue 13: while the old attempt still heartbeats this is a transient supersession (info);
+    # a wedge needs evidence that rescue fails: a heartbeat older than staleness + 2 rescue scans.
+    transient = ops("unique-wedge")
+    assert transient.code == 0 and "superseded" in summaries(transient.data)
+    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() - interval '10 minutes' "
+               "WHERE id = %s", (old,))
     # The wedge is real: rescuing the old attempt to retryable collides on the unique index.
     with pytest.raises(psycopg.errors.UniqueViolation, match="idx_awa_jobs_unique"):
         db.execute("""WITH moved AS (DELETE FROM awa.jobs_hot WHERE id = %s RETURNING *)

@@ -311,5 +311,6 @@ async def test_runtime_list_and_liveness(engine, aconn, arrange):
     alive = {r.instance_id for r in runtimes
              if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, 90)}
     assert alive == {leader, live}  # fast promised a snapshot every 10 ms: 1 s of silence is death
-    assert live_window_s(10_000) == 30.0
+    # issue 13: live within 2 x the runtime's own snapshot interval (was 3 x)
+    assert live_window_s(10_000) == 20.0
     assert live_window_s(200) == 2.0 and live_window_s(200, stale_after_s=1.0) == 0.75

@@ -4,6 +4,7 @@
 
     binary = rust_awa_binary()                 # pip-installs awa-cli==0.6.9 on first use
     rust_awa(binary, database_url, "migrate")  # the Rust core lays out its own schema
+    python = rust_awa_python()                 # the same venv with awa-pg==0.6.9 (its SDK)
 
 The cache directory is the one tests/ops/test_queue_storage.py uses, so the
 package is downloaded once for both; a file lock keeps two test processes
@@ -39,6 +40,25 @@ def rust_awa_binary(version: str = AWA_CLI_VERSION) -> Path:
             subprocess.run([str(venv / "bin" / "pip"), "install", "-q",
                             f"awa-cli=={version}"], check=True, timeout=600)
     return binary
+
+
+AWA_PG_VERSION = "0.6.9"
+
+
+def rust_awa_python(version: str = AWA_PG_VERSION) -> Path:
+    """A python with ``awa-pg==version`` importable as ``awa`` (the cached awa-cli venv)."""
+    binary = rust_awa_binary(version)
+    python = binary.with_name("python")
+    marker = binary.parent.parent / f".awa-pg-{version}"
+    if marker.exists():
+        return python
+    with open(CACHE / f".awa-cli-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run([str(binary.with_name("pip")), "install", "-q",
+                            f"awa-pg=={version}"], check=True, timeout=600)
+            marker.touch()
+    return python
 
 
 def as_url(conninfo: str) -> str:

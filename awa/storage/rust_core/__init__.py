@@ -1,0 +1,768 @@
+"""A read-only engine for databases run by the Rust-core awa 0.6 (``awa-pg`` / the ``awa`` crate).
+
+Its default queue-storage layout keeps no row per job: a job is an entry of
+``<schema>.ready_entries`` (claimed when its lane sequence falls behind the
+queue's claim head), a row of ``deferred_jobs`` while scheduled/retryable,
+of ``done_entries`` once terminal, of ``dlq_entries`` when dead-lettered; a
+running attempt is an open ``lease_claims`` row (the guide's anti-join with
+``lease_claim_closures`` / ``lease_claim_closure_batches``) or a
+materialized ``leases`` row, its heartbeat in ``attempt_state``.  Errors,
+tags, metadata and progress live in each row's ``payload``.
+
+This engine reads that layout for awa-ops, awa-tui and the read commands of
+our ``awa`` CLI.  It never writes: every write method raises ``ForeignSchema``
+naming the Rust-core CLI command that does it (``awa job cancel <id>``), so
+nothing of ours writes into another engine's internals.  On a Rust-core
+database still on its canonical engine (``schema`` None) the canonical reads
+serve, read-only all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NoReturn
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState
+from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.engine import (
+    CancelledAttempt,
+    DlqCursor,
+    DlqDepth,
+    DlqEntriesPage,
+    DlqEntry,
+    DlqFilter,
+    DlqPageQuery,
+    DlqSummary,
+    JobDump,
+    JobListQuery,
+    JobRecord,
+    JobSummary,
+    QueueCount,
+    QueueDepth,
+    QueueDetail,
+    QueueStat,
+    RepeatedError,
+    RunningAttemptRead,
+    RunningCounts,
+    RuntimeDescriptorHashes,
+    UniqueClaimHolder,
+    WedgedClaims,
+)
+
+NAME = "rust_core"
+
+
+@dataclass(frozen=True)
+class SupersededAttempt:
+    """A running attempt whose unique key another job holds (the guide's wedge query).
+
+    (For the lead: belongs in engine.py's OpsReads section beside WedgedClaims.)
+    """
+
+    stuck_job: int
+    kind: str
+    queue: str
+    unique_key: bytes
+    claim_holder: int
+    holder_state: str | None
+
+# --- running attempts: open receipt claims and materialized leases --------------------
+# The guide's open-claim anti-join (plus the claim's own closed_at), a lease
+# row per materialized attempt, the heartbeat from attempt_state where the
+# runtime wrote one, kind/tags from the claimed ready entry (primary key).
+# A claim without an attempt_state row has not heartbeated since its claim
+# (0.6 writes one at the first heartbeat, well within the staleness cutoff),
+# so its last sign of life is claimed_at -- what the Rust core's own stale
+# rescue of unmaterialized claims keys on (idx_awa_lease_claims_stale).
+_ATTEMPTS = """
+WITH claims AS (
+    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
+           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
+           c.enqueue_shard, c.lane_seq, c.materialized_at
+      FROM {s}.lease_claims c
+     WHERE c.closed_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
+                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
+                          AND cx.run_lease = c.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
+                        WHERE cb.receipt_ranges @> c.receipt_id)
+       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
+                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
+), attempts AS (
+    SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
+           l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
+           l.lane_seq, coalesce(a.heartbeat_at, l.heartbeat_at) AS heartbeat_at,
+           false AS receipt_claim
+      FROM {s}.leases l
+      LEFT JOIN {s}.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
+     WHERE l.state = 'running'
+    UNION ALL
+    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
+           c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
+           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
+           a.job_id IS NULL AS receipt_claim
+      FROM claims c
+      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
+)"""
+RUNNING = _ATTEMPTS + """
+SELECT t.job_id AS id, coalesce(r.kind, '?') AS kind, t.queue, t.attempt::int AS attempt,
+       t.max_attempts::int AS max_attempts, t.run_lease, t.priority::int AS priority,
+       t.attempted_at, t.heartbeat_at, t.deadline_at, t.receipt_claim, r.args, r.run_at,
+       r.created_at, r.unique_key, r.payload,
+       ARRAY(SELECT jsonb_array_elements_text(
+           coalesce(NULLIF(r.payload->'tags', 'null'::jsonb), '[]'::jsonb))) AS tags,
+       EXTRACT(EPOCH FROM (now() - t.heartbeat_at))::float8 AS heartbeat_age_s,
+       EXTRACT(EPOCH FROM (t.deadline_at - now()))::float8 AS deadline_remaining_s,
+       EXTRACT(EPOCH FROM (now() - t.attempted_at))::float8 AS running_for_s
+  FROM attempts t
+  LEFT JOIN {s}.ready_entries r
+    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
+   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
+   AND r.lane_seq = t.lane_seq
+ WHERE (%(ids)s::bigint[] IS NULL OR t.job_id = ANY(%(ids)s::bigint[]))
+   AND (%(started_before)s::timestamptz IS NULL OR t.attempted_at IS NULL
+        OR t.attempted_at <= %(started_before)s)
+ ORDER BY coalesce(t.heartbeat_at, t.attempted_at), t.job_id
+ LIMIT %(limit)s
+"""
+RUNNING_COUNTS = _ATTEMPTS + """
+SELECT queue, count(*) AS running,
+       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
+       count(*) FILTER (WHERE deadline_at < now()) AS overdue
+  FROM attempts
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+ GROUP BY queue ORDER BY queue
+"""
+
+# --- queue depth and lag ----------------------------------------------------------------
+# Per claim head (queue, priority, shard): the ready entries at or past the
+# claim sequence and not tombstoned, counted up to the cap, and the oldest
+# one's run_at (primary key order); deferred jobs per state; waiting callbacks;
+# failed terminal rows; DLQ entries (queue index).  Running comes from the
+# attempts read above.
+QUEUE_BACKLOG = """
+WITH heads AS (
+    SELECT h.queue, h.priority, h.enqueue_shard, {s}.sequence_next_value(h.seq_name) AS next_claim
+      FROM {s}.queue_claim_heads h
+), ready AS (
+    SELECT h.queue,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM {s}.ready_entries r
+                 WHERE r.queue = h.queue AND r.priority = h.priority
+                   AND r.enqueue_shard = h.enqueue_shard AND r.lane_seq >= h.next_claim
+                   AND NOT EXISTS (
+                       SELECT 1 FROM {s}.ready_tombstones t
+                        WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
+                          AND t.priority = r.priority AND t.enqueue_shard = r.enqueue_shard
+                          AND t.lane_seq = r.lane_seq AND t.ready_generation = r.ready_generation)
+                 LIMIT %(cap)s) c) AS available,
+           (SELECT min(r.run_at) FROM (
+                SELECT r.run_at FROM {s}.ready_entries r
+                 WHERE r.queue = h.queue AND r.priority = h.priority
+                   AND r.enqueue_shard = h.enqueue_shard AND r.lane_seq >= h.next_claim
+                   AND NOT EXISTS (
+                       SELECT 1 FROM {s}.ready_tombstones t
+                        WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
+                          AND t.priority = r.priority AND t.enqueue_shard = r.enqueue_shard
+                          AND t.lane_seq = r.lane_seq AND t.ready_generation = r.ready_generation)
+                 ORDER BY r.lane_seq LIMIT 1) r) AS oldest_available
+      FROM heads h
+)
+SELECT queue, 'available' AS state, least(sum(available), %(cap)s)::bigint AS n,
+       min(oldest_available) AS oldest_available
+  FROM ready GROUP BY queue
+UNION ALL
+SELECT queue, state::text, count(*), NULL FROM (
+    SELECT queue, state FROM {s}.deferred_jobs LIMIT %(scan)s) d GROUP BY queue, state
+UNION ALL
+SELECT queue, state::text, count(*), NULL FROM {s}.leases
+ WHERE state = 'waiting_external' GROUP BY queue, state
+UNION ALL
+SELECT queue, 'failed', count(*), NULL FROM (
+    SELECT queue FROM {s}.done_entries WHERE state = 'failed' LIMIT %(scan)s) f GROUP BY queue
+UNION ALL
+SELECT queue, 'dlq', count(*), NULL FROM (
+    SELECT queue FROM {s}.dlq_entries LIMIT %(scan)s) q GROUP BY queue
+"""
+COMPLETED_SINCE = """
+SELECT queue, sum(n)::bigint AS n FROM (
+    SELECT queue, count(*) AS n FROM {s}.done_entries
+     WHERE state = 'completed' AND finalized_at > %(since)s AND finalized_at <= %(until)s
+     GROUP BY queue
+    UNION ALL
+    SELECT queue, sum(completed_count) FROM {s}.receipt_completion_batches
+     WHERE finalized_at > %(since)s AND finalized_at <= %(until)s
+     GROUP BY queue) c
+ GROUP BY queue
+"""
+QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
+              "WHERE queue = ANY(%(queues)s::text[]) OR true")
+
+# --- jobs (other states): the Rust core's own awa.jobs view ---------------------------------
+_COLUMNS = ", ".join(JOB_COLUMNS)
+JOB_BY_ID = f"SELECT {_COLUMNS} FROM awa.jobs WHERE id = %(id)s LIMIT 1"
+JOBS = (f"SELECT {_COLUMNS} FROM awa.jobs"
+        " WHERE (%(state)s::text IS NULL OR state::text = %(state)s)"
+        " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
+        " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
+        " AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])"
+        " ORDER BY id DESC LIMIT %(limit)s")
+
+# --- DLQ: errors are in payload ---------------------------------------------------------------
+_DLQ_ERRORS = "coalesce(d.payload->'errors', '[]'::jsonb)"
+DLQ_JOB_COLUMNS = f"""
+d.job_id AS id, d.kind, d.queue, d.args, d.state::text AS state, d.priority::int AS priority,
+d.attempt::int AS attempt, d.max_attempts::int AS max_attempts, d.run_at, d.attempted_at,
+d.finalized_at, d.created_at,
+ARRAY(SELECT e FROM jsonb_array_elements({_DLQ_ERRORS}) e) AS errors,
+coalesce(NULLIF(d.payload->'metadata', 'null'::jsonb), '{{{{}}}}'::jsonb) AS metadata,
+ARRAY(SELECT jsonb_array_elements_text(
+    coalesce(NULLIF(d.payload->'tags', 'null'::jsonb), '[]'::jsonb))) AS tags,
+d.unique_key, d.run_lease, NULLIF(d.payload->'progress', 'null'::jsonb) AS progress,
+d.dlq_reason, d.dlq_at, d.original_run_lease,
+{_DLQ_ERRORS}->(jsonb_array_length({_DLQ_ERRORS}) - 1)->>'error' AS last_error"""
+DLQ_LIST = f"""
+SELECT {DLQ_JOB_COLUMNS} FROM {{s}}.dlq_entries d
+ WHERE (%(queue)s::text IS NULL OR d.queue = %(queue)s)
+   AND (%(kind)s::text IS NULL OR d.kind = %(kind)s)
+   AND (%(reason)s::text IS NULL OR d.dlq_reason = %(reason)s)
+   AND (%(tag)s::text IS NULL OR coalesce(d.payload->'tags', '[]'::jsonb) ? %(tag)s)
+   AND (%(before_at)s::timestamptz IS NULL
+        OR (d.dlq_at, d.job_id) < (%(before_at)s, %(before_id)s))
+   AND (%(before_id)s::bigint IS NULL OR %(before_at)s::timestamptz IS NOT NULL
+        OR d.job_id < %(before_id)s)
+ ORDER BY d.dlq_at DESC, d.job_id DESC
+ LIMIT %(limit)s
+"""
+DLQ_BY_ID = f"SELECT {DLQ_JOB_COLUMNS} FROM {{s}}.dlq_entries d WHERE d.job_id = %(id)s"
+DLQ_DEPTHS = """
+SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
+       count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
+  FROM {s}.dlq_entries
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+ GROUP BY queue, dlq_reason
+ ORDER BY depth DESC
+"""
+DLQ_DEPTHS_BY_QUEUE = """
+WITH RECURSIVE qs AS (
+    (SELECT queue FROM {s}.dlq_entries ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT n.queue FROM qs p CROSS JOIN LATERAL (
+        SELECT d.queue FROM {s}.dlq_entries d WHERE d.queue > p.queue
+         ORDER BY d.queue LIMIT 1) n
+)
+SELECT qs.queue,
+       (SELECT count(*) FROM (SELECT 1 FROM {s}.dlq_entries d
+         WHERE d.queue = qs.queue LIMIT %(cap)s) c) AS n
+  FROM (SELECT queue FROM qs LIMIT %(max_queues)s) qs
+"""
+# The newest DLQ entries and failed terminal rows, last error from payload.
+REPEATED_ERRORS = """
+WITH recent AS (
+    (SELECT job_id, kind, queue, payload->'errors' AS errors, 'dlq' AS place
+       FROM {s}.dlq_entries
+      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+      ORDER BY dlq_at DESC LIMIT %(sample)s)
+    UNION ALL
+    (SELECT job_id, kind, queue, payload->'errors', 'failed' FROM {s}.done_entries
+      WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      ORDER BY finalized_at DESC LIMIT %(sample)s)
+), last_errors AS (
+    SELECT job_id, kind, queue, place,
+           left(errors->(jsonb_array_length(errors) - 1)->>'error', 300) AS message,
+           (SELECT count(*) FROM jsonb_array_elements(errors) e
+             WHERE e->>'error' = errors->(jsonb_array_length(errors) - 1)->>'error')
+               AS same_attempts
+      FROM recent
+     WHERE jsonb_typeof(errors) = 'array' AND jsonb_array_length(errors) > 0
+)
+SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
+       (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
+       array_agg(DISTINCT place) AS places
+  FROM last_errors
+ GROUP BY kind, queue, message
+ ORDER BY count(*) DESC, max(same_attempts) DESC
+ LIMIT %(limit)s
+"""
+
+# --- uniqueness: claims are in awa.job_unique_claims; a running holder is an open attempt ---
+UNIQUE_HOLDERS = """
+SELECT c.unique_key, c.job_id, j.state::text AS state,
+       EXISTS (SELECT 1 FROM {s}.dlq_entries d WHERE d.job_id = c.job_id) AS in_dlq
+  FROM awa.job_unique_claims c
+  LEFT JOIN LATERAL (SELECT state FROM awa.jobs WHERE id = c.job_id LIMIT 1) j ON true
+ WHERE c.unique_key = ANY(%(keys)s::bytea[])
+"""
+WEDGED = _ATTEMPTS + """
+SELECT t.queue, count(*) AS wedged
+  FROM attempts t
+  JOIN {s}.ready_entries r
+    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
+   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
+   AND r.lane_seq = t.lane_seq
+  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
+ GROUP BY t.queue
+"""
+# The guide's wedge query on this layout: a running attempt whose unique key
+# another job holds (its claim in awa.job_unique_claims).
+SUPERSEDED = _ATTEMPTS + """
+SELECT t.job_id AS stuck_job, r.kind, t.queue, r.unique_key, c.job_id AS claim_holder
+  FROM attempts t
+  JOIN {s}.ready_entries r
+    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
+   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
+   AND r.lane_seq = t.lane_seq
+  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
+ WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s)
+ LIMIT %(limit)s
+"""
+RUNTIME_DESCRIPTOR_HASHES = """
+SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
+                                       'kinds', job_kind_descriptor_hashes) AS descriptor_hashes
+  FROM awa.runtime_instances"""
+
+# What the Rust-core CLI calls each write (same spelling as its --help).
+WRITE_COMMANDS: dict[str, str] = {
+    "cancel": "awa job cancel <id>", "retry": "awa job retry <id>",
+    "retry_failed": "awa job retry-failed --kind <kind> | --queue <queue>",
+    "discard_failed": "awa job discard --kind <kind>",
+    "pause_queue": "awa queue pause <queue>", "resume_queue": "awa queue resume <queue>",
+    "drain_queue": "awa queue drain <queue>",
+    "purge_dlq": "awa dlq purge --kind <kind> | --queue <queue> | --tag <tag> | --all",
+    # (its CLI has no single-entry purge: the narrowest filter it offers)
+    "purge_dlq_job": "awa dlq purge --kind <kind> | --queue <queue> | --tag <tag>",
+    "retry_from_dlq": "awa dlq retry <id>", "bulk_retry_from_dlq": "awa dlq retry-bulk",
+    "move_failed_to_dlq": "awa dlq move", "bulk_move_failed_to_dlq": "awa dlq move",
+    "delete_cron_job": "awa cron remove <name>",
+    # Reads of this layout that nothing of ours needs: its own CLI answers them.
+    "list_cron_jobs": "awa cron list", "get_cron_job": "awa cron list",
+}
+# Everything else that writes belongs to the Rust core's own runtime.
+RUNTIME_WRITES = (
+    "insert_batch", "insert_batch_sync", "copy_batch", "claim_batch", "complete_batch",
+    "retry_batch", "snooze_batch", "cancel_batch", "fail_batch", "dead_letter_batch",
+    "park_batch", "cancel_superseded", "heartbeat_batch", "flush_progress_batch",
+    "upsert_runtime_snapshot", "rescue_stale_heartbeats", "rescue_expired_deadlines",
+    "rescue_callback_timeouts", "promote_due", "purge_finalized", "purge_aged_dlq",
+    "purge_unseen_runtimes", "purge_unseen_descriptors", "age_priorities", "fire_cron",
+    "upsert_descriptors", "set_runtime_descriptor_hashes", "register_callback",
+    "park_for_callback", "complete_external", "fail_external", "retry_external",
+    "resume_external", "heartbeat_callback", "upsert_cron_jobs", "pause_cron_job",
+    "resume_cron_job", "trigger_cron_job",
+    # Reads only our runtime, producer and callback receiver make (never on this layout).
+    "available_counts", "list_active_cron_jobs", "unique_holder", "unique_holder_sync",
+    "poll_callback_wait", "lock_open_callback", "find_callback",
+)
+
+
+def refusal(method: str) -> ForeignSchema:
+    """The one-line error for a write (or a runtime-only read) on a Rust-core database."""
+    command = WRITE_COMMANDS.get(method)
+    if command:
+        return ForeignSchema(f"this database is run by the Rust-core awa 0.6; awa-py only reads "
+                             f"its jobs, queues and DLQ: use its CLI: `{command}`")
+    return ForeignSchema(f"this database is run by the Rust-core awa 0.6; awa-py only reads it "
+                         f"({method} is done by its own runtime)")
+
+
+def _refuser(method: str) -> Any:
+    async def refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        raise refusal(method)
+
+    def refuse_sync(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        raise refusal(method)
+
+    fn = refuse_sync if method.endswith("_sync") else refuse
+    fn.__name__ = method
+    fn.__doc__ = f"Refused: {WRITE_COMMANDS.get(method, 'the Rust-core runtime does this')}."
+    return fn
+
+
+async def _rows(conn: psycopg.AsyncConnection[Any], query: Any,
+                params: Any = None) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+class RustCoreEngine(CanonicalReads):
+    """Reads of the Rust-core awa 0.6 layout; never a write.
+
+    ``schema``: its active queue-storage schema, or None while that database
+    still runs the Rust core's canonical engine (then the canonical reads,
+    which share its ``awa.jobs_hot`` shape, serve).
+    """
+
+    name = NAME
+    read_only = True
+    # A running attempt's depth scan stops here; deeper backlogs report the cap.
+    SCAN_CAP = 1_000_000
+
+    def __init__(self, schema: str | None) -> None:
+        self.schema = schema
+        self._sql: dict[str, sql.Composed] = {}
+
+    def _q(self, template: str) -> sql.Composed:
+        composed = self._sql.get(template)
+        if composed is None:
+            assert self.schema is not None
+            composed = sql.SQL(template).format(s=sql.Identifier(self.schema))
+            self._sql[template] = composed
+        return composed
+
+    @property
+    def queue_storage(self) -> bool:
+        return self.schema is not None
+
+    # -- running attempts ----------------------------------------------------------
+    async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                               started_before: datetime | None = None,
+                               job_ids: Sequence[int] | None = None,
+                               limit: int) -> list[RunningAttemptRead]:
+        if not self.queue_storage:
+            return await super().running_attempts(conn, started_before=started_before,
+                                                  job_ids=job_ids, limit=limit)
+        rows = await self._running_rows(conn, started_before=started_before, job_ids=job_ids,
+                                        limit=limit)
+        return [self._attempt(r) for r in rows]
+
+    async def _running_rows(self, conn: psycopg.AsyncConnection[Any], *,
+                            started_before: datetime | None = None,
+                            job_ids: Sequence[int] | None = None,
+                            limit: int) -> list[dict[str, Any]]:
+        return await _rows(conn, self._q(RUNNING), {
+            "ids": None if job_ids is None else list(job_ids),
+            "started_before": started_before, "limit": limit})
+
+    @staticmethod
+    def _attempt(r: dict[str, Any]) -> RunningAttemptRead:
+        return RunningAttemptRead(
+            id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
+            max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
+            attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
+            deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
+            heartbeat_age_s=_float(r["heartbeat_age_s"]),
+            deadline_remaining_s=_float(r["deadline_remaining_s"]),
+            running_for_s=_float(r["running_for_s"]))
+
+    async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
+                             queue: str | None = None) -> list[RunningCounts]:
+        if not self.queue_storage:
+            return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
+        rows = await _rows(conn, self._q(RUNNING_COUNTS),
+                           {"staleness": stale_after_s, "queue": queue})
+        return [RunningCounts(r["queue"], int(r["running"]), _float(r["oldest_heartbeat_s"]),
+                              int(r["stale"]), int(r["overdue"])) for r in rows]
+
+    async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
+                                      window_s: float, stale_after_s: float,
+                                      queue: str | None = None,
+                                      limit: int) -> list[CancelledAttempt]:
+        """Not readable on queue storage (a cancel closes the claim at once): none."""
+        if not self.queue_storage:
+            return await super().cancelled_while_running(
+                conn, window_s=window_s, stale_after_s=stale_after_s, queue=queue, limit=limit)
+        return []
+
+    # -- queue depth, lag, completions -------------------------------------------------
+    async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
+                           cap: int | None = None) -> list[QueueDepth]:
+        if not self.queue_storage:
+            from awa.storage.canonical import ENGINE
+            return await ENGINE.queue_depths(conn, cap=cap)
+        limit = cap or self.SCAN_CAP
+        rows = await _rows(conn, self._q(QUEUE_BACKLOG), {"cap": limit, "scan": self.SCAN_CAP})
+        running = await self.running_counts(conn, stale_after_s=1e9)
+        depth: dict[str, dict[str, int]] = {}
+        oldest: dict[str, datetime | None] = {}
+        dlq: dict[str, int] = {}
+        for r in rows:
+            if r["state"] == "dlq":
+                dlq[r["queue"]] = int(r["n"])
+                continue
+            if r["n"]:
+                depth.setdefault(r["queue"], {})[r["state"]] = min(int(r["n"]), limit)
+            if r["state"] == "available":
+                oldest[r["queue"]] = r["oldest_available"]
+        for c in running:
+            depth.setdefault(c.queue, {})["running"] = c.running
+        now = (await _rows(conn, "SELECT now() AS now"))[0]["now"]
+        out = []
+        for queue in sorted(set(depth) | set(dlq)):
+            counts = depth.get(queue, {})
+            at = oldest.get(queue) if counts.get("available") else None
+            capped = frozenset(s for s, n in counts.items() if cap and n >= cap)
+            if cap and dlq.get(queue, 0) >= cap:
+                capped |= {"dlq"}
+            out.append(QueueDepth(queue, counts, at,
+                                  None if at is None else max((now - at).total_seconds(), 0.0),
+                                  min(dlq.get(queue, 0), limit), capped))
+        return out
+
+    async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Sequence[str], *,
+                            since: datetime | None = None, until: datetime | None = None,
+                            cap: int) -> list[QueueDetail]:
+        if not self.queue_storage:
+            return await super().queue_details(conn, queues, since=since, until=until, cap=cap)
+        depths = {d.queue: d for d in await self.queue_depths(conn, cap=cap)}
+        completed: dict[str, int] = {}
+        if since is not None:
+            completed = {r["queue"]: int(r["n"]) for r in await _rows(
+                conn, self._q(COMPLETED_SINCE), {"since": since, "until": until})}
+        meta = {r["queue"]: r for r in await _rows(conn, QUEUE_META, {"queues": list(queues)})}
+        out = []
+        for queue in sorted(set(queues) | set(meta)):
+            d, m = depths.get(queue), meta.get(queue) or {}
+            out.append(QueueDetail(queue, d.oldest_available_at if d else None,
+                                   d.lag_s if d else None, min(completed.get(queue, 0), cap),
+                                   bool(m.get("paused")), m.get("paused_at"), m.get("paused_by")))
+        return out
+
+    async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
+        if not self.queue_storage:
+            from awa.storage.canonical import ENGINE
+            return await ENGINE.queue_stats(conn)
+        now = (await _rows(conn, "SELECT now() AS now"))[0]["now"]
+        from datetime import timedelta
+        depths = {d.queue: d for d in await self.queue_depths(conn)}
+        details = {d.queue: d for d in await self.queue_details(
+            conn, sorted(depths), since=now - timedelta(hours=1), until=now, cap=self.SCAN_CAP)}
+        out = []
+        for queue in sorted(set(depths) | set(details)):
+            d, q = depths.get(queue), details.get(queue)
+            c = d.count if d else (lambda s: 0)
+            out.append(QueueStat(queue, available=c("available"), running=c("running"),
+                                 failed=c("failed"),
+                                 completed_last_hour=q.completed if q else 0,
+                                 lag_seconds=d.lag_s if d else None,
+                                 paused=bool(q and q.paused), scheduled=c("scheduled"),
+                                 retryable=c("retryable"), waiting_external=c("waiting_external")))
+        return out
+
+    # -- DLQ ---------------------------------------------------------------------------
+    async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
+                                  max_queues: int) -> list[DlqDepth]:
+        if not self.queue_storage:
+            return await super().dlq_depths_by_queue(conn, cap=cap, max_queues=max_queues)
+        rows = await _rows(conn, self._q(DLQ_DEPTHS_BY_QUEUE),
+                           {"cap": cap, "max_queues": max_queues})
+        return [DlqDepth(r["queue"], None, int(r["n"]), r["n"] >= cap) for r in rows]
+
+    async def dlq_depths(self, conn: psycopg.AsyncConnection[Any], *, queue: str | None = None,
+                         recent_s: float = 0.0) -> list[DlqDepth]:
+        if not self.queue_storage:
+            return await super().dlq_depths(conn, queue=queue, recent_s=recent_s)
+        rows = await _rows(conn, self._q(DLQ_DEPTHS), {"queue": queue, "recent": recent_s})
+        return [DlqDepth(r["queue"], r["dlq_reason"], int(r["depth"]), False, r["newest"],
+                         int(r["recent"])) for r in rows]
+
+    async def dlq_depth(self, conn: psycopg.AsyncConnection[Any], *,
+                        queue: str | None = None) -> int:
+        return sum(d.count for d in await self.dlq_depths(conn, queue=queue))
+
+    async def dlq_depth_by_queue(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueCount]:
+        by: dict[str, int] = {}
+        for d in await self.dlq_depths(conn):
+            by[d.queue] = by.get(d.queue, 0) + d.count
+        return [QueueCount(q, n) for q, n in sorted(by.items())]
+
+    async def _dlq_rows(self, conn: psycopg.AsyncConnection[Any], *, queue: str | None = None,
+                        kind: str | None = None, reason: str | None = None,
+                        tag: str | None = None, before_at: datetime | None = None,
+                        before_id: int | None = None, limit: int) -> list[dict[str, Any]]:
+        if not self.queue_storage:
+            raise refusal("list_dlq")  # pragma: no cover - canonical Rust layouts: see list_dlq
+        return await _rows(conn, self._q(DLQ_LIST), {
+            "queue": queue, "kind": kind, "reason": reason, "tag": tag,
+            "before_at": before_at, "before_id": before_id, "limit": limit})
+
+    @staticmethod
+    def _dlq_entry(r: dict[str, Any]) -> DlqEntry:
+        return DlqEntry(Job.from_row({**r, "state": JobState.Failed.value}), r["dlq_reason"],
+                        r["dlq_at"], int(r["original_run_lease"]))
+
+    async def get_dlq_job(self, conn: psycopg.AsyncConnection[Any],
+                          job_id: int) -> DlqEntry | None:
+        if not self.queue_storage:
+            from awa.storage.canonical import ENGINE
+            return await ENGINE.get_dlq_job(conn, job_id)
+        rows = await _rows(conn, self._q(DLQ_BY_ID), {"id": job_id})
+        return self._dlq_entry(rows[0]) if rows else None
+
+    async def list_dlq(self, conn: psycopg.AsyncConnection[Any], where: DlqFilter,
+                       limit: int = 100) -> list[DlqEntry]:
+        if not self.queue_storage:
+            from awa.storage.canonical import ENGINE
+            return await ENGINE.list_dlq(conn, where, limit)
+        rows = await self._dlq_rows(conn, queue=where.queue, kind=where.kind, tag=where.tag,
+                                    before_at=where.before_dlq_at, before_id=where.before_id,
+                                    limit=limit)
+        return [self._dlq_entry(r) for r in rows]
+
+    async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
+                       query: DlqPageQuery) -> DlqEntriesPage:
+        if not self.queue_storage:
+            return await super().dlq_page(conn, query)
+        before = query.before
+        rows = await self._dlq_rows(conn, queue=query.queue, kind=query.kind,
+                                    reason=query.reason,
+                                    before_at=before.dlq_at if before else None,
+                                    before_id=before.job_id if before else None,
+                                    limit=query.page)
+        entries = [DlqSummary(r["id"], r["kind"], r["queue"], r["dlq_reason"], r["dlq_at"],
+                              r["attempt"], r["max_attempts"], r["last_error"]) for r in rows]
+        last = entries[-1] if entries and len(entries) >= query.page else None
+        return DlqEntriesPage(entries, DlqCursor(last.dlq_at, last.job_id) if last else None)
+
+    async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
+                              queue: str | None = None, sample: int,
+                              limit: int = 10) -> list[RepeatedError]:
+        if not self.queue_storage:
+            return await super().repeated_errors(conn, queue=queue, sample=sample, limit=limit)
+        rows = await _rows(conn, self._q(REPEATED_ERRORS),
+                           {"queue": queue, "sample": sample, "limit": limit})
+        return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
+                              int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
+                              list(r["places"])) for r in rows]
+
+    # -- jobs --------------------------------------------------------------------------
+    @staticmethod
+    def _running_job(r: dict[str, Any]) -> Job[Any]:
+        payload = r["payload"] or {}
+        return Job.from_row({
+            **{k: r[k] for k in ("id", "kind", "queue", "priority", "attempt", "max_attempts",
+                                 "heartbeat_at", "deadline_at", "attempted_at", "run_lease",
+                                 "run_at", "created_at", "unique_key", "tags")},
+            "args": r["args"] if r["args"] is not None else {},
+            "state": JobState.Running.value, "errors": payload.get("errors") or [],
+            "metadata": payload.get("metadata") or {}, "progress": payload.get("progress")})
+
+    async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
+        record = await self.job_record(conn, job_id)
+        return record.job if record else None
+
+    async def job_record(self, conn: psycopg.AsyncConnection[Any],
+                         job_id: int) -> JobRecord | None:
+        if not self.queue_storage:
+            return await super().job_record(conn, job_id)
+        running = await self._running_rows(conn, job_ids=[job_id], limit=1)
+        if running:
+            return JobRecord(self._running_job(running[0]))
+        rows = await _rows(conn, JOB_BY_ID, {"id": job_id})
+        if rows:
+            return JobRecord(Job.from_row(rows[0]))
+        dlq = await self.get_dlq_job(conn, job_id)
+        return JobRecord(dlq.job, dlq.reason, dlq.dlq_at) if dlq else None
+
+    async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobDump | None:
+        record = await self.job_record(conn, job_id)
+        return JobDump(record.job, record.dlq_reason, record.dlq_at) if record else None
+
+    async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
+                        state: JobState | None = None, kind: str | None = None,
+                        queue: str | None = None, tag: str | None = None,
+                        limit: int = 100) -> list[Job[Any]]:
+        if not self.queue_storage:
+            from awa.storage.canonical import ENGINE
+            return await ENGINE.list_jobs(conn, state=state, kind=kind, queue=queue, tag=tag,
+                                          limit=limit)
+        wanted = None if state is None else JobState(state).value
+        jobs: list[Job[Any]] = []
+        if wanted in (None, JobState.Running.value):
+            jobs += [self._running_job(r) for r in await self._running_rows(
+                conn, limit=limit * 4 if (kind or queue or tag) else limit)
+                if (kind is None or r["kind"] == kind) and (queue is None or r["queue"] == queue)
+                and (tag is None or tag in (r["tags"] or []))]
+        if wanted != JobState.Running.value:
+            rows = await _rows(conn, JOBS, {"state": wanted, "kind": kind, "queue": queue,
+                                            "tag": tag, "limit": limit})
+            jobs += [Job.from_row(r) for r in rows if r["state"] != JobState.Running.value]
+        jobs.sort(key=lambda j: j.id, reverse=True)
+        return jobs[:limit]
+
+    async def job_page(self, conn: psycopg.AsyncConnection[Any],
+                       query: JobListQuery) -> list[JobSummary]:
+        if not self.queue_storage:
+            return await super().job_page(conn, query)
+        jobs = await self.list_jobs(conn, state=JobState(query.state) if query.state else None,
+                                    kind=query.kind, queue=query.queue, tag=query.tag,
+                                    limit=query.page)
+        return [JobSummary(j.id, j.kind, j.queue, j.state.value, j.priority, j.attempt,
+                           j.max_attempts, j.run_at, j.created_at, j.attempted_at,
+                           j.finalized_at, list(j.tags)) for j in jobs]
+
+    # -- uniqueness ----------------------------------------------------------------------
+    async def unique_claim_holders(self, conn: psycopg.AsyncConnection[Any],
+                                   keys: Sequence[bytes]) -> list[UniqueClaimHolder]:
+        if not self.queue_storage:
+            return await super().unique_claim_holders(conn, keys)
+        if not keys:
+            return []
+        rows = await _rows(conn, self._q(UNIQUE_HOLDERS), {"keys": [bytes(k) for k in keys]})
+        running = {a.id for a in await self.running_attempts(
+            conn, job_ids=[r["job_id"] for r in rows], limit=len(rows))}
+        return [UniqueClaimHolder(bytes(r["unique_key"]), r["job_id"],
+                                  "running" if r["job_id"] in running else r["state"],
+                                  bool(r["in_dlq"])) for r in rows]
+
+    async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
+        if not self.queue_storage:
+            return await super().wedged_claims(conn)
+        return [WedgedClaims(r["queue"], int(r["wedged"]))
+                for r in await _rows(conn, self._q(WEDGED))]
+
+    async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                                  queue: str | None = None,
+                                  limit: int) -> list[SupersededAttempt]:
+        """Running attempts whose unique key another job holds, with the holder's state."""
+        rows = await _rows(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
+        holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
+            conn, list({bytes(r["unique_key"]) for r in rows}))}
+        out = []
+        for r in rows:
+            h = holders.get((bytes(r["unique_key"]), r["claim_holder"]))
+            out.append(SupersededAttempt(r["stuck_job"], r["kind"], r["queue"],
+                                         bytes(r["unique_key"]), r["claim_holder"],
+                                         h.state if h else None))
+        return out
+
+    async def runtime_descriptor_hashes(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
+        return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
+                for r in await _rows(conn, RUNTIME_DESCRIPTOR_HASHES)]
+
+
+for _method in (*WRITE_COMMANDS, *RUNTIME_WRITES):
+    setattr(RustCoreEngine, _method, _refuser(_method))
+del _method
+
+
+def engine_for_schema(schema: str | None) -> RustCoreEngine:
+    """The read-only engine of a Rust-core database whose active queue-storage schema is this."""
+    return RustCoreEngine(schema)
+
+
+def read_engine_for(layout: Any) -> Any:
+    """The engine whose read side serves ``layout`` for operators (awa-ops, awa-tui, CLI reads).
+
+    A Rust-core layout gets this read-only engine (its writes refused with the
+    Rust CLI command); every other layout the engine ``open_engine`` would give
+    (``ForeignSchema`` for one nothing here can read).  Our runtime and client
+    keep going through ``open_engine``, which refuses every foreign layout.
+    """
+    from awa.storage import QUEUE_STORAGE, RUST_CORE, engine_for
+
+    if layout.foreign and layout.distribution == RUST_CORE:
+        return RustCoreEngine(layout.schema if layout.engine == QUEUE_STORAGE else None)
+    return engine_for(layout)
