@@ -6,47 +6,12 @@ PostgreSQL on 127.0.0.1:5432, else the embedded server (DESIGN §9).
 
 from __future__ import annotations
 
-import itertools
-import os
-import uuid
-
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from awa import schema
-
-LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-_counter = itertools.count()
-_RUN = uuid.uuid4().hex[:8]
-
-
-def _admin_url() -> str:
-    for var in ("AWA_TEST_DATABASE_URL", "DATABASE_URL"):
-        if os.environ.get(var):
-            return make_conninfo(os.environ[var], dbname="postgres")
-    try:
-        psycopg.connect(LOCAL_SERVER, connect_timeout=3).close()
-        return LOCAL_SERVER
-    except psycopg.Error:
-        from awa.db import embedded_database_url
-        return make_conninfo(embedded_database_url(), dbname="postgres")
-
-
-def _exec(url: str, sql: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def create_database(admin_url: str, template: str | None = None) -> str:
-    name = f"awa_test_{_RUN}_{next(_counter)}"
-    tpl = f" TEMPLATE {template}" if template else ""
-    _exec(admin_url, f"CREATE DATABASE {name}{tpl}")
-    return name
-
-
-def drop_database(admin_url: str, name: str) -> None:
-    _exec(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+from support.databases import _admin_url, create_database, drop_database
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from awa.storage.canonical import CanonicalEngine
 from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage_sync
-from conftest import create_database, drop_database
+from support.databases import create_database, drop_database
 
 ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
