@@ -144,8 +144,11 @@ class CallbackApp:
         except (AwaError, psycopg.Error, PoolTimeout) as exc:  # database down or unmigrated
             log.error("callback %s %s not applied: %s", callback_id, action, one_line(exc))
             raise HttpError(503, f"callback not applied, try again: {one_line(exc)}") from exc
-        # resolve_callback's result always holds the job (its only None is "not found", raised).
-        job = cast(Job[Any], result.job if isinstance(result, ResolveResult) else result)
+        # An ignored resolution has no job (as in awa-pg 0.6.9): report the one still waiting.
+        if isinstance(result, ResolveResult):
+            job = cast(Job[Any], result.job or result.waiting)
+        else:
+            job = cast(Job[Any], result)
         log.info("callback %s %s: job %s is %s", callback_id, action, job.id, job.state.value)
         answer = {"id": callback_id, "job_id": job.id, "state": job.state.value}
         if isinstance(result, ResolveResult):

@@ -40,7 +40,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,6 +104,9 @@ class ResolveResult:
     job: Job[Any] | None
     payload: Any = None
     reason: str | None = None
+    waiting: Job[Any] | None = field(default=None, repr=False, compare=False)
+    """The job as it still waits when the outcome is ``ignored`` (``job`` is None then, as in
+    awa-pg 0.6.9); the HTTP receiver reports its state."""
 
     def is_completed(self) -> bool:
         return self.outcome == "completed"
@@ -448,7 +451,7 @@ async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload:
         action, reason = decide(locked, payload, default_action)
         if action == "ignore":
             # Nothing was written: no job in the result, as in awa-pg 0.6.9.
-            return ResolveResult("ignored", None, payload, reason)
+            return ResolveResult("ignored", None, payload, reason, waiting=locked)
         if action == "fail":
             entry = _fail_entry(f"callback failed: {reason}")
             job = await _resolve(engine, conn, cid, "fail",

@@ -40,7 +40,7 @@ def _payload(text: str | None) -> dict[str, Any] | None:
 
 def _resolve(method: str, callback_id: str, *args: Any, as_json: bool) -> None:
     result = run_client(lambda client: getattr(client, method)(callback_id, *args))
-    job = result.job if isinstance(result, ResolveResult) else result
+    job = (result.job or result.waiting) if isinstance(result, ResolveResult) else result
     doc: dict[str, Any] = {"id": callback_id, "job_id": job.id if job else None,
                            "state": job.state.value if job else None}
     if isinstance(result, ResolveResult):
