@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
+# ``Timestamp.datetime`` (the attribute) shadows the class inside Timestamp's body, so its
+# annotations name the class through this alias.
+_DateTime = datetime
+
 
 # --- exceptions -----------------------------------------------------------
 class AwaError(Exception):
@@ -90,9 +94,9 @@ class Timestamp(str):
     """
 
     __slots__ = ("datetime",)
-    datetime: datetime
+    datetime: _DateTime
 
-    def __new__(cls, value: datetime) -> Timestamp:
+    def __new__(cls, value: _DateTime) -> Timestamp:
         if value.tzinfo is not None:
             value = value.astimezone(UTC)
         self = super().__new__(cls, value.isoformat())
@@ -158,7 +162,7 @@ class Timestamp(str):
             return other - self.datetime
         return NotImplemented
 
-    def __add__(self, other: Any) -> Any:  # type: ignore[override]
+    def __add__(self, other: Any) -> Any:
         if isinstance(other, timedelta):
             return Timestamp(self.datetime + other)
         return str.__add__(self, other)
@@ -346,11 +350,11 @@ class Job(Generic[T]):
 
     def flush_progress_sync(self) -> None:
         """``flush_progress`` from a sync handler (it runs on a worker thread)."""
+        import asyncio
         ctx = self._context()
-        loop = getattr(ctx, "loop", None)
+        loop: asyncio.AbstractEventLoop | None = getattr(ctx, "loop", None)
         if loop is None:
             raise NotInHandler("flush_progress_sync() needs the runtime's event loop")
-        import asyncio
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -358,9 +362,9 @@ class Job(Generic[T]):
         if running is loop:
             # An async handler: blocking would stall the loop, so the write is scheduled
             # (it lands before the attempt's outcome is written).
-            loop.create_task(ctx.flush_progress())  # type: ignore[arg-type]
+            loop.create_task(ctx.flush_progress())
             return
-        asyncio.run_coroutine_threadsafe(ctx.flush_progress(), loop).result()  # type: ignore[arg-type]
+        asyncio.run_coroutine_threadsafe(ctx.flush_progress(), loop).result()
 
     async def register_callback(self, timeout_seconds: float = 3600.0, filter: str | None = None,
                                 on_complete: str | None = None, on_fail: str | None = None,

@@ -22,7 +22,7 @@ import inspect
 import json
 import os
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -166,7 +166,7 @@ class AwaTestClient:
     def client(self) -> Any:
         return self._client
 
-    async def _on_client(self, fn: Callable[[awa.AsyncClient], Awaitable[Any]]) -> Any:
+    async def _on_client(self, fn: Callable[[awa.AsyncClient], Coroutine[Any, Any, Any]]) -> Any:
         """Run ``fn(async_client)`` on the loop that owns the client's pool."""
         if isinstance(self._client, awa.AsyncClient):
             return await fn(self._client)
@@ -268,7 +268,7 @@ class AwaTestClient:
 try:
     import pytest_asyncio
 except ImportError:  # pragma: no cover - awa.testing works without pytest
-    pytest_asyncio = None
+    pytest_asyncio = None  # type: ignore[assignment]  # optional import: None marks it absent
 
 if pytest_asyncio is not None:
     @pytest_asyncio.fixture

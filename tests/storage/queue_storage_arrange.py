@@ -130,7 +130,7 @@ class QueueStorageJobs:
 def maintenance_arranger(base: type) -> type:
     """``test_maintenance``'s arranger with jobs written the queue-storage way."""
 
-    class QueueStorageMaintenanceArrange(base):  # type: ignore[misc, valid-type]
+    class QueueStorageMaintenanceArrange(base):
         async def job(self, *, state: str = "running", kind: str = "work",
                       queue: str = "maint", attempt: int = 1, max_attempts: int = 5,
                       run_lease: int = 1, priority: int = 2, heartbeat_age_s: float = 0.0,
@@ -164,7 +164,7 @@ def reads_arranger(base: type) -> type:
     from awa.storage.engine import AttemptWrite
     from awa.storage.queue_storage import ENGINE
 
-    class QueueStorageReadsArrange(base):  # type: ignore[misc, valid-type]
+    class QueueStorageReadsArrange(base):
         async def enqueue(self, kind: str = "k", queue: str = "q", *, state: str = "available",
                           age_s: float = 0.0, run_in_s: float | None = None, priority: int = 2,
                           unique_key: bytes | None = None, unique_states: str | None = None,

@@ -21,6 +21,7 @@ KEEP = 3600.0
 async def count(aconn: psycopg.AsyncConnection[Any], sql: str) -> int:
     cur = await aconn.execute(sql)
     row = await cur.fetchone()
+    assert row is not None  # an aggregate query always returns a row
     return int(next(iter(row.values())))
 
 
