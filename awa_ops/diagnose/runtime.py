@@ -164,8 +164,10 @@ def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runti
             "a.state FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
             "WHERE l.locktype = 'advisory' AND l.granted\"",
             evidence, RUNBOOK)
+    # Within the window with the lock held: a leader exists and reports at its next
+    # snapshot (a fleet that just started); only a free lock is worth a warning yet.
     return Finding(
-        Severity.WARNING,
+        Severity.OK if lock_held else Severity.WARNING,
         f"leaderless window: no leader for {secs(since)} ({origin}){lock}; within the "
         f"election interval and one snapshot",
         "a short leader-less window after a restart or a leader's death is normal failover",

@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from awa.job import Timestamp
 from awa_ops.console import ConsoleReader, JobDetail
 from awa_tui.screens.base import ConsoleScreen
 from awa_tui.widgets import relative, stamp
@@ -42,7 +43,12 @@ def _json(value: Any) -> str:
 
 
 def column_is_time(value: Any) -> bool:
-    return isinstance(value, datetime)
+    return isinstance(value, (datetime, Timestamp))
+
+
+def _as_datetime(value: Any) -> Any:
+    """A job's ``Timestamp`` (awa-pg's ISO string) as the datetime it carries."""
+    return value.datetime if isinstance(value, Timestamp) else value
 
 
 def describe_progress(progress: Any) -> str:
@@ -118,7 +124,8 @@ class JobDetailScreen(ConsoleScreen):
         lines.append("\n[b]Timestamps[/b]")
         for column in TIMESTAMPS:
             if job.get(column) is not None:
-                lines.append(f"  {column:<20} {stamp(job[column])}  ({relative(job[column], now)})")
+                when = _as_datetime(job[column])
+                lines.append(f"  {column:<20} {stamp(when)}  ({relative(when, now)})")
         lines.append("\n[b]Args[/b]\n" + _json(job["args"]))
         lines.append("\n[b]Metadata[/b]\n" + (_json(job["metadata"]) if job.get("metadata")
                                               else "-"))
@@ -151,6 +158,7 @@ class JobDetailScreen(ConsoleScreen):
         if callback:
             lines.append("\n[b]Callback[/b]")
             for label, value in callback:
+                value = _as_datetime(value)
                 shown = (f"{stamp(value)}  ({relative(value, now)})" if column_is_time(value)
                          else escape(str(value)))
                 lines.append(f"  {label:<12} {shown}")

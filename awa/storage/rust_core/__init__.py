@@ -351,6 +351,7 @@ RUNTIME_WRITES = (
     "park_batch", "cancel_superseded", "heartbeat_batch", "flush_progress_batch",
     "upsert_runtime_snapshot", "rescue_stale_heartbeats", "rescue_expired_deadlines",
     "rescue_callback_timeouts", "promote_due", "purge_finalized", "purge_aged_dlq",
+    "rotate_and_prune",
     "purge_unseen_runtimes", "purge_unseen_descriptors", "age_priorities", "fire_cron",
     "upsert_descriptors", "set_runtime_descriptor_hashes", "register_callback",
     "park_for_callback", "complete_external", "fail_external", "retry_external",
