@@ -36,6 +36,10 @@ def test_rescue_cancels_the_superseded_attempt_and_keeps_rescuing(database_url, 
                        message="the superseded attempt to be cancelled")
             stuck = job_row(db, old.id)
             assert stuck["errors"][-1]["error"] == "rescued as duplicate"
+            # The others may be a rescue tick later: their last heartbeat can be newer than
+            # the superseded attempt's (claimed in a second batch just before the kill).
+            wait_until(lambda: all(job_row(db, o.id)["errors"] for o in others), timeout=10,
+                       message="the other attempts to be rescued")
             for o in others:
                 assert job_row(db, o.id)["errors"][-1]["error"] == (
                     "heartbeat stale: worker presumed dead")
