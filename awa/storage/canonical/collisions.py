@@ -88,3 +88,27 @@ async def apply_batch_or_each(
                           "newer job or fix the mask (see the unique-claim wedge runbook)", what)
                 outcome.left.append(item)
     return outcome
+
+
+async def lock_then_apply(
+    conn: psycopg.AsyncConnection[Any],
+    select: Callable[[], Awaitable[list[T]]],
+    *,
+    batch: Callable[[Sequence[T]], Awaitable[list[R]]],
+    on_collision: Callable[[T], Awaitable[list[R]]] | None = None,
+    what: str = "batch",
+) -> tuple[int, FallbackOutcome[T, R]]:
+    """Rescue and promotion on every engine: lock the candidates ``select`` finds, then
+    ``apply_batch_or_each`` over those same rows, all in one transaction.
+
+    Returns how many candidates were found and what was written; the outcome's
+    ``statements`` include the select.
+    """
+    async with conn.transaction():
+        rows = await select()
+        if not rows:
+            return 0, FallbackOutcome(statements=1)
+        done = await apply_batch_or_each(conn, rows, batch=batch, on_collision=on_collision,
+                                         what=what)
+    done.statements += 1
+    return len(rows), done

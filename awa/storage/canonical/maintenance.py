@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.collisions import lock_then_apply
 from awa.storage.canonical.tables import depth_states_by_table
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
@@ -515,19 +515,11 @@ class CanonicalMaintenance:
                 "error": Jsonb(error)})
             return [_rescued(r, "cancel") for r in cancelled]
 
-        batch = RescueBatch()
-        async with conn.transaction():
-            rows = await _fetch(conn, rescue.candidates, params)
-            batch.statements += 1
-            batch.found = len(rows)
-            if not rows:
-                return batch
-            done = await apply_batch_or_each(conn, rows, batch=apply, on_collision=cancel,
-                                             what=f"rescue of {rescue.name} jobs")
-        batch.rescued = done.applied + done.superseded
-        batch.left = len(done.left)
-        batch.statements += done.statements
-        return batch
+        found, done = await lock_then_apply(
+            conn, lambda: _fetch(conn, rescue.candidates, params), batch=apply,
+            on_collision=cancel, what=f"rescue of {rescue.name} jobs")
+        return RescueBatch(found=found, rescued=done.applied + done.superseded,
+                           left=len(done.left), statements=done.statements)
 
     # -- promotion ---------------------------------------------------------------------
     async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
@@ -544,19 +536,11 @@ class CanonicalMaintenance:
             return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
                     for r in cancelled]
 
-        batch = PromoteBatch()
-        async with conn.transaction():
-            due = await _fetch(conn, SELECT_DUE_IDS, {"limit": limit})
-            batch.statements += 1
-            batch.found = len(due)
-            if not due:
-                return batch
-            done = await apply_batch_or_each(conn, due, batch=promote, on_collision=cancel,
-                                             what="promotion")
-        batch.promoted = done.applied
-        batch.duplicates = done.superseded
-        batch.statements += done.statements
-        return batch
+        found, done = await lock_then_apply(
+            conn, lambda: _fetch(conn, SELECT_DUE_IDS, {"limit": limit}), batch=promote,
+            on_collision=cancel, what="promotion")
+        return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
+                            statements=done.statements)
 
     # -- retention ---------------------------------------------------------------------
     async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], *, state: str,
