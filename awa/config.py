@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+# --- storage --------------------------------------------------------------
+# The engine `awa migrate` lays a new (never-migrated) database out for; an
+# existing database keeps its own.  `awa migrate --engine canonical` chooses.
+DEFAULT_STORAGE_ENGINE = "canonical"
+
 # --- job defaults --------------------------------------------------------
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 2

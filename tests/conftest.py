@@ -2,16 +2,33 @@
 
 The server comes from AWA_TEST_DATABASE_URL / DATABASE_URL, else a local
 PostgreSQL on 127.0.0.1:5432, else the embedded server (DESIGN §9).
+
+A test database is laid out the way `awa migrate` lays out a new one
+(``config.DEFAULT_STORAGE_ENGINE``); ``AWA_TEST_ENGINE`` overrides it for a
+whole run.  A test that arranges one engine's tables directly says so with
+``@pytest.mark.engine("canonical")`` (the conformance suite in tests/storage
+is where behaviour is checked on every engine).
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from awa import schema
+from awa import config, storage
 from support.databases import _admin_url, create_database, drop_database
+
+TEST_ENGINE = os.environ.get("AWA_TEST_ENGINE") or config.DEFAULT_STORAGE_ENGINE
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "engine(name): the test arranges this storage engine's tables directly, "
+                   "so its database is laid out for that engine whatever the default")
 
 
 @pytest.fixture(scope="session")
@@ -19,13 +36,41 @@ def admin_url() -> str:
     return _admin_url()
 
 
+class _Templates:
+    """One migrated template database per engine, made on first use."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.names: dict[str, str] = {}
+
+    def get(self, engine: str) -> str:
+        if engine not in self.names:
+            name = create_database(self.admin_url)
+            with psycopg.connect(make_conninfo(self.admin_url, dbname=name),
+                                 autocommit=True) as conn:
+                storage.migrate_sync(conn, engine)
+            self.names[engine] = name
+        return self.names[engine]
+
+
 @pytest.fixture(scope="session")
-def template_db(admin_url: str):
-    name = create_database(admin_url)
-    with psycopg.connect(make_conninfo(admin_url, dbname=name), autocommit=True) as conn:
-        schema.migrate_sync(conn)
-    yield name
-    drop_database(admin_url, name)
+def templates(admin_url: str) -> Iterator[_Templates]:
+    made = _Templates(admin_url)
+    yield made
+    for name in made.names.values():
+        drop_database(admin_url, name)
+
+
+@pytest.fixture
+def test_engine(request: pytest.FixtureRequest) -> str:
+    """The storage engine of this test's database."""
+    marker = request.node.get_closest_marker("engine")
+    return str(marker.args[0]) if marker else TEST_ENGINE
+
+
+@pytest.fixture
+def template_db(templates: _Templates, test_engine: str) -> str:
+    return templates.get(test_engine)
 
 
 @pytest.fixture

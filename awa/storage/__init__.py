@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.rows import dict_row
 
+from awa import config
 from awa import schema as migrations
 from awa.job import ForeignSchema, ValidationError
 from awa.storage.engine import Engine
@@ -232,19 +233,44 @@ async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSou
 async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None) -> list[int]:
     """``awa migrate``: our numbered migrations, then the engine's own layout.
 
-    ``engine`` None keeps the database's engine (canonical when new).  Queue
-    storage is laid out again after every migration (idempotent), since a
-    migration may replace the ``awa.jobs`` view it extends.
+    ``engine`` None keeps the database's engine (``config.DEFAULT_STORAGE_ENGINE``
+    when new).  Queue storage is laid out again after every migration
+    (idempotent), since a migration may replace the ``awa.jobs`` view it extends.
     """
     from awa import schema  # awa.schema builds on this package's layout detection
 
-    if engine is not None and engine not in ENGINES:
-        raise ValidationError(f"unknown storage engine {engine!r}: choose one of "
-                              f"{', '.join(sorted(ENGINES))}")
+    before = await describe_layout(conn)
+    wanted = _wanted_engine(before, engine)
     applied = await schema.migrate(conn)
-    wanted = engine or (await describe_layout(conn)).engine
     if wanted == QUEUE_STORAGE:
         from awa.storage.queue_storage.schema import install_queue_storage
 
         await install_queue_storage(conn)
     return applied
+
+
+def migrate_sync(conn: psycopg.Connection[Any], engine: str | None = None) -> list[int]:
+    """``migrate`` on a blocking connection (test templates, benchmarks, ``awa.migrate``)."""
+    from awa import schema  # awa.schema builds on this package's layout detection
+
+    before = describe_layout_sync(conn)
+    wanted = _wanted_engine(before, engine)
+    applied = schema.migrate_sync(conn)
+    if wanted == QUEUE_STORAGE:
+        from awa.storage.queue_storage.schema import install_queue_storage_sync
+
+        install_queue_storage_sync(conn)
+    return applied
+
+
+def _wanted_engine(before: StorageLayout, engine: str | None) -> str:
+    if engine is not None and engine not in ENGINES:
+        raise ValidationError(f"unknown storage engine {engine!r}: choose one of "
+                              f"{', '.join(sorted(ENGINES))}")
+    if engine == CANONICAL and before.installed and before.engine not in (CANONICAL, NO_ENGINE):
+        raise ValidationError(f"this database is served by the {before.engine} engine; moving "
+                              f"it back to canonical is not supported: migrate a new database "
+                              f"with --engine canonical instead")
+    if engine is not None:
+        return engine
+    return before.engine if before.installed else config.DEFAULT_STORAGE_ENGINE

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from awa.storage.canonical import CanonicalEngine
-from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage_sync
-from support.databases import create_database, drop_database
+from awa.storage.queue_storage import QueueStorageEngine
 
 ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
 
@@ -62,27 +60,16 @@ def engine(engine_name: str):
     return ENGINES[engine_name]()
 
 
-@pytest.fixture(scope="session")
-def queue_storage_template(admin_url: str):
-    """A database laid out for queue storage, copied for every queue-storage test."""
-    name = create_database(admin_url)
-    with psycopg.connect(make_conninfo(admin_url, dbname=name), autocommit=True) as conn:
-        install_queue_storage_sync(conn)
-    yield name
-    drop_database(admin_url, name)
+@pytest.fixture
+def test_engine(engine_name: str) -> str:
+    """This suite's databases are laid out for the engine under test."""
+    return engine_name
 
 
 @pytest.fixture
-def engine_url(engine_name: str, request: pytest.FixtureRequest,
-               monkeypatch: pytest.MonkeyPatch):
+def engine_url(database_url: str) -> str:
     """A fresh database laid out for the engine under test."""
-    if engine_name == "canonical":
-        yield request.getfixturevalue("database_url")
-        return
-    admin_url = request.getfixturevalue("admin_url")
-    name = create_database(admin_url, template=request.getfixturevalue("queue_storage_template"))
-    yield make_conninfo(admin_url, dbname=name)
-    drop_database(admin_url, name)
+    return database_url
 
 
 @pytest.fixture
