@@ -755,6 +755,12 @@ def record_inserted(batch: Any, outcome: Any) -> None:
             counter.inc(key, n)
 
 
+def record_inserted_count(kind: str, queue: str, n: int) -> None:
+    """``n`` jobs of one (kind, queue) written by an enqueue path (a cron fire)."""
+    if n > 0:
+        METRICS.job_inserted.inc((kind, queue), n)
+
+
 def record_inserted_jobs(jobs: Iterable[Any]) -> None:
     """Jobs (``awa.Job``) an enqueue path wrote, counted by (kind, queue)."""
     counter = METRICS.job_inserted

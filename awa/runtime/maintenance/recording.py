@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from awa.metrics import METRICS
+from awa.metrics import METRICS, record_inserted_count
 
 
 def record_rescues(rescue_kind: str, applied: Iterable[dict[str, Any]]) -> None:
@@ -62,8 +62,10 @@ def record_leadership(active: bool, *, elected: bool = False) -> None:
     METRICS.leader_active.put((), 1 if active else 0)
 
 
-def record_cron_fired(name: str, queue: str, n: int) -> None:
+def record_cron_fired(name: str, kind: str, queue: str, n: int) -> None:
+    """A schedule enqueued ``n`` jobs: fired, and inserted (cron is an enqueue path)."""
     METRICS.cron_fired.inc((name, queue), n)
+    record_inserted_count(kind, queue, n)
 
 
 def record_dlq_purged(queue_counts: Counter[str]) -> None:
