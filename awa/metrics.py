@@ -51,7 +51,7 @@ import weakref
 from _thread import get_ident as _get_ident
 from bisect import bisect_left
 from collections import Counter as _Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -612,11 +612,46 @@ class PreCounter(_Sum, _ApiCounter):
 
 
 class PreUpDownCounter(_Sum, _ApiUpDownCounter):
-    """A sum that goes both ways, exported as an ObservableUpDownCounter."""
+    """A sum that goes both ways, exported as an ObservableUpDownCounter.
+
+    Besides what is recorded, *sources* can be attached: callables returning
+    ``{key: value}`` read at collection and added in, so a count the runtime
+    already keeps (its running handlers) costs nothing per job.  A key a
+    source reported once reads 0 when no source reports it any more.
+    """
+
+    def __init__(self, spec: MetricSpec) -> None:
+        super().__init__(spec)
+        self._sources: list[Callable[[], Mapping[Key, int | float]]] = []
+        self._source_keys: set[Key] = set()
 
     def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
             context: Any = None) -> None:
         self.inc(self.key_of(attributes), amount)
+
+    def add_source(self, source: Callable[[], Mapping[Key, int | float]]) -> None:
+        with self._lock:
+            self._sources.append(source)
+
+    def remove_source(self, source: Callable[[], Mapping[Key, int | float]]) -> None:
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+
+    def snapshot(self) -> dict[Key, Any]:
+        values = super().snapshot()
+        with self._lock:
+            sources = list(self._sources)
+        if not sources and not self._source_keys:
+            return values
+        counted: dict[Key, int | float] = {}
+        for source in sources:
+            for key, v in source().items():
+                counted[key] = counted.get(key, 0) + v
+        self._source_keys.update(counted)
+        for key in self._source_keys:
+            values[key] = values.get(key, 0) + counted.get(key, 0)
+        return values
 
     def _register(self, meter: Any) -> None:
         meter.create_observable_up_down_counter(self.name, [self._callback], self.unit,
@@ -713,6 +748,27 @@ class PreHistogram(_Store, _ApiHistogram):
                 series[-3] += value
                 series[-2] = min(series[-2], value)
                 series[-1] = max(series[-1], value)
+
+    def observe_many(self, key: Key, values: Sequence[float]) -> None:
+        """Count every measurement of ``values`` in the series ``key`` (one claimed batch)."""
+        if not values or (not _live and not _went_live()):
+            return
+        if _get_ident() == self._owner or self._claim_owner():
+            series = self._values.get(key) or self._new(self._values, key, values[0])
+        else:  # another thread: the locked path, one value at a time
+            for value in values:
+                self.observe(key, value)
+            return
+        boundaries, low, high, total = self.boundaries, series[-2], series[-1], 0.0
+        for value in values:
+            series[bisect_left(boundaries, value)] += 1
+            total += value
+            if value < low:
+                low = value
+            elif value > high:
+                high = value
+        series[-3] += total
+        series[-2], series[-1] = low, high
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None,
                context: Any = None) -> None:

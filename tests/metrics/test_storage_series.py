@@ -92,7 +92,13 @@ async def test_leader_ring_series_match_the_database(client, db):
                         for n in ("awa.ring.current_slot", "awa.ring.generation",
                                   "awa.ring.occupied_slots",
                                   "awa.maintenance.rotate.attempts")}
-            if ring_values(before) == ring_values(after):
+            settled = ring_values(after)
+            # a tick between the scrapes, or one that committed its rotation but had not
+            # recorded it yet when the database was read: look again
+            if ring_values(before) == settled and all(
+                    settled[(r, "awa.ring.generation")] == rings[r]["generation"]
+                    and settled[(r, "awa.ring.occupied_slots")] == len(rings[r]["occupied"])
+                    for r in TABLES):
                 series = after
                 break
             await asyncio.sleep(0.05)
