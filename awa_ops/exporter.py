@@ -3,7 +3,10 @@
 They keep working when every worker is dead, which is exactly when alerts
 matter.  One scrape is one short read-only transaction of a fixed number of
 index-backed queries under a statement timeout; names, labels and help come
-from the DATABASE section of the metric catalogue (awa/metrics.py).
+from the DATABASE section of the metric catalogue (awa/metrics.py).  On a
+queue-storage database it also reports each partition ring (position,
+generation, occupied slots, time since its last rotation) through the storage
+engine's ``ring_states`` read; canonical has no rings and reports none.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ this module only maps runtime events onto them, right after the guarded write
 returned its rows.  The instruments are pre-aggregated in the process
 (``awa.metrics.PreCounter`` ...), keyed by the attribute-value tuple the
 runtime already has (``(kind, queue)``, ``(queue,)``): a recording is a dict
-update under an uncontended lock, no attribute dict and no OTel call per job.
+update, no attribute dict and no OTel call per job.  A claimed batch is recorded
+once per kind in it (counts and waits together); ``awa.job.in_flight`` is not
+recorded at all but counted from the runtime's running handlers at collection.
 """
 
 from __future__ import annotations

@@ -62,8 +62,9 @@ async def test_leader_ring_series_match_the_database(client, db):
     for name in counters:
         store = getattr(metrics.METRICS, metrics.by_name(name).attribute_name)
         for key, got in store.snapshot().items():
-            baseline[(name, key[0])] = baseline.get((name, key[0]), 0) + (
-                got.count if isinstance(got, metrics.HistogramPoint) else got)
+            n = got.count if isinstance(got, metrics.HistogramPoint) else got
+            for labels in {key[:1], key[:2]}:  # (ring,) and (ring, blocker)
+                baseline[(name, labels)] = baseline.get((name, labels), 0) + n
     # jobs of a queue nobody works stay claimable in the slot they were written to
     await client.insert_many([{}] * 3, kind="rg_idle", queue=idle)
     await client.start([{"name": queue, "max_workers": 4}], metrics_addr="127.0.0.1:0", **SHORT)
@@ -76,6 +77,9 @@ async def test_leader_ring_series_match_the_database(client, db):
             series = await asyncio.to_thread(scrape, url)
             if value(series, P("awa.storage.blocked_slots"), awa_ring="queue",
                      awa_prune_blocker="ready") >= 1 \
+                    and value(series, P("awa.maintenance.rotate.skipped"), awa_ring="queue",
+                              awa_prune_blocker="ready") \
+                    > baseline.get(("awa.maintenance.rotate.skipped", ("queue", "ready")), 0) \
                     and value(series, P("awa.maintenance.rotate.attempts"),
                               awa_ring="lease") >= 3:
                 break
@@ -109,8 +113,10 @@ async def test_leader_ring_series_match_the_database(client, db):
 
     def v(name, suffix="", **labels):
         got = value(series, P(name) + suffix, **labels)
-        if name in counters and set(labels) == {"awa_ring"}:
-            got -= baseline.get((name, labels["awa_ring"]), 0)
+        if name in counters and "awa_ring" in labels:
+            key = (labels["awa_ring"],) + tuple(
+                labels[k] for k in ("awa_prune_blocker",) if k in labels)
+            got -= baseline.get((name, key), 0)
         return got
 
     for ring, r in rings.items():
@@ -141,6 +147,9 @@ async def test_leader_ring_series_match_the_database(client, db):
     assert v("awa.storage.prune_blocked_age", awa_ring="queue",
              awa_prune_blocker="ready") > 0
     assert v("awa.maintenance.prune.skipped", awa_ring="queue", awa_prune_blocker="ready") >= 1
+    # the queue ring wrapped onto the idle jobs' slot: its rotation was skipped, blocked by them
+    assert v("awa.maintenance.rotate.skipped", awa_ring="queue", awa_prune_blocker="ready") >= 1
+    assert rings["queue"]["current_slot"] == (idle_slot - 1) % rings["queue"]["slot_count"]
     assert v("awa.storage.info", awa_storage_engine="queue_storage") == 1
     blockers = {s.labels["awa_prune_blocker"] for s in series[P("awa.maintenance.prune.skipped")]}
     assert blockers <= set(metrics.PRUNE_BLOCKERS)
