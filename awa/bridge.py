@@ -20,8 +20,7 @@ from awa import config
 from awa import metrics as awa_metrics
 from awa.job import ValidationError
 from awa.producer import raise_if_unique_skipped
-from awa.storage import open_engine
-from awa.storage.canonical import ENGINE as CANONICAL
+from awa.storage import open_engine, open_engine_sync
 from awa.storage.canonical import enqueue
 from awa.storage.engine import EnqueueBatch, EnqueueOps, InsertOutcome
 
@@ -80,9 +79,8 @@ async def _unwrap_async(conn: Any) -> Any:
 
 
 def _sync_engine(conn: psycopg.Connection[Any]) -> EnqueueOps:
-    """The engine for a blocking connection: ``open_engine`` is async, and only canonical
-    exists so far; when a second engine arrives this needs a sync twin of the decision."""
-    return CANONICAL
+    """The engine serving the database of a blocking connection."""
+    return open_engine_sync(conn)
 
 
 # The columns awa-pg 0.6.9's bridge returned (timestamps as datetimes, state as text).

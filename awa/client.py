@@ -103,7 +103,8 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
 
     async def migrate(self, engine: str | None = None) -> list[int]:
         """Apply the migrations; ``engine`` lays out ``canonical`` or ``queue_storage``
-        (default: the database's own engine, canonical when new)."""
+        (default: the database's own engine; ``config.DEFAULT_STORAGE_ENGINE``, queue
+        storage, when new)."""
         pool = await self._get_pool(check_schema=False)
         async with pool.connection() as conn:
             applied = await storage_migrate(conn, engine)

@@ -12,7 +12,7 @@ from datetime import timedelta
 # --- storage --------------------------------------------------------------
 # The engine `awa migrate` lays a new (never-migrated) database out for; an
 # existing database keeps its own.  `awa migrate --engine canonical` chooses.
-DEFAULT_STORAGE_ENGINE = "canonical"
+DEFAULT_STORAGE_ENGINE = "queue_storage"
 
 # --- job defaults --------------------------------------------------------
 DEFAULT_QUEUE = "default"

@@ -109,8 +109,9 @@ def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], ac
 @click.option("--sql", "print_sql", is_flag=True,
               help="Print the migration SQL instead of applying it.")
 @click.option("--engine", type=click.Choice(sorted(storage.ENGINES)), default=None,
-              help="Storage engine to lay out (default: the database's own; canonical when "
-                   "new). queue_storage is the append-only, vacuum-aware engine.")
+              help="Storage engine to lay out (default: the database's own; queue_storage "
+                   "when new). queue_storage is the append-only, vacuum-aware engine; "
+                   "canonical rewrites one row per job.")
 def migrate(print_sql: bool, engine: str | None) -> None:
     """Create or upgrade the awa schema (safe to run from several processes at once)."""
     if print_sql:

@@ -2,7 +2,8 @@
 --
 -- Installed on top of the canonical migrations by
 -- awa.storage.queue_storage.install_queue_storage(); idempotent.  Not a
--- numbered migration: a plain `awa migrate` keeps installing canonical.
+-- numbered migration: `awa migrate` lays it out on a new database (the default
+-- engine, awa.config.DEFAULT_STORAGE_ENGINE) and again after every migration.
 --
 -- The property: no hot-path step updates or deletes a row that is read again.
 --   enqueue   appends ready_entries (lane position from a per-lane enqueue head)

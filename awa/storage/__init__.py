@@ -230,6 +230,11 @@ async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSou
     return engine
 
 
+def open_engine_sync(conn: psycopg.Connection[Any]) -> Engine:
+    """``open_engine`` for a blocking connection (the bridge on a user's sync connection)."""
+    return engine_for(describe_layout_sync(conn))
+
+
 async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None) -> list[int]:
     """``awa migrate``: our numbered migrations, then the engine's own layout.
 

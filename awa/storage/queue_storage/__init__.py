@@ -7,7 +7,7 @@ and advances a per-lane claim head; finishing appends a closure and a
 ``install_queue_storage`` installs it.  Every group
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
 unique claims, cron, runtimes, descriptors -- use canonical's statements);
-``rings`` holds rotation and prune.  Not yet the default engine.
+``rings`` holds rotation and prune.  The default engine for new databases.
 """
 
 from __future__ import annotations
