@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import awa  # noqa: E402 - the checkout's awa, whatever the venv has
-from awa import schema  # noqa: E402
+from awa import storage  # noqa: E402 - as above
 from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
 from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
 
@@ -119,7 +119,7 @@ class Run:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{self.db_name}"')
         with psycopg.connect(self.url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+            storage.migrate_sync(conn, self.args.engine)
 
         self.enqueue(self.args.jobs, self.args.job_ms)
         for _ in range(self.args.workers):
@@ -382,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
                         help="run only these (repeatable); default: all")
+    parser.add_argument("--engine", choices=sorted(storage.ENGINES), default=None,
+                        help="storage engine of the scenario databases (default: the default)")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16, help="handlers per worker")
