@@ -21,7 +21,9 @@ TABLES = {"queue": ("ready_entries", "ready_tombstones", "done_entries"),
           "lease": ("leases",)}
 SHORT = {"poll_interval_ms": 50, "promote_interval_ms": 50, "leader_election_interval_ms": 200,
          "snapshot_interval_ms": 200, "queue_health_interval_ms": 200,
-         "cleanup_interval_ms": 300}
+         "cleanup_interval_ms": 300,
+         # the queue ring writes a slot for retention / (slots - 1): a third of a second
+         "completed_retention_hours": 1 / 3600}
 
 
 def P(name: str) -> str:  # noqa: N802 - reads like the series name it returns

@@ -80,10 +80,32 @@ async def test_retention_keeps_young_history(engine, aconn):
     [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
     for _ in range(2):
-        report = await engine.rotate_and_prune(aconn, completed_retention_s=KEEP,
-                                               failed_retention_s=KEEP)
-    assert ("queue", 0) in report.live
+        await engine.rotate_and_prune(aconn, completed_retention_s=KEEP, failed_retention_s=KEEP)
+    # The queue ring keeps writing slot 0 for KEEP / (slots - 1): nothing there is reclaimed.
+    [ring] = await (await aconn.execute(
+        "SELECT current_slot FROM awa.queue_ring_state WHERE ring = 'queue'")).fetchall()
+    assert ring["current_slot"] == 0
     assert await states(aconn) == {job.id: "completed"}
+
+
+async def test_the_queue_ring_rotates_once_a_slot_has_covered_its_share_of_retention(
+        engine, aconn):
+    """Retention by rotation: with slots covering retention / (slots - 1) each, the slot next
+    in line is past retention when its turn comes, so it is truncated whole, never row by row."""
+    keep = 0.6  # four slots: a slot is written for 0.2 s
+    await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k"))
+    [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
+    await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
+    slots = []
+    for _ in range(8):
+        await engine.rotate_and_prune(aconn, completed_retention_s=keep, failed_retention_s=keep)
+        [ring] = await (await aconn.execute(
+            "SELECT current_slot FROM awa.queue_ring_state WHERE ring = 'queue'")).fetchall()
+        slots.append(ring["current_slot"])
+        await asyncio.sleep(0.12)
+    assert len(set(slots)) > 1, slots  # it moved on, one slot at a time
+    assert all((b - a) % 4 in (0, 1) for a, b in zip(slots, slots[1:])), slots
+    assert await states(aconn) == {}  # the completed row went with its truncated slot
 
 
 async def test_a_reader_on_a_sealed_slot_makes_prune_skip_not_block_claims(

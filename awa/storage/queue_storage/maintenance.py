@@ -135,7 +135,11 @@ SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
   FROM d
 RETURNING id, kind, queue"""
 
-# --- retention (row deletes for now; rotation + TRUNCATE is the plan) ---------------
+# --- retention ----------------------------------------------------------------------
+# History is reclaimed by rotation: a sealed queue slot is truncated once all of it is
+# past retention (rings.prune).  Row deletes are only for what rotation cannot reach:
+# rows past retention still in the current slot (the ring could not rotate), and a
+# queue's own shorter retention (an explicit per-queue override).
 _FINALIZED_AGED = ("state = %(state)s::awa.job_state"
                    " AND finalized_at < now() - make_interval(secs => %(age_s)s)")
 DELETE_FINALIZED = """
@@ -144,7 +148,7 @@ DELETE FROM awa.done_entries
     SELECT ready_slot, id FROM awa.done_entries WHERE """ + _FINALIZED_AGED + """ {filter}
      LIMIT %(limit)s)"""
 DELETE_FINALIZED_DEFAULT = DELETE_FINALIZED.format(
-    filter="AND queue <> ALL(%(excluded_queues)s::text[])")
+    filter="AND queue <> ALL(%(excluded_queues)s::text[]) AND ready_slot = awa.qs_slot('queue')")
 DELETE_FINALIZED_QUEUE = DELETE_FINALIZED.format(filter="AND queue = %(queue)s")
 
 # --- priority aging: an aged job is re-appended one lane up, the old entry tombstoned ---

@@ -57,8 +57,8 @@ DEFAULT_LOCK_TIMEOUT_MS = 50
 RING_STATE = ("SELECT ring, current_slot, slot_count, generation, "
               "EXTRACT(EPOCH FROM (now() - rotated_at))::float8 AS rotated_age_s "
               "FROM awa.queue_ring_state")
-LOCK_RING = ("SELECT current_slot, slot_count FROM awa.queue_ring_state WHERE ring = %(ring)s "
-             "FOR UPDATE")
+LOCK_RING = ("SELECT current_slot, slot_count, extract(epoch FROM now() - rotated_at) AS age_s "
+             "FROM awa.queue_ring_state WHERE ring = %(ring)s FOR UPDATE")
 ADVANCE = """
 UPDATE awa.queue_ring_state
    SET current_slot = %(next)s, generation = generation + 1, rotated_at = now()
@@ -149,11 +149,14 @@ async def _slot_empty(conn: psycopg.AsyncConnection[Any], ring: str, slot: int) 
     return True
 
 
-async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring) -> bool:
-    """Move ``ring`` to its next slot when that slot is empty; False when it is not yet."""
+async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring, min_age_s: float = 0.0) -> bool:
+    """Move ``ring`` to its next slot when that slot is empty and the current one has been
+    written for ``min_age_s``; False when not yet."""
     async with conn.transaction():
         state = await _one(conn, LOCK_RING, {"ring": ring})
         current, count = int(state["current_slot"]), int(state["slot_count"])
+        if float(state["age_s"]) < min_age_s:
+            return False
         following = (current + 1) % count
         if not await _slot_empty(conn, ring, following):
             return False
@@ -247,6 +250,12 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
     return report
 
 
+def queue_slot_span_s(completed_retention_s: float, slot_count: int) -> float:
+    """How long the queue ring writes one slot: the other slots then cover the retention,
+    so the slot next in line is past retention -- truncated whole -- when its turn comes."""
+    return completed_retention_s / max(slot_count - 1, 1)
+
+
 async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
                            failed_retention_s: float,
                            lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
@@ -259,7 +268,8 @@ async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_rete
     passes = {p.ring: p for p in report.rings}
     for ring in RINGS:
         started = time.perf_counter()
-        passes[ring].rotated = await rotate(conn, ring)
+        passes[ring].rotated = await rotate(conn, ring, queue_slot_span_s(
+            completed_retention_s, passes[ring].slot_count) if ring == "queue" else 0.0)
         passes[ring].rotate_s = time.perf_counter() - started
     # Where each ring stands after the tick (reporting only).
     states = await ring_state(conn)
