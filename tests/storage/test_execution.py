@@ -68,6 +68,7 @@ async def test_claim_takes_priority_then_run_at_order(engine, aconn, client):
     for priority, ago in spec:
         job = await client.insert(Work(ago), priority=priority, run_at=now - timedelta(seconds=ago))
         ids[(priority, ago)] = job.id
+    await engine.promote_due(aconn, limit=10)  # an explicit run_at starts scheduled
     first = await engine.claim_batch(aconn, "default", 2, DEADLINE_MS)
     # Priority 1 first; among equals the oldest run_at first.
     assert [j.id for j in first] == [ids[(1, 30)], ids[(1, 20)]]
