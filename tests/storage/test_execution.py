@@ -159,6 +159,8 @@ async def test_retry_batch(engine, aconn, client):
     assert r["errors"][-1]["error"] == "boom" and r["progress"] == {"percent": 10.0}
     assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=59)
     assert r["heartbeat_at"] is None and r["deadline_at"] is None
+    # awa-pg 0.6.9: a retryable row records when its attempt ended.
+    assert r["finalized_at"] is not None and r["finalized_at"] <= datetime.now(UTC)
 
 
 async def test_snooze_batch_gives_the_attempt_back(engine, aconn, client):
@@ -170,6 +172,7 @@ async def test_snooze_batch_gives_the_attempt_back(engine, aconn, client):
     r = await row(aconn, job.id)
     assert r["state"] == "scheduled" and r["attempt"] == 0
     assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=9)
+    assert r["finalized_at"] is None  # a snooze ends no attempt
 
 
 @pytest.mark.parametrize("method, expected", [("cancel_batch", "cancelled"),

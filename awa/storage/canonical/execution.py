@@ -137,11 +137,12 @@ _DEFERRED_OVERRIDES = {
 }
 
 # Retry: jobs_hot -> scheduled_jobs as 'retryable' at now()+delay, the error
-# appended, the attempt spent.  Params: ids, leases, delays, errors, progress,
-# meta, reasons (NULL).
+# appended, the attempt spent, finalized_at the time the attempt ended (as
+# awa-pg 0.6.9).  Params: ids, leases, delays, errors, progress, meta, reasons (NULL).
 RETRY_JOBS = _MOVED + f"""
 INSERT INTO awa.scheduled_jobs ({", ".join(JOB_COLUMNS)})
-SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'retryable'::awa.job_state"})}
+SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'retryable'::awa.job_state",
+                       "finalized_at": "now()"})}
   FROM moved m
 RETURNING id
 """

@@ -142,9 +142,11 @@ SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_
   FROM ended e
 RETURNING id"""
 
+# Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
 RETRY = _END + f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
-SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state"})}
+SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state",
+                 "finalized_at": "now()"})}
   FROM ended e
 RETURNING id"""
 
