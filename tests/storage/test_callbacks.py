@@ -115,9 +115,12 @@ async def test_park_for_callback_moves_the_attempt_to_waiting_external(engine, a
     assert await engine.park_for_callback(aconn, job_id, lease, uuid.uuid4()) is False
     assert await engine.park_for_callback(aconn, job_id, lease - 1, cid) is False
     assert (await job_row(aconn, job_id))["state"] == "running"
+    assert (await job_row(aconn, job_id))["deadline_at"] is not None
 
     assert await engine.park_for_callback(aconn, job_id, lease, cid) is True
-    assert (await job_row(aconn, job_id))["state"] == "waiting_external"
+    parked = await job_row(aconn, job_id)
+    # Parked, the attempt's deadline no longer applies (awa-pg 0.6.9: deadline None).
+    assert parked["state"] == "waiting_external" and parked["deadline_at"] is None
     wait = await engine.poll_callback_wait(aconn, job_id)
     assert wait is not None
     assert (wait.state, wait.run_lease, wait.callback_id, wait.result) == (
@@ -133,7 +136,7 @@ async def test_complete_external_then_already_resolved(engine, aconn, hold):
     assert done.state is awa.JobState.Completed and done.queue == QUEUE and done.kind == "held"
     row = await job_row(aconn, job_id)
     assert row["state"] == "completed" and row["finalized_at"] is not None
-    assert row["callback_timeout_at"] is None
+    assert row["callback_timeout_at"] is None and row["deadline_at"] is None
     assert row["metadata"][CALLBACK_RESULT_KEY]["payload"] == {"receipt": 7}
     assert row["callback_id"] == cid  # kept as a record
 

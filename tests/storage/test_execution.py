@@ -224,6 +224,9 @@ async def test_park_batch_only_while_the_callback_is_current(engine, aconn, clie
     assert result.applied == [a.id]
     assert await state(aconn, a.id) == "waiting_external"
     assert await state(aconn, b.id) == "running"
+    # The parked attempt's deadline no longer applies (the callback timeout does).
+    assert (await row(aconn, a.id))["deadline_at"] is None
+    assert (await row(aconn, b.id))["deadline_at"] is not None
 
 
 async def test_empty_batches_write_nothing(engine, aconn):

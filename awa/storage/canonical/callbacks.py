@@ -38,8 +38,9 @@ UPDATE awa.jobs_hot
  WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
 RETURNING id"""
 
+# Parked: the attempt's deadline no longer applies, the callback timeout does.
 PARK_FOR_WAIT = """
-UPDATE awa.jobs_hot SET state = 'waiting_external'
+UPDATE awa.jobs_hot SET state = 'waiting_external', deadline_at = NULL
  WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
    AND callback_id = %(callback_id)s
 RETURNING id"""

@@ -99,9 +99,10 @@ RETURNING j.id
 
 # Parking for a callback: additionally guarded by the callback id the
 # handler registered, so a callback resolved early (or re-registered) wins.
+# The attempt's deadline no longer applies (the callback timeout does).
 PARK_JOBS = f"""
 UPDATE awa.jobs_hot j
-   SET state = 'waiting_external',
+   SET state = 'waiting_external', deadline_at = NULL,
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
   FROM unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::jsonb[], %s::jsonb[])
        AS u(id, lease, callback_id, progress, meta)

@@ -61,8 +61,9 @@ WITH att AS MATERIALIZED (
 )
 SELECT job_id FROM fresh UNION ALL SELECT job_id FROM upd"""
 
+# Parked: the attempt's deadline no longer applies, the callback timeout does.
 PARK_FOR_WAIT = """
-UPDATE awa.leases SET state = 'waiting_external'
+UPDATE awa.leases SET state = 'waiting_external', deadline_at = NULL
  WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
    AND callback_id = %(callback_id)s
 RETURNING job_id"""

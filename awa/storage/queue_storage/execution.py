@@ -85,7 +85,9 @@ _END = _ATTEMPTS + """
 ), ended AS MATERIALIZED (
     SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
            r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           COALESCE(l.deadline_at, a.c_deadline) AS deadline_at, a.claimed_at AS attempted_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
            r.created_at,
            CASE WHEN a.error IS NULL THEN r.errors
                 ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
@@ -172,7 +174,7 @@ WITH u AS MATERIALIZED (
                          %(progress)s::jsonb[], %(meta)s::jsonb[])
            AS u(id, lease, callback_id, progress, meta)
 ), hit AS (
-    UPDATE awa.leases l SET state = 'waiting_external'
+    UPDATE awa.leases l SET state = 'waiting_external', deadline_at = NULL  -- timeout applies
       FROM u
      WHERE l.job_id = u.id AND l.run_lease = u.lease AND l.state = 'running'
        AND l.callback_id = u.callback_id
