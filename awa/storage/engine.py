@@ -826,8 +826,8 @@ class CallbackWait:
     state: str
     run_lease: int
     callback_id: uuid.UUID | None
-    result: dict[str, Any] | None
-    """The stored ``CALLBACK_RESULT_KEY`` record, if any."""
+    result: Any
+    """The payload stored under ``CALLBACK_RESULT_KEY`` (bare, as awa-pg 0.6.9), if any."""
 
 
 @dataclass(frozen=True)
@@ -865,8 +865,9 @@ class CallbackOps(Protocol):
         ...
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
-        """``open → completed``, storing ``result`` under ``CALLBACK_RESULT_KEY``."""
+                                result: Any) -> Job[Any] | None:
+        """``open → completed``, storing ``result`` (any JSON value) under
+        ``CALLBACK_RESULT_KEY``."""
         ...
 
     async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
@@ -880,7 +881,7 @@ class CallbackOps(Protocol):
         ...
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         """``open → running``, storing ``result``, clearing the callback and notifying
         ``CALLBACK_RESUME_CHANNEL`` with the job id."""
         ...

@@ -147,7 +147,7 @@ class CanonicalCallbacks:
                             callback_id=row["callback_id"], result=row["result"])
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
+                                result: Any) -> Job[Any] | None:
         return await _job(conn, COMPLETE_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result)})
 
@@ -164,7 +164,7 @@ class CanonicalCallbacks:
         return job
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         return await _job(conn, RESUME_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
             "channel": CALLBACK_RESUME_CHANNEL})

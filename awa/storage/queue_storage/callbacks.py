@@ -185,7 +185,7 @@ class QueueStorageCallbacks(CanonicalCallbacks):
                             callback_id=row["callback_id"], result=row["result"])
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
+                                result: Any) -> Job[Any] | None:
         return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "completed",
                                meta={CALLBACK_RESULT_KEY: result})
 
@@ -198,7 +198,7 @@ class QueueStorageCallbacks(CanonicalCallbacks):
         return await self._end(conn, callback_id, RETRY_EXTERNAL, "available")
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         row = await _one(conn, RESUME_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
             "channel": CALLBACK_RESUME_CHANNEL})
