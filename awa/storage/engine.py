@@ -719,7 +719,8 @@ class AdminOps(Protocol):
         ...
 
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
-        """A failed or cancelled job back to available with a fresh attempt budget."""
+        """A failed, cancelled or ``waiting_external`` job (its callback dropped) back to
+        available with a fresh attempt budget; None for any other state."""
         ...
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
@@ -741,7 +742,8 @@ class AdminOps(Protocol):
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
-        """Cancel every job of the queue still waiting to run; running ones finish."""
+        """Cancel every job of the queue still waiting to run or parked for a callback;
+        running ones finish."""
         ...
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:

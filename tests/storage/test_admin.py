@@ -233,6 +233,41 @@ async def test_retry_a_failed_or_cancelled_job(engine, aconn, stage):
     assert await engine.retry(aconn, 987654) is None
 
 
+async def test_retry_a_job_parked_for_its_callback(engine, aconn, stage):
+    # awa-pg 0.6.9: admin retry of a waiting_external job drops its callback and restarts it.
+    parked = await stage.job("waiting_external")
+    running = await stage.job("running", 1)
+    callback_id = (await engine.get_job(aconn, parked.id)).callback_id
+    assert callback_id is not None
+    assert await engine.retry(aconn, running.id) is None  # a running attempt is left alone
+    stage.stop.set()
+    await stage.halt()
+    retried = await engine.retry(aconn, parked.id)
+    assert retried is not None and retried.id == parked.id
+    assert retried.state is JobState.Available and retried.attempt == 0
+    assert retried.callback_id is None and retried.deadline_at is None
+    assert await state(aconn, parked.id) == "available"
+    assert await engine.complete_external(aconn, callback_id, None) is None  # spent
+    assert await engine.retry(aconn, parked.id) is None  # available: nothing to retry
+
+
+async def test_drain_cancels_callback_waits_too(engine, aconn, stage):
+    parked = [await stage.job("waiting_external", n) for n in range(2)]
+    running = await stage.job("running", 9)
+    queued = await stage.job("available", 3, queue=WORK, run_at=timedelta(hours=1))
+    callback_id = (await engine.get_job(aconn, parked[0].id)).callback_id
+    drained = await engine.drain_queue(aconn, WORK)
+    assert sorted(drained, key=lambda c: c.kind) == [KindQueueCount("done", WORK, 1),
+                                                     KindQueueCount("park", WORK, 2)]
+    for job in (*parked, queued):
+        assert await state(aconn, job.id) == "cancelled"
+        got = await engine.get_job(aconn, job.id)
+        assert got is not None and got.finalized_at is not None
+    assert await state(aconn, running.id) == "running"  # running attempts finish
+    assert await engine.complete_external(aconn, callback_id, None) is None
+    assert await engine.drain_queue(aconn, WORK) == []
+
+
 async def test_retry_into_a_taken_unique_key_is_a_conflict(engine, aconn, stage):
     failed = await stage.job("failed", 1, unique_opts=UNIQUE)
     # failed is outside the default mask: a new job may take the key meanwhile.

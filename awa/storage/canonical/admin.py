@@ -88,9 +88,11 @@ SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
 RETURNING *"""
 NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
+# A finished job, or one parked for a callback (as awa-pg 0.6.9: its callback is
+# dropped and the attempt it parked ends), runs again from attempt 0.
 RETRY_JOB = f"""
 UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
- WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+ WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'waiting_external')
 RETURNING *"""
 RETRY_FAILED = f"""
 UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
@@ -109,10 +111,11 @@ DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by""
 RESUME_QUEUE = """
 INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
 ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL"""
+# Everything of the queue not being run right now, callback waits too (awa-pg 0.6.9).
 DRAIN_QUEUE = f"""
 WITH live AS (
-    UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now()
-     WHERE state = 'available' AND queue = %(queue)s
+    UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now(), callback_timeout_at = NULL
+     WHERE state IN ('available', 'waiting_external') AND queue = %(queue)s
     RETURNING kind
 ), m AS (
     DELETE FROM awa.scheduled_jobs

@@ -34,6 +34,7 @@ from awa.storage.engine import (
     QueueStat,
     RetryFailedResult,
 )
+from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import FINALIZE, finish
 
@@ -174,6 +175,13 @@ WITH live AS MATERIALIZED (
        AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
 )
 SELECT kind, %(queue)s AS queue, count(*) AS drained FROM done GROUP BY kind"""
+KINDS_OF = ("SELECT kind, count(*) AS n FROM awa.jobs WHERE id = ANY(%(ids)s::bigint[]) "
+            "GROUP BY kind")
+# Drain also cancels the queue's callback waits (their leases end 'cancelled').
+WAITING_IN_QUEUE = """
+SELECT job_id, run_lease FROM awa.leases
+ WHERE queue = %(queue)s AND state = 'waiting_external'
+ ORDER BY job_id"""
 
 # Canonical's statement over the view: every branch of awa.jobs is index-backed.
 QUEUE_STATS = (canonical.QUEUE_STATS.replace("FROM awa.jobs_hot", "FROM awa.jobs")
@@ -287,6 +295,13 @@ class QueueStorageAdmin(CanonicalAdmin):
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         try:
             async with conn.transaction():
+                current = await _row(conn, CURRENT, {"id": job_id})
+                if current is not None and current["state"] == "waiting_external":
+                    # The parked attempt ends; the job is appended afresh (attempt 0).
+                    attempt = AttemptWrite(job_id, current["run_lease"])
+                    done = await finish(conn, RETRY_EXTERNAL, [attempt], "available",
+                                        "available", from_states=("waiting_external",))
+                    return await self.get_job(conn, job_id) if done else None
                 row = await _row(conn, RETRY_DONE,
                                  {"ids": [job_id], "states": ["failed", "cancelled"]})
         except pg_errors.UniqueViolation as exc:
@@ -319,7 +334,14 @@ class QueueStorageAdmin(CanonicalAdmin):
         async with conn.transaction():
             await conn.execute(LOCK_QUEUE_LANES, {"queue": queue})
             rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
-        return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
+            waiting = [AttemptWrite(r["job_id"], r["run_lease"])
+                       for r in await _rows(conn, WAITING_IN_QUEUE, {"queue": queue})]
+            ended = await finish(conn, FINALIZE, waiting, "cancelled", "cancelled",
+                                 from_states=("waiting_external",)) if waiting else []
+            counts = {r["kind"]: int(r["drained"]) for r in rows}
+            for r in await _rows(conn, KINDS_OF, {"ids": ended}) if ended else []:
+                counts[r["kind"]] = counts.get(r["kind"], 0) + int(r["n"])
+        return [KindQueueCount(kind, queue, n) for kind, n in sorted(counts.items())]
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
         return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
