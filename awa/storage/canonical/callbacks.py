@@ -51,7 +51,7 @@ SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text A
 
 COMPLETE_EXTERNAL = """
 UPDATE awa.jobs_hot
-   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL, progress = NULL,
        metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
  WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
 RETURNING *"""

@@ -66,10 +66,11 @@ _MERGE_METADATA = "CASE WHEN u.meta IS NULL THEN j.metadata ELSE j.metadata || u
 _APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
                  " ELSE array_append(COALESCE(j.errors, '{}'), u.error) END")
 
-# The common case: completed with nothing buffered.
+# The common case: completed with nothing buffered.  Completion clears the
+# progress (awa-pg 0.6.9); a failure or a retry keeps it.
 COMPLETE_JOBS = """
 UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now()
+   SET state = 'completed', finalized_at = now(), progress = NULL
   FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, lease)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
@@ -77,8 +78,7 @@ RETURNING j.id
 
 COMPLETE_JOBS_WITH_PROGRESS = f"""
 UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now(),
-       progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
+   SET state = 'completed', finalized_at = now(), progress = NULL, metadata = {_MERGE_METADATA}
   FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[]) AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id

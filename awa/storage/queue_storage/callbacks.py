@@ -26,7 +26,7 @@ from awa.storage.engine import (
     CallbackWait,
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import _END, _select, finish
+from awa.storage.queue_storage.execution import CLEARED_ON_COMPLETION, _END, _select, finish
 
 _CALLBACK_SET = """
            callback_id = %(callback_id)s,
@@ -91,6 +91,7 @@ FINALIZE_EXTERNAL = _END + """
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
 SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
                                            "finalized_at": "now()",
+                                           "progress": CLEARED_ON_COMPLETION,
                                            "callback_timeout_at": "NULL"}) + """
   FROM ended e
 RETURNING id"""

@@ -136,11 +136,16 @@ _DEFERRED = {
     "run_at": "now() + e.delay_s * interval '1 second'",
 }
 
+# Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
+CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' THEN NULL "
+                         "ELSE e.progress END")
+
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
 FINALIZE = _END + f"""
 INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
-                                       "finalized_at": "now()"})}
+                                       "finalized_at": "now()",
+                                       "progress": CLEARED_ON_COMPLETION})}
   FROM ended e
 RETURNING id"""
 
