@@ -26,7 +26,7 @@ from awa.storage.engine import (
     CallbackWait,
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import CLEARED_ON_COMPLETION, _END, _select, finish
+from awa.storage.queue_storage.execution import _END, CLEARED_ON_COMPLETION, _select, finish
 
 _CALLBACK_SET = """
            callback_id = %(callback_id)s,
