@@ -798,6 +798,12 @@ class AdminOps(Protocol):
         """Every failed job of a kind and/or queue (neither: all of them)."""
         ...
 
+    # -- test isolation --------------------------------------------------------------
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Test helpers only (``awa.testing``): every job (live, deferred, finished, in the
+        DLQ), unique claim, queue setting and runtime snapshot goes; the engine stays."""
+        ...
+
 
 # ============================================================================
 # callbacks: register, resolve, complete / fail / retry / resume / heartbeat

@@ -19,7 +19,7 @@ import pytest
 
 import awa
 from awa.job import JobState
-from awa.storage.engine import DlqFilter, KindQueueCount, QueueCount
+from awa.storage.engine import AttemptWrite, DlqFilter, KindQueueCount, QueueCount
 
 FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100,
                         "run_maintenance": False}
@@ -455,3 +455,28 @@ async def test_purge_dlq_with_a_cursor(engine, aconn, stage):
                                                      before_dlq_at=newest.dlq_at))
     assert purged == [QueueCount(WORK, 2)]
     assert [e.job.id for e in await engine.list_dlq(aconn, DlqFilter())] == [newest.job.id]
+
+
+# -- test isolation ---------------------------------------------------------------------
+async def test_clean_for_tests_empties_every_job_table_and_keeps_the_engine(engine, aconn,
+                                                                            stage):
+    jobs = [await stage.job(wanted, n, **({"unique_opts": UNIQUE} if n == 0 else {}))
+            for n, wanted in enumerate(["available", "scheduled", "failed", "completed",
+                                        "waiting_external", "retryable", "running"])]
+    await engine.move_failed_to_dlq(aconn, jobs[2].id, "manual")
+    await engine.pause_queue(aconn, IDLE, "tests")
+    stage.stop.set()
+    await stage.halt()
+    await engine.clean_for_tests(aconn)
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.jobs")
+    assert (await cur.fetchone())["n"] == 0
+    assert await engine.dlq_depth(aconn) == 0
+    assert await engine.queue_stats(aconn) == []
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.job_unique_claims")
+    assert (await cur.fetchone())["n"] == 0
+    # The engine keeps serving: the same unique job can be inserted, claimed and completed.
+    again = await stage.client.insert(Done(0), queue=IDLE, unique_opts=UNIQUE)
+    [claimed] = await engine.claim_batch(aconn, IDLE, 5, 60_000)
+    assert claimed.id == again.id
+    assert (await engine.complete_batch(aconn, [AttemptWrite(claimed.id, claimed.run_lease)])
+            ).applied == [again.id]

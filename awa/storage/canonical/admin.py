@@ -102,6 +102,11 @@ RETRY_FAILED_IDS = RETRY_FAILED.format(filter="id = ANY(%(ids)s::bigint[])")
 FAILED_IDS = "SELECT id FROM awa.jobs_hot WHERE state = 'failed' AND {filter} ORDER BY id"
 DISCARD_FAILED = "DELETE FROM awa.jobs_hot WHERE state = 'failed' AND kind = %(kind)s"
 
+# Test isolation (awa.testing): plain DELETEs, so concurrent test workers only wait on rows.
+CLEAN_FOR_TESTS = ("DELETE FROM awa.runtime_instances", "DELETE FROM awa.jobs_hot",
+                   "DELETE FROM awa.scheduled_jobs", "DELETE FROM awa.job_unique_claims",
+                   "DELETE FROM awa.dlq_entries", "DELETE FROM awa.queue_meta")
+
 # --- queues ----------------------------------------------------------------
 PAUSE_QUEUE = """
 INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by)
@@ -458,3 +463,8 @@ class CanonicalAdmin:
         params["reason"] = reason
         rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
+
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.transaction():
+            for statement in CLEAN_FOR_TESTS:
+                await conn.execute(statement)

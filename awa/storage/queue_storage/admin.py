@@ -239,6 +239,13 @@ BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM m
                            "GROUP BY kind, queue")
 
 FAILED_IDS = "SELECT id FROM awa.done_entries WHERE state = 'failed' AND {filter} ORDER BY id"
+# Test isolation (awa.testing): TRUNCATE the engine's job tables (partitions included) and
+# the shared ones; lane heads and ring state stay, so positions keep increasing.
+CLEAN_FOR_TESTS = """
+TRUNCATE awa.ready_entries, awa.ready_tombstones, awa.done_entries, awa.deferred_jobs,
+         awa.lease_claims, awa.lease_claim_closures, awa.lease_claim_closure_batches,
+         awa.leases, awa.attempt_state, awa.job_unique_claims, awa.dlq_entries,
+         awa.queue_meta, awa.runtime_instances, awa.jobs_hot, awa.scheduled_jobs"""
 DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
 
 
@@ -384,6 +391,10 @@ class QueueStorageAdmin(CanonicalAdmin):
         rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
             filter=canonical._all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
+
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.transaction():
+            await conn.execute(CLEAN_FOR_TESTS)
 
 
 __all__ = ["QueueStorageAdmin", "JobState"]
