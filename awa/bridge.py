@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import weakref
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +21,7 @@ from awa import config
 from awa import metrics as awa_metrics
 from awa.job import ValidationError
 from awa.producer import raise_if_unique_skipped
-from awa.storage import open_engine
-from awa.storage.canonical import ENGINE as CANONICAL
+from awa.storage import describe_layout_sync, engine_for, open_engine
 from awa.storage.canonical import enqueue
 from awa.storage.engine import EnqueueBatch, EnqueueOps, InsertOutcome
 
@@ -79,10 +79,17 @@ async def _unwrap_async(conn: Any) -> Any:
     return _unwrap(conn, psycopg.AsyncConnection)
 
 
+# Decided once per connection (a database does not change engine under an open one).
+_SYNC_ENGINES: weakref.WeakKeyDictionary[psycopg.Connection[Any], EnqueueOps] = (
+    weakref.WeakKeyDictionary())
+
+
 def _sync_engine(conn: psycopg.Connection[Any]) -> EnqueueOps:
-    """The engine for a blocking connection: ``open_engine`` is async, and only canonical
-    exists so far; when a second engine arrives this needs a sync twin of the decision."""
-    return CANONICAL
+    """The engine serving a blocking connection's database (``open_engine``'s sync twin)."""
+    engine = _SYNC_ENGINES.get(conn)
+    if engine is None:
+        engine = _SYNC_ENGINES[conn] = engine_for(describe_layout_sync(conn))
+    return engine
 
 
 # The columns awa-pg 0.6.9's bridge returned (timestamps as datetimes, state as text).

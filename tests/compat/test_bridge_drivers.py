@@ -86,3 +86,35 @@ def test_unsupported_object_is_a_type_error():
         insert_job_sync(object(), {"n": 1}, kind="x")
     with pytest.raises(awa.ValidationError):
         insert_job_sync(42, {"n": 1}, kind="x")
+
+
+def _bridge_then_claim(database_url: str) -> tuple[str, list[int]]:
+    """insert_job_sync on a plain psycopg connection, then a claim through the database's
+    own engine: the row must be where that engine looks (queue storage or canonical)."""
+    import asyncio
+
+    import psycopg
+
+    from awa.storage import open_engine
+
+    with psycopg.connect(database_url) as conn:
+        row = insert_job_sync(conn, {"n": 1}, kind="bridged", queue="bridge_q")
+
+    async def claim() -> tuple[str, list[int]]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as a:
+            engine = await open_engine(a)
+            return engine.name, [j.id for j in await engine.claim_batch(a, "bridge_q", 5, 60_000)]
+
+    name, claimed = asyncio.run(claim())
+    assert claimed == [row["id"]]
+    return name, claimed
+
+
+@pytest.mark.engine("queue_storage")
+def test_sync_bridge_writes_through_queue_storage(database_url):
+    assert _bridge_then_claim(database_url)[0] == "queue_storage"
+
+
+@pytest.mark.engine("canonical")
+def test_sync_bridge_writes_through_canonical(database_url):
+    assert _bridge_then_claim(database_url)[0] == "canonical"
