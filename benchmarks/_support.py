@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from any checkout
     sys.path.insert(0, str(ROOT))
 
-from awa import schema  # noqa: E402
+from awa import storage  # noqa: E402 (after the sys.path line above)
 
 LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 SERVER_URL_VARS = ("AWA_TEST_DATABASE_URL", "DATABASE_URL")
@@ -55,31 +55,32 @@ def drop_database(admin: str, name: str) -> None:
         sql.Identifier(name)))
 
 
-def create_database(admin: str, name: str) -> str:
-    """Create ``name`` and migrate it; returns its URL.  Dropped again if migrating fails."""
+def create_database(admin: str, name: str, engine: str | None = None) -> str:
+    """Create ``name`` and migrate it (``engine``: as `awa migrate --engine`, default the
+    default engine); returns its URL.  Dropped again if migrating fails."""
     _admin_execute(admin, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_conninfo(admin, dbname=name)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            schema.migrate_sync(conn)
+            storage.migrate_sync(conn, engine)
     except BaseException:
         drop_database(admin, name)
         raise
     return url
 
 
-def recreate_database(admin: str, name: str) -> str:
+def recreate_database(admin: str, name: str, engine: str | None = None) -> str:
     """A kept benchmark database, emptied by dropping and creating it again (migrated)."""
     drop_database(admin, name)
-    return create_database(admin, name)
+    return create_database(admin, name, engine)
 
 
 @contextlib.contextmanager
-def scratch_database(prefix: str = "awa_bench") -> Iterator[str]:
+def scratch_database(prefix: str = "awa_bench", engine: str | None = None) -> Iterator[str]:
     """A fresh migrated database for one benchmark run, dropped however the run ends."""
     admin = admin_url()
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    url = create_database(admin, name)
+    url = create_database(admin, name, engine)
     try:
         yield url
     finally:

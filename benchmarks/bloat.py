@@ -2,38 +2,34 @@
 
     .venv/bin/python benchmarks/bloat.py --seconds 120 --rate 500          # both engines
     .venv/bin/python benchmarks/bloat.py --engines queue_storage --seconds 600
-    .venv/bin/python benchmarks/bloat.py --throughput --workers 64          # throughput.py on both
+    (throughput on both engines: benchmarks/throughput.py --engines canonical,queue_storage)
 
 Bloat mode, per engine, in a fresh database laid out for it: one session
 opens a transaction, takes an xid (``txid_current()``) and stays idle in
 transaction for the whole run, pinning the horizon; a worker process (no-op
-handler, max_workers=64, maintenance on) consumes; this process offers
-``--rate`` jobs/s (batches of 10 every 20 ms).  On queue storage the
-driver also runs the leader's ring tick (rotate + prune) every 10 s, since
-the runtime's maintenance does not call it yet.  Every 30 s it samples the
+handler, max_workers=64, maintenance on, cleanup every 10 s, completed history
+kept ``--retention-s``, so the run shows history being reclaimed: DELETE on
+canonical, rotation and TRUNCATE on queue storage) consumes; this process offers
+``--rate`` jobs/s (batches of 10 every 20 ms).  Every 30 s it samples the
 sum of ``n_dead_tup`` and the total size of the engine's queue tables
 (canonical: jobs_hot, scheduled_jobs, job_unique_claims, dlq_entries;
 queue storage: the troubleshooting guide's churn set -- ready_*, done_*,
 leases*, attempt_state, deferred_jobs, dlq_entries -- and, separately, its
 control rows: lane heads, receipts, closures, ring state) and the jobs
-processed per second.
-
-Throughput mode runs ``throughput.py``'s measurement (same worker, same
-COPY enqueue) against each engine, W as given, in the same run.
+processed per second (counted by the worker's handler: retention removes rows).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Coroutine
 from typing import Any
 
 import _support
@@ -41,7 +37,6 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import awa
-from awa.storage.queue_storage import install_queue_storage_sync
 
 QUEUE = "bloat"
 KIND = "noop"
@@ -60,38 +55,40 @@ SELECT sum(n_dead_tup) FILTER (WHERE {{queue_set}}) AS dead,
   FROM pg_stat_user_tables WHERE schemaname = 'awa'"""
 CANONICAL_SET = "relname = ANY(ARRAY[" + ", ".join(f"'{t}'" for t in CANONICAL_TABLES) + "])"
 DONE = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
-
-
-def register_queue_storage() -> None:
-    """Engine selection learns queue storage (until the lead wires it into awa.storage)."""
-    import awa.storage
-    from awa.storage import queue_storage
-    awa.storage.ENGINES.setdefault(queue_storage.NAME, queue_storage.load)
+CLEANUP_INTERVAL_MS = 10_000
 
 
 def engine_database(admin: str, engine: str) -> str:
     name = f"awa_bench_bloat_{engine}_{uuid.uuid4().hex[:6]}"
-    url = _support.create_database(admin, name)
-    if engine == "queue_storage":
-        with psycopg.connect(url, autocommit=True) as conn:
-            install_queue_storage_sync(conn)
-    return url
+    return _support.create_database(admin, name, engine)
 
 
 # --- the worker process -------------------------------------------------------------
-async def worker_main(url: str, workers: int) -> None:
-    register_queue_storage()
+async def worker_main(url: str, workers: int, retention_s: float, count_path: str) -> None:
     client = awa.AsyncClient(url)
+    handled = 0
 
     @client.task(dict, kind=KIND, queue=QUEUE)
     async def noop(job: Any) -> None:
-        return None
+        nonlocal handled
+        handled += 1
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(1)
+            with open(count_path + ".tmp", "w") as out:
+                out.write(str(handled))
+            os.replace(count_path + ".tmp", count_path)
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await client.start([{"name": QUEUE, "max_workers": workers}])
+    await client.start([{"name": QUEUE, "max_workers": workers}],
+                       cleanup_interval_ms=CLEANUP_INTERVAL_MS,
+                       completed_retention_hours=retention_s / 3600)
+    reporter = asyncio.create_task(report())
     print("READY", flush=True)
     await stop.wait()
+    reporter.cancel()
     await client.shutdown(2_000)
     await client.close()
 
@@ -111,46 +108,41 @@ async def offer(url: str, rate: int, seconds: float) -> int:
     return sent
 
 
-async def ring_ticks(url: str, seconds: float) -> None:
-    from awa.storage.queue_storage import ENGINE
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        started = time.monotonic()
-        while time.monotonic() - started < seconds:
-            await asyncio.sleep(10)
-            await ENGINE.rotate_and_prune(conn)
-
-
 def _scalar(conn: psycopg.Connection[Any], query: str) -> int:
     row = conn.execute(query).fetchone()
     assert row is not None
     return int(row[0] or 0)
 
 
-def sample(conn: psycopg.Connection[Any], engine: str) -> dict[str, Any]:
+def sample(conn: psycopg.Connection[Any], engine: str, count_path: str) -> dict[str, Any]:
     queue_set = CANONICAL_SET if engine == "canonical" else GUIDE_SET
     row = conn.execute(SAMPLE.format(queue_set=queue_set)).fetchone()
     assert row is not None
+    try:
+        with open(count_path) as counted:
+            done = int(counted.read() or 0)
+    except FileNotFoundError:
+        done = 0
     return {"dead": int(row[0] or 0), "bytes": int(row[1] or 0),
             "control_dead": int(row[2] or 0), "control_bytes": int(row[3] or 0),
-            "done": _scalar(conn, DONE)}
+            "done": done}
 
 
-def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) -> None:
+def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int,
+              retention_s: float) -> None:
     url = engine_database(admin, engine)
+    count_path = os.path.join(tempfile.mkdtemp(prefix="awa-bloat-"), "handled")
     try:
         pin = psycopg.connect(url)
         pin.execute("SELECT txid_current()")  # idle in transaction from here on
         proc = subprocess.Popen([sys.executable, __file__, "--worker-process", url,
-                                 str(workers)], stdout=subprocess.PIPE, text=True)
+                                 str(workers), str(retention_s), count_path],
+                                stdout=subprocess.PIPE, text=True)
         if not (proc.stdout and proc.stdout.readline().startswith("READY")):
             raise SystemExit("worker failed to start")
 
         async def drive() -> int:
-            tasks: list[Coroutine[Any, Any, Any]] = [offer(url, rate, seconds)]
-            if engine == "queue_storage":
-                tasks.append(ring_ticks(url, seconds))
-            results = await asyncio.gather(*tasks)
-            return int(results[0])
+            return await offer(url, rate, seconds)
 
         samples: list[tuple[float, dict[str, Any]]] = []
         import threading
@@ -163,19 +155,20 @@ def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) 
             while thread.is_alive() or not samples or samples[-1][0] < seconds:
                 time.sleep(max(0.0, min(next_at - time.monotonic(), 1.0)))
                 if time.monotonic() >= next_at:
-                    samples.append((time.monotonic() - started, sample(conn, engine)))
+                    samples.append((time.monotonic() - started,
+                                    sample(conn, engine, count_path)))
                     next_at += SAMPLE_S
                 if not thread.is_alive() and samples and samples[-1][0] >= seconds:
                     break
             thread.join()
-            time.sleep(2)
-            final = sample(conn, engine)
+            time.sleep(3)
+            final = sample(conn, engine, count_path)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         pin.close()
         sent = sent_box[0] if sent_box else 0
         print(f"\n{engine}: offered {rate}/s for {seconds:.0f}s ({sent} jobs), "
-              f"pinned horizon throughout")
+              f"pinned horizon throughout, completed history kept {retention_s:.0f}s")
         print(f"{'t(s)':>6} {'dead tuples':>12} {'size MB':>8} {'control dead':>13} "
               f"{'control MB':>10} {'processed/s':>12}")
         previous_t, previous_done = 0.0, 0
@@ -192,100 +185,24 @@ def run_bloat(admin: str, engine: str, rate: int, seconds: float, workers: int) 
         _support.drop_database(admin, str(conninfo_to_dict(url)["dbname"]))
 
 
-# --- throughput mode ------------------------------------------------------------------
-SPAN = ("SELECT extract(epoch FROM max(finalized_at) - min(created_at)), max(attempt) "
-        "FROM awa.jobs WHERE queue = 'bench'")
-
-
-def run_throughput(admin: str, engine: str, workers: int, jobs: int) -> dict[str, Any]:
-    """``throughput.py``'s measurement, its rows read through the ``awa.jobs`` view."""
-    import throughput
-
-    url = engine_database(admin, engine)
-    try:
-        proc = throughput.spawn_worker([sys.executable, __file__, "--throughput-worker", url,
-                                        str(workers), str(awa.config.CLAIM_BATCH_SIZE)])
-        with psycopg.connect(url, autocommit=True) as conn:
-            proc.send_signal(signal.SIGUSR1)
-            time.sleep(0.1)
-            enqueue_s = asyncio.run(throughput.enqueue_all(url, jobs))
-            while _scalar(conn, DONE) < jobs:
-                if proc.poll() is not None:
-                    raise SystemExit(f"the worker process died ({proc.returncode})")
-                time.sleep(0.01)
-            row = conn.execute(SPAN).fetchone()
-            assert row is not None and proc.stdout is not None
-            span, attempts = row
-            proc.send_signal(signal.SIGUSR1)
-            cpu = json.loads(proc.stdout.readline())["cpu_s"]
-            latencies = pickup(url, 100)
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-        return {"enqueue_per_s": jobs / enqueue_s, "processed_per_s": jobs / float(span),
-                "cpu_ms_per_job": 1000 * cpu / jobs,
-                "pickup_p50_ms": _support.percentile(latencies, 50),
-                "pickup_p95_ms": _support.percentile(latencies, 95), "max_attempt": attempts}
-    finally:
-        _support.drop_database(admin, str(conninfo_to_dict(url)["dbname"]))
-
-
-def pickup(url: str, samples: int) -> list[float]:
-    """throughput.py's pickup probe through the client (works on either engine)."""
-    async def probe() -> list[float]:
-        out = []
-        async with awa.AsyncClient(url) as client:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                for _ in range(samples):
-                    job = await client.insert({}, kind=KIND, queue="bench")
-                    while True:
-                        cur = await conn.execute(
-                            "SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs "
-                            "WHERE id = %s AND attempted_at IS NOT NULL", (job.id,))
-                        row = await cur.fetchone()
-                        if row:
-                            out.append(1000 * float(row[0]))
-                            break
-                        await asyncio.sleep(0.001)
-                    await asyncio.sleep(0.02)
-        return out
-    return asyncio.run(probe())
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker-process":
-        asyncio.run(worker_main(sys.argv[2], int(sys.argv[3])))
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "--throughput-worker":
-        register_queue_storage()
-        import throughput
-        asyncio.run(throughput.worker_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
-                                           None))
+        asyncio.run(worker_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", default="canonical,queue_storage")
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--workers", default="64")
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--throughput", action="store_true")
+    parser.add_argument("--retention-s", type=float, default=60.0,
+                        help="completed history kept (the worker's completed_retention_hours)")
     args = parser.parse_args()
-    register_queue_storage()
     admin = _support.admin_url()
     engines = args.engines.split(",")
     print(f"machine: {os.cpu_count()} cores (shared with other work while measuring)")
-    if args.throughput:
-        print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-              f"{'pickup p50':>11} {'pickup p95':>11}")
-        for w in [int(x) for x in args.workers.split(",")]:
-            for engine in engines:
-                r = run_throughput(admin, engine, w, args.jobs)
-                assert r["max_attempt"] == 1, "a job was claimed twice"
-                print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
-                      f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
-                      f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
-        return
     for engine in engines:
-        run_bloat(admin, engine, args.rate, args.seconds, int(args.workers.split(",")[0]))
+        run_bloat(admin, engine, args.rate, args.seconds, int(args.workers.split(",")[0]),
+                  args.retention_s)
 
 
 if __name__ == "__main__":

@@ -218,7 +218,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2_000)
     parser.add_argument("--resumes", type=int, default=200)
     args = parser.parse_args()
-    with _support.scratch_database() as url:
+    # Arranges waiting jobs as canonical rows directly: it times canonical's callback SQL.
+    with _support.scratch_database("awa_bench", "canonical") as url:
         asyncio.run(api_resolutions(url, args.jobs))
         asyncio.run(resume_latency(url, args.resumes))
         with receiver_process(url) as receiver:

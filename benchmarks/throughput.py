@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/throughput.py                    # N=20000, W=16,64,256
     .venv/bin/python benchmarks/throughput.py --jobs 20000 --workers 16,64,256 --profile 64
+    .venv/bin/python benchmarks/throughput.py --engines canonical,queue_storage --workers 64,256
     (or: python3 dev.py bench benchmarks/throughput.py ...)
 
 For each W a fresh worker *process* runs one queue with max_workers=W and a
@@ -15,9 +16,11 @@ no-op async handler; this process enqueues N jobs with COPY (batches of
   attempted_at - created_at (both from the database clock), p50/p95;
 * with ``--profile W``: the worker's top functions (cProfile) for that run.
 
-Creates its own database on the server of AWA_TEST_DATABASE_URL /
-DATABASE_URL (else 127.0.0.1:5432), migrates it, and drops it at the end.
-Maintenance is off in the worker (one leader per database does it anyway).
+Every run gets a fresh database on the server of AWA_TEST_DATABASE_URL /
+DATABASE_URL (else 127.0.0.1:5432), laid out for its engine (``--engines``,
+default the default engine; several engines alternate within each W, same
+run), and dropped at the end.  Rows are read through the ``awa.jobs`` view,
+so every engine is measured the same way.  Maintenance is off in the worker.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def start_worker(url: str, workers: int, claim_batch: int, profile: str | None):
 
 
 def count_done(conn) -> int:
-    return conn.execute("SELECT count(*) FROM awa.jobs_hot WHERE state = 'completed'").fetchone()[0]
+    return conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'completed'").fetchone()[0]
 
 
 async def enqueue_all(url: str, n: int) -> float:
@@ -119,10 +122,10 @@ async def enqueue_all(url: str, n: int) -> float:
     return took
 
 
-def run_throughput(url: str, n: int, workers: int, claim_batch: int,
+def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
                    profile: str | None) -> dict:
-    with psycopg.connect(url, autocommit=True) as conn:
-        _support.empty_job_tables(conn)
+    with _support.scratch_database("awa_bench_tp", engine) as url, \
+            psycopg.connect(url, autocommit=True) as conn:
         proc = start_worker(url, workers, claim_batch, profile)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.1)
@@ -135,14 +138,14 @@ def run_throughput(url: str, n: int, workers: int, claim_batch: int,
         wall = time.perf_counter() - started
         span = conn.execute(  # type: ignore[index]  # an aggregate: one row
             "SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
-            "FROM awa.jobs_hot").fetchone()[0]
+            "FROM awa.jobs").fetchone()[0]
         proc.send_signal(signal.SIGUSR1)
         cpu = json.loads(proc.stdout.readline())["cpu_s"]
-        latencies = pickup_latencies(conn, url)
+        latencies = asyncio.run(pickup_latencies(url))
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         attempts = conn.execute(  # type: ignore[index]  # an aggregate: one row
-            "SELECT max(attempt) FROM awa.jobs_hot").fetchone()[0]
+            "SELECT max(attempt) FROM awa.jobs").fetchone()[0]
     return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
             "processed_per_s": n / float(span), "wall_s": wall, "cpu_ms_per_job": 1000 * cpu / n,
             "pickup_p50_ms": _support.percentile(latencies, 50),
@@ -150,24 +153,23 @@ def run_throughput(url: str, n: int, workers: int, claim_batch: int,
             "max_attempt": attempts}
 
 
-def pickup_latencies(conn, url: str, samples: int = 100) -> list[float]:
-    """Single jobs into the idle worker, one at a time."""
+async def pickup_latencies(url: str, samples: int = 100) -> list[float]:
+    """Single jobs into the idle worker, one at a time, inserted through the client."""
     out = []
-    insert = conn.cursor()
-    for _ in range(samples):
-        row = insert.execute(
-            "INSERT INTO awa.jobs_hot (kind, queue, args) VALUES (%s, %s, '{}') RETURNING id",
-            (KIND, QUEUE)).fetchone()
-        job_id = row[0]
-        while True:
-            r = conn.execute("SELECT extract(epoch FROM attempted_at - created_at) "
-                             "FROM awa.jobs_hot "
-                             "WHERE id = %s AND attempted_at IS NOT NULL", (job_id,)).fetchone()
-            if r:
-                out.append(1000 * float(r[0]))
-                break
-            time.sleep(0.001)
-        time.sleep(0.02)
+    async with awa.AsyncClient(url) as client, \
+            await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for _ in range(samples):
+            job = await client.insert({}, kind=KIND, queue=QUEUE)
+            while True:
+                cur = await conn.execute(
+                    "SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs "
+                    "WHERE id = %s AND attempted_at IS NOT NULL", (job.id,))
+                row = await cur.fetchone()
+                if row:
+                    out.append(1000 * float(row[0]))
+                    break
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.02)
     return out
 
 
@@ -190,24 +192,30 @@ def main() -> None:
     parser.add_argument("--claim-batch", type=int, default=awa.config.CLAIM_BATCH_SIZE)
     parser.add_argument("--profile", type=int, default=None, metavar="W",
                         help="profile the worker process during the W run")
+    parser.add_argument("--engines", default=awa.config.DEFAULT_STORAGE_ENGINE,
+                        help="comma-separated storage engines, alternated within each W")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the engine alternation per W")
     args = parser.parse_args()
-    with _support.scratch_database("awa_bench_tp") as url:
-        print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
-              f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
-              f"(shared with other work while measuring)")
-        print(f"{'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-              f"{'pickup p50':>11} {'pickup p95':>11}")
-        profile_path = None
-        for w in [int(x) for x in args.workers.split(",")]:
-            profile_path = f"/tmp/awa-throughput-W{w}.prof" if args.profile == w else None
-            r = run_throughput(url, args.jobs, w, args.claim_batch, profile_path)
-            assert r["max_attempt"] == 1, "a job was claimed twice"
-            print(f"{w:>5} {r['enqueue_per_s']:>10.0f} {r['processed_per_s']:>12.0f} "
-                  f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms "
-                  f"{r['pickup_p95_ms']:>9.1f}ms", flush=True)
-            if profile_path:
-                print(f"\nprofile of the worker process at W={w} (top functions by own time):")
-                print_profile(profile_path)
+    print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
+          f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
+          f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})")
+    print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
+          f"{'pickup p50':>11} {'pickup p95':>11}")
+    for w in [int(x) for x in args.workers.split(",")]:
+        for _ in range(args.repeat):
+            for engine in args.engines.split(","):
+                profile_path = (f"/tmp/awa-throughput-{engine}-W{w}.prof"
+                                if args.profile == w else None)
+                r = run_throughput(engine, args.jobs, w, args.claim_batch, profile_path)
+                assert r["max_attempt"] == 1, "a job was claimed twice"
+                print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
+                      f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
+                      f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
+                if profile_path:
+                    print(f"\nprofile of the worker process, {engine} W={w} "
+                          f"(top functions by own time):")
+                    print_profile(profile_path)
 
 
 if __name__ == "__main__":

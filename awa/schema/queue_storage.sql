@@ -44,16 +44,23 @@ CREATE SEQUENCE IF NOT EXISTS awa.qs_ready_id_seq;
 CREATE SEQUENCE IF NOT EXISTS awa.qs_receipt_id_seq;
 
 -- Per-lane heads.  A lane is (queue, priority, shard); shards come from
--- queue_meta.enqueue_shards.  The enqueue head row is locked by the producer
--- until commit, so lane positions become visible in order (no gaps a claimer
--- could skip); the claim head is locked only while one claim runs.
+-- queue_meta.enqueue_shards.  Neither head is a counter a hot path rewrites:
+-- * the enqueue head is a lock: a producer holds it FOR UPDATE until commit,
+--   so lane positions become visible in order (no gap a claimer could pass),
+--   and reads the lane's end from the rows themselves (awa.qs_reserve_lane);
+-- * the claim head is the lane's low-water mark (everything below claim_seq is
+--   claimed or tombstoned).  Claimers lock it to take turns, but move it only
+--   once it lags by CLAIM_HEAD_STRIDE positions; rows between it and the newest
+--   receipt are told apart by their receipts (awa.qs_ready_live).
+-- So with the xmin horizon pinned, a lane leaves one dead tuple per
+-- CLAIM_HEAD_STRIDE claimed jobs, not two per batch.
 CREATE TABLE IF NOT EXISTS awa.queue_enqueue_heads (
     queue    text NOT NULL,
     priority smallint NOT NULL,
     shard    smallint NOT NULL DEFAULT 0,
-    next_seq bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, priority, shard)
-) WITH (fillfactor = 20);
+);
+ALTER TABLE awa.queue_enqueue_heads DROP COLUMN IF EXISTS next_seq;
 CREATE TABLE IF NOT EXISTS awa.queue_claim_heads (
     queue     text NOT NULL,
     priority  smallint NOT NULL,
@@ -61,9 +68,7 @@ CREATE TABLE IF NOT EXISTS awa.queue_claim_heads (
     claim_seq bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, priority, shard)
 ) WITH (fillfactor = 20);
--- The highest lane position ever claimed: rows past it need no receipt probe
--- (in FIFO order it is claim_seq - 1 and the claim probes nothing).
-ALTER TABLE awa.queue_claim_heads ADD COLUMN IF NOT EXISTS claimed_max bigint NOT NULL DEFAULT -1;
+ALTER TABLE awa.queue_claim_heads DROP COLUMN IF EXISTS claimed_max;
 
 -- Runnable jobs, appended; never updated.  Everything below the lane's
 -- claim_seq is claimed or tombstoned.
@@ -158,6 +163,10 @@ CREATE TABLE IF NOT EXISTS awa.lease_claims (
     ready_slot  smallint NOT NULL,
     ready_id    bigint NOT NULL
 ) PARTITION BY LIST (claim_slot);
+-- The claimed entry's lane position: the claim reads how far a lane is claimed
+-- from the receipts instead of from a counter it would have to rewrite.
+ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS shard smallint NOT NULL DEFAULT 0;
+ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_seq bigint NOT NULL DEFAULT -1;
 
 -- One closure per ended (or materialized) receipt; the unique index is what
 -- makes two concurrent finishes of one attempt apply once.
@@ -241,6 +250,7 @@ CREATE INDEX IF NOT EXISTS idx_done_entries_state_queue
 CREATE INDEX IF NOT EXISTS idx_done_entries_kind_state ON awa.done_entries (kind, state);
 CREATE INDEX IF NOT EXISTS idx_lease_claims_job ON awa.lease_claims (job_id, run_lease);
 CREATE INDEX IF NOT EXISTS idx_lease_claims_claimed ON awa.lease_claims (claimed_at);
+CREATE INDEX IF NOT EXISTS idx_lease_claims_lane ON awa.lease_claims (queue, priority, shard, lane_seq);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_lease_claim_closures_attempt
     ON awa.lease_claim_closures (claim_slot, job_id, run_lease);
 CREATE INDEX IF NOT EXISTS idx_lease_claim_closure_batches_ranges
@@ -270,10 +280,73 @@ DO $$ BEGIN
     END IF;
 END $$;
 
+-- The one rule for "this ready entry can still be claimed": at or past its
+-- lane's claim head, not tombstoned, no receipt for its next attempt.  Every
+-- reader of available jobs (the view, counts, admin, aging, prune) uses it.
+CREATE OR REPLACE VIEW awa.qs_ready_live AS
+    SELECT r.*
+      FROM awa.ready_entries r
+      JOIN awa.queue_claim_heads h
+        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+       AND r.lane_seq >= h.claim_seq
+     WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1);
+
+-- Reserve positions at the end of a lane for this transaction's appends: lock
+-- the lane's enqueue head until commit, then -- VOLATILE, so with a snapshot
+-- taken after the lock, seeing every earlier holder's rows -- return the first
+-- free position.  Past the newest entry, and past the claim head and the newest
+-- receipt, which outlive entries a prune truncated.  Creates the lane on first use.
+CREATE OR REPLACE FUNCTION awa.qs_reserve_lane(p_queue text, p_priority smallint,
+                                               p_shard smallint)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM awa.queue_enqueue_heads
+     WHERE queue = p_queue AND priority = p_priority AND shard = p_shard FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO awa.queue_claim_heads (queue, priority, shard)
+        VALUES (p_queue, p_priority, p_shard) ON CONFLICT DO NOTHING;
+        INSERT INTO awa.queue_enqueue_heads (queue, priority, shard)
+        VALUES (p_queue, p_priority, p_shard) ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM awa.queue_enqueue_heads
+         WHERE queue = p_queue AND priority = p_priority AND shard = p_shard FOR UPDATE;
+    END IF;
+    RETURN greatest(
+        (SELECT COALESCE(max(r.lane_seq) + 1, 0) FROM awa.ready_entries r
+          WHERE r.queue = p_queue AND r.priority = p_priority AND r.shard = p_shard),
+        (SELECT COALESCE(max(c.lane_seq) + 1, 0) FROM awa.lease_claims c
+          WHERE c.queue = p_queue AND c.priority = p_priority AND c.shard = p_shard),
+        (SELECT h.claim_seq FROM awa.queue_claim_heads h
+          WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = p_shard));
+END $$;
+
+-- How far each lane of a queue is claimed, from its claim head and receipts:
+-- ``start`` is where the claim begins to look (past a contiguous claimed run,
+-- the FIFO case, without probing one receipt), ``claimed_max`` the newest
+-- claimed position (entries past it need no receipt probe), ``settled`` the
+-- low-water mark the head may move to.
+CREATE OR REPLACE FUNCTION awa.qs_lane_progress(p_queue text)
+RETURNS TABLE (priority smallint, shard smallint, claim_seq bigint, start_seq bigint,
+               claimed_max bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT h.priority, h.shard, h.claim_seq,
+           CASE WHEN c.n > 0 AND c.n = c.top - h.claim_seq + 1 THEN c.top + 1
+                ELSE h.claim_seq END,
+           COALESCE(c.top, -1)
+      FROM awa.queue_claim_heads h
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS n, max(x.lane_seq) AS top FROM awa.lease_claims x
+           WHERE x.queue = h.queue AND x.priority = h.priority AND x.shard = h.shard
+             AND x.lane_seq >= h.claim_seq) c
+     WHERE h.queue = p_queue
+$$;
+
 -- The claim: lanes of the queue locked in order (claimers of one queue take
 -- turns; producers never wait for them), then, with a fresh snapshot that
--- sees every committed receipt, the first live rows of each lane's window in
--- dispatch order (priority, run_at, id).
+-- sees every committed receipt, the first claimable entries of each lane in
+-- lane order, and of those the first p_limit in dispatch order (priority,
+-- run_at, id).  The claim head moves only once it lags CLAIM_HEAD_STRIDE (128).
 CREATE OR REPLACE FUNCTION awa.qs_claim(p_queue text, p_limit int, p_deadline_ms bigint)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
                attempt smallint, max_attempts smallint, run_at timestamptz,
@@ -283,9 +356,6 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     w int := greatest(p_limit * 2, 16);
-    got int;
-    rounds int := 0;
-    advanced int;
     lanes_p smallint[];
     lanes_s smallint[];
 BEGIN
@@ -302,77 +372,94 @@ BEGIN
     IF lanes_p IS NULL THEN
         RETURN;
     END IF;
-    LOOP
-        rounds := rounds + 1;
-        RETURN QUERY
-        WITH lanes AS MATERIALIZED (
-            SELECT h.priority, h.shard, h.claim_seq, h.claimed_max,
-                   least(e.next_seq, h.claim_seq + w) AS win_end
-              FROM awa.queue_claim_heads h
-              JOIN awa.queue_enqueue_heads e
-                ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
-             WHERE h.queue = p_queue AND h.claim_seq < e.next_seq
-               AND (h.priority, h.shard) IN (SELECT * FROM unnest(lanes_p, lanes_s))
-        ), win AS MATERIALIZED (
-            SELECT r.*
-              FROM lanes l
-              JOIN awa.ready_entries r
-                ON r.queue = p_queue AND r.priority = l.priority AND r.shard = l.shard
-               AND r.lane_seq >= l.claim_seq AND r.lane_seq < l.win_end
-             WHERE (NOT (SELECT EXISTS (SELECT 1 FROM awa.ready_tombstones))
-                    OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
-                                    WHERE t.ready_id = r.ready_id))
-               AND (r.lane_seq > l.claimed_max
-                    OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                                    WHERE c.job_id = r.job_id
-                                      AND c.run_lease = r.run_lease + 1))
-        ), picked AS MATERIALIZED (
-            SELECT * FROM win ORDER BY priority, run_at, job_id LIMIT p_limit
-        ), receipts AS (
-            INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
-                                          priority, attempt, claimed_at, deadline_at,
-                                          ready_slot, ready_id)
-            SELECT (SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), p.job_id,
-                   p.run_lease + 1, p_queue, p.priority, p.attempt + 1, now(),
-                   now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id
-              FROM picked p
-            RETURNING job_id, run_lease, attempt, claimed_at, deadline_at
-        ), advance AS (
-            UPDATE awa.queue_claim_heads h
-               SET claim_seq = greatest(h.claim_seq, COALESCE(
-                   (SELECT min(v.lane_seq) FROM win v
-                     WHERE v.priority = l.priority AND v.shard = l.shard
-                       AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.ready_id = v.ready_id)),
-                   l.win_end)),
-                   claimed_max = greatest(h.claimed_max, COALESCE(
-                   (SELECT max(p.lane_seq) FROM picked p
-                     WHERE p.priority = l.priority AND p.shard = l.shard), -1))
-              FROM lanes l
-             WHERE h.queue = p_queue AND h.priority = l.priority AND h.shard = l.shard
-        ), released AS (
-            DELETE FROM awa.job_unique_claims u
-             USING picked p
-             WHERE p.unique_key IS NOT NULL AND u.unique_key = p.unique_key
-               AND u.job_id = p.job_id
-               AND awa.qs_in_mask(p.unique_states, 'available')
-               AND NOT awa.qs_in_mask(p.unique_states, 'running')
-        )
-        SELECT p.job_id, p.kind, p.queue, p.args, p.priority, rc.attempt, p.max_attempts,
-               p.run_at, rc.deadline_at, rc.claimed_at, p.created_at, p.errors, p.metadata,
-               p.tags, rc.run_lease, p.progress
-          FROM picked p JOIN receipts rc ON rc.job_id = p.job_id
-         ORDER BY p.priority, p.run_at, p.job_id;
-        GET DIAGNOSTICS got = ROW_COUNT;
-        EXIT WHEN got > 0 OR rounds >= 8;
-        -- Nothing live in any window: go again only if some lane has rows past it.
-        SELECT count(*) INTO advanced
-          FROM awa.queue_claim_heads h
-          JOIN awa.queue_enqueue_heads e
-            ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
-         WHERE h.queue = p_queue AND h.claim_seq < e.next_seq
-           AND (h.priority, h.shard) IN (SELECT * FROM unnest(lanes_p, lanes_s));
-        EXIT WHEN advanced = 0;
+    RETURN QUERY
+    WITH lanes AS MATERIALIZED (
+        SELECT g.* FROM awa.qs_lane_progress(p_queue) g
+         WHERE (g.priority, g.shard) IN (SELECT * FROM unnest(lanes_p, lanes_s))
+    ), win AS MATERIALIZED (
+        SELECT r.*
+          FROM lanes l
+          CROSS JOIN LATERAL (
+              SELECT r.* FROM awa.ready_entries r
+               WHERE r.queue = p_queue AND r.priority = l.priority AND r.shard = l.shard
+                 AND r.lane_seq >= l.start_seq
+                 AND (NOT (SELECT EXISTS (SELECT 1 FROM awa.ready_tombstones))
+                      OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                      WHERE t.ready_id = r.ready_id))
+                 AND (r.lane_seq > l.claimed_max
+                      OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                                      WHERE c.job_id = r.job_id
+                                        AND c.run_lease = r.run_lease + 1))
+               ORDER BY r.lane_seq
+               LIMIT w) r
+    ), picked AS MATERIALIZED (
+        SELECT * FROM win ORDER BY priority, run_at, job_id LIMIT p_limit
+    ), receipts AS (
+        INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
+                                      priority, attempt, claimed_at, deadline_at,
+                                      ready_slot, ready_id, shard, lane_seq)
+        SELECT (SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), p.job_id,
+               p.run_lease + 1, p_queue, p.priority, p.attempt + 1, now(),
+               now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id,
+               p.shard, p.lane_seq
+          FROM picked p
+        RETURNING job_id, run_lease, attempt, claimed_at, deadline_at
+    ), advance AS (
+        UPDATE awa.queue_claim_heads h
+           SET claim_seq = n.low
+          FROM (SELECT l.priority, l.shard, l.claim_seq,
+                       COALESCE((SELECT min(v.lane_seq) FROM win v
+                                  WHERE v.priority = l.priority AND v.shard = l.shard
+                                    AND NOT EXISTS (SELECT 1 FROM picked p
+                                                     WHERE p.ready_id = v.ready_id)),
+                                (SELECT max(v.lane_seq) + 1 FROM win v
+                                  WHERE v.priority = l.priority AND v.shard = l.shard),
+                                l.start_seq) AS low
+                  FROM lanes l) n
+         WHERE h.queue = p_queue AND h.priority = n.priority AND h.shard = n.shard
+           AND n.low >= n.claim_seq + 128
+    ), released AS (
+        DELETE FROM awa.job_unique_claims u
+         USING picked p
+         WHERE p.unique_key IS NOT NULL AND u.unique_key = p.unique_key
+           AND u.job_id = p.job_id
+           AND awa.qs_in_mask(p.unique_states, 'available')
+           AND NOT awa.qs_in_mask(p.unique_states, 'running')
+    )
+    SELECT p.job_id, p.kind, p.queue, p.args, p.priority, rc.attempt, p.max_attempts,
+           p.run_at, rc.deadline_at, rc.claimed_at, p.created_at, p.errors, p.metadata,
+           p.tags, rc.run_lease, p.progress
+      FROM picked p JOIN receipts rc ON rc.job_id = p.job_id
+     ORDER BY p.priority, p.run_at, p.job_id;
+END $$;
+
+-- Move every idle lane's claim head to its low-water mark (the maintenance
+-- leader, before prune: receipts of entries past the head keep their claim
+-- slot alive).  Lanes a claimer holds are skipped; an UPDATE per moved lane.
+CREATE OR REPLACE FUNCTION awa.qs_settle_claim_heads() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    lane record;
+    low bigint;
+    moved int := 0;
+BEGIN
+    FOR lane IN SELECT h.queue, h.priority, h.shard FROM awa.queue_claim_heads h
+                 ORDER BY h.queue, h.priority, h.shard FOR UPDATE SKIP LOCKED LOOP
+        SELECT COALESCE(
+                   (SELECT min(r.lane_seq) FROM awa.qs_ready_live r
+                     WHERE r.queue = lane.queue AND r.priority = lane.priority
+                       AND r.shard = lane.shard),
+                   (SELECT g.start_seq FROM awa.qs_lane_progress(lane.queue) g
+                     WHERE g.priority = lane.priority AND g.shard = lane.shard))
+          INTO low;
+        UPDATE awa.queue_claim_heads h SET claim_seq = low
+         WHERE h.queue = lane.queue AND h.priority = lane.priority AND h.shard = lane.shard
+           AND low > h.claim_seq;
+        IF FOUND THEN
+            moved := moved + 1;
+        END IF;
     END LOOP;
+    RETURN moved;
 END $$;
 
 -- The operator read surface: canonical rows plus every live queue-storage row.
@@ -389,13 +476,7 @@ CREATE OR REPLACE VIEW awa.jobs AS
            NULL::text AS callback_filter, NULL::text AS callback_on_complete,
            NULL::text AS callback_on_fail, NULL::text AS callback_transform,
            r.run_lease, r.progress
-      FROM awa.ready_entries r
-      JOIN awa.queue_claim_heads h
-        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-       AND r.lane_seq >= h.claim_seq
-     WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+      FROM awa.qs_ready_live r
     UNION ALL
     SELECT c.job_id, r.kind, r.queue, r.args, 'running'::awa.job_state, r.priority, c.attempt,
            r.max_attempts, r.run_at, c.claimed_at, c.deadline_at, c.claimed_at, NULL,
@@ -442,3 +523,195 @@ ON CONFLICT (backend) DO UPDATE SET schema_name = EXCLUDED.schema_name, updated_
 
 CREATE INDEX IF NOT EXISTS idx_done_entries_callback ON awa.done_entries (callback_id)
     WHERE callback_id IS NOT NULL;
+
+-- Writes through the awa.jobs view (awa-pg 0.6.9 compatibility: fixtures and
+-- runbooks run `DELETE FROM awa.jobs ...` and `UPDATE awa.jobs SET ...`).
+-- Rare, out-of-band operations, so they may do what the hot path never does:
+-- an available job is tombstoned (under its lane's claim-head lock) and, when
+-- updated, appended again with the new values; a running attempt is closed, or,
+-- for a change that keeps it running (heartbeat_at, deadline_at, callback
+-- columns, progress), materialized into a lease and that row updated; deferred
+-- and terminal rows are deleted or updated in place.
+
+-- End job p_id's live queue-storage row, wherever it is; false when it has none.
+CREATE OR REPLACE FUNCTION awa.qs_remove_live(p_id bigint, p_reason text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    found_any boolean := false;
+BEGIN
+    FOR r IN SELECT DISTINCT e.queue, e.priority, e.shard FROM awa.qs_ready_live e
+              WHERE e.job_id = p_id LOOP
+        PERFORM 1 FROM awa.queue_claim_heads h
+         WHERE h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard FOR UPDATE;
+    END LOOP;
+    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
+    SELECT e.ready_slot, e.ready_id, e.job_id, p_reason FROM awa.qs_ready_live e
+     WHERE e.job_id = p_id;
+    found_any := FOUND;
+    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
+    SELECT c.claim_slot, c.receipt_id, c.job_id, c.run_lease, p_reason FROM awa.lease_claims c
+     WHERE c.job_id = p_id
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                        WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                          AND x.run_lease = c.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                        WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)
+    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING;
+    found_any := found_any OR FOUND;
+    DELETE FROM awa.leases WHERE job_id = p_id;
+    found_any := found_any OR FOUND;
+    DELETE FROM awa.attempt_state WHERE job_id = p_id;
+    DELETE FROM awa.deferred_jobs WHERE id = p_id;
+    found_any := found_any OR FOUND;
+    DELETE FROM awa.done_entries WHERE id = p_id;
+    found_any := found_any OR FOUND;
+    RETURN found_any;
+END $$;
+
+-- Put a job row image where its state lives (available, deferred or terminal).
+CREATE OR REPLACE FUNCTION awa.qs_place(j awa.jobs) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    lane_shard smallint;
+BEGIN
+    IF j.state = 'available' THEN
+        SELECT CASE WHEN COALESCE(m.enqueue_shards, 1) > 1
+                    THEN (j.id % m.enqueue_shards)::smallint ELSE 0::smallint END
+          INTO lane_shard FROM (SELECT 1) one
+          LEFT JOIN awa.queue_meta m ON m.queue = j.queue;
+        INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard,
+                                       lane_seq, kind, args, attempt, max_attempts, run_at,
+                                       attempted_at, created_at, errors, metadata, tags,
+                                       unique_key, unique_states, run_lease, progress)
+        VALUES (awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), j.id, j.queue, j.priority,
+                lane_shard, awa.qs_reserve_lane(j.queue, j.priority, lane_shard), j.kind, j.args,
+                j.attempt, j.max_attempts, j.run_at, j.attempted_at, j.created_at, j.errors,
+                j.metadata, j.tags, j.unique_key, j.unique_states, j.run_lease, j.progress);
+    ELSIF j.state IN ('scheduled', 'retryable') THEN
+        INSERT INTO awa.deferred_jobs SELECT j.*;
+    ELSIF j.state IN ('completed', 'failed', 'cancelled') THEN
+        INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt,
+                                      max_attempts, run_at, heartbeat_at, deadline_at,
+                                      attempted_at, finalized_at, created_at, errors, metadata,
+                                      tags, unique_key, unique_states, callback_id,
+                                      callback_timeout_at, callback_filter,
+                                      callback_on_complete, callback_on_fail,
+                                      callback_transform, run_lease, progress)
+        VALUES (awa.qs_slot('queue'), j.id, j.kind, j.queue, j.args, j.state, j.priority,
+                j.attempt, j.max_attempts, j.run_at, j.heartbeat_at, j.deadline_at,
+                j.attempted_at, COALESCE(j.finalized_at, now()), j.created_at, j.errors,
+                j.metadata, j.tags, j.unique_key, j.unique_states, j.callback_id,
+                j.callback_timeout_at, j.callback_filter, j.callback_on_complete,
+                j.callback_on_fail, j.callback_transform, j.run_lease, j.progress);
+    ELSE
+        RAISE EXCEPTION 'awa.jobs on queue storage: a job can only be made running by a claim '
+                        '(job %, state %)', j.id, j.state
+              USING ERRCODE = 'feature_not_supported',
+                    HINT = 'set state to available and let a worker claim it';
+    END IF;
+    -- The unique claim follows the new state.
+    IF j.unique_key IS NOT NULL THEN
+        IF awa.qs_in_mask(j.unique_states, j.state) THEN
+            -- A key another job holds raises unique_violation, as on canonical.
+            INSERT INTO awa.job_unique_claims (unique_key, job_id)
+            SELECT j.unique_key, j.id
+             WHERE NOT EXISTS (SELECT 1 FROM awa.job_unique_claims u
+                                WHERE u.unique_key = j.unique_key AND u.job_id = j.id);
+        ELSE
+            DELETE FROM awa.job_unique_claims WHERE unique_key = j.unique_key AND job_id = j.id;
+        END IF;
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION awa.qs_jobs_view_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT awa.qs_remove_live(OLD.id, 'deleted') THEN
+        RETURN NULL;
+    END IF;
+    DELETE FROM awa.job_unique_claims WHERE job_id = OLD.id;
+    RETURN OLD;
+END $$;
+
+CREATE OR REPLACE FUNCTION awa.qs_jobs_view_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
+BEGIN
+    IF OLD.state IN ('running', 'waiting_external') AND NEW.state IN ('running', 'waiting_external')
+       AND NEW.id = OLD.id AND NEW.run_lease = OLD.run_lease AND NEW.attempt = OLD.attempt THEN
+        -- Still the same attempt: it lives on in a (materialized) lease.
+        SELECT * INTO c FROM awa.lease_claims x
+         WHERE x.job_id = OLD.id AND x.run_lease = OLD.run_lease LIMIT 1;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM awa.leases l
+                        WHERE l.job_id = OLD.id AND l.run_lease = OLD.run_lease) THEN
+            INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease,
+                                                  outcome)
+            VALUES (c.claim_slot, c.receipt_id, c.job_id, c.run_lease, 'materialized')
+            ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING;
+            INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt,
+                                    claim_slot, receipt_id, ready_slot, ready_id, claimed_at,
+                                    heartbeat_at, deadline_at)
+            VALUES (awa.qs_slot('lease'), c.job_id, c.run_lease, c.queue, 'running', c.attempt,
+                    c.claim_slot, c.receipt_id, c.ready_slot, c.ready_id, c.claimed_at,
+                    COALESCE(OLD.heartbeat_at, now()), c.deadline_at);
+        END IF;
+        UPDATE awa.leases
+           SET state = NEW.state, heartbeat_at = COALESCE(NEW.heartbeat_at, heartbeat_at),
+               deadline_at = NEW.deadline_at, callback_id = NEW.callback_id,
+               callback_timeout_at = NEW.callback_timeout_at,
+               callback_filter = NEW.callback_filter,
+               callback_on_complete = NEW.callback_on_complete,
+               callback_on_fail = NEW.callback_on_fail,
+               callback_transform = NEW.callback_transform
+         WHERE job_id = OLD.id AND run_lease = OLD.run_lease;
+        IF NEW.progress IS DISTINCT FROM OLD.progress OR NEW.metadata IS DISTINCT FROM OLD.metadata
+        THEN
+            INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, metadata)
+            VALUES (OLD.id, OLD.run_lease, NEW.progress, NEW.metadata)
+            ON CONFLICT (job_id, run_lease) DO UPDATE
+               SET progress = EXCLUDED.progress, metadata = EXCLUDED.metadata,
+                   updated_at = now();
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF OLD.state = NEW.state AND OLD.state IN ('scheduled', 'retryable') AND NEW.id = OLD.id THEN
+        UPDATE awa.deferred_jobs d SET (kind, queue, args, priority, attempt, max_attempts,
+                                        run_at, heartbeat_at, deadline_at, attempted_at,
+                                        finalized_at, created_at, errors, metadata, tags,
+                                        unique_key, unique_states, callback_id,
+                                        callback_timeout_at, callback_filter,
+                                        callback_on_complete, callback_on_fail,
+                                        callback_transform, run_lease, progress)
+             = (NEW.kind, NEW.queue, NEW.args, NEW.priority, NEW.attempt, NEW.max_attempts,
+                NEW.run_at, NEW.heartbeat_at, NEW.deadline_at, NEW.attempted_at,
+                NEW.finalized_at, NEW.created_at, NEW.errors, NEW.metadata, NEW.tags,
+                NEW.unique_key, NEW.unique_states, NEW.callback_id, NEW.callback_timeout_at,
+                NEW.callback_filter, NEW.callback_on_complete, NEW.callback_on_fail,
+                NEW.callback_transform, NEW.run_lease, NEW.progress)
+         WHERE d.id = OLD.id;
+        RETURN CASE WHEN FOUND THEN NEW END;
+    END IF;
+    IF NEW.state = 'running' OR NEW.state = 'waiting_external' THEN
+        PERFORM awa.qs_place(NEW);  -- raises: only a claim starts an attempt
+    END IF;
+    IF NOT awa.qs_remove_live(OLD.id, 'updated') THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.unique_key IS NOT NULL THEN
+        DELETE FROM awa.job_unique_claims WHERE unique_key = OLD.unique_key AND job_id = OLD.id;
+    END IF;
+    PERFORM awa.qs_place(NEW);
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS awa_jobs_view_delete ON awa.jobs;
+CREATE TRIGGER awa_jobs_view_delete INSTEAD OF DELETE ON awa.jobs
+    FOR EACH ROW EXECUTE FUNCTION awa.qs_jobs_view_delete();
+DROP TRIGGER IF EXISTS awa_jobs_view_update ON awa.jobs;
+CREATE TRIGGER awa_jobs_view_update INSTEAD OF UPDATE ON awa.jobs
+    FOR EACH ROW EXECUTE FUNCTION awa.qs_jobs_view_update();

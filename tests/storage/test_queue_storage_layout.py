@@ -210,10 +210,55 @@ async def test_enqueue_shards_spread_a_queue_over_lanes(engine, aconn):
     for _ in range(4):
         await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(10)], kind="k",
                                                      queue="s"))
-    heads = await _all(aconn, "SELECT shard, next_seq FROM awa.queue_enqueue_heads "
+    heads = await _all(aconn, "SELECT shard FROM awa.queue_enqueue_heads "
                               "WHERE queue = 's' ORDER BY shard")
     assert [h["shard"] for h in heads] == [0, 1, 2, 3]
-    assert sum(h["next_seq"] for h in heads) == 40
+    lanes = await _all(aconn, "SELECT shard, count(*) AS n, min(lane_seq) AS lo, "
+                              "max(lane_seq) AS hi FROM awa.ready_entries WHERE queue = 's' "
+                              "GROUP BY shard ORDER BY shard")
+    assert sum(lane["n"] for lane in lanes) == 40
+    # Each lane's positions are dense from 0: no gaps a claimer would have to step over.
+    assert all(lane["lo"] == 0 and lane["hi"] == lane["n"] - 1 for lane in lanes), lanes
     claimed = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
     assert len(claimed) == len(set(claimed)) == 40
     assert await engine.claim_batch(aconn, "s", 100, 60_000) == []
+
+
+@QS
+async def test_the_hot_path_leaves_one_dead_head_tuple_per_stride_of_claims(engine, aconn):
+    """Enqueue updates no row; the claim head moves once per 128 claimed positions."""
+    async with aconn.transaction():
+        for _ in range(10):
+            await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(50)],
+                                                         kind="k", queue="h"))
+        claimed: list[int] = []
+        while batch := await engine.claim_batch(aconn, "h", 7, 60_000):
+            claimed.extend(j.id for j in batch)
+        updates = await _all(aconn, "SELECT relname, n_tup_upd, n_tup_del "
+                                    "FROM pg_stat_xact_user_tables WHERE schemaname = 'awa' "
+                                    "AND (n_tup_upd > 0 OR n_tup_del > 0)")
+    assert len(claimed) == len(set(claimed)) == 500
+    by_table = {u["relname"]: u for u in updates}
+    assert set(by_table) <= {"queue_claim_heads"}, updates
+    assert by_table["queue_claim_heads"]["n_tup_upd"] <= 500 // 128, updates
+
+
+@QS
+async def test_settling_moves_an_idle_lane_head_and_claims_stay_exact(engine, aconn):
+    """A lane left lagging its receipts is settled by the leader's ring tick; nothing is
+    claimed twice or skipped across the settle, then across a rotation and prune."""
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(30)], kind="k",
+                                                 queue="s"))
+    first = [j.id for j in await engine.claim_batch(aconn, "s", 20, 60_000)]
+    head = await _all(aconn, "SELECT claim_seq FROM awa.queue_claim_heads WHERE queue = 's'")
+    assert head[0]["claim_seq"] == 0  # lagging: fewer than a stride claimed
+    await engine.rotate_and_prune(aconn, completed_retention_s=0, failed_retention_s=0)
+    head = await _all(aconn, "SELECT claim_seq FROM awa.queue_claim_heads WHERE queue = 's'")
+    assert head[0]["claim_seq"] == 20
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(5)], kind="k",
+                                                 queue="s"))
+    rest = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
+    assert len(rest) == 15 and not set(rest) & set(first)
+    lanes = await _all(aconn, "SELECT count(DISTINCT lane_seq) AS n FROM awa.ready_entries "
+                              "WHERE queue = 's'")
+    assert lanes[0]["n"] == 35

@@ -45,14 +45,8 @@ CURRENT = "SELECT state::text AS state, run_lease, queue FROM awa.jobs WHERE id 
 # The live ready entries of a job (normally one) and their lanes.
 LIVE_READY = """
 SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard
-  FROM awa.ready_entries r
-  JOIN awa.queue_claim_heads h
-    ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-   AND r.lane_seq >= h.claim_seq
- WHERE r.job_id = ANY(%(ids)s::bigint[])
-   AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
-   AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                    WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)"""
+  FROM awa.qs_ready_live r
+ WHERE r.job_id = ANY(%(ids)s::bigint[])"""
 LOCK_LANES = """
 SELECT 1 FROM awa.queue_claim_heads
  WHERE (queue, priority, shard) IN (
@@ -140,14 +134,8 @@ SELECT 1 FROM awa.queue_claim_heads WHERE queue = %(queue)s
 DRAIN_QUEUE = """
 WITH live AS MATERIALIZED (
     SELECT r.*
-      FROM awa.ready_entries r
-      JOIN awa.queue_claim_heads h
-        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-       AND r.lane_seq >= h.claim_seq
+      FROM awa.qs_ready_live r
      WHERE r.queue = %(queue)s
-       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
 ), tomb AS (
     INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
     SELECT ready_slot, ready_id, job_id, 'drained' FROM live

@@ -2,10 +2,11 @@
 
 One statement per batch, fed by ``unnest`` of array parameters or by COPY
 into the canonical per-session staging table.  Each lane (queue, priority,
-shard) gets its positions from its enqueue head: one small upsert per lane
-per batch, the only row the producer updates.  The head row stays locked
-until the producer commits, so positions become visible in lane order and a
-claimer can never pass a position that is still to commit.
+shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
+lane's enqueue head until the producer commits -- so positions become
+visible in lane order and a claimer can never pass a position still to
+commit -- and reads the lane's end from the entries themselves: enqueue
+updates no row at all.
 
 ``APPEND_READY`` is shared by every path that makes a job runnable again
 (promotion, admin retry, callback retry, DLQ redrive): given a CTE ``src``
@@ -46,28 +47,21 @@ APPEND_READY = """
                                     ORDER BY rq.id) AS lane_pos
       FROM rq
 ), rq_lanes AS MATERIALIZED (
-    SELECT queue, priority, shard, count(*) AS n FROM rq GROUP BY queue, priority, shard
-), rq_heads AS (
-    INSERT INTO awa.queue_enqueue_heads AS h (queue, priority, shard, next_seq)
-    SELECT queue, priority, shard, n FROM rq_lanes ORDER BY queue, priority, shard
-    ON CONFLICT (queue, priority, shard) DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq
-    RETURNING h.queue, h.priority, h.shard, h.next_seq
-), rq_claim_heads AS (
-    INSERT INTO awa.queue_claim_heads (queue, priority, shard)
-    SELECT queue, priority, shard FROM rq_lanes ORDER BY queue, priority, shard
-    ON CONFLICT (queue, priority, shard) DO NOTHING
+    SELECT DISTINCT queue, priority, shard FROM rq
+), rq_heads AS MATERIALIZED (
+    SELECT queue, priority, shard, awa.qs_reserve_lane(queue, priority, shard) AS base
+      FROM rq_lanes ORDER BY queue, priority, shard
 ), ready AS (
     INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard, lane_seq,
                                    kind, args, attempt, max_attempts, run_at, attempted_at,
                                    created_at, errors, metadata, tags, unique_key, unique_states,
                                    run_lease, progress)
     SELECT (SELECT awa.qs_slot('queue')), nextval('awa.qs_ready_id_seq'), p.id, p.queue, p.priority,
-           p.shard, h.next_seq - l.n + p.lane_pos - 1, p.kind, p.args, p.attempt,
+           p.shard, h.base + p.lane_pos - 1, p.kind, p.args, p.attempt,
            p.max_attempts, p.run_at, p.attempted_at, p.created_at, p.errors, p.metadata, p.tags,
            p.unique_key, p.unique_states, p.run_lease, p.progress
       FROM rq_pos p
       JOIN rq_heads h ON h.queue = p.queue AND h.priority = p.priority AND h.shard = p.shard
-      JOIN rq_lanes l ON l.queue = p.queue AND l.priority = p.priority AND l.shard = p.shard
      ORDER BY p.id
     RETURNING job_id AS id, 'available'::awa.job_state AS state, run_at, created_at
 )"""

@@ -226,15 +226,8 @@ FLUSH_PROGRESS = _ATTEMPTS + """
 )""" + _UPSERT_STATE
 
 AVAILABLE_COUNTS = """
-SELECT r.queue, count(*)
-  FROM awa.queue_claim_heads h
-  JOIN awa.ready_entries r
-    ON r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard
-   AND r.lane_seq >= h.claim_seq
- WHERE h.queue = ANY(%s::text[])
-   AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
-   AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                    WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
+SELECT r.queue, count(*) FROM awa.qs_ready_live r
+ WHERE r.queue = ANY(%s::text[])
  GROUP BY r.queue"""
 
 

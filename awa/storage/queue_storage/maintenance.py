@@ -155,16 +155,10 @@ WITH settings AS (
     SELECT r.*, COALESCE((r.metadata ->> %(meta_key)s)::int, r.priority) AS original,
            extract(epoch FROM now() - r.run_at) * 1000
                / nullif(COALESCE(s.interval_ms, %(default_interval_ms)s::bigint), 0) AS steps
-      FROM awa.ready_entries r
-      JOIN awa.queue_claim_heads h
-        ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-       AND r.lane_seq >= h.claim_seq
+      FROM awa.qs_ready_live r
       LEFT JOIN settings s ON s.queue = r.queue
      WHERE r.priority > 1
        AND r.run_at <= now() - make_interval(secs => %(min_interval_s)s)
-       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = r.ready_id)
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)
 ), aged AS MATERIALIZED (
     SELECT w.*, greatest(1, w.original - floor(w.steps)::int) AS new_priority
       FROM waiting w

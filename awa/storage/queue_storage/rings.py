@@ -45,6 +45,7 @@ ADVANCE = """
 UPDATE awa.queue_ring_state
    SET current_slot = %(next)s, generation = generation + 1, rotated_at = now()
  WHERE ring = %(ring)s AND current_slot = %(current)s"""
+SETTLE_CLAIM_HEADS = "SELECT awa.qs_settle_claim_heads()"
 SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(ms)s, true)"
 
 # What keeps a slot alive; every query answers "is anything live left?".
@@ -58,12 +59,7 @@ _CLAIMABLE = """r.lane_seq >= h.claim_seq
                                 WHERE t.ready_id = r.ready_id)"""
 QUEUE_SLOT_LIVE = f"""
 SELECT
-  EXISTS (SELECT 1 FROM awa.ready_entries r
-            JOIN awa.queue_claim_heads h
-              ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-           WHERE r.ready_slot = %(slot)s AND {_CLAIMABLE}
-             AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                              WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1))
+  EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
   OR EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {_OPEN_RECEIPT})
   OR EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
   OR EXISTS (SELECT 1 FROM awa.done_entries d
@@ -186,7 +182,10 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
 async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
                            failed_retention_s: float,
                            lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
-    """One maintenance tick of the rings: prune what is sealed, then rotate every ring."""
+    """One maintenance tick of the rings: settle idle claim heads (their lag keeps
+    receipts alive), prune what is sealed, then rotate every ring."""
+    async with conn.transaction():
+        await conn.execute(SETTLE_CLAIM_HEADS)
     report = await prune(conn, completed_retention_s=completed_retention_s,
                          failed_retention_s=failed_retention_s, lock_timeout_ms=lock_timeout_ms)
     for ring in RINGS:
