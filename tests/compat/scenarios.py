@@ -912,10 +912,10 @@ def admin_retry_failed_none(ctx: Any) -> Any:
 
 @scenario
 def admin_failed_lifecycle(ctx: Any) -> Any:
-    """Fail jobs by SQL (both schemas have awa.jobs_hot / the jobs view), then retry_failed."""
+    """Fail jobs by SQL through the awa.jobs view (both SDKs route it), then retry_failed."""
     a = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
     ctx.client.insert(CompatPing(n=2), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now(), attempt = 1 "
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now(), attempt = 1 "
             "WHERE queue = %s", ctx.q)
     r = ctx.client.retry_failed(queue=ctx.q)
     again = ctx.client.get_job(a.id)
@@ -927,7 +927,7 @@ def admin_failed_lifecycle(ctx: Any) -> Any:
 @scenario
 def admin_discard_failed(ctx: Any) -> Any:
     ctx.client.insert({"a": 1}, kind="compat_discard", queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     return ctx.client.discard_failed("compat_discard")
 
@@ -935,7 +935,7 @@ def admin_discard_failed(ctx: Any) -> Any:
 @scenario
 def admin_retry_failed_job(ctx: Any) -> Any:
     a = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now(), attempt = 3 "
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now(), attempt = 3 "
             "WHERE queue = %s", ctx.q)
     return job(ctx.client.retry(a.id))
 
@@ -1027,7 +1027,7 @@ def dlq_move_not_failed(ctx: Any) -> Any:
 @scenario
 def dlq_move_failed(ctx: Any) -> Any:
     j = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     e = ctx.client.move_failed_to_dlq(j.id, "manual-test")
     out = {"type": tn(e), "fields": fields(e, ("dlq_at", "job", "original_run_lease", "reason")),
@@ -1042,7 +1042,7 @@ def dlq_move_failed(ctx: Any) -> Any:
 @scenario
 def dlq_retry_from_dlq(ctx: Any) -> Any:
     j = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     ctx.client.move_failed_to_dlq(j.id, "x")
     r = ctx.client.retry_from_dlq(j.id, priority=1)
@@ -1052,7 +1052,7 @@ def dlq_retry_from_dlq(ctx: Any) -> Any:
 @scenario
 def dlq_purge_job(ctx: Any) -> Any:
     j = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     ctx.client.move_failed_to_dlq(j.id, "x")
     return [ctx.client.purge_dlq_job(j.id), ctx.client.purge_dlq_job(j.id)]
@@ -1062,7 +1062,7 @@ def dlq_purge_job(ctx: Any) -> Any:
 def dlq_bulk_move_and_retry(ctx: Any) -> Any:
     for i in range(2):
         ctx.client.insert(CompatPing(n=i), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     moved = ctx.client.bulk_move_failed_to_dlq(queue=ctx.q)
     back = ctx.client.bulk_retry_from_dlq(queue=ctx.q)
@@ -1078,7 +1078,7 @@ def dlq_bulk_requires_filter(ctx: Any) -> Any:
 @scenario
 def dlq_purge_queue(ctx: Any) -> Any:
     j = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
-    ctx.sql("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now() WHERE queue = %s",
+    ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE queue = %s",
             ctx.q)
     ctx.client.move_failed_to_dlq(j.id, "x")
     return ctx.client.purge_dlq(queue=ctx.q)
