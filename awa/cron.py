@@ -17,6 +17,7 @@ from croniter import croniter
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, serialization
+from awa import metrics as awa_metrics
 from awa.job import Job, ValidationError
 from awa.storage import open_engine
 from awa.storage.engine import CronJobInfo, CronSchedule, Engine
@@ -229,6 +230,7 @@ class CronMixin:
             job = await engine.trigger_cron_job(conn, name)
         if job is None:
             raise _not_found(name)
+        awa_metrics.record_inserted_jobs((job,))
         return job
 
 

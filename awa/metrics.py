@@ -51,7 +51,7 @@ import weakref
 from _thread import get_ident as _get_ident
 from bisect import bisect_left
 from collections import Counter as _Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -78,6 +78,10 @@ ATTR_CALLBACK_OUTCOME = "awa.callback.outcome"
 ATTR_RUNTIME_VERSION = "awa.runtime.version"
 ATTR_RUNTIME_INSTANCE = "awa.runtime.instance_id"
 ATTR_RUNTIME_HOST = "awa.runtime.hostname"
+# queue storage: partition rings and what blocks their prune
+ATTR_RING = "awa.ring"  # queue | claim | lease
+ATTR_PRUNE_BLOCKER = "awa.prune.blocker"  # PRUNE_BLOCKERS
+ATTR_STORAGE_ENGINE = "awa.storage.engine"  # canonical | queue_storage
 # descriptor info series (awa.queue.info / awa.job_kind.info)
 ATTR_DISPLAY_NAME = "awa.descriptor.display_name"
 ATTR_OWNER = "awa.descriptor.owner"
@@ -103,6 +107,14 @@ RESCUE_KIND_HEARTBEAT = "heartbeat"
 RESCUE_KIND_DEADLINE = "deadline"
 RESCUE_KIND_CALLBACK = "callback"
 RESCUE_KINDS = (RESCUE_KIND_HEARTBEAT, RESCUE_KIND_DEADLINE, RESCUE_KIND_CALLBACK)
+
+RINGS = ("queue", "claim", "lease")
+# What held a sealed ring slot that prune could not truncate (the storage
+# engine's PRUNE_BLOCKERS): a claimable ready entry, an open claim receipt, a
+# lease, terminal rows inside their retention (expected), a lock held by
+# another session past prune's lock_timeout.
+PRUNE_BLOCKER_RETENTION = "retention"
+PRUNE_BLOCKERS = ("ready", "receipt", "lease", PRUNE_BLOCKER_RETENTION, "lock")
 
 XMIN_SOURCES = (
     "transaction",  # backend_xmin / backend_xid of a session (long or idle-in-transaction)
@@ -181,6 +193,7 @@ def _size_histogram(name, unit, attributes, help):
 
 _JOB = (ATTR_KIND, ATTR_QUEUE)
 _Q = (ATTR_QUEUE,)
+_RING = (ATTR_RING,)
 _DESCRIPTOR = (ATTR_DISPLAY_NAME, ATTR_OWNER, ATTR_DOCS_URL, ATTR_TAGS, ATTR_DESCRIPTOR_HASH)
 
 # --- section 1: runtime metrics (OTel instruments) --------------------------
@@ -276,6 +289,44 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
                        "cron, snapshot, ...), in seconds."),
     _counter("awa.maintenance.branch.overrun", "{pass}", (ATTR_BRANCH,),
              "Maintenance passes that took longer than their branch's interval."),
+    # queue storage: ring rotation and prune (leader, once per cleanup tick)
+    _counter("awa.maintenance.rotate.attempts", "{rotation}", _RING,
+             "Rotations the leader tried, per ring (one per ring per cleanup tick)."),
+    _counter("awa.maintenance.rotate.skipped", "{rotation}", _RING + (ATTR_PRUNE_BLOCKER,),
+             "Rotations that could not move the ring on because its next slot still held rows, "
+             "by what held them (awa.prune.blocker; retention is expected, the rest is wrap "
+             "pressure)."),
+    _seconds_histogram("awa.maintenance.rotate.duration", _RING,
+                       "Time of one rotation attempt of a ring, in seconds."),
+    _counter("awa.maintenance.prune.attempts", "{partition}", _RING,
+             "Sealed ring slots holding rows that prune tried to reclaim."),
+    _counter("awa.maintenance.prune.skipped", "{partition}", _RING + (ATTR_PRUNE_BLOCKER,),
+             "Sealed slots prune could not truncate, by blocker: ready (a claimable entry), "
+             "receipt (an open claim), lease (a running attempt), retention (terminal rows "
+             "younger than their retention), lock (another session held the partition)."),
+    _counter("awa.maintenance.prune.truncated", "{partition}", _RING,
+             "Sealed slots reclaimed by TRUNCATE."),
+    _counter("awa.maintenance.prune.carried_failed", "{job}", (),
+             "Failed rows inside the failed-retention floor carried forward to the current "
+             "queue slot before their slot was truncated."),
+    _seconds_histogram("awa.maintenance.prune.duration", _RING,
+                       "Time of one prune pass over a ring's sealed slots, in seconds."),
+    _gauge("awa.ring.current_slot", "{slot}", _RING,
+           "The slot new rows of the ring go to, after the leader's last tick."),
+    _gauge("awa.ring.generation", "{rotation}", _RING,
+           "Rotations the ring has made since it was created, after the leader's last tick."),
+    _gauge("awa.ring.slot_count", "{slot}", _RING, "Slots (partitions) of the ring."),
+    _gauge("awa.ring.occupied_slots", "{slot}", _RING,
+           "Slots of the ring holding any row after the leader's last tick (the current one "
+           "included); equal to awa.ring.slot_count, the ring cannot rotate."),
+    _gauge("awa.storage.blocked_slots", "{partition}", _RING + (ATTR_PRUNE_BLOCKER,),
+           "Sealed slots the leader's last prune pass could not reclaim, by blocker."),
+    _gauge("awa.storage.prune_blocked_age", UNIT_SECONDS, _RING + (ATTR_PRUNE_BLOCKER,),
+           "How long the longest-blocked sealed slot of the ring has been blocked, by its "
+           "current blocker, in seconds (since this leader first found it blocked)."),
+    _gauge("awa.storage.info", "{runtime}", (ATTR_STORAGE_ENGINE,),
+           "Always 1; its label names the storage engine this runtime serves (canonical, "
+           "queue_storage)."),
     # leadership
     _counter("awa.leader.elected", "{election}", (),
              "Times this runtime acquired leadership (each one a leader change)."),
@@ -352,6 +403,19 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.db.notification_queue.usage", "1", (),
            "Fraction (0..1) of the LISTEN/NOTIFY queue in use (pg_notification_queue_usage()).",
            "database"),
+    # queue storage (nothing on canonical): the rings as awa.queue_ring_state and their
+    # partitions hold them
+    _gauge("awa.db.ring.current_slot", "{slot}", _RING,
+           "The slot new rows of the ring go to (awa.queue_ring_state).", "database"),
+    _gauge("awa.db.ring.generation", "{rotation}", _RING,
+           "Rotations the ring has made (awa.queue_ring_state.generation).", "database"),
+    _gauge("awa.db.ring.slot_count", "{slot}", _RING, "Slots (partitions) of the ring.",
+           "database"),
+    _gauge("awa.db.ring.occupied_slots", "{slot}", _RING,
+           "Slots of the ring whose partitions hold any row (the current one included).",
+           "database"),
+    _gauge("awa.db.ring.rotation_age", UNIT_SECONDS, _RING,
+           "Seconds since the ring last rotated (awa.queue_ring_state.rotated_at).", "database"),
     _gauge("awa.db.exporter.scrape_duration", UNIT_SECONDS, (),
            "Time the exporter spent computing this scrape, in seconds.", "database"),
     _gauge("awa.db.exporter.scrape_success", "{scrape}", (),
@@ -548,11 +612,46 @@ class PreCounter(_Sum, _ApiCounter):
 
 
 class PreUpDownCounter(_Sum, _ApiUpDownCounter):
-    """A sum that goes both ways, exported as an ObservableUpDownCounter."""
+    """A sum that goes both ways, exported as an ObservableUpDownCounter.
+
+    Besides what is recorded, *sources* can be attached: callables returning
+    ``{key: value}`` read at collection and added in, so a count the runtime
+    already keeps (its running handlers) costs nothing per job.  A key a
+    source reported once reads 0 when no source reports it any more.
+    """
+
+    def __init__(self, spec: MetricSpec) -> None:
+        super().__init__(spec)
+        self._sources: list[Callable[[], Mapping[Key, int | float]]] = []
+        self._source_keys: set[Key] = set()
 
     def add(self, amount: int | float, attributes: Mapping[str, Any] | None = None,
             context: Any = None) -> None:
         self.inc(self.key_of(attributes), amount)
+
+    def add_source(self, source: Callable[[], Mapping[Key, int | float]]) -> None:
+        with self._lock:
+            self._sources.append(source)
+
+    def remove_source(self, source: Callable[[], Mapping[Key, int | float]]) -> None:
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+
+    def snapshot(self) -> dict[Key, Any]:
+        values = super().snapshot()
+        with self._lock:
+            sources = list(self._sources)
+        if not sources and not self._source_keys:
+            return values
+        counted: dict[Key, int | float] = {}
+        for source in sources:
+            for key, v in source().items():
+                counted[key] = counted.get(key, 0) + v
+        self._source_keys.update(counted)
+        for key in self._source_keys:
+            values[key] = values.get(key, 0) + counted.get(key, 0)
+        return values
 
     def _register(self, meter: Any) -> None:
         meter.create_observable_up_down_counter(self.name, [self._callback], self.unit,
@@ -649,6 +748,27 @@ class PreHistogram(_Store, _ApiHistogram):
                 series[-3] += value
                 series[-2] = min(series[-2], value)
                 series[-1] = max(series[-1], value)
+
+    def observe_many(self, key: Key, values: Sequence[float]) -> None:
+        """Count every measurement of ``values`` in the series ``key`` (one claimed batch)."""
+        if not values or (not _live and not _went_live()):
+            return
+        if _get_ident() == self._owner or self._claim_owner():
+            series = self._values.get(key) or self._new(self._values, key, values[0])
+        else:  # another thread: the locked path, one value at a time
+            for value in values:
+                self.observe(key, value)
+            return
+        boundaries, low, high, total = self.boundaries, series[-2], series[-1], 0.0
+        for value in values:
+            series[bisect_left(boundaries, value)] += 1
+            total += value
+            if value < low:
+                low = value
+            elif value > high:
+                high = value
+        series[-3] += total
+        series[-2], series[-1] = low, high
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None,
                context: Any = None) -> None:
@@ -753,6 +873,12 @@ def record_inserted(batch: Any, outcome: Any) -> None:
     for key, n in pairs.items():
         if n > 0:
             counter.inc(key, n)
+
+
+def record_inserted_count(kind: str, queue: str, n: int) -> None:
+    """``n`` jobs of one (kind, queue) written by an enqueue path (a cron fire)."""
+    if n > 0:
+        METRICS.job_inserted.inc((kind, queue), n)
 
 
 def record_inserted_jobs(jobs: Iterable[Any]) -> None:

@@ -3,7 +3,10 @@
 They keep working when every worker is dead, which is exactly when alerts
 matter.  One scrape is one short read-only transaction of a fixed number of
 index-backed queries under a statement timeout; names, labels and help come
-from the DATABASE section of the metric catalogue (awa/metrics.py).
+from the DATABASE section of the metric catalogue (awa/metrics.py).  On a
+queue-storage database it also reports each partition ring (position,
+generation, occupied slots, time since its last rotation) through the storage
+engine's ``ring_states`` read; canonical has no rings and reports none.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, metrics
+from awa.storage.engine import RingState
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.runtimes import runtime_live
 from awa_ops.session import OpsSession
@@ -133,6 +137,7 @@ class DatabaseCollector(Collector):
             runtimes = await reads.runtime_instances(session.conn, limit=RUNTIME_LIMIT)
             depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
             wedged_rows = await reads.wedged_claims(session.conn)
+            rings = await reads.ring_states(session.conn)  # queue storage only; else []
         out: list[Metric] = []
 
         # Every engine's read side answers depth, lag and wedges.
@@ -186,6 +191,7 @@ class DatabaseCollector(Collector):
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
                 dead, live_t, vacuum_age, usage]
+        out += _ring_families(rings)
         return out
 
     async def close(self) -> None:
@@ -206,6 +212,22 @@ class DatabaseCollector(Collector):
         with self._lock:  # one scrape at a time: never more than one connection
             future = asyncio.run_coroutine_threadsafe(self.scrape(), self._loop)
             return future.result()
+
+
+def _ring_families(rings: list[RingState]) -> list[Metric]:
+    """Ring position and occupancy per ring (families without samples on canonical)."""
+    current, _ = _family("awa.db.ring.current_slot")
+    generation, _ = _family("awa.db.ring.generation")
+    slots, _ = _family("awa.db.ring.slot_count")
+    occupied, _ = _family("awa.db.ring.occupied_slots")
+    age, _ = _family("awa.db.ring.rotation_age")
+    for r in rings:
+        current.add_metric([r.ring], r.current_slot)
+        generation.add_metric([r.ring], r.generation)
+        slots.add_metric([r.ring], r.slot_count)
+        occupied.add_metric([r.ring], len(r.occupied))
+        age.add_metric([r.ring], max(r.rotated_age_s, 0.0))
+    return [current, generation, slots, occupied, age]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -5,14 +5,16 @@ this module only maps runtime events onto them, right after the guarded write
 returned its rows.  The instruments are pre-aggregated in the process
 (``awa.metrics.PreCounter`` ...), keyed by the attribute-value tuple the
 runtime already has (``(kind, queue)``, ``(queue,)``): a recording is a dict
-update under an uncontended lock, no attribute dict and no OTel call per job.
+update, no attribute dict and no OTel call per job.  A claimed batch is recorded
+once per kind in it (counts and waits together); ``awa.job.in_flight`` is not
+recorded at all but counted from the runtime's running handlers at collection.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from awa import metrics
@@ -23,6 +25,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.completion import Finished, Outcome
 
 _NOTIFY = metrics.DISPATCH_REASON_NOTIFY
+# Bound once: the per-batch and per-job calls skip two attribute lookups each.
+_claim_duration = METRICS.dispatch_claim_duration.observe
+_empty_claims = METRICS.dispatch_empty_claims.inc
+_claim_batches = METRICS.dispatch_claim_batches.inc
+_claim_batch_size = METRICS.dispatch_claim_batch_size.observe
+_claimed = METRICS.job_claimed.inc
+_wait_many = METRICS.job_wait_duration.observe_many
+_duration = METRICS.job_duration.observe
 
 
 def runtime_started(version: str, instance_id: str, hostname: str) -> None:
@@ -38,31 +48,58 @@ def rate_limited(queue: str) -> None:
 
 
 def claimed(queue: str, jobs: list[Job[Any]], seconds: float) -> None:
-    """One claim statement returned ``jobs`` after ``seconds``."""
+    """One claim statement returned ``jobs`` after ``seconds``.
+
+    Per batch, not per job: the jobs are grouped by kind (a batch is usually
+    one kind) and each group is one counter update and one histogram update.
+    """
     key = (queue,)
-    METRICS.dispatch_claim_duration.observe(key, seconds)
+    _claim_duration(key, seconds)
     if not jobs:
-        METRICS.dispatch_empty_claims.inc(key)
+        _empty_claims(key)
         return
-    n = len(jobs)
-    METRICS.dispatch_claim_batches.inc(key)
-    METRICS.dispatch_claim_batch_size.observe(key, n)
-    METRICS.job_in_flight.inc(key, n)
-    claimed_ = METRICS.job_claimed
-    wait = METRICS.job_wait_duration
+    _claim_batches(key)
+    _claim_batch_size(key, len(jobs))
+    counts: dict[str, int] = {}
+    waits: dict[str, list[float]] = {}
     for job in jobs:
-        kq = (job.kind, queue)
-        claimed_.inc(kq)
-        later = job.run_at and (job.created_at is None or job.run_at > job.created_at)
-        runnable = job.run_at if later else job.created_at
-        if job.attempted_at is not None and runnable is not None:
-            seconds_waited = (job.attempted_at - runnable).total_seconds()
-            wait.observe(kq, seconds_waited if seconds_waited > 0.0 else 0.0)
+        kind = job.kind
+        counts[kind] = counts.get(kind, 0) + 1
+        attempted, run_at, created = job.attempted_at, job.run_at, job.created_at
+        runnable = run_at if run_at and (created is None or run_at > created) else created
+        if attempted is not None and runnable is not None:
+            waited = (attempted - runnable).total_seconds()
+            bucket = waits.get(kind)
+            if bucket is None:
+                bucket = waits[kind] = []
+            bucket.append(waited if waited > 0.0 else 0.0)
+    for kind, n in counts.items():
+        _claimed((kind, queue), n)
+    for kind, values in waits.items():
+        _wait_many((kind, queue), values)
 
 
 def handler_finished(kind: str, queue: str, seconds: float) -> None:
-    METRICS.job_duration.observe((kind, queue), seconds)
-    METRICS.job_in_flight.inc((queue,), -1)
+    _duration((kind, queue), seconds)
+
+
+def track_in_flight(running: Mapping[Any, Any]) -> Callable[[], dict[tuple[str], int]]:
+    """``awa.job.in_flight`` of a runtime: its running handlers (``runtime.in_flight``, job
+    contexts by attempt), counted per queue at collection, so nothing is recorded per job.
+    Returns the source to pass to ``untrack_in_flight`` at shutdown."""
+    def source() -> dict[tuple[str], int]:
+        counts: dict[tuple[str], int] = {}
+        for ctx in list(running.values()):  # one C-level copy: safe from another thread
+            key = (ctx.job.queue,)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    METRICS.job_in_flight.add_source(source)
+    return source
+
+
+def untrack_in_flight(source: Callable[[], dict[tuple[str], int]]) -> None:
+    METRICS.job_in_flight.remove_source(source)
 
 
 def capacity(queue: str, permits: Any) -> None:

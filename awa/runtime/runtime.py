@@ -119,6 +119,7 @@ class Runtime:
         self._watchdog_task: asyncio.Task[None] | None = None
         self._stopped = False
         self.metrics_endpoint: Any = None
+        self._in_flight_source: Any = None  # awa.job.in_flight, counted from in_flight
 
     def _build_permits(self) -> dict[str, QueuePermits]:
         gmw = self.settings.global_max_workers
@@ -189,6 +190,7 @@ class Runtime:
             log.info("serving metrics on %s", self.metrics_endpoint.url)
         # After the exporters exist: a gauge set while OTel has no provider is dropped.
         recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
+        self._in_flight_source = recording.track_in_flight(self.in_flight)
 
     async def _deadline_watchdog(self) -> None:
         grace = self.settings.deadline_drop_grace_ms / 1000.0
@@ -267,6 +269,9 @@ class Runtime:
         except psycopg.Error as exc:
             log.warning("final runtime snapshot failed (%s)", db.one_line(exc))
         self.executor.shutdown()
+        if self._in_flight_source is not None:
+            recording.untrack_in_flight(self._in_flight_source)
+            self._in_flight_source = None
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         log.info("runtime %s stopped", self.instance_id)

@@ -462,16 +462,71 @@ class QueueDepth:
 
 
 @dataclass
+class RingPass:
+    """One ring in one rotate-and-prune tick, for metrics and the ops console.
+
+    ``prune_s`` / ``rotate_s``: how long its prune and its rotation took;
+    ``rotated``: whether the rotation moved the ring on (False: the next slot
+    still held rows).  ``current_slot`` / ``generation`` / ``slot_count``: the
+    ring after the tick; ``occupied``: its slots holding any row after the
+    tick (the current one included).
+    """
+
+    ring: str
+    current_slot: int
+    slot_count: int
+    generation: int
+    prune_s: float = 0.0
+    rotate_s: float = 0.0
+    rotated: bool = False
+    occupied: tuple[int, ...] = ()
+
+
+@dataclass
 class PruneReport:
     """One ring prune pass: which (ring, slot) were truncated, skipped as busy or still live.
 
-    Empty on an engine without rings (canonical reclaims history by row retention).
+    ``attempted``: the sealed slots holding rows that prune tried to reclaim;
+    ``blockers``: for each one it could not, what held it (``PRUNE_BLOCKERS``:
+    a claimable ready entry, an open receipt, a lease, terminal rows inside
+    their retention, or a lock another session held); ``rings``: one
+    ``RingPass`` per ring, in ring order.  Empty on an engine without rings
+    (canonical reclaims history by row retention).
     """
 
     truncated: list[tuple[str, int]] = field(default_factory=list)
     busy: list[tuple[str, int]] = field(default_factory=list)
     live: list[tuple[str, int]] = field(default_factory=list)
     carried_failed: int = 0
+    attempted: list[tuple[str, int]] = field(default_factory=list)
+    blockers: dict[tuple[str, int], str] = field(default_factory=dict)
+    rings: list[RingPass] = field(default_factory=list)
+
+
+# What keeps a sealed ring slot from being truncated (PruneReport.blockers).
+PRUNE_BLOCKER_READY = "ready"  # a ready entry still claimable
+PRUNE_BLOCKER_RECEIPT = "receipt"  # an open claim receipt
+PRUNE_BLOCKER_LEASE = "lease"  # a materialized attempt (lease row)
+PRUNE_BLOCKER_RETENTION = "retention"  # terminal rows younger than their retention
+PRUNE_BLOCKER_LOCK = "lock"  # another session held the partition past lock_timeout
+PRUNE_BLOCKERS = (PRUNE_BLOCKER_READY, PRUNE_BLOCKER_RECEIPT, PRUNE_BLOCKER_LEASE,
+                  PRUNE_BLOCKER_RETENTION, PRUNE_BLOCKER_LOCK)
+
+
+@dataclass(frozen=True)
+class RingState:
+    """A partition ring as the database holds it (queue storage; ops read side).
+
+    ``rotated_age_s``: seconds since it last rotated; ``occupied``: the
+    slots holding any row (the current one included).
+    """
+
+    ring: str
+    current_slot: int
+    slot_count: int
+    generation: int
+    rotated_age_s: float
+    occupied: tuple[int, ...]
 
 
 class MaintenanceOps(Protocol):
@@ -1312,6 +1367,11 @@ class OpsReads(Protocol):
     async def runtime_descriptor_hashes(
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
         """The descriptor hashes each runtime last reported."""
+        ...
+
+    async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
+        """The partition rings (queue, claim, lease) and which slots hold rows; empty on an
+        engine without rings.  One probe per partition (``LIMIT 1``), never a count."""
         ...
 
 

@@ -62,6 +62,8 @@ TXN_STATE = _label(metrics.ATTR_DB_TXN_STATE)
 XMIN_SOURCE = _label(metrics.ATTR_DB_XMIN_SOURCE)
 OWNER = _label(metrics.ATTR_OWNER)
 DESCRIPTOR_HASH = _label(metrics.ATTR_DESCRIPTOR_HASH)
+RING = _label(metrics.ATTR_RING)
+BLOCKER = _label(metrics.ATTR_PRUNE_BLOCKER)
 
 COMPLETED = _metric("awa.job.completed")
 FAILED = _metric("awa.job.failed")
@@ -85,6 +87,11 @@ DB_DEAD_TUPLES = _metric("awa.db.table.dead_tuples")
 DB_LIVE_TUPLES = _metric("awa.db.table.live_tuples")
 DB_NOTIFY_USAGE = _metric("awa.db.notification_queue.usage")
 DB_SCRAPE_SUCCESS = _metric("awa.db.exporter.scrape_success")
+PRUNE_BLOCKED_AGE = _metric("awa.storage.prune_blocked_age")
+ROTATE_ATTEMPTS = _metric("awa.maintenance.rotate.attempts")
+ROTATE_SKIPPED = _metric("awa.maintenance.rotate.skipped")
+# Terminal rows inside their retention hold a slot by design: not a stall.
+NOT_RETENTION = "!=" + metrics.PRUNE_BLOCKER_RETENTION
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class Thresholds:
     maintenance_overruns_per_15m: float = 3
     notification_queue_usage: float = 0.5
     leader_changes_per_hour: float = 5
+    prune_blocked_seconds: float = 1800  # a sealed ring slot held by live work this long
+    ring_wrap_skip_ratio: float = 0.5  # share of rotations that hit a slot held by live work
     for_overrides: dict[str, str] = field(default_factory=dict)
 
 
@@ -504,6 +513,40 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             cases=_descriptor_drift_cases,
         ),
         AlertRule(
+            name="AwaPruneStalled",
+            severity="warning",
+            expr=(f"max by ({RING}, {BLOCKER}) "
+                  f"({selector(PRUNE_BLOCKED_AGE, **{BLOCKER: NOT_RETENTION})})\n"
+                  f"> {num(t.prune_blocked_seconds)}"),
+            for_="5m",
+            summary="Queue-storage prune cannot reclaim a sealed partition.",
+            description=(
+                "A sealed slot of the {{ $labels.awa_ring }} ring has been held by "
+                "{{ $labels.awa_prune_blocker }} for {{ $value | humanizeDuration }}: prune "
+                "cannot truncate it, so its rows (and their dead tuples) stay and the ring "
+                "cannot rotate past it."),
+            runbook_check="dead-tuples",
+            cases=_prune_stalled_cases(t),
+        ),
+        AlertRule(
+            name="AwaRingWrapPressure",
+            severity="warning",
+            expr=(f"sum by ({RING}) "
+                  f"(increase({selector(ROTATE_SKIPPED, **{BLOCKER: NOT_RETENTION})}[15m]))\n"
+                  f"/\n"
+                  f"sum by ({RING}) (increase({ROTATE_ATTEMPTS}[15m]))\n"
+                  f"> {num(t.ring_wrap_skip_ratio)}"),
+            for_="15m",
+            summary="A queue-storage ring keeps failing to rotate.",
+            description=(
+                "{{ $value | humanizePercentage }} of the rotations of the {{ $labels.awa_ring }} "
+                "ring in the last 15 minutes found its next slot still held by live work: the "
+                "ring has wrapped onto unpruned history and every write piles into its current "
+                "slot."),
+            runbook_check="dead-tuples",
+            cases=_wrap_pressure_cases(t),
+        ),
+        AlertRule(
             name="AwaExporterDown",
             severity="warning",
             expr=f"max({DB_SCRAPE_SUCCESS}) < 1 or absent({DB_SCRAPE_SUCCESS})",
@@ -654,6 +697,49 @@ def _descriptor_drift_cases(rule: AlertRule) -> list[RuleCase]:
         # a rollout: the old revision drains within ten minutes, well under for:
         RuleCase({old: constant(1, 10), new: constant(1, minutes)}, at),
     ]
+
+
+def _prune_stalled_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        minutes = rule.for_minutes + 5
+        at = rule.for_minutes + 3
+        fire = 2 * t.prune_blocked_seconds + 60
+
+        def age(blocker: str) -> str:
+            return _labels_selector(PRUNE_BLOCKED_AGE, {RING: "queue", BLOCKER: blocker})
+
+        return [
+            RuleCase({age("lease"): constant(fire, minutes)}, at,
+                     (Expected({RING: "queue", BLOCKER: "lease"}, fire),)),
+            RuleCase({age("lease"): constant(t.prune_blocked_seconds, minutes)}, at),
+            # terminal rows inside their retention hold the slot by design
+            RuleCase({age(metrics.PRUNE_BLOCKER_RETENTION): constant(fire, minutes)}, at),
+        ]
+    return cases
+
+
+def _wrap_pressure_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:
+    def cases(rule: AlertRule) -> list[RuleCase]:
+        minutes = 15 + rule.for_minutes + 10
+        at = 15 + rule.for_minutes + 5
+        attempts = _labels_selector(ROTATE_ATTEMPTS, {RING: "lease"})
+
+        def skipped(blocker: str) -> str:
+            return _labels_selector(ROTATE_SKIPPED, {RING: "lease", BLOCKER: blocker})
+
+        # one rotation attempt a minute (the cleanup interval); per mille skipped
+        high = min(1000, math.floor(t.ring_wrap_skip_ratio * 1000) + 200)
+        low = max(0, math.ceil(t.ring_wrap_skip_ratio * 1000) - 200)
+        return [
+            RuleCase({attempts: linear(1000, minutes), skipped("lease"): linear(high, minutes)},
+                     at, (Expected({RING: "lease"}, high / 1000),)),
+            RuleCase({attempts: linear(1000, minutes), skipped("lease"): linear(low, minutes)},
+                     at),
+            # a ring full of retained terminal history is expected, not pressure
+            RuleCase({attempts: linear(1000, minutes),
+                      skipped(metrics.PRUNE_BLOCKER_RETENTION): linear(1000, minutes)}, at),
+        ]
+    return cases
 
 
 def _error_rate_cases(t: Thresholds) -> Callable[[AlertRule], list[RuleCase]]:

@@ -24,12 +24,14 @@ from awa_ops import findings
 from awa_ops.diagnose import CHECKS
 from awa_ops.generate import alerts
 from awa_ops.generate.alerts import (
+    BLOCKER,
     BRANCH,
     DESCRIPTOR_HASH,
     DLQ_REASON,
     KIND,
     OWNER,
     RESCUE_KIND,
+    RING,
     STATE,
     TABLE,
     TXN_STATE,
@@ -47,6 +49,7 @@ DISPATCH_REASON = metrics.prometheus_label(metrics.ATTR_DISPATCH_REASON)
 CRON_NAME = metrics.prometheus_label(metrics.ATTR_CRON_NAME)
 CALLBACK_OUTCOME = metrics.prometheus_label(metrics.ATTR_CALLBACK_OUTCOME)
 RUNTIME_VERSION = metrics.prometheus_label(metrics.ATTR_RUNTIME_VERSION)
+STORAGE_ENGINE = metrics.prometheus_label(metrics.ATTR_STORAGE_ENGINE)
 QUEUE_MATCH = {Q: f"=~${QUEUE_VAR}"}
 # Prometheus' own series of the generated rules: firing awa alerts mark every time series panel.
 FIRING_ALERTS = selector(ALERTS_SERIES, alertname="=~Awa.*", alertstate="=firing")
@@ -424,10 +427,83 @@ def maintenance(t: Thresholds) -> DashboardSpec:
                   (Target(f"sum by ({CRON_NAME}) ({increase('awa.cron.fired')})",
                           "{{awa_cron_name}}"),), width=12),
     )
+    storage = (
+        PanelSpec("Ring occupancy", "Share of each ring's slots whose partitions hold rows, "
+                  "read from the database by awa-ops exporter (queue storage only). At 100 % "
+                  "the ring cannot rotate: new rows pile into its current slot.",
+                  (Target(f"max by ({RING}) ({m('awa.db.ring.occupied_slots')})\n/ "
+                          f"max by ({RING}) ({m('awa.db.ring.slot_count')})",
+                          "{{awa_ring}}"),
+                   Target(f"max by ({RING}) ({m('awa.ring.occupied_slots')})\n/ "
+                          f"max by ({RING}) ({m('awa.ring.slot_count')})",
+                          "{{awa_ring}} (leader)")), unit="percentunit", kind="bargauge",
+                  thresholds=((None, "green"), (0.75, "orange"), (1.0, "red")),
+                  runbooks=(alert_runbook("AwaRingWrapPressure"), diagnostic("dead-tuples"))),
+        PanelSpec("Storage engine", "Runtimes per storage engine they serve.",
+                  (Target(f"count by ({STORAGE_ENGINE}) ({m('awa.storage.info')})",
+                          "{{awa_storage_engine}}"),), kind="stat"),
+        PanelSpec("Ring position", "The slot each ring writes to, and its generation "
+                  "(rotations so far), in the database and as the leader last saw them.",
+                  (Target(f"max by ({RING}) ({m('awa.db.ring.current_slot')})",
+                          "slot {{awa_ring}}"),
+                   Target(f"max by ({RING}) ({m('awa.ring.current_slot')})",
+                          "slot {{awa_ring}} (leader)"),
+                   Target(f"max by ({RING}) ({m('awa.db.ring.generation')})",
+                          "generation {{awa_ring}}"),
+                   Target(f"max by ({RING}) ({m('awa.ring.generation')})",
+                          "generation {{awa_ring}} (leader)"))),
+        PanelSpec("Since last rotation", "Seconds since each ring last rotated "
+                  "(awa.queue_ring_state.rotated_at).",
+                  (Target(f"max by ({RING}) ({m('awa.db.ring.rotation_age')})",
+                          "{{awa_ring}}"),), unit="s"),
+        PanelSpec("Rotations", "Ring rotations per second by ring (the generation's rate), and "
+                  "rotations skipped because the next slot still held rows, by blocker.",
+                  (Target(f"sum by ({RING}) (rate({m('awa.db.ring.generation')}[{RATE}]))",
+                          "rotated {{awa_ring}}"),
+                   Target(f"sum by ({RING}) ({rate('awa.maintenance.rotate.attempts')})",
+                          "attempted {{awa_ring}}"),
+                   Target(f"sum by ({RING}, {BLOCKER}) "
+                          f"({rate('awa.maintenance.rotate.skipped')})",
+                          "skipped {{awa_ring}} ({{awa_prune_blocker}})")), unit="ops",
+                  runbooks=(alert_runbook("AwaRingWrapPressure"),)),
+        PanelSpec("Prune", "Sealed slots truncated per second, and those prune could not "
+                  "reclaim, by what held them (retention is expected).",
+                  (Target(f"sum by ({RING}) ({rate('awa.maintenance.prune.attempts')})",
+                          "attempted {{awa_ring}}"),
+                   Target(f"sum by ({RING}) ({rate('awa.maintenance.prune.truncated')})",
+                          "truncated {{awa_ring}}"),
+                   Target(f"sum({rate('awa.maintenance.prune.carried_failed')})",
+                          "failed rows carried forward"),
+                   Target(f"sum by ({RING}, {BLOCKER}) "
+                          f"({rate('awa.maintenance.prune.skipped')})",
+                          "skipped {{awa_ring}} ({{awa_prune_blocker}})")), unit="ops",
+                  runbooks=(alert_runbook("AwaPruneStalled"),)),
+        PanelSpec("Blocked sealed slots", "How long the longest-blocked sealed slot of each "
+                  "ring has been held, by blocker (leader's view).",
+                  (Target(f"max by ({RING}, {BLOCKER}) "
+                          f"({m('awa.storage.prune_blocked_age')})",
+                          "{{awa_ring}} ({{awa_prune_blocker}})"),), unit="s",
+                  thresholds=warn_at(t.prune_blocked_seconds),
+                  runbooks=(alert_runbook("AwaPruneStalled"), diagnostic("dead-tuples"))),
+        PanelSpec("Blocked sealed slots by blocker", "Sealed slots the leader's last prune "
+                  "pass could not reclaim, by what held them.",
+                  (Target(f"sum by ({RING}, {BLOCKER}) ({m('awa.storage.blocked_slots')})",
+                          "{{awa_ring}} ({{awa_prune_blocker}})"),), stacked=True,
+                  runbooks=(alert_runbook("AwaPruneStalled"),)),
+        PanelSpec("Rotate and prune time (p95)", "95th percentile time of one prune pass and "
+                  "one rotation per ring.",
+                  (Target(f"histogram_quantile(0.95, sum by (le, {RING}) "
+                          f"(rate({m('awa.maintenance.prune.duration')}_bucket[{RATE}])))",
+                          "prune {{awa_ring}}"),
+                   Target(f"histogram_quantile(0.95, sum by (le, {RING}) "
+                          f"(rate({m('awa.maintenance.rotate.duration')}_bucket[{RATE}])))",
+                          "rotate {{awa_ring}}")), unit="s"),
+    )
     return DashboardSpec(
         "awa-maintenance", "awa-maintenance.json", "Awa maintenance",
-        "What the elected leader does: rescue, promotion, branch timings, elections, cron.",
-        (("Maintenance", panels),), queue_source="awa.db.queue.depth")
+        "What the elected leader does: rescue, promotion, branch timings, elections, cron; "
+        "and, on queue storage, ring rotation and prune.",
+        (("Maintenance", panels), ("Queue storage", storage)), queue_source="awa.db.queue.depth")
 
 
 def postgres(t: Thresholds) -> DashboardSpec:

@@ -41,7 +41,7 @@ def waiting(db, pool, running_job):
     async def make() -> tuple[int, str]:
         job_id, lease = running_job()
         token = await callbacks.register_callback(pool, job_id, lease, 60)
-        db.execute("UPDATE awa.jobs_hot SET state = 'waiting_external' WHERE id = %s", (job_id,))
+        db.execute("UPDATE awa.jobs SET state = 'waiting_external' WHERE id = %s", (job_id,))
         return job_id, token.id
     return make
 

@@ -13,6 +13,10 @@ from awa import callbacks
 from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
 from support.rows import job_row
 
+# These drive canonical's own statements (awa.callbacks re-exports them) against
+# canonical rows; tests/storage/test_callbacks.py is where every engine is checked.
+pytestmark = pytest.mark.engine("canonical")
+
 
 async def park(pool, job_id: int, run_lease: int, token) -> bool:
     """The runtime's WaitForCallback write: guarded by lease, state and callback id."""

@@ -123,11 +123,11 @@ def test_job_commands(database_url):
 
     import psycopg
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now()")
+        conn.execute("UPDATE awa.jobs SET state = 'failed', finalized_at = now()")
     result = cli("job", "retry-failed", "--queue", "email", "--database-url", database_url)
     assert result.exit_code == 0 and "retried 2 of 2" in result.stdout
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now()")
+        conn.execute("UPDATE awa.jobs SET state = 'failed', finalized_at = now()")
     result = cli("job", "discard", "--kind", "send_email", "--database-url", database_url)
     assert result.exit_code == 0 and "discarded 2" in result.stdout
 
@@ -153,7 +153,7 @@ def test_dlq_commands(database_url):
     with awa.Client(database_url) as client:
         jobs = client.insert_many([SendEmail(str(i)) for i in range(3)], queue="email")
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now()")
+        conn.execute("UPDATE awa.jobs SET state = 'failed', finalized_at = now()")
     url = ["--database-url", database_url]
     refused = cli("dlq", "move", *url)
     assert refused.exit_code == 2
@@ -176,7 +176,7 @@ def test_dlq_commands(database_url):
     assert "retried 2" in cli("dlq", "retry-bulk", "--queue", "email", "--kind", "send_email",
                               *url).stdout
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs_hot SET state = 'failed', finalized_at = now()")
+        conn.execute("UPDATE awa.jobs SET state = 'failed', finalized_at = now()")
     assert "moved 3" in cli("dlq", "move", "--all", *url).stdout
     assert "purged 0 DLQ entries" in cli("dlq", "purge", "--queue", "email", "--tag", "none",
                                          *url).stdout

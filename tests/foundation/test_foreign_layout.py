@@ -134,10 +134,10 @@ def test_the_rust_core_first_migration_names_the_rust_core(empty_database_url):
     assert_one_line_error(result.stderr, "Rust-core awa", "schema version 40")
 
 
-def test_our_own_layouts(database_url, empty_database_url):
+def test_our_own_layouts(database_url, empty_database_url, test_engine):
     ours = layout(database_url)
     assert (ours.foreign, ours.distribution, ours.engine, ours.schema) == (
-        False, storage.OURS, storage.CANONICAL, "awa")
+        False, storage.OURS, test_engine, "awa")
     assert ours.schema_version == schema.current_migration_version() and ours.refusal() is None
     none = layout(empty_database_url)
     assert (none.installed, none.foreign, none.schema_version) == (False, False, None)
@@ -149,6 +149,7 @@ def test_our_own_layouts(database_url, empty_database_url):
         assert schema.ensure_migrated_sync(conn) == schema.current_migration_version() + 1
 
 
+@pytest.mark.engine("canonical")  # names the engine in runtime_storage_backends alone
 def test_an_engine_this_code_lacks_is_refused(database_url):
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO awa.runtime_storage_backends (backend, schema_name, updated_at)"

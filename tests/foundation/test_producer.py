@@ -20,7 +20,8 @@ async def test_insert_derives_kind_and_applies_defaults(client, db):
     assert (job.kind, job.queue, job.state, job.priority, job.max_attempts) == (
         "send_email", "default", awa.JobState.Available, 2, 25)
     assert job.args == SendEmail("a@b")  # the caller's own object comes back
-    row = db.execute("SELECT * FROM awa.jobs_hot WHERE id = %s", (job.id,)).fetchone()
+    row = db.execute("SELECT *, state::text AS state FROM awa.jobs WHERE id = %s",
+                     (job.id,)).fetchone()
     assert row["args"] == {"to": "a@b", "subject": "hi"} and row["state"] == "available"
 
 
@@ -39,7 +40,7 @@ async def test_future_run_at_goes_to_scheduled_jobs(client, db):
     when = datetime.now(UTC) + timedelta(hours=1)
     job = await client.insert(HTMLToPDF("u"), run_at=when)
     assert job.kind == "html_to_pdf" and job.state == awa.JobState.Scheduled
-    row = db.execute("SELECT state, run_at FROM awa.scheduled_jobs WHERE id = %s",
+    row = db.execute("SELECT state::text AS state, run_at FROM awa.jobs WHERE id = %s",
                      (job.id,)).fetchone()
     assert row["state"] == "scheduled" and row["run_at"] == when
     past = await client.insert(HTMLToPDF("p"), run_at=datetime.now(UTC)
@@ -78,7 +79,7 @@ async def test_copy_paths(client, db):
         ("p1", awa.JobState.Available, 3), ("p2", awa.JobState.Available, 3)]
     assert plain[0].id < plain[1].id and plain.skipped == 0
     assert count_jobs(db, queue="bulk") == 1504
-    row = db.execute("SELECT tags, args FROM awa.jobs_hot WHERE queue = 'bulk' LIMIT 1").fetchone()
+    row = db.execute("SELECT tags, args FROM awa.jobs WHERE queue = 'bulk' LIMIT 1").fetchone()
     assert row["tags"] == ["t"] and set(row["args"]) == {"to", "subject"}
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from awa import config
 from awa import db as awa_db
 from runtime.conftest import log_dir  # noqa: F401 (the worker-subprocess tests' fixture)
+from support.arrange import insert_job as arrange_job
 from support.polling import eventually  # noqa: F401 (re-exported for the maintenance tests)
 from support.rows import dlq_entry as dlq  # noqa: F401 (re-exported)
 from support.rows import job_row as job  # noqa: F401 (re-exported)
@@ -29,34 +34,21 @@ def insert_job(conn, *, state: str = "running", kind: str = "work", queue: str =
                unique_states: str | None = None, callback_timeout_in_s: float | None = None,
                metadata: str = "{}") -> int:
     """One row as the runtime would have left it; returns its id."""
-    table = "awa.scheduled_jobs" if state in ("scheduled", "retryable") else "awa.jobs_hot"
-    row = conn.execute(
-        f"""INSERT INTO {table} (kind, queue, args, state, attempt, max_attempts, run_lease,
-                priority, attempted_at, heartbeat_at, deadline_at, run_at, finalized_at,
-                unique_key, unique_states, callback_id, callback_timeout_at, metadata)
-            VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s,
-                %(max_attempts)s,
-                %(run_lease)s, %(priority)s,
-                CASE WHEN %(attempt)s > 0 THEN now() END,
-                CASE WHEN %(state)s::text IN ('running', 'waiting_external')
-                     THEN now() - make_interval(secs => %(hb)s) END,
-                CASE WHEN %(state)s::text = 'running'
-                     THEN now() + make_interval(secs => %(dl)s) END,
-                now() + make_interval(secs => %(run_at)s),
-                CASE WHEN %(fin)s::float8 IS NOT NULL
-                     THEN now() - make_interval(secs => %(fin)s::float8) END,
-                %(uk)s, %(us)s::bit(8),
-                CASE WHEN %(cb)s::float8 IS NOT NULL THEN gen_random_uuid() END,
-                CASE WHEN %(cb)s::float8 IS NOT NULL
-                     THEN now() + make_interval(secs => %(cb)s::float8) END,
-                %(md)s::jsonb)
-            RETURNING id""",
-        {"kind": kind, "queue": queue, "state": state, "attempt": attempt,
-         "max_attempts": max_attempts, "run_lease": run_lease, "priority": priority,
-         "hb": heartbeat_age_s, "dl": deadline_in_s, "run_at": run_at_offset_s,
-         "fin": finalized_age_s, "uk": unique_key, "us": unique_states,
-         "cb": callback_timeout_in_s, "md": metadata}).fetchone()
-    return row["id"]
+    now = datetime.now(UTC)
+    running = state in ("running", "waiting_external")
+    return arrange_job(
+        conn, state, kind=kind, queue=queue, attempt=attempt, max_attempts=max_attempts,
+        run_lease=run_lease, priority=priority, attempted_at=now if attempt > 0 else None,
+        heartbeat_at=now - timedelta(seconds=heartbeat_age_s) if running else None,
+        deadline_at=now + timedelta(seconds=deadline_in_s) if state == "running" else None,
+        run_at=now + timedelta(seconds=run_at_offset_s),
+        finalized_at=(now - timedelta(seconds=finalized_age_s)
+                      if finalized_age_s is not None else None),
+        unique_key=unique_key, unique_states=unique_states,
+        callback_id=uuid.uuid4() if callback_timeout_in_s is not None else None,
+        callback_timeout_at=(now + timedelta(seconds=callback_timeout_in_s)
+                             if callback_timeout_in_s is not None else None),
+        metadata=json.loads(metadata))
 
 
 @pytest.fixture

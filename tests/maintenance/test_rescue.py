@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from awa import lifecycle
 from awa.runtime.maintenance import rescue
 
@@ -100,6 +102,7 @@ async def test_batches_are_bounded_and_all_rows_are_rescued(db, pool):
     assert states == {"retryable"}
 
 
+@pytest.mark.engine("canonical")  # the guide's wedge query reads awa.jobs_hot
 async def test_unique_wedge_cancels_superseded_attempt_and_rescues_the_rest(db, pool):
     """The troubleshooting guide's wedge: a mask without running lets a newer job take
     the key while the old attempt runs; rescue must not abort the batch every tick."""

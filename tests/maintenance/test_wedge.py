@@ -4,6 +4,8 @@ SIGKILLed; rescue cancels the superseded attempt and still rescues the other row
 
 from __future__ import annotations
 
+import pytest
+
 import awa
 from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
@@ -14,6 +16,7 @@ MASK_WITHOUT_RUNNING = {"states": ["scheduled", "available", "retryable"]}
 SETTINGS = {"heartbeat_staleness_ms": 600}
 
 
+@pytest.mark.engine("canonical")  # the guide's wedge query reads awa.jobs_hot
 def test_rescue_cancels_the_superseded_attempt_and_keeps_rescuing(database_url, db, log_dir):
     first = start_worker(database_url, "uq:4", log_dir=log_dir, settings=SETTINGS)
     with awa.Client(database_url) as client:

@@ -169,3 +169,37 @@ def test_recording_is_cheap_and_allocates_nothing_per_call(prometheus_endpoint):
         histogram.observe(key, 0.01)
     per_call = (time.perf_counter() - started) / 20_000
     assert per_call < 5e-6, f"{per_call * 1e6:.2f} us per histogram recording"
+
+
+def test_observe_many_equals_one_observe_per_value(prometheus_endpoint):
+    rng = random.Random(8)
+    values = [rng.lognormvariate(-4, 2) for _ in range(300)] + [0.0, 60.0, 61.0]
+    one, many = ("k", _unique("one")), ("k", _unique("many"))
+    for v in values:
+        METRICS.job_wait_duration.observe(one, v)
+    for start in range(0, len(values), 64):  # claimed batches
+        METRICS.job_wait_duration.observe_many(many, values[start:start + 64])
+    points = METRICS.job_wait_duration.points()
+    a, b = points[one], points[many]
+    assert a.bucket_counts == b.bucket_counts and a.count == b.count == len(values)
+    assert abs(a.sum - b.sum) < 1e-9 and (a.min, a.max) == (b.min, b.max)
+
+
+def test_in_flight_is_counted_from_the_runtime_s_running_handlers(prometheus_endpoint):
+    """No recording per job: the running-handler map is counted at collection."""
+    from types import SimpleNamespace
+
+    from awa.runtime import recording
+
+    queue = _unique("q")
+    running = {(i, 1): SimpleNamespace(job=SimpleNamespace(queue=queue)) for i in range(3)}
+    source = recording.track_in_flight(running)
+    try:
+        assert value(scrape(prometheus_endpoint.url), "awa_job_in_flight",
+                     awa_job_queue=queue) == 3
+        running.clear()  # every handler finished: the series stays, at 0
+        samples = [s for s in scrape(prometheus_endpoint.url)["awa_job_in_flight"]
+                   if s.labels["awa_job_queue"] == queue]
+        assert [s.value for s in samples] == [0]
+    finally:
+        recording.untrack_in_flight(source)

@@ -65,3 +65,28 @@ async def test_handler_span_links_to_the_producer_trace(client, db, otlp_receive
     [link] = span.links
     assert int.from_bytes(link.trace_id, "big") == context.trace_id
     assert int.from_bytes(link.span_id, "big") == context.span_id
+
+
+async def test_cron_fires_and_triggers_count_as_inserted(client, db, prometheus_endpoint):
+    """Cron is an enqueue path too: each fired or triggered job is in awa.job.inserted."""
+    from awa.runtime.maintenance import cron
+
+    queue = f"cron_{uuid.uuid4().hex[:8]}"
+    client.periodic(f"{queue}_every_minute", "* * * * *", dict, {}, kind="cron_kind",
+                    queue=queue)
+    await client.sync_cron_jobs()
+    db.execute("UPDATE awa.cron_jobs SET created_at = now() - interval '5 minutes' "
+               "WHERE name = %s", (f"{queue}_every_minute",))
+    inserted = metrics.by_name("awa.job.inserted").prometheus
+    fired = metrics.by_name("awa.cron.fired").prometheus
+    before = await asyncio.to_thread(scrape, prometheus_endpoint.url)
+    outcome = await cron.evaluate(await client._get_pool())
+    await client.trigger_cron_job(f"{queue}_every_minute")
+    after = await asyncio.to_thread(scrape, prometheus_endpoint.url)
+
+    rows = db.execute("SELECT count(*) AS n FROM awa.jobs WHERE queue = %s AND kind = %s",
+                      (queue, "cron_kind")).fetchone()["n"]
+    assert outcome.fired == {f"{queue}_every_minute": 1} and rows == 2
+    labels = {"awa_job_kind": "cron_kind", "awa_job_queue": queue}
+    assert value(after, inserted, **labels) - value(before, inserted, **labels) == rows
+    assert value(after, fired, awa_job_queue=queue) == 1  # the trigger is not a schedule fire

@@ -100,7 +100,7 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
     assert classes[cancelled] == "cancelled but still running"
     assert result.code == 1, summaries(result.data)
 
-    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() WHERE id = %s", (overdue,))
+    db.execute("UPDATE awa.jobs SET heartbeat_at = now() WHERE id = %s", (overdue,))
     heartbeats = ops("heartbeats", *flags)
     assert heartbeats.code == 1
     assert "queue default: 1 of 2 running jobs have a stale heartbeat" in summaries(heartbeats.data)

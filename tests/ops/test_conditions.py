@@ -8,16 +8,13 @@ import psycopg
 import pytest
 
 from ops.ops_helpers import FAST_FLAGS, run_ops, summaries
+from support.arrange import insert_job as arrange_job
 from support.processes import start_worker
 
 
-def insert_job(db, kind: str, queue: str = "default", args: str = "{}", **cols) -> int:
-    names = ["kind", "queue", "args", *cols]
-    values = [kind, queue, args, *cols.values()]
-    marks = ", ".join(["%s"] * len(values))
-    row = db.execute(f"INSERT INTO awa.jobs_hot ({', '.join(names)}) VALUES ({marks}) RETURNING id",
-                     values).fetchone()
-    return row["id"]
+def insert_job(db, kind: str, queue: str = "default", **cols) -> int:
+    """An available job, written the way the database's engine keeps it."""
+    return arrange_job(db, "available", kind=kind, queue=queue, **cols)
 
 
 def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05):
@@ -42,7 +39,7 @@ def test_unreachable_database_exits_3_with_one_line():
 def test_sigkilled_worker_leaves_a_stale_job_and_a_dead_runtime(ops, database_url, db):
     worker = start_worker(database_url, "default:2")
     job = insert_job(db, "hang")
-    wait_for(lambda: db.execute("SELECT state FROM awa.jobs_hot WHERE id = %s",
+    wait_for(lambda: db.execute("SELECT state FROM awa.jobs WHERE id = %s",
                                 (job,)).fetchone()["state"] == "running")
     alive = ops("stuck-running", *FAST_FLAGS)
     assert alive.code == 0, summaries(alive.data)
@@ -96,6 +93,7 @@ def test_no_leader_is_critical(ops, db):
     assert ops("runtime").code == 0
 
 
+@pytest.mark.engine("canonical")  # arranges the wedge by editing canonical rows and triggers
 def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     key = b"\x01" * 16
     no_running = "11011000"  # scheduled, available, completed, retryable: running excluded
@@ -141,7 +139,7 @@ async def test_admin_cancel_of_a_handler_that_ignores_it(ops, database_url, clie
     worker = start_worker(database_url, "default:2")
     try:
         job = insert_job(db, "hang")
-        wait_for(lambda: db.execute("SELECT state FROM awa.jobs_hot WHERE id = %s",
+        wait_for(lambda: db.execute("SELECT state FROM awa.jobs WHERE id = %s",
                                     (job,)).fetchone()["state"] == "running")
         await client.cancel(job)  # durable, plus pg_notify('awa:cancel'); "hang" ignores the flag
         result = ops("stuck-running", "--heartbeat-staleness", "30")

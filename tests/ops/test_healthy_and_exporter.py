@@ -9,6 +9,7 @@ import time
 
 import httpx
 
+import awa
 from awa import metrics
 from ops.ops_helpers import summaries
 from support.processes import start_worker
@@ -17,12 +18,12 @@ from support.processes import start_worker
 def test_healthy_busy_queue_every_check_is_ok(ops, database_url, db):
     worker = start_worker(database_url, "default:8,email:4")
     try:
-        db.execute("INSERT INTO awa.jobs_hot (kind, queue, args) SELECT 'slow', q, "
-                   "'{\"seconds\": 0.4}' FROM generate_series(1, 40), "
-                   "unnest(ARRAY['default', 'email']) q")
-        db.execute("INSERT INTO awa.jobs_hot (kind) SELECT 'fast' FROM generate_series(1, 300)")
+        with awa.Client(database_url) as client:
+            for queue in ("default", "email"):
+                client.insert_many([{"seconds": 0.4}] * 40, kind="slow", queue=queue)
+            client.insert_many([{}] * 300, kind="fast")
         time.sleep(1.0)  # jobs running, heartbeating, completing; the runtime elected itself
-        running = db.execute("SELECT count(*) AS n FROM awa.jobs_hot WHERE state = 'running'"
+        running = db.execute("SELECT count(*) AS n FROM awa.jobs WHERE state = 'running'"
                              ).fetchone()["n"]
         assert running > 0
         # The runtime's own cutoff is 1 s; 5 s keeps a loaded test machine from turning a
@@ -42,8 +43,8 @@ def _free_port() -> int:
 
 
 def test_exporter_serves_database_metrics_when_no_worker_runs(database_url, db):
-    db.execute("INSERT INTO awa.jobs_hot (kind, queue) "
-               "SELECT 'fast', 'mail' FROM generate_series(1, 7)")
+    with awa.Client(database_url) as client:
+        client.insert_many([{}] * 7, kind="fast", queue="mail")
     db.execute("""INSERT INTO awa.dlq_entries (job_id, kind, queue, dlq_reason)
                   VALUES (990001, 'fast', 'mail', 'terminal_error')""")
     port = _free_port()

@@ -42,7 +42,7 @@ def test_ten_thousand_jobs_across_four_processes_each_run_once(database_url, db,
         with awa.Client(database_url) as client:
             for _ in range(10):
                 client.enqueue_many_copy([{} for _ in range(total // 10)], kind="fast")
-        wait_until(lambda: db.execute("SELECT count(*) AS n FROM awa.jobs_hot "
+        wait_until(lambda: db.execute("SELECT count(*) AS n FROM awa.jobs "
                                       "WHERE state = 'completed'").fetchone()["n"] == total,
                    timeout=120, interval=0.2, message="all jobs completed")
     finally:

@@ -84,7 +84,8 @@ async def test_exception_retries_with_backoff_and_records_each_attempt(client, d
     # 2^1 s plus up to 25 % jitter after the attempt.
     delay = (row["run_at"] - row["attempted_at"]).total_seconds()
     assert 1.9 <= delay <= 2.6
-    assert db.execute("SELECT count(*) AS n FROM awa.scheduled_jobs WHERE id = %s",
+    assert db.execute("SELECT count(*) AS n FROM awa.jobs "
+                      "WHERE state IN ('scheduled', 'retryable') AND id = %s",
                       (job.id,)).fetchone()["n"] == 1
 
 

@@ -34,7 +34,7 @@ async def test_rate_limit_holds_under_a_backlog(client, db):
     await asyncio.sleep(2.0)
     elapsed = time.monotonic() - started
     await client.shutdown()
-    done = db.execute("SELECT count(*) AS n FROM awa.jobs_hot WHERE state = 'completed'"
+    done = db.execute("SELECT count(*) AS n FROM awa.jobs WHERE state = 'completed'"
                       ).fetchone()["n"]
     expected = 40 * elapsed + 5  # rate x time + the initial burst
     assert 0.75 * expected <= done <= 1.1 * expected, (done, expected)
@@ -71,7 +71,7 @@ async def test_weighted_mode_shares_global_workers_by_weight(client, db):
     health = await client.health_check()
     await client.shutdown()
     done = {r["queue"]: r["n"] for r in db.execute(
-        "SELECT queue, count(*) AS n FROM awa.jobs_hot WHERE state = 'completed' "
+        "SELECT queue, count(*) AS n FROM awa.jobs WHERE state = 'completed' "
         "GROUP BY queue").fetchall()}
     # 8 overflow slots split 3:1 (6 + 2) on top of one guaranteed slot each: 7 vs 3.
     ratio = done["heavy"] / done["light"]

@@ -29,14 +29,17 @@ WITH src AS MATERIALIZED (
            %(ready_lease)s::bigint AS run_lease, NULL::jsonb AS progress
 )""" + APPEND_READY + """
 SELECT id FROM ready"""
-READY_IDS = "SELECT ready_slot, ready_id FROM awa.ready_entries WHERE job_id = %s"
+READY_IDS = ("SELECT ready_slot, ready_id, shard, lane_seq FROM awa.ready_entries "
+             "WHERE job_id = %s")
 RECEIPT = """
 INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue, priority,
-                              attempt, claimed_at, deadline_at, ready_slot, ready_id)
+                              attempt, claimed_at, deadline_at, ready_slot, ready_id, shard,
+                              lane_seq)
 VALUES ((SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), %(id)s, %(lease)s,
         %(queue)s,
         %(priority)s, %(attempt)s, now() - make_interval(secs => %(claimed_age)s),
-        now() + make_interval(secs => %(dl)s), %(ready_slot)s, %(ready_id)s)
+        now() + make_interval(secs => %(dl)s), %(ready_slot)s, %(ready_id)s, %(shard)s,
+        %(lane_seq)s)
 RETURNING claim_slot, receipt_id"""
 MATERIALIZE = """
 WITH c AS (

@@ -106,6 +106,17 @@ async def test_copy_batch(engine, aconn, returning, general) -> None:
         assert sorted(r["state"] for r in rows) == sorted(expected)
 
 
+@pytest.mark.parametrize("returning", [True, False])
+async def test_copy_batches_in_one_transaction_write_each_row_once(engine, aconn, returning):
+    """The client writes a big COPY as several chunks in one transaction."""
+    chunks = [build_batch([{"n": i} for i in range(c * 3, c * 3 + 3)], kind="k", queue="copy",
+                          opts=[{"run_at": timedelta(hours=1)}, None, None]) for c in range(3)]
+    async with aconn.transaction():
+        outcomes = [await engine.copy_batch(aconn, chunk, returning) for chunk in chunks]
+    assert [o.inserted for o in outcomes] == [3, 3, 3]
+    assert sorted(r["args"]["n"] for r in await jobs(aconn)) == list(range(9))
+
+
 @pytest.mark.parametrize("copy", [False, True], ids=["insert", "copy"])
 async def test_bulk_insert_skips_unique_duplicates(engine, aconn, copy):
     write = engine.copy_batch if copy else engine.insert_batch

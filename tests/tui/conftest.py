@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from awa_tui.app import AwaConsole
+from support.arrange import insert_job
 
 T0 = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)
 SIZE = (160, 45)
@@ -67,21 +68,14 @@ def add_job(db, *, state: str = "available", kind: str = "send_email", queue: st
             errors: list[dict] | None = None, tags: list[str] | None = None,
             metadata: dict | None = None, progress: dict | None = None,
             unique_key: bytes | None = None, run_lease: int | None = None) -> int:
-    table = "awa.scheduled_jobs" if state in ("scheduled", "retryable") else "awa.jobs_hot"
-    row = db.execute(
-        f"""INSERT INTO {table} (kind, queue, args, state, attempt, max_attempts, created_at,
-                run_at, attempted_at, heartbeat_at, deadline_at, finalized_at, errors, tags,
-                metadata, progress, unique_key, unique_states, run_lease)
-            VALUES (%s, %s, %s, %s::awa.job_state, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb[],
-                    %s, %s, %s, %s, %s, %s)
-            RETURNING id""",
-        [kind, queue, json.dumps(args or {}), state, attempt, max_attempts, created or at(-60),
-         run_at or created or at(-60), attempted, heartbeat, deadline, finalized,
-         [json.dumps(e) for e in errors] if errors else None, tags or [],
-         json.dumps(metadata or {}), json.dumps(progress) if progress else None,
-         unique_key, "11111000" if unique_key else None,
-         run_lease if run_lease is not None else attempt]).fetchone()
-    return row["id"]
+    return insert_job(
+        db, state, kind=kind, queue=queue, args=args or {}, attempt=attempt,
+        max_attempts=max_attempts, created_at=created or at(-60),
+        run_at=run_at or created or at(-60), attempted_at=attempted, heartbeat_at=heartbeat,
+        deadline_at=deadline, finalized_at=finalized, errors=errors, tags=tags or [],
+        metadata=metadata or {}, progress=progress, unique_key=unique_key,
+        unique_states="11111000" if unique_key else None,
+        run_lease=run_lease if run_lease is not None else attempt)
 
 
 def add_running(db, *, heartbeat_age: float = 2, deadline_in: float = 240,

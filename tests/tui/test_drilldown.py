@@ -53,7 +53,7 @@ async def test_job_detail_shows_tracebacks_progress_metadata_and_callback(databa
     job = failed_with_traceback(db)
     waiting = add_job(db, state="waiting_external", kind="await_payment", queue="payments",
                       attempt=1)
-    db.execute("""UPDATE awa.jobs_hot SET callback_id = '6f1c1b9e-0000-4000-8000-000000000001',
+    db.execute("""UPDATE awa.jobs SET callback_id = '6f1c1b9e-0000-4000-8000-000000000001',
                       callback_timeout_at = %s, callback_filter = 'payload.status != ""',
                       callback_on_complete = 'payload.status == "paid"',
                       callback_on_fail = 'payload.status == "declined"',

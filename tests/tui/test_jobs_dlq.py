@@ -52,7 +52,7 @@ async def test_enter_opens_a_job_with_everything_recorded(database_url, db):
                           {"error": "boom 2", "attempt": 2, "at": at(-20).isoformat()}],
                   run_at=at(30))
     # A mask without retryable: this job does not take the claim itself.
-    db.execute("UPDATE awa.scheduled_jobs SET unique_key = %s, unique_states = '11110000' "
+    db.execute("UPDATE awa.jobs SET unique_key = %s, unique_states = '11110000' "
                "WHERE id = %s", [key, job])
     async with running_console(database_url) as (app, pilot):
         await press(app, pilot, "3")

@@ -70,7 +70,7 @@ def test_awa_tui_runs_in_a_real_terminal(tmux, database_url, db):
     now = datetime.now(UTC)
     add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now)
     job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
-    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now(), attempted_at = now() - interval "
+    db.execute("UPDATE awa.jobs SET heartbeat_at = now(), attempted_at = now() - interval "
                "'40 seconds', deadline_at = now() + interval '10 minutes' WHERE id = %s", [job])
     term = Terminal(tmux, [str(AWA_TUI), "--database-url", database_url, "--refresh", "1"])
     try:
@@ -112,7 +112,7 @@ def test_awa_tui_at_80x24_shows_the_running_heartbeat_column(tmux, database_url,
     add_runtime(db, host="bastion-worker", pid=4242, leader=True, last_seen=now,
                 queues=["default"])
     job = add_running(db, kind="nightly_report", heartbeat_age=0, running_for=0, deadline_in=0)
-    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() - interval '3 seconds', "
+    db.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '3 seconds', "
                "attempted_at = now() - interval '40 seconds', "
                "deadline_at = now() + interval '10 minutes' WHERE id = %s", [job])
     term = Terminal(tmux, [str(AWA_TUI), "--database-url", database_url, "--refresh", "1"],

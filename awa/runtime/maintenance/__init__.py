@@ -53,6 +53,7 @@ class MaintenanceService:
         """The storage engine every branch goes through, decided once."""
         if self._engine is None:
             self._engine = await open_engine(self.runtime.pool)
+            recording.record_storage_engine(getattr(self._engine, "name", "unknown"))
         return self._engine
 
     def _ping_interval_ms(self) -> int:
@@ -168,6 +169,7 @@ class MaintenanceService:
             health.leader = False
             recording.record_leadership(False)
             self.queue_health.reset()
+            retention.RING_TRACKER.reset()
             log.info("this runtime is no longer the maintenance leader")
 
     async def _run_branch(self, branch: Branch) -> None:

@@ -53,7 +53,7 @@ async def evaluate(pool: AsyncConnectionPool, *,
                 continue
             n = len(fired.job_ids)
             outcome.fired[s.name] = n
-            recording.record_cron_fired(s.name, s.queue, n)
+            recording.record_cron_fired(s.name, s.kind, s.queue, n)
             log.info("cron %r fired %d job(s) for %s", s.name, n,
                      ", ".join(x.isoformat() for x in slots))
     return outcome

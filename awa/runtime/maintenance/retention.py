@@ -11,6 +11,7 @@ runtime's values for that queue.  Runtime rows unseen for
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from awa import config
 from awa.config import QueueConfig, RetentionPolicy, RuntimeSettings
 from awa.runtime.maintenance import recording
 from awa.storage import open_engine
-from awa.storage.engine import Engine, PurgedBatch
+from awa.storage.engine import Engine, PruneReport, PurgedBatch
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
@@ -108,4 +109,39 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
             conn, completed_retention_s=settings.completed_retention_hours * HOUR_S,
             failed_retention_s=settings.failed_retention_hours * HOUR_S)
         outcome.truncated = len(pruned.truncated)
+    RING_TRACKER.record(pruned)
     return outcome
+
+
+class RingTracker:
+    """The leader's memory of blocked ring slots between ticks (awa.storage.prune_blocked_age).
+
+    A sealed slot is blocked from the first tick whose prune could not reclaim it
+    until one truncates it (or finds it empty); its age is reported under the blocker
+    the latest tick found.  Forgotten when this runtime stops leading.
+    """
+
+    def __init__(self) -> None:
+        self.blocked_since: dict[tuple[str, int], float] = {}
+        self.published: set[tuple[str, str]] = set()
+
+    def record(self, report: PruneReport, now: float | None = None) -> None:
+        if not report.rings:
+            return  # no rings on this engine
+        now = time.monotonic() if now is None else now
+        self.blocked_since = {slot: self.blocked_since.get(slot, now)
+                              for slot in report.blockers}
+        age: dict[tuple[str, str], float] = {}
+        for (ring, slot), blocker in report.blockers.items():
+            key = (ring, blocker)
+            age[key] = max(age.get(key, 0.0), now - self.blocked_since[(ring, slot)])
+        recording.record_ring_tick(report, age, self.published - set(age))
+        self.published = set(age)
+
+    def reset(self) -> None:
+        """On losing leadership: zero what this runtime published, forget the ages."""
+        recording.clear_blocked_slots(self.published)
+        self.blocked_since, self.published = {}, set()
+
+
+RING_TRACKER = RingTracker()

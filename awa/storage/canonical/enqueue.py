@@ -70,6 +70,9 @@ CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (
     unique_key    bytea,
     unique_states bit(8)
 ) ON COMMIT DELETE ROWS"""
+# The staging table empties at commit; a multi-chunk write is one transaction, so each
+# chunk empties it first (TRUNCATE of a temp table: no other session sees it).
+EMPTY_STAGING = f"TRUNCATE pg_temp.{STAGING_TABLE}"
 COPY_INTO_STAGING = (f"COPY pg_temp.{STAGING_TABLE} (ord, {', '.join(_INSERTED_COLUMNS)}) "
                      f"FROM STDIN")
 # The common case (no unique keys, nothing deferred) needs no staging at all.
@@ -605,6 +608,7 @@ class CanonicalEnqueue:
         async with conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CREATE_STAGING)
+                await cur.execute(EMPTY_STAGING)
                 async with cur.copy(COPY_INTO_STAGING) as copy:
                     for row in _copy_rows(batch, with_ord=True):
                         await copy.write_row(row)

@@ -32,6 +32,7 @@ from awa.storage.engine import (
     JobSummary,
     QueueDetail,
     RepeatedError,
+    RingState,
     RunningAttemptRead,
     RunningCounts,
     RuntimeDescriptorHashes,
@@ -481,3 +482,6 @@ class CanonicalReads:
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
         return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
                 for r in await _rows(conn, RUNTIME_DESCRIPTOR_HASHES)]
+
+    async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
+        return []  # rows updated in place: no partition rings

@@ -25,6 +25,7 @@ from awa.storage.canonical import enqueue as canonical
 from awa.storage.canonical.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
+    EMPTY_STAGING,
     STAGING_SOURCE,
     UNIQUE_RACE_RETRIES,
     UNNEST_SOURCE,
@@ -188,6 +189,7 @@ class QueueStorageEnqueue(CanonicalEnqueue):
         async with conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CREATE_STAGING)
+                await cur.execute(EMPTY_STAGING)
                 async with cur.copy(COPY_INTO_STAGING) as copy:
                     for row in canonical._copy_rows(batch, with_ord=True):
                         await copy.write_row(row)

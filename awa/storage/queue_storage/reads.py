@@ -22,6 +22,7 @@ from awa.storage.engine import (
     JobSummary,
     QueueDetail,
     RepeatedError,
+    RingState,
     RunningAttemptRead,
     RunningCounts,
     WedgedClaims,
@@ -114,3 +115,8 @@ class QueueStorageReads(CanonicalReads):
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
                               list(r["places"])) for r in rows]
+
+    async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
+        from awa.storage.queue_storage import rings
+
+        return await rings.ring_states(conn)

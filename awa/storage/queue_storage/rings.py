@@ -17,17 +17,33 @@ once it proves the slot holds nothing live:
 The proof runs again after the ``ACCESS EXCLUSIVE`` lock is taken, under a
 short ``lock_timeout``: a reader or writer holding the partition makes prune
 skip this round (``busy``) instead of queueing claims behind it.
+
+For metrics (``awa.maintenance.rotate.*`` / ``prune.*``, ``awa.ring.*``) the
+report also names what held each slot it could not reclaim (its *blocker*:
+the first live condition found, in the order the proofs list them), times
+each ring's prune and rotation, and reads each ring's position and occupied
+slots after the tick.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from awa.storage.engine import PruneReport
+from awa.storage.engine import (
+    PRUNE_BLOCKER_LEASE,
+    PRUNE_BLOCKER_LOCK,
+    PRUNE_BLOCKER_READY,
+    PRUNE_BLOCKER_RECEIPT,
+    PRUNE_BLOCKER_RETENTION,
+    PruneReport,
+    RingPass,
+    RingState,
+)
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -38,7 +54,9 @@ _TABLES: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_LOCK_TIMEOUT_MS = 50
 
-RING_STATE = "SELECT ring, current_slot, slot_count, generation FROM awa.queue_ring_state"
+RING_STATE = ("SELECT ring, current_slot, slot_count, generation, "
+              "EXTRACT(EPOCH FROM (now() - rotated_at))::float8 AS rotated_age_s "
+              "FROM awa.queue_ring_state")
 LOCK_RING = ("SELECT current_slot, slot_count FROM awa.queue_ring_state WHERE ring = %(ring)s "
              "FOR UPDATE")
 ADVANCE = """
@@ -57,15 +75,21 @@ _OPEN_RECEIPT = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
 _CLAIMABLE = """r.lane_seq >= h.claim_seq
                AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
                                 WHERE t.ready_id = r.ready_id)"""
+# Each answers "what keeps this slot alive?": the first live condition (a blocker
+# name) or NULL when nothing does; CASE stops at the first, as OR would.
 QUEUE_SLOT_LIVE = f"""
-SELECT
-  EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
-  OR EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {_OPEN_RECEIPT})
-  OR EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
-  OR EXISTS (SELECT 1 FROM awa.done_entries d
+SELECT CASE
+  WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
+    THEN '{PRUNE_BLOCKER_READY}'
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {_OPEN_RECEIPT})
+    THEN '{PRUNE_BLOCKER_RECEIPT}'
+  WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
+    THEN '{PRUNE_BLOCKER_LEASE}'
+  WHEN EXISTS (SELECT 1 FROM awa.done_entries d
               WHERE d.ready_slot = %(slot)s AND d.state <> 'failed'
                 AND d.finalized_at > now() - make_interval(secs => %(completed_s)s))
-  AS live"""
+    THEN '{PRUNE_BLOCKER_RETENTION}'
+  END AS blocker"""
 CARRY_FAILED = """
 INSERT INTO awa.done_entries
 SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
@@ -77,17 +101,25 @@ SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.
  WHERE d.ready_slot = %(slot)s AND d.state = 'failed'
    AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
 CLAIM_SLOT_LIVE = f"""
-SELECT
-  EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {_OPEN_RECEIPT})
-  OR EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
-  OR EXISTS (SELECT 1 FROM awa.lease_claims c
+SELECT CASE
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {_OPEN_RECEIPT})
+    THEN '{PRUNE_BLOCKER_RECEIPT}'
+  WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
+    THEN '{PRUNE_BLOCKER_LEASE}'
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
                JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
                JOIN awa.queue_claim_heads h
                  ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
               WHERE c.claim_slot = %(slot)s AND {_CLAIMABLE})
-  AS live"""
-LEASE_SLOT_LIVE = "SELECT EXISTS (SELECT 1 FROM awa.leases WHERE lease_slot = %(slot)s) AS live"
+    THEN '{PRUNE_BLOCKER_READY}'
+  END AS blocker"""
+LEASE_SLOT_LIVE = f"""
+SELECT CASE WHEN EXISTS (SELECT 1 FROM awa.leases WHERE lease_slot = %(slot)s)
+    THEN '{PRUNE_BLOCKER_LEASE}' END AS blocker"""
 SLOT_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM {table}) AS empty"
+# Which slots of a ring hold any row: one EXISTS probe per partition, one statement.
+OCCUPIED_SLOT = "CASE WHEN {probes} THEN {slot} END"
+OCCUPIED = "SELECT array_remove(ARRAY[{slots}]::int[], NULL) AS occupied"
 
 
 def _partition(table: str, slot: int) -> sql.Identifier:
@@ -129,15 +161,42 @@ async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring) -> bool:
     return True
 
 
-async def _live(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
-                completed_s: float) -> bool:
+async def _blocker(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
+                   completed_s: float) -> str | None:
+    """What keeps ``slot`` of ``ring`` alive (``PRUNE_BLOCKERS``), or None: it can go."""
     if ring == "queue":
         query = QUEUE_SLOT_LIVE
     elif ring == "claim":
         query = CLAIM_SLOT_LIVE
     else:
         query = LEASE_SLOT_LIVE
-    return bool((await _one(conn, query, {"slot": slot, "completed_s": completed_s}))["live"])
+    row = await _one(conn, query, {"slot": slot, "completed_s": completed_s})
+    blocker = row["blocker"]
+    return None if blocker is None else str(blocker)
+
+
+async def occupied_slots(conn: psycopg.AsyncConnection[Any], ring: str,
+                         slot_count: int) -> tuple[int, ...]:
+    """The slots of ``ring`` that hold any row (index-free ``EXISTS`` probes, no count)."""
+    slots = [sql.SQL(OCCUPIED_SLOT).format(
+        probes=sql.SQL(" OR ").join(
+            sql.SQL("EXISTS (SELECT 1 FROM {})").format(_partition(table, slot))
+            for table in _TABLES[ring]),
+        slot=sql.Literal(slot)) for slot in range(slot_count)]
+    row = await _one(conn, sql.SQL(OCCUPIED).format(slots=sql.SQL(", ").join(slots)))
+    return tuple(row["occupied"])
+
+
+async def ring_states(conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
+    """Every ring's position and its occupied slots, in ring order (the ops read side)."""
+    states = await ring_state(conn)
+    out = []
+    for ring in RINGS:
+        st = states[ring]
+        count = int(st["slot_count"])
+        out.append(RingState(ring, int(st["current_slot"]), count, int(st["generation"]),
+                             float(st["rotated_age_s"]), await occupied_slots(conn, ring, count)))
+    return out
 
 
 async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
@@ -147,14 +206,18 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
     report = PruneReport()
     states = await ring_state(conn)
     for ring in RINGS:
+        started = time.perf_counter()
         current, count = int(states[ring]["current_slot"]), int(states[ring]["slot_count"])
         # Oldest sealed first: the slot after the current one was written longest ago.
         for step in range(1, count):
             slot = (current + step) % count
             if await _slot_empty(conn, ring, slot):
                 continue
-            if await _live(conn, ring, slot, completed_retention_s):
+            report.attempted.append((ring, slot))
+            blocker = await _blocker(conn, ring, slot, completed_retention_s)
+            if blocker is not None:
                 report.live.append((ring, slot))
+                report.blockers[(ring, slot)] = blocker
                 continue
             try:
                 async with conn.transaction():
@@ -163,8 +226,10 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
                         await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE")
                                            .format(_partition(table, slot)))
                     # Under the lock nothing can write or read the slot: prove it again.
-                    if await _live(conn, ring, slot, completed_retention_s):
+                    blocker = await _blocker(conn, ring, slot, completed_retention_s)
+                    if blocker is not None:
                         report.live.append((ring, slot))
+                        report.blockers[(ring, slot)] = blocker
                         continue
                     if ring == "queue":
                         async with conn.cursor() as cur:
@@ -176,6 +241,9 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
                 report.truncated.append((ring, slot))
             except psycopg.errors.LockNotAvailable:
                 report.busy.append((ring, slot))
+                report.blockers[(ring, slot)] = PRUNE_BLOCKER_LOCK
+        report.rings.append(RingPass(ring, current, count, int(states[ring]["generation"]),
+                                     prune_s=time.perf_counter() - started))
     return report
 
 
@@ -188,6 +256,15 @@ async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_rete
         await conn.execute(SETTLE_CLAIM_HEADS)
     report = await prune(conn, completed_retention_s=completed_retention_s,
                          failed_retention_s=failed_retention_s, lock_timeout_ms=lock_timeout_ms)
+    passes = {p.ring: p for p in report.rings}
     for ring in RINGS:
-        await rotate(conn, ring)
+        started = time.perf_counter()
+        passes[ring].rotated = await rotate(conn, ring)
+        passes[ring].rotate_s = time.perf_counter() - started
+    # Where each ring stands after the tick (reporting only).
+    states = await ring_state(conn)
+    for ring in RINGS:
+        done, st = passes[ring], states[ring]
+        done.current_slot, done.generation = int(st["current_slot"]), int(st["generation"])
+        done.occupied = await occupied_slots(conn, ring, done.slot_count)
     return report
