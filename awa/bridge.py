@@ -27,7 +27,7 @@ from awa import config
 from awa import metrics as awa_metrics
 from awa.job import ValidationError
 from awa.producer import raise_if_unique_skipped
-from awa.storage import describe_layout, describe_layout_sync, engine_for, open_engine
+from awa.storage import describe_layout, describe_layout_sync, engine_for
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
 
@@ -144,10 +144,10 @@ class _AsyncpgCursor:
         if not isinstance(query, str):
             raise TypeError(f"the asyncpg bridge runs plain SQL strings, got {type(query)}")
         sql, args = _dollar_query(query, params)
-        statement = await self._conn.prepare(sql)
-        self._rows = [dict(r) for r in await statement.fetch(*args)]
-        count = (statement.get_statusmsg() or "").rsplit(" ", 1)[-1]
-        self.rowcount = int(count) if count.isdigit() else len(self._rows)
+        # fetch() goes through asyncpg's statement cache; the bridge always asks for the
+        # returning statements, so the row count is the number of rows.
+        self._rows = [dict(r) for r in await self._conn.fetch(sql, *args)]
+        self.rowcount = len(self._rows)
         return self
 
     async def fetchall(self) -> list[dict[str, Any]]:
@@ -187,21 +187,20 @@ class _AsyncpgConnection:
         return self.raw.transaction()
 
 
-# Decided once per asyncpg connection, like open_engine does per pool.
-_ASYNCPG_ENGINES: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
+# Decided once per connection (psycopg or asyncpg), like open_engine does per pool.
+_ASYNC_ENGINES: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
 
 
 async def _engine_of(aconn: Any) -> Engine:
-    if not isinstance(aconn, _AsyncpgConnection):
-        return await open_engine(aconn)
+    key = aconn.raw if isinstance(aconn, _AsyncpgConnection) else aconn
     try:
-        engine = _ASYNCPG_ENGINES.get(aconn.raw)
+        engine = _ASYNC_ENGINES.get(key)
     except TypeError:  # not weakly referenceable: decide every time
         engine = None
     if engine is None:
         engine = engine_for(await describe_layout(cast(Any, aconn)))
         with contextlib.suppress(TypeError):
-            _ASYNCPG_ENGINES[aconn.raw] = engine
+            _ASYNC_ENGINES[key] = engine
     return engine
 
 
