@@ -153,14 +153,32 @@ class AdminMixin:
     async def cancel(self, job_id: int) -> Job[Any] | None:
         """Cancel a job that has not finished; a running attempt is told at once.
 
-        Returns ``None`` when there is no such job or it already finished.
+        Raises ``JobNotFound`` (an ``AwaError``, as awa-pg 0.6.9) when there is no such
+        job or it already finished.
         """
+        job = await self._cancel_job(job_id)
+        if job is None:
+            raise await self._nothing_to_do(job_id, "unfinished", "cancelled")
+        return job
+
+    async def _cancel_job(self, job_id: int) -> Job[Any] | None:
+        """``cancel``, with ``None`` instead of the error (the console's bulk actions)."""
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             job = await engine.cancel(conn, int(job_id))
         if job is not None:
             _record_job(metrics.METRICS.job_cancelled, job)
         return job
+
+    async def _nothing_to_do(self, job_id: int, allowed: str, action: str) -> JobNotFound:
+        """The error of a cancel/retry that applied to nothing: which job, in what state."""
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            found = await engine.get_job(conn, int(job_id))
+        if found is None:
+            return _not_found(job_id)
+        return JobNotFound(f"job {job_id} not found among {allowed} jobs: it is "
+                           f"{found.state.value}; only {allowed} jobs can be {action}")
 
     async def cancel_by_unique_key(self, kind: str, *, queue: str | None = None,
                                    args: Any | None = None,
@@ -171,10 +189,20 @@ class AdminMixin:
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             holder = await engine.unique_holder(conn, key)
-        return await self.cancel(holder.job_id) if holder else None
+        return await self._cancel_job(holder.job_id) if holder else None
 
     async def retry(self, job_id: int) -> Job[Any] | None:
-        """Run a failed or cancelled job again from scratch (fresh attempt budget)."""
+        """Run a failed, cancelled or callback-waiting job again from scratch (fresh
+        attempt budget).  Raises ``JobNotFound`` (an ``AwaError``, as awa-pg 0.6.9) when
+        there is no such job or it is in another state."""
+        job = await self._retry_job(job_id)
+        if job is None:
+            raise await self._nothing_to_do(job_id, "failed, cancelled or waiting_external",
+                                            "retried")
+        return job
+
+    async def _retry_job(self, job_id: int) -> Job[Any] | None:
+        """``retry``, with ``None`` instead of the error (the console's bulk actions)."""
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             return await engine.retry(conn, int(job_id))

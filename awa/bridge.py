@@ -4,25 +4,32 @@ The job is written with the same builder and statement as the client's
 ``insert``; it becomes visible (and wakes the queue's listeners) when the
 caller commits, and vanishes if the caller rolls back.  Accepts a psycopg 3
 connection, or an object wrapping one (Django's ``connection.connection``,
-SQLAlchemy's ``driver_connection``).
+SQLAlchemy's ``driver_connection``); ``insert_job`` also takes an asyncpg
+connection (or SQLAlchemy's asyncpg driver), the engine's statement carried
+over it in ``$n`` form.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import re
+import weakref
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from awa import config
 from awa import metrics as awa_metrics
 from awa.job import ValidationError
 from awa.producer import raise_if_unique_skipped
-from awa.storage import open_engine, open_engine_sync
+from awa.storage import describe_layout, engine_for, open_engine_sync
 from awa.storage.canonical import enqueue
-from awa.storage.engine import EnqueueBatch, EnqueueOps, InsertOutcome
+from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
 
 
 class UnsupportedConnection(ValidationError):
@@ -64,23 +71,150 @@ def _unwrap(conn: Any, wanted: type) -> Any:
 
 
 async def _unwrap_async(conn: Any) -> Any:
-    """An async psycopg connection from itself or a SQLAlchemy AsyncSession/AsyncConnection."""
+    """An async psycopg connection, or an asyncpg one wrapped in ``_AsyncpgConnection``,
+    from itself or a SQLAlchemy AsyncSession/AsyncConnection (psycopg or asyncpg driver)."""
     if isinstance(conn, psycopg.AsyncConnection):
         return conn
+    if _is_asyncpg(conn):
+        return _AsyncpgConnection(conn)
     module = type(conn).__module__
+    sa_conn, raw = None, conn
     if module.startswith("sqlalchemy") and hasattr(conn, "get_raw_connection"):
-        raw = await conn.get_raw_connection()  # AsyncConnection
-        return _unwrap(raw, psycopg.AsyncConnection)
-    if module.startswith("sqlalchemy") and callable(getattr(conn, "connection", None)):
-        aconn = await conn.connection()  # AsyncSession -> AsyncConnection (its transaction)
-        raw = await aconn.get_raw_connection()
-        return _unwrap(raw, psycopg.AsyncConnection)
-    return _unwrap(conn, psycopg.AsyncConnection)
+        sa_conn = conn  # AsyncConnection
+    elif module.startswith("sqlalchemy") and callable(getattr(conn, "connection", None)):
+        sa_conn = await conn.connection()  # AsyncSession -> AsyncConnection (its transaction)
+    if sa_conn is not None:
+        raw = await sa_conn.get_raw_connection()
+    for candidate in _candidates(raw):
+        if _is_asyncpg(candidate):
+            if sa_conn is not None:
+                # SQLAlchemy's asyncpg driver begins its transaction on its first statement:
+                # make it begin now, so the job is written inside it.
+                await sa_conn.exec_driver_sql(BEGIN_PROBE)
+            return _AsyncpgConnection(candidate)
+    return _unwrap(raw, psycopg.AsyncConnection)
+
+
+# --- asyncpg: the engines' insert statements, carried over an asyncpg connection -----------
+def _is_asyncpg(conn: Any) -> bool:
+    """An asyncpg connection (or pool connection proxy), by module: asyncpg is optional."""
+    return type(conn).__module__.startswith("asyncpg") and hasattr(conn, "prepare")
+
+
+BEGIN_PROBE = "SELECT 1"
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)[sbt]|%[sbt]")
+
+
+def _dollar_query(query: str, params: Any) -> tuple[str, list[Any]]:
+    """A psycopg query (``%(name)s`` / ``%(name)b`` / ``%s``) as asyncpg's ``$n`` form."""
+    names: dict[str, int] = {}
+    values: list[Any] = []
+    positional = iter(params) if isinstance(params, (list, tuple)) else iter(())
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match.group(0) == "%%":
+            return "%"
+        name = match.group(1)
+        if name is None:
+            values.append(next(positional))
+            return f"${len(values)}"
+        if name not in names:
+            values.append(params[name])
+            names[name] = len(values)
+        return f"${names[name]}"
+
+    return _PLACEHOLDER.sub(placeholder, query), values
+
+
+class _AsyncpgCursor:
+    """The part of a psycopg cursor the engines' insert path uses, over asyncpg (dict rows)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._rows: list[dict[str, Any]] = []
+        self.rowcount = -1
+
+    async def __aenter__(self) -> _AsyncpgCursor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def execute(self, query: Any, params: Any = None) -> _AsyncpgCursor:
+        if not isinstance(query, str):
+            raise TypeError(f"the asyncpg bridge runs plain SQL strings, got {type(query)}")
+        sql, args = _dollar_query(query, params)
+        # fetch() goes through asyncpg's statement cache; the bridge always asks for the
+        # returning statements, so the row count is the number of rows.
+        self._rows = [dict(r) for r in await self._conn.fetch(sql, *args)]
+        self.rowcount = len(self._rows)
+        return self
+
+    async def fetchall(self) -> list[dict[str, Any]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    async def fetchone(self) -> dict[str, Any] | None:
+        return self._rows.pop(0) if self._rows else None
+
+
+@dataclass
+class _AsyncpgInfo:
+    conn: Any
+
+    @property
+    def transaction_status(self) -> TransactionStatus:
+        return TransactionStatus.INTRANS if self.conn.is_in_transaction() \
+            else TransactionStatus.IDLE
+
+
+class _AsyncpgConnection:
+    """An asyncpg connection seen through the psycopg methods the engines' enqueue uses
+    (``cursor``, ``execute``, ``transaction`` -- a savepoint inside the caller's one --,
+    ``info.transaction_status``), so the job is written by the engine's own statement."""
+
+    def __init__(self, conn: Any) -> None:
+        self.raw = conn
+        self.info = _AsyncpgInfo(conn)
+
+    def cursor(self, *, row_factory: Any = None) -> _AsyncpgCursor:
+        return _AsyncpgCursor(self.raw)
+
+    async def execute(self, query: Any, params: Any = None) -> _AsyncpgCursor:
+        return await _AsyncpgCursor(self.raw).execute(query, params)
+
+    def transaction(self) -> Any:
+        return self.raw.transaction()
+
+
+# Decided once per connection (psycopg or asyncpg), like open_engine does per pool.
+_ASYNC_ENGINES: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
+
+
+async def _engine_of(aconn: Any) -> Engine:
+    key = aconn.raw if isinstance(aconn, _AsyncpgConnection) else aconn
+    try:
+        engine = _ASYNC_ENGINES.get(key)
+    except TypeError:  # not weakly referenceable: decide every time
+        engine = None
+    if engine is None:
+        engine = engine_for(await describe_layout(cast(Any, aconn)))
+        with contextlib.suppress(TypeError):
+            _ASYNC_ENGINES[key] = engine
+    return engine
+
+
+# Decided once per connection (a database does not change engine under an open one).
+_SYNC_ENGINES: weakref.WeakKeyDictionary[psycopg.Connection[Any], EnqueueOps] = (
+    weakref.WeakKeyDictionary())
 
 
 def _sync_engine(conn: psycopg.Connection[Any]) -> EnqueueOps:
-    """The engine serving the database of a blocking connection."""
-    return open_engine_sync(conn)
+    """The engine serving a blocking connection's database, decided once per connection."""
+    engine = _SYNC_ENGINES.get(conn)
+    if engine is None:
+        engine = _SYNC_ENGINES[conn] = open_engine_sync(conn)
+    return engine
 
 
 # The columns awa-pg 0.6.9's bridge returned (timestamps as datetimes, state as text).
@@ -105,12 +239,14 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
                      run_at: str | datetime | None = None,
                      ordering_key: bytes | str | None = None,
                      unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Insert one job on an ``psycopg.AsyncConnection``; returns the row as a dict."""
+    """Insert one job on an ``psycopg.AsyncConnection`` or an asyncpg connection (or a
+    SQLAlchemy async Session/Connection on either), inside its transaction; returns the row
+    as a dict."""
     aconn = await _unwrap_async(conn)
     batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
                                 max_attempts=max_attempts, tags=tags, metadata=metadata,
                                 run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
-    engine = await open_engine(aconn)
+    engine = await _engine_of(aconn)
     outcome = await engine.insert_batch(aconn, batch)
     await raise_if_unique_skipped(engine, aconn, batch, outcome)
     awa_metrics.record_inserted(batch, outcome)

@@ -18,10 +18,11 @@ one that arrives after registration but before the handler returned
 ``WaitForCallback`` -- still resolves; the handler's later park or outcome
 is then a stale write the runtime ignores.
 
-Where results live: resume and complete store
-``metadata["_awa_callback_result"] = {callback_id, action, payload, at}``.
-A handler in ``wait_for_callback`` returns the payload whose ``callback_id``
-matches its token; ``awa job dump`` shows the last result.  Resume and retry
+Where results live: resume stores the bare payload under
+``metadata["_awa_callback_result"]``, as awa-pg 0.6.9 does; complete stores
+its (transformed) payload there too, as the job's result.  A handler in
+``wait_for_callback`` returns the payload once its attempt is back in
+``running`` with the callback spent; ``awa job dump`` shows the last result.  Resume and retry
 clear the callback columns (the callback is spent, a new one may be
 registered); complete and fail keep them as a record.  Timeouts
 (``callback_timeout_at``) are rescued by maintenance, not here.
@@ -41,7 +42,6 @@ import math
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -154,9 +154,9 @@ def _json(value: Any, what: str) -> Any:
     return value
 
 
-def _result(callback_id: uuid.UUID, action: str, payload: Any) -> dict[str, Any]:
-    return _json({"callback_id": str(callback_id), "action": action, "payload": payload,
-                  "at": datetime.now(UTC).isoformat()}, "callback payload")
+def _result(payload: Any) -> Any:
+    """What a resolution stores under ``RESULT_KEY``: the bare payload (awa-pg 0.6.9)."""
+    return _json(payload, "callback payload")
 
 
 async def _engine_for(pool: AsyncConnectionPool, engine: Engine | None) -> Engine:
@@ -278,11 +278,11 @@ async def wait_for_resume(pool: AsyncConnectionPool, job_id: int, run_lease: int
             async with pool.connection() as conn:
                 wait = await engine.poll_callback_wait(conn, job_id)
             mine = wait is not None and wait.run_lease == run_lease
-            result = (wait.result if wait is not None else None) or {}
+            # Resumed: the same attempt back in running with its callback spent (a resume
+            # is the only resolution that keeps the attempt; it stores the bare payload).
             if mine and wait is not None and wait.state == "running" \
-                    and result.get("callback_id") == str(cid) \
-                    and result.get("action") == "resume":
-                return result.get("payload")
+                    and wait.callback_id != cid:
+                return wait.result
             if not (mine and wait is not None and wait.state in ("waiting_external", "running")
                     and wait.callback_id == cid):
                 state = wait.state if wait is not None else "no longer in the hot table"
@@ -347,7 +347,7 @@ async def complete_external(pool: AsyncConnectionPool, callback_id: Any,
                             payload: Any = None, *, engine: Engine | None = None) -> Job[Any]:
     """``running | waiting_external → completed``, storing the payload as the result."""
     cid = parse_callback_id(callback_id)
-    result = _result(cid, "complete", payload)
+    result = _result(payload)
     engine = await _engine_for(pool, engine)
     async with pool.connection() as conn:
         return await _resolve(engine, conn, cid, "complete",
@@ -383,7 +383,7 @@ async def resume_external(pool: AsyncConnectionPool, callback_id: Any,
                           payload: Any = None, *, engine: Engine | None = None) -> Job[Any]:
     """``waiting_external → running``: the handler in ``wait_for_callback`` gets ``payload``."""
     cid = parse_callback_id(callback_id)
-    result = _result(cid, "resume", payload)
+    result = _result(payload)
     engine = await _engine_for(pool, engine)
     async with pool.connection() as conn:
         return await _resolve(engine, conn, cid, "resume",
@@ -464,7 +464,7 @@ async def resolve_callback(pool: AsyncConnectionPool, callback_id: Any, payload:
                 result = cel.evaluate(transform, payload, "transform")
             except cel.CelEvaluationError as exc:
                 reason = f"{reason}; {exc} (completed with the untransformed payload: fail-open)"
-        record = _result(cid, "complete", result)
+        record = _result(result)
         job = await _resolve(engine, conn, cid, "complete",
                              lambda: engine.complete_external(conn, cid, record))
         return ResolveResult("completed", job, result, reason)

@@ -35,11 +35,6 @@ from awa.storage.engine import AttemptWrite
 DEFAULT_DATABASE_URL = "postgres://postgres:test@localhost:5432/awa_test"
 WORK_ONE_DEADLINE_MS = 5 * 60 * 1000
 
-# Test isolation only: every job and queue setting of the database goes.  (Runs through
-# the awa.jobs view's DELETE trigger, so it covers whichever tables hold the jobs.)
-CLEAN_SQL = ("DELETE FROM awa.runtime_instances", "DELETE FROM awa.jobs",
-             "DELETE FROM awa.queue_meta")
-
 T = TypeVar("T")
 
 
@@ -181,12 +176,13 @@ class AwaTestClient:
         await self._on_client(lambda c: c.migrate())
 
     async def clean(self) -> None:
-        """Delete every job and queue setting (test isolation)."""
+        """Delete every job (DLQ too), unique claim, queue setting and runtime snapshot
+        (test isolation), through the storage engine; the database keeps its engine."""
         async def clean(c: awa.AsyncClient) -> None:
+            engine = await c._get_engine()
             pool = await c._get_pool()
-            async with pool.connection() as conn, conn.transaction():
-                for statement in CLEAN_SQL:
-                    await conn.execute(statement)
+            async with pool.connection() as conn:
+                await engine.clean_for_tests(conn)
         await self._on_client(clean)
 
     async def work_one(self, args_type: type,

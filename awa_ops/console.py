@@ -463,12 +463,12 @@ class ConsoleActions(AdminMixin):
 
     async def cancel_jobs(self, ids: list[int]) -> str:
         async with self.session.write():
-            done = [i for i in ids if await self.cancel(i) is not None]
+            done = [i for i in ids if await self._cancel_job(i) is not None]
         return _outcome("cancelled", done, ids, "already finished or gone")
 
     async def retry_jobs(self, ids: list[int]) -> str:
         async with self.session.write():
-            done = [i for i in ids if await self.retry(i) is not None]
+            done = [i for i in ids if await self._retry_job(i) is not None]
         return _outcome("retried", done, ids, "not failed or cancelled")
 
     async def pause(self, queue: str) -> str:

@@ -25,7 +25,7 @@ from awa.cli.options import (
     resolved_database_url,
     run_client,
 )
-from awa.job import AwaError
+from awa.job import AwaError, JobNotFound
 from awa.storage import RUST_CORE, StorageLayout, describe_layout
 from awa.storage.engine import Engine
 
@@ -92,7 +92,10 @@ def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], ac
                 allowed: str) -> T:
     """``options.apply_to_job`` through ``run_admin``."""
     async def go(client: Any) -> tuple[T | None, str]:
-        done = await operation(client)
+        try:
+            done = await operation(client)
+        except JobNotFound:  # cancel/retry raise it when they apply to nothing
+            done = None
         if done is not None:
             return done, ""
         found = await client.get_job(job_id)

@@ -71,8 +71,9 @@ def job_cancel(job_id: int) -> None:
 @database_url_option
 @job_id_argument
 def job_retry(job_id: int) -> None:
-    """Run a failed or cancelled job again with a fresh attempt budget."""
-    retried = apply_admin(job_id, lambda c: c.retry(job_id), "retried", "failed or cancelled")
+    """Run a failed, cancelled or callback-waiting job again with a fresh attempt budget."""
+    retried = apply_admin(job_id, lambda c: c.retry(job_id), "retried",
+                          "failed, cancelled or waiting_external")
     click.echo(f"job {job_id} is available again on queue {retried.queue}")
 
 

@@ -235,6 +235,12 @@ def open_engine_sync(conn: psycopg.Connection[Any]) -> Engine:
     return engine_for(describe_layout_sync(conn))
 
 
+def forget_engine(source: ConnectionSource) -> None:
+    """Drop the engine ``open_engine`` keeps for this pool (after its database changed
+    engine, e.g. ``install_queue_storage``)."""
+    _SOURCE_ENGINES.pop(source, None)
+
+
 async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None) -> list[int]:
     """``awa migrate``: our numbered migrations, then the engine's own layout.
 

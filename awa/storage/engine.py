@@ -774,7 +774,8 @@ class AdminOps(Protocol):
         ...
 
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
-        """A failed or cancelled job back to available with a fresh attempt budget."""
+        """A failed, cancelled or ``waiting_external`` job (its callback dropped) back to
+        available with a fresh attempt budget; None for any other state."""
         ...
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
@@ -796,7 +797,8 @@ class AdminOps(Protocol):
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
-        """Cancel every job of the queue still waiting to run; running ones finish."""
+        """Cancel every job of the queue still waiting to run or parked for a callback;
+        running ones finish."""
         ...
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
@@ -851,6 +853,12 @@ class AdminOps(Protocol):
         """Every failed job of a kind and/or queue (neither: all of them)."""
         ...
 
+    # -- test isolation --------------------------------------------------------------
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Test helpers only (``awa.testing``): every job (live, deferred, finished, in the
+        DLQ), unique claim, queue setting and runtime snapshot goes; the engine stays."""
+        ...
+
 
 # ============================================================================
 # callbacks: register, resolve, complete / fail / retry / resume / heartbeat
@@ -881,8 +889,8 @@ class CallbackWait:
     state: str
     run_lease: int
     callback_id: uuid.UUID | None
-    result: dict[str, Any] | None
-    """The stored ``CALLBACK_RESULT_KEY`` record, if any."""
+    result: Any
+    """The payload stored under ``CALLBACK_RESULT_KEY`` (bare, as awa-pg 0.6.9), if any."""
 
 
 @dataclass(frozen=True)
@@ -920,8 +928,9 @@ class CallbackOps(Protocol):
         ...
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
-        """``open → completed``, storing ``result`` under ``CALLBACK_RESULT_KEY``."""
+                                result: Any) -> Job[Any] | None:
+        """``open → completed``, storing ``result`` (any JSON value) under
+        ``CALLBACK_RESULT_KEY``."""
         ...
 
     async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
@@ -935,7 +944,7 @@ class CallbackOps(Protocol):
         ...
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         """``open → running``, storing ``result``, clearing the callback and notifying
         ``CALLBACK_RESUME_CHANNEL`` with the job id."""
         ...

@@ -121,7 +121,7 @@ async def test_round_trip_parks_then_completes_by_signed_callback(db, client, en
     assert endpoint.callback_status == [200]
     row = job_row(db, job.id)
     assert str(row["callback_id"]) == cid and row["attempt"] == 1
-    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"charged": 1250}
+    assert row["metadata"][callbacks.RESULT_KEY] == {"charged": 1250}
 
 
 @pytest.mark.parametrize("behaviour, state, error", [

@@ -60,7 +60,7 @@ async def test_signed_actions_resolve_the_job(db, receiver, waiting):
         done = await http.post(f"{receiver}/{cid}/complete", json={"payload": {"ok": True}},
                                headers=signed(cid))
     assert done.status_code == 200 and done.json()["state"] == "completed"
-    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"ok": True}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY] == {"ok": True}
 
     job_id, cid = await waiting()
     async with httpx.AsyncClient() as http:
@@ -271,7 +271,7 @@ def test_resolution_commands(db, database_url, running_job):
     result = runner.invoke(awa_cli, ["callbacks", "complete", token, "--payload", "[1]",
                                      "--database-url", database_url])
     assert result.exit_code == 2 and "must be a JSON object" in result.output
-    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"a": 1}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY] == {"a": 1}
 
     job_id, lease = running_job()
     token = asyncio.run(_register(database_url, job_id, lease, filter="payload.go"))

@@ -55,7 +55,7 @@ async def test_on_complete_applies_the_transform(db, client, registered):
     assert result.is_completed() and result.payload == {"amount": 12.5, "ref": "ch_1"}
     row = job_row(db, job_id)
     assert row["state"] == "completed"
-    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"amount": 12.5, "ref": "ch_1"}
+    assert row["metadata"][callbacks.RESULT_KEY] == {"amount": 12.5, "ref": "ch_1"}
 
 
 @pytest.mark.parametrize("default_action, state, outcome", [
@@ -103,7 +103,7 @@ async def test_fail_open_transform_error_completes_with_the_raw_payload(db, clie
     result = await client.resolve_callback(cid, {"status": "paid"})
     assert result.is_completed() and result.payload == {"status": "paid"}
     assert "untransformed payload" in result.reason
-    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY]["payload"] == {"status": "paid"}
+    assert job_row(db, job_id)["metadata"][callbacks.RESULT_KEY] == {"status": "paid"}
 
 
 async def test_resolve_input_errors(client, registered):

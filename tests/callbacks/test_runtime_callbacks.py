@@ -79,7 +79,7 @@ async def test_early_callback_before_the_handler_returns(db, client):
     await asyncio.sleep(0.3)  # the stale park has been written (and ignored) by now
     row = job_row(db, job.id)
     assert row["state"] == "completed"
-    assert row["metadata"][callbacks.RESULT_KEY]["payload"] == {"fast": True}
+    assert row["metadata"][callbacks.RESULT_KEY] == {"fast": True}
 
 
 async def test_bad_cel_is_rejected_at_registration_inside_the_handler(db, client):

@@ -912,7 +912,7 @@ def admin_retry_failed_none(ctx: Any) -> Any:
 
 @scenario
 def admin_failed_lifecycle(ctx: Any) -> Any:
-    """Fail jobs by SQL through the awa.jobs view, then retry_failed."""
+    """Fail jobs by SQL through the awa.jobs view (both SDKs route it), then retry_failed."""
     a = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
     ctx.client.insert(CompatPing(n=2), queue=ctx.q)
     ctx.sql("UPDATE awa.jobs SET state = 'failed', finalized_at = now(), attempt = 1 "

@@ -23,6 +23,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
+from awa import config, storage
 from compat import scenarios
 from support.awa_pg import awa_pg_python
 from support.rust_awa import as_url
@@ -38,6 +39,8 @@ SELECT queue, kind, state::text AS state, priority, attempt, max_attempts, args,
        progress, run_at > now() AS future, finalized_at IS NOT NULL AS finalized,
        jsonb_array_length(to_jsonb(COALESCE(errors, '{}'))) AS errors
   FROM awa.jobs ORDER BY id"""
+# Our side is laid out for the engine under test (the runner's own migrate() keeps it).
+ENGINE = os.environ.get("AWA_TEST_ENGINE") or config.DEFAULT_STORAGE_ENGINE
 
 
 def _admin(admin_url: str, sql: str) -> None:
@@ -66,6 +69,8 @@ def compat_results(admin_url: str) -> Any:
         _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
         _admin(admin_url, f"CREATE DATABASE {n}")
     urls = [as_url(make_conninfo(admin_url, dbname=n)) for n in names]  # awa-pg takes URLs
+    with psycopg.connect(urls[1], autocommit=True) as conn:
+        storage.migrate_sync(conn, ENGINE)
     try:
         with ThreadPoolExecutor(2) as pool:
             ref = pool.submit(_run_side, reference, urls[0])

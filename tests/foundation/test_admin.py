@@ -61,8 +61,11 @@ async def test_cancel_available_and_scheduled(client, db):
     assert db.execute("SELECT count(*) AS n FROM awa.jobs "
                       "WHERE state IN ('scheduled', 'retryable')").fetchone()["n"] == 0
     assert state_of(db, later.id) == "cancelled"
-    assert await client.cancel(now_job.id) is None  # already finished
-    assert await client.cancel(999999) is None
+    # Nothing to cancel raises, as awa-pg 0.6.9 (an AwaError).
+    with pytest.raises(awa.JobNotFound, match="it is cancelled; only unfinished jobs"):
+        await client.cancel(now_job.id)  # already finished
+    with pytest.raises(awa.JobNotFound, match="job 999999 not found"):
+        await client.cancel(999999)
 
 
 async def test_cancel_running_notifies_the_attempt(client, db, make_job, listen):
@@ -81,7 +84,10 @@ async def test_retry_gives_a_fresh_run_and_wakes_the_queue(client, db, make_job,
     assert job.state == awa.JobState.Available and job.attempt == 0 and job.finalized_at is None
     assert job.errors[0]["error"] == "boom"  # history kept
     assert listener.received() == [("awa:q", "")]
-    assert await client.retry(failed) is None  # available now: nothing to retry
+    with pytest.raises(awa.JobNotFound, match="it is available"):
+        await client.retry(failed)  # available now: nothing to retry
+    with pytest.raises(awa.JobNotFound, match="job 999999 not found"):
+        await client.retry(999999)
 
 
 async def test_retry_failed_skips_unique_collisions(client, db, make_job):

@@ -19,7 +19,7 @@ import pytest
 
 import awa
 from awa.job import JobState
-from awa.storage.engine import DlqFilter, KindQueueCount, QueueCount
+from awa.storage.engine import AttemptWrite, DlqFilter, KindQueueCount, QueueCount
 
 FAST: dict[str, Any] = {"poll_interval_ms": 50, "heartbeat_interval_ms": 100,
                         "run_maintenance": False}
@@ -233,6 +233,41 @@ async def test_retry_a_failed_or_cancelled_job(engine, aconn, stage):
     assert await engine.retry(aconn, 987654) is None
 
 
+async def test_retry_a_job_parked_for_its_callback(engine, aconn, stage):
+    # awa-pg 0.6.9: admin retry of a waiting_external job drops its callback and restarts it.
+    parked = await stage.job("waiting_external")
+    running = await stage.job("running", 1)
+    callback_id = (await engine.get_job(aconn, parked.id)).callback_id
+    assert callback_id is not None
+    assert await engine.retry(aconn, running.id) is None  # a running attempt is left alone
+    stage.stop.set()
+    await stage.halt()
+    retried = await engine.retry(aconn, parked.id)
+    assert retried is not None and retried.id == parked.id
+    assert retried.state is JobState.Available and retried.attempt == 0
+    assert retried.callback_id is None and retried.deadline_at is None
+    assert await state(aconn, parked.id) == "available"
+    assert await engine.complete_external(aconn, callback_id, None) is None  # spent
+    assert await engine.retry(aconn, parked.id) is None  # available: nothing to retry
+
+
+async def test_drain_cancels_callback_waits_too(engine, aconn, stage):
+    parked = [await stage.job("waiting_external", n) for n in range(2)]
+    running = await stage.job("running", 9)
+    queued = await stage.job("available", 3, queue=WORK, run_at=timedelta(hours=1))
+    callback_id = (await engine.get_job(aconn, parked[0].id)).callback_id
+    drained = await engine.drain_queue(aconn, WORK)
+    assert sorted(drained, key=lambda c: c.kind) == [KindQueueCount("done", WORK, 1),
+                                                     KindQueueCount("park", WORK, 2)]
+    for job in (*parked, queued):
+        assert await state(aconn, job.id) == "cancelled"
+        got = await engine.get_job(aconn, job.id)
+        assert got is not None and got.finalized_at is not None
+    assert await state(aconn, running.id) == "running"  # running attempts finish
+    assert await engine.complete_external(aconn, callback_id, None) is None
+    assert await engine.drain_queue(aconn, WORK) == []
+
+
 async def test_retry_into_a_taken_unique_key_is_a_conflict(engine, aconn, stage):
     failed = await stage.job("failed", 1, unique_opts=UNIQUE)
     # failed is outside the default mask: a new job may take the key meanwhile.
@@ -420,3 +455,28 @@ async def test_purge_dlq_with_a_cursor(engine, aconn, stage):
                                                      before_dlq_at=newest.dlq_at))
     assert purged == [QueueCount(WORK, 2)]
     assert [e.job.id for e in await engine.list_dlq(aconn, DlqFilter())] == [newest.job.id]
+
+
+# -- test isolation ---------------------------------------------------------------------
+async def test_clean_for_tests_empties_every_job_table_and_keeps_the_engine(engine, aconn,
+                                                                            stage):
+    jobs = [await stage.job(wanted, n, **({"unique_opts": UNIQUE} if n == 0 else {}))
+            for n, wanted in enumerate(["available", "scheduled", "failed", "completed",
+                                        "waiting_external", "retryable", "running"])]
+    await engine.move_failed_to_dlq(aconn, jobs[2].id, "manual")
+    await engine.pause_queue(aconn, IDLE, "tests")
+    stage.stop.set()
+    await stage.halt()
+    await engine.clean_for_tests(aconn)
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.jobs")
+    assert (await cur.fetchone())["n"] == 0
+    assert await engine.dlq_depth(aconn) == 0
+    assert await engine.queue_stats(aconn) == []
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.job_unique_claims")
+    assert (await cur.fetchone())["n"] == 0
+    # The engine keeps serving: the same unique job can be inserted, claimed and completed.
+    again = await stage.client.insert(Done(0), queue=IDLE, unique_opts=UNIQUE)
+    [claimed] = await engine.claim_batch(aconn, IDLE, 5, 60_000)
+    assert claimed.id == again.id
+    assert (await engine.complete_batch(aconn, [AttemptWrite(claimed.id, claimed.run_lease)])
+            ).applied == [again.id]

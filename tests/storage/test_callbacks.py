@@ -82,9 +82,9 @@ async def registered(engine: Any, aconn: Any, hold: Hold, *, park: bool = True,
     return job_id, lease, s.callback_id
 
 
-def result(cid: uuid.UUID, action: str, payload: Any) -> dict[str, Any]:
-    return {"callback_id": str(cid), "action": action, "payload": payload,
-            "at": "2026-01-01T00:00:00+00:00"}
+def result(cid: uuid.UUID, action: str, payload: Any) -> Any:
+    """What awa.callbacks stores for a resolution: the bare payload (as awa-pg 0.6.9)."""
+    return payload
 
 
 async def test_register_is_guarded_by_run_lease_and_running_state(engine, aconn, hold):
@@ -115,9 +115,12 @@ async def test_park_for_callback_moves_the_attempt_to_waiting_external(engine, a
     assert await engine.park_for_callback(aconn, job_id, lease, uuid.uuid4()) is False
     assert await engine.park_for_callback(aconn, job_id, lease - 1, cid) is False
     assert (await job_row(aconn, job_id))["state"] == "running"
+    assert (await job_row(aconn, job_id))["deadline_at"] is not None
 
     assert await engine.park_for_callback(aconn, job_id, lease, cid) is True
-    assert (await job_row(aconn, job_id))["state"] == "waiting_external"
+    parked = await job_row(aconn, job_id)
+    # Parked, the attempt's deadline no longer applies (awa-pg 0.6.9: deadline None).
+    assert parked["state"] == "waiting_external" and parked["deadline_at"] is None
     wait = await engine.poll_callback_wait(aconn, job_id)
     assert wait is not None
     assert (wait.state, wait.run_lease, wait.callback_id, wait.result) == (
@@ -133,8 +136,8 @@ async def test_complete_external_then_already_resolved(engine, aconn, hold):
     assert done.state is awa.JobState.Completed and done.queue == QUEUE and done.kind == "held"
     row = await job_row(aconn, job_id)
     assert row["state"] == "completed" and row["finalized_at"] is not None
-    assert row["callback_timeout_at"] is None
-    assert row["metadata"][CALLBACK_RESULT_KEY]["payload"] == {"receipt": 7}
+    assert row["callback_timeout_at"] is None and row["deadline_at"] is None
+    assert row["metadata"][CALLBACK_RESULT_KEY] == {"receipt": 7}
     assert row["callback_id"] == cid  # kept as a record
 
     # A second resolution of any kind matches nothing: never a double transition.
@@ -189,9 +192,7 @@ async def test_resume_external_returns_to_running_and_notifies(engine, aconn, ho
     wait = await engine.poll_callback_wait(aconn, job_id)
     assert wait is not None and wait.state == "running" and wait.run_lease == lease
     assert wait.callback_id is None
-    assert wait.result is not None
-    assert (wait.result["callback_id"], wait.result["action"], wait.result["payload"]) == (
-        str(cid), "resume", {"step": 2})
+    assert wait.result == {"step": 2}  # the bare payload
     assert await engine.resume_external(aconn, cid, result(cid, "resume", None)) is None
 
 

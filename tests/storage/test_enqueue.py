@@ -54,6 +54,21 @@ async def test_insert_batch_without_returning_counts(engine, aconn):
     assert [r["state"] for r in await jobs(aconn)] == ["available", "available", "scheduled"]
 
 
+async def test_an_explicit_run_at_is_scheduled_even_when_past(engine, aconn):
+    # awa-pg 0.6.9: any explicit run_at starts scheduled; promotion makes it available.
+    batch = build_batch([{"n": 1}, {"n": 2}], kind="k",
+                        opts=[{"run_at": timedelta(hours=-1)}, None])
+    [past, plain] = (await engine.insert_batch(aconn, batch)).jobs
+    assert (past.state, plain.state) == (JobState.Scheduled, JobState.Available)
+    copied = build_batch([{"n": 3}], kind="k", run_at=timedelta(seconds=-5))
+    [copy] = (await engine.copy_batch(aconn, copied)).jobs
+    assert copy.state is JobState.Scheduled
+    assert [r["state"] for r in await jobs(aconn)] == ["scheduled", "available", "scheduled"]
+    promoted = await engine.promote_due(aconn, limit=10)
+    assert sorted(p.id for p in promoted.promoted) == sorted([past.id, copy.id])
+    assert [r["state"] for r in await jobs(aconn)] == ["available"] * 3
+
+
 async def test_a_future_run_at_is_scheduled(engine, aconn):
     batch = build_batch([{"n": 1}], kind="k", opts=[{"run_at": timedelta(hours=1)}])
     [job] = (await engine.insert_batch(aconn, batch)).jobs

@@ -68,6 +68,7 @@ async def test_claim_takes_priority_then_run_at_order(engine, aconn, client):
     for priority, ago in spec:
         job = await client.insert(Work(ago), priority=priority, run_at=now - timedelta(seconds=ago))
         ids[(priority, ago)] = job.id
+    await engine.promote_due(aconn, limit=10)  # an explicit run_at starts scheduled
     first = await engine.claim_batch(aconn, "default", 2, DEADLINE_MS)
     # Priority 1 first; among equals the oldest run_at first.
     assert [j.id for j in first] == [ids[(1, 30)], ids[(1, 20)]]
@@ -141,7 +142,7 @@ async def test_complete_batch_writes_buffered_progress_and_merges_metadata(engin
         write(jb)])
     assert sorted(result.applied) == sorted([a.id, b.id])
     ra, rb = await row(aconn, a.id), await row(aconn, b.id)
-    assert ra["progress"] == {"percent": 50.0}
+    assert ra["progress"] is None  # completion clears the progress (awa-pg 0.6.9)
     assert ra["metadata"] == {"keep": 1, "over": 2, "new": True}
     assert rb["metadata"] == {"keep": 2} and rb["state"] == "completed"
 
@@ -158,6 +159,8 @@ async def test_retry_batch(engine, aconn, client):
     assert r["errors"][-1]["error"] == "boom" and r["progress"] == {"percent": 10.0}
     assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=59)
     assert r["heartbeat_at"] is None and r["deadline_at"] is None
+    # awa-pg 0.6.9: a retryable row records when its attempt ended.
+    assert r["finalized_at"] is not None and r["finalized_at"] <= datetime.now(UTC)
 
 
 async def test_snooze_batch_gives_the_attempt_back(engine, aconn, client):
@@ -169,6 +172,7 @@ async def test_snooze_batch_gives_the_attempt_back(engine, aconn, client):
     r = await row(aconn, job.id)
     assert r["state"] == "scheduled" and r["attempt"] == 0
     assert r["run_at"] > datetime.now(UTC) + timedelta(minutes=9)
+    assert r["finalized_at"] is None  # a snooze ends no attempt
 
 
 @pytest.mark.parametrize("method, expected", [("cancel_batch", "cancelled"),
@@ -220,6 +224,9 @@ async def test_park_batch_only_while_the_callback_is_current(engine, aconn, clie
     assert result.applied == [a.id]
     assert await state(aconn, a.id) == "waiting_external"
     assert await state(aconn, b.id) == "running"
+    # The parked attempt's deadline no longer applies (the callback timeout does).
+    assert (await row(aconn, a.id))["deadline_at"] is None
+    assert (await row(aconn, b.id))["deadline_at"] is not None
 
 
 async def test_empty_batches_write_nothing(engine, aconn):
@@ -367,6 +374,25 @@ async def test_heartbeat_matches_a_parked_attempt(engine, aconn, client):
     token = await callbacks.register_callback(await client._get_pool(), job.id, job.run_lease, 60)
     await engine.park_batch(aconn, [write(job, callback_id=token.id)])
     assert await engine.heartbeat_batch(aconn, [write(job)]) == [job.id]
+
+
+async def test_progress_survives_failure_and_retry_but_not_completion(engine, aconn, client):
+    # awa-pg 0.6.9: progress carries over to the next attempt; completion clears it.
+    await client.insert_many([Work(1), Work(2), Work(3)])
+    done, failed, retried = await claim_all(engine, aconn, 3)
+    assert await engine.flush_progress_batch(aconn, [
+        write(j, progress={"percent": 40.0}) for j in (done, failed, retried)]) == sorted(
+        j.id for j in (done, failed, retried))
+    await engine.complete_batch(aconn, [write(done)])
+    await engine.fail_batch(aconn, [write(failed, error=lifecycle.error_entry("x", 1))])
+    await engine.retry_batch(aconn, [write(retried, delay_s=0.0,
+                                           error=lifecycle.error_entry("y", 1))])
+    assert (await row(aconn, done.id))["progress"] is None
+    assert (await row(aconn, failed.id))["progress"] == {"percent": 40.0}
+    assert (await row(aconn, retried.id))["progress"] == {"percent": 40.0}
+    await engine.promote_due(aconn, limit=10)
+    [again] = await claim_all(engine, aconn, 1)
+    assert again.id == retried.id and again.progress == {"percent": 40.0}
 
 
 async def test_heartbeat_of_a_finished_attempt_matches_nothing(engine, aconn, client):

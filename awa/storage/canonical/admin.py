@@ -88,9 +88,11 @@ SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
 RETURNING *"""
 NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
+# A finished job, or one parked for a callback (as awa-pg 0.6.9: its callback is
+# dropped and the attempt it parked ends), runs again from attempt 0.
 RETRY_JOB = f"""
 UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
- WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+ WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'waiting_external')
 RETURNING *"""
 RETRY_FAILED = f"""
 UPDATE awa.jobs_hot SET state = 'available', run_at = now(), {_FRESH_RUN_SET}
@@ -99,6 +101,11 @@ RETURNING *"""
 RETRY_FAILED_IDS = RETRY_FAILED.format(filter="id = ANY(%(ids)s::bigint[])")
 FAILED_IDS = "SELECT id FROM awa.jobs_hot WHERE state = 'failed' AND {filter} ORDER BY id"
 DISCARD_FAILED = "DELETE FROM awa.jobs_hot WHERE state = 'failed' AND kind = %(kind)s"
+
+# Test isolation (awa.testing): plain DELETEs, so concurrent test workers only wait on rows.
+CLEAN_FOR_TESTS = ("DELETE FROM awa.runtime_instances", "DELETE FROM awa.jobs_hot",
+                   "DELETE FROM awa.scheduled_jobs", "DELETE FROM awa.job_unique_claims",
+                   "DELETE FROM awa.dlq_entries", "DELETE FROM awa.queue_meta")
 
 # --- queues ----------------------------------------------------------------
 PAUSE_QUEUE = """
@@ -109,10 +116,11 @@ DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by""
 RESUME_QUEUE = """
 INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
 ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL"""
+# Everything of the queue not being run right now, callback waits too (awa-pg 0.6.9).
 DRAIN_QUEUE = f"""
 WITH live AS (
-    UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now()
-     WHERE state = 'available' AND queue = %(queue)s
+    UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now(), callback_timeout_at = NULL
+     WHERE state IN ('available', 'waiting_external') AND queue = %(queue)s
     RETURNING kind
 ), m AS (
     DELETE FROM awa.scheduled_jobs
@@ -455,3 +463,8 @@ class CanonicalAdmin:
         params["reason"] = reason
         rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
+
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.transaction():
+            for statement in CLEAN_FOR_TESTS:
+                await conn.execute(statement)

@@ -38,8 +38,9 @@ UPDATE awa.jobs_hot
  WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
 RETURNING id"""
 
+# Parked: the attempt's deadline no longer applies, the callback timeout does.
 PARK_FOR_WAIT = """
-UPDATE awa.jobs_hot SET state = 'waiting_external'
+UPDATE awa.jobs_hot SET state = 'waiting_external', deadline_at = NULL
  WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
    AND callback_id = %(callback_id)s
 RETURNING id"""
@@ -50,7 +51,7 @@ SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text A
 
 COMPLETE_EXTERNAL = """
 UPDATE awa.jobs_hot
-   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL, progress = NULL,
        metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
  WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
 RETURNING *"""
@@ -146,7 +147,7 @@ class CanonicalCallbacks:
                             callback_id=row["callback_id"], result=row["result"])
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
+                                result: Any) -> Job[Any] | None:
         return await _job(conn, COMPLETE_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result)})
 
@@ -163,7 +164,7 @@ class CanonicalCallbacks:
         return job
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         return await _job(conn, RESUME_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
             "channel": CALLBACK_RESUME_CHANNEL})

@@ -2,10 +2,11 @@
 
 One builder (``build_batch``) validates and encodes every insert path's input
 into columns; one statement per batch writes them, fed either by ``unnest`` of
-array parameters or by ``COPY`` into a per-session staging table.  Rows due
-now go to ``jobs_hot`` as ``available`` (the schema's statement trigger sends
-``NOTIFY "awa:<queue>"`` at commit); rows with a future ``run_at`` go to
-``scheduled_jobs`` as ``scheduled``.
+array parameters or by ``COPY`` into a per-session staging table.  Rows
+without a ``run_at`` go to ``jobs_hot`` as ``available`` (the schema's statement
+trigger sends ``NOTIFY "awa:<queue>"`` at commit); rows with an explicit
+``run_at``, even a past one, go to ``scheduled_jobs`` as ``scheduled`` (as
+awa-pg 0.6.9), for promotion to make available once due.
 
 Unique jobs: the claim is taken by a trigger, so ``ON CONFLICT`` cannot skip
 duplicates.  The statement instead drops rows whose key is already claimed
@@ -93,7 +94,7 @@ WITH src AS MATERIALIZED (
     SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
            s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
            COALESCE(s.run_at, now()) AS run_at,
-           COALESCE(s.run_at > now(), false) AS deferred
+           s.run_at IS NOT NULL AS deferred  -- any explicit run_at (awa-pg 0.6.9)
       FROM {source}
 ), flagged AS (
     SELECT src.*,

@@ -66,10 +66,11 @@ _MERGE_METADATA = "CASE WHEN u.meta IS NULL THEN j.metadata ELSE j.metadata || u
 _APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
                  " ELSE array_append(COALESCE(j.errors, '{}'), u.error) END")
 
-# The common case: completed with nothing buffered.
+# The common case: completed with nothing buffered.  Completion clears the
+# progress (awa-pg 0.6.9); a failure or a retry keeps it.
 COMPLETE_JOBS = """
 UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now()
+   SET state = 'completed', finalized_at = now(), progress = NULL
   FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, lease)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
@@ -77,8 +78,7 @@ RETURNING j.id
 
 COMPLETE_JOBS_WITH_PROGRESS = f"""
 UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now(),
-       progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
+   SET state = 'completed', finalized_at = now(), progress = NULL, metadata = {_MERGE_METADATA}
   FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[]) AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
@@ -99,9 +99,10 @@ RETURNING j.id
 
 # Parking for a callback: additionally guarded by the callback id the
 # handler registered, so a callback resolved early (or re-registered) wins.
+# The attempt's deadline no longer applies (the callback timeout does).
 PARK_JOBS = f"""
 UPDATE awa.jobs_hot j
-   SET state = 'waiting_external',
+   SET state = 'waiting_external', deadline_at = NULL,
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
   FROM unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::jsonb[], %s::jsonb[])
        AS u(id, lease, callback_id, progress, meta)
@@ -137,11 +138,12 @@ _DEFERRED_OVERRIDES = {
 }
 
 # Retry: jobs_hot -> scheduled_jobs as 'retryable' at now()+delay, the error
-# appended, the attempt spent.  Params: ids, leases, delays, errors, progress,
-# meta, reasons (NULL).
+# appended, the attempt spent, finalized_at the time the attempt ended (as
+# awa-pg 0.6.9).  Params: ids, leases, delays, errors, progress, meta, reasons (NULL).
 RETRY_JOBS = _MOVED + f"""
 INSERT INTO awa.scheduled_jobs ({", ".join(JOB_COLUMNS)})
-SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'retryable'::awa.job_state"})}
+SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'retryable'::awa.job_state",
+                       "finalized_at": "now()"})}
   FROM moved m
 RETURNING id
 """

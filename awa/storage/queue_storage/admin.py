@@ -34,6 +34,7 @@ from awa.storage.engine import (
     QueueStat,
     RetryFailedResult,
 )
+from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import FINALIZE, finish
 
@@ -162,6 +163,13 @@ WITH live AS MATERIALIZED (
        AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
 )
 SELECT kind, %(queue)s AS queue, count(*) AS drained FROM done GROUP BY kind"""
+KINDS_OF = ("SELECT kind, count(*) AS n FROM awa.jobs WHERE id = ANY(%(ids)s::bigint[]) "
+            "GROUP BY kind")
+# Drain also cancels the queue's callback waits (their leases end 'cancelled').
+WAITING_IN_QUEUE = """
+SELECT job_id, run_lease FROM awa.leases
+ WHERE queue = %(queue)s AND state = 'waiting_external'
+ ORDER BY job_id"""
 
 # Canonical's statement over the view: every branch of awa.jobs is index-backed.
 QUEUE_STATS = (canonical.QUEUE_STATS.replace("FROM awa.jobs_hot", "FROM awa.jobs")
@@ -219,6 +227,13 @@ BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM m
                            "GROUP BY kind, queue")
 
 FAILED_IDS = "SELECT id FROM awa.done_entries WHERE state = 'failed' AND {filter} ORDER BY id"
+# Test isolation (awa.testing): TRUNCATE the engine's job tables (partitions included) and
+# the shared ones; lane heads and ring state stay, so positions keep increasing.
+CLEAN_FOR_TESTS = """
+TRUNCATE awa.ready_entries, awa.ready_tombstones, awa.done_entries, awa.deferred_jobs,
+         awa.lease_claims, awa.lease_claim_closures, awa.lease_claim_closure_batches,
+         awa.leases, awa.attempt_state, awa.job_unique_claims, awa.dlq_entries,
+         awa.queue_meta, awa.runtime_instances, awa.jobs_hot, awa.scheduled_jobs"""
 DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
 
 
@@ -275,6 +290,13 @@ class QueueStorageAdmin(CanonicalAdmin):
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         try:
             async with conn.transaction():
+                current = await _row(conn, CURRENT, {"id": job_id})
+                if current is not None and current["state"] == "waiting_external":
+                    # The parked attempt ends; the job is appended afresh (attempt 0).
+                    attempt = AttemptWrite(job_id, current["run_lease"])
+                    done = await finish(conn, RETRY_EXTERNAL, [attempt], "available",
+                                        "available", from_states=("waiting_external",))
+                    return await self.get_job(conn, job_id) if done else None
                 row = await _row(conn, RETRY_DONE,
                                  {"ids": [job_id], "states": ["failed", "cancelled"]})
         except pg_errors.UniqueViolation as exc:
@@ -307,7 +329,14 @@ class QueueStorageAdmin(CanonicalAdmin):
         async with conn.transaction():
             await conn.execute(LOCK_QUEUE_LANES, {"queue": queue})
             rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
-        return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
+            waiting = [AttemptWrite(r["job_id"], r["run_lease"])
+                       for r in await _rows(conn, WAITING_IN_QUEUE, {"queue": queue})]
+            ended = await finish(conn, FINALIZE, waiting, "cancelled", "cancelled",
+                                 from_states=("waiting_external",)) if waiting else []
+            counts = {r["kind"]: int(r["drained"]) for r in rows}
+            for r in await _rows(conn, KINDS_OF, {"ids": ended}) if ended else []:
+                counts[r["kind"]] = counts.get(r["kind"], 0) + int(r["n"])
+        return [KindQueueCount(kind, queue, n) for kind, n in sorted(counts.items())]
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
         return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
@@ -350,6 +379,10 @@ class QueueStorageAdmin(CanonicalAdmin):
         rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
             filter=canonical._all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
+
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.transaction():
+            await conn.execute(CLEAN_FOR_TESTS)
 
 
 __all__ = ["QueueStorageAdmin", "JobState"]

@@ -26,7 +26,7 @@ from awa.storage.engine import (
     CallbackWait,
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import _END, _select, finish
+from awa.storage.queue_storage.execution import _END, CLEARED_ON_COMPLETION, _select, finish
 
 _CALLBACK_SET = """
            callback_id = %(callback_id)s,
@@ -61,8 +61,9 @@ WITH att AS MATERIALIZED (
 )
 SELECT job_id FROM fresh UNION ALL SELECT job_id FROM upd"""
 
+# Parked: the attempt's deadline no longer applies, the callback timeout does.
 PARK_FOR_WAIT = """
-UPDATE awa.leases SET state = 'waiting_external'
+UPDATE awa.leases SET state = 'waiting_external', deadline_at = NULL
  WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
    AND callback_id = %(callback_id)s
 RETURNING job_id"""
@@ -90,6 +91,7 @@ FINALIZE_EXTERNAL = _END + """
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
 SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
                                            "finalized_at": "now()",
+                                           "progress": CLEARED_ON_COMPLETION,
                                            "callback_timeout_at": "NULL"}) + """
   FROM ended e
 RETURNING id"""
@@ -184,7 +186,7 @@ class QueueStorageCallbacks(CanonicalCallbacks):
                             callback_id=row["callback_id"], result=row["result"])
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                                result: dict[str, Any]) -> Job[Any] | None:
+                                result: Any) -> Job[Any] | None:
         return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "completed",
                                meta={CALLBACK_RESULT_KEY: result})
 
@@ -197,7 +199,7 @@ class QueueStorageCallbacks(CanonicalCallbacks):
         return await self._end(conn, callback_id, RETRY_EXTERNAL, "available")
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                              result: dict[str, Any]) -> Job[Any] | None:
+                              result: Any) -> Job[Any] | None:
         row = await _one(conn, RESUME_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
             "channel": CALLBACK_RESUME_CHANNEL})

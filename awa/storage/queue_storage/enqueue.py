@@ -1,4 +1,4 @@
-"""Queue storage: enqueue appends ``ready_entries`` (or ``deferred_jobs`` for a future run_at).
+"""Queue storage: enqueue appends ``ready_entries`` (``deferred_jobs`` for an explicit run_at).
 
 One statement per batch, fed by ``unnest`` of array parameters or by COPY
 into the canonical per-session staging table.  Each lane (queue, priority,
@@ -74,7 +74,7 @@ WITH s0 AS MATERIALIZED (
     SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
            s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
            COALESCE(s.run_at, now()) AS run_at,
-           COALESCE(s.run_at > now(), false) AS deferred
+           s.run_at IS NOT NULL AS deferred  -- any explicit run_at (awa-pg 0.6.9)
       FROM {source}
 ), flagged AS (
     SELECT s0.*,

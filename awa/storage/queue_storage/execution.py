@@ -85,7 +85,9 @@ _END = _ATTEMPTS + """
 ), ended AS MATERIALIZED (
     SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
            r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           COALESCE(l.deadline_at, a.c_deadline) AS deadline_at, a.claimed_at AS attempted_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
            r.created_at,
            CASE WHEN a.error IS NULL THEN r.errors
                 ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
@@ -134,17 +136,24 @@ _DEFERRED = {
     "run_at": "now() + e.delay_s * interval '1 second'",
 }
 
+# Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
+CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' THEN NULL "
+                         "ELSE e.progress END")
+
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
 FINALIZE = _END + f"""
 INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
-                                       "finalized_at": "now()"})}
+                                       "finalized_at": "now()",
+                                       "progress": CLEARED_ON_COMPLETION})}
   FROM ended e
 RETURNING id"""
 
+# Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
 RETRY = _END + f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
-SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state"})}
+SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state",
+                 "finalized_at": "now()"})}
   FROM ended e
 RETURNING id"""
 
@@ -170,7 +179,7 @@ WITH u AS MATERIALIZED (
                          %(progress)s::jsonb[], %(meta)s::jsonb[])
            AS u(id, lease, callback_id, progress, meta)
 ), hit AS (
-    UPDATE awa.leases l SET state = 'waiting_external'
+    UPDATE awa.leases l SET state = 'waiting_external', deadline_at = NULL  -- timeout applies
       FROM u
      WHERE l.job_id = u.id AND l.run_lease = u.lease AND l.state = 'running'
        AND l.callback_id = u.callback_id

@@ -356,7 +356,7 @@ RUNTIME_WRITES = (
     "upsert_descriptors", "set_runtime_descriptor_hashes", "register_callback",
     "park_for_callback", "complete_external", "fail_external", "retry_external",
     "resume_external", "heartbeat_callback", "upsert_cron_jobs", "pause_cron_job",
-    "resume_cron_job", "trigger_cron_job",
+    "resume_cron_job", "trigger_cron_job", "clean_for_tests",
     # Reads only our runtime, producer and callback receiver make (never on this layout).
     "available_counts", "list_active_cron_jobs", "unique_holder", "unique_holder_sync",
     "poll_callback_wait", "lock_open_callback", "find_callback",
