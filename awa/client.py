@@ -31,8 +31,8 @@ from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin, Transaction
+from awa.storage import forget_engine, open_engine
 from awa.storage import migrate as storage_migrate
-from awa.storage import open_engine
 from awa.storage.engine import Engine
 from awa.worker import WorkerMixin
 
@@ -110,6 +110,7 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             applied = await storage_migrate(conn, engine)
         self._schema_checked = True
         self._engine = None
+        forget_engine(pool)  # the layout may have changed engine under this pool
         return applied
 
     async def close(self) -> None:

@@ -160,6 +160,7 @@ async def test_queue_stats(client, db, make_job):
      {"kind": "k", "limit": 10}),
     (admin.GET_JOB, {"id": 1}),
 ])
+@pytest.mark.engine("canonical")  # EXPLAINs canonical's admin statements
 def test_admin_reads_have_an_index_path(db, sql, params):
     db.execute("SET enable_seqscan = off")
     plan = "\n".join(r["QUERY PLAN"] for r in db.execute("EXPLAIN " + sql, params).fetchall())
