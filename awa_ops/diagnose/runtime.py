@@ -99,8 +99,8 @@ def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> l
             "running jobs to heartbeat rescue",
             ops("stuck-running"), [r.evidence() for r in gone[:limit]], RUNBOOK))
 
-    if not any(f.severity > Severity.OK for f in findings):
-        assert leader is not None
+    # (No leader row yet but the lock held: _leaderless already said OK, with its reason.)
+    if leader is not None and not any(f.severity > Severity.OK for f in findings):
         more = (f"; {plural(len(draining), 'runtime')} draining (shutting down)"
                 if draining else "")
         findings.append(Finding(
