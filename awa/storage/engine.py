@@ -208,13 +208,16 @@ class ExecutionOps(Protocol):
     """
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None
+                          ) -> list[Job[Any]]:
         """Claim up to ``limit`` available jobs of ``queue`` (none when it is paused) in
         dispatch order (priority, run_at, id), skipping rows other claimers hold.
 
         Each claimed job is ``running`` with ``attempt`` and ``run_lease`` one
         higher, a fresh heartbeat and ``deadline_at = now() + deadline_ms``.
-        The jobs come back with raw (undecoded) args.
+        ``instance_id`` (the claiming runtime, ``awa.runtime_instances``) is
+        recorded with the attempt: ``claimed_by`` of ``awa.jobs`` and of the
+        running-attempt reads.  The jobs come back with raw (undecoded) args.
         """
         ...
 
@@ -1049,6 +1052,9 @@ class RunningAttemptRead:
     heartbeat_age_s: float | None
     deadline_remaining_s: float | None
     running_for_s: float | None
+    claimed_by: str | None = None
+    """The instance id of the runtime that claimed it (None: claimed before it was
+    recorded, or a layout that does not record it)."""
 
 
 @dataclass(frozen=True)
@@ -1139,6 +1145,9 @@ class JobRecord:
     job: Job[Any]
     dlq_reason: str | None = None
     dlq_at: datetime | None = None
+    claimed_by: str | None = None
+    """The runtime instance that claimed its current (or last, once it ended in place)
+    attempt; None when not recorded."""
 
     @property
     def in_dlq(self) -> bool:

@@ -56,7 +56,7 @@ class CanonicalArrange:
         return int(row["id"])
 
     async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
-        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS))
+        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS, None))
         rows = await cur.fetchall()
         return [int(r["id"]) for r in rows]
 

@@ -113,13 +113,19 @@ SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_i
 
 # --- running attempts ---------------------------------------------------------------
 
+# The runtime that claimed the attempt (migration 0004).  Read through the row's JSON so the
+# same statement serves a layout without the column (the Rust-core awa 0.6's canonical
+# tables, read by awa.storage.rust_core through these statements): NULL there.  The rows
+# are few (a bounded page, or one job).
+CLAIMED_BY = "to_jsonb(t) ->> 'claimed_by' AS claimed_by"
+
 _RUNNING_COLUMNS = """
 SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
-       attempted_at, heartbeat_at, deadline_at, tags,
+       attempted_at, heartbeat_at, deadline_at, tags, """ + CLAIMED_BY + """,
        EXTRACT(EPOCH FROM (now() - heartbeat_at))::float8 AS heartbeat_age_s,
        EXTRACT(EPOCH FROM (deadline_at - now()))::float8 AS deadline_remaining_s,
        EXTRACT(EPOCH FROM (now() - attempted_at))::float8 AS running_for_s
-  FROM awa.jobs_hot"""
+  FROM awa.jobs_hot t"""
 # The seed's canonical running-jobs query (partial heartbeat index), bounded.
 RUNNING = _RUNNING_COLUMNS + """
  WHERE state = 'running'
@@ -243,10 +249,10 @@ _JOB_COLUMNS = ", ".join(JOB_COLUMNS)
 _DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
 # The job, or its DLQ entry with dlq_reason set: by primary key either way.
 JOB_RECORD = f"""
-SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
-  FROM awa.jobs WHERE id = %(id)s
+SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at, {CLAIMED_BY}
+  FROM awa.jobs t WHERE id = %(id)s
 UNION ALL
-SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at FROM awa.dlq_entries WHERE job_id = %(id)s
+SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at, NULL::text FROM awa.dlq_entries WHERE job_id = %(id)s
 LIMIT 1"""
 
 # --- DLQ pages and errors ------------------------------------------------------------------
@@ -399,7 +405,8 @@ class CanonicalReads:
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
             heartbeat_age_s=_float(r["heartbeat_age_s"]),
             deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"])) for r in rows]
+            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
+            for r in rows]
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
@@ -449,7 +456,7 @@ class CanonicalReads:
         if not rows:
             return None
         row = rows[0]
-        return JobRecord(Job.from_row(row), row["dlq_reason"], row["dlq_at"])
+        return JobRecord(Job.from_row(row), row["dlq_reason"], row["dlq_at"], row["claimed_by"])
 
     async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
                        query: DlqPageQuery) -> DlqEntriesPage:

@@ -18,6 +18,7 @@ the mask inserts the claim (a collision raises ``unique_violation`` on
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
@@ -37,7 +38,7 @@ from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
 
 log = logging.getLogger("awa.storage")
 
-CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s)"
+CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s)"
 
 # The attempts a batch names, joined to their receipts.
 _ATTEMPTS = """
@@ -50,7 +51,8 @@ WITH u AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
@@ -188,10 +190,11 @@ HEARTBEAT = _ATTEMPTS + """
 ), fresh AS (
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
-                            deadline_at)
+                            deadline_at, claimed_by)
     SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt,
            a.claim_slot,
-           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline
+           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline,
+           a.c_claimed_by
       FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
     RETURNING job_id, run_lease
 ), beat AS (
@@ -273,10 +276,11 @@ class QueueStorageExecution:
     """The execution group of the Engine protocol on queue storage."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None
+                          ) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
-        await cur.execute(CLAIM, (queue, limit, deadline_ms))
+        await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],

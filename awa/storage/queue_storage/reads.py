@@ -79,7 +79,8 @@ class QueueStorageReads(CanonicalReads):
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
             heartbeat_age_s=_float(r["heartbeat_age_s"]),
             deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"])) for r in rows]
+            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
+            for r in rows]
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
