@@ -133,7 +133,9 @@ class RunningAttempt:
     heartbeat_at: datetime | None  # None for a queue-storage receipt claim
     deadline_at: datetime | None
     servers: list[str] = field(default_factory=list)  # live runtimes serving the queue
-    gone: str | None = None  # a dead runtime that served the queue: the likely owner
+    gone: str | None = None  # the runtime that ran it, gone (recorded, or inferred if not)
+    claimed_by: str | None = None  # the instance id recorded at claim (None: not recorded)
+    owner: str | None = None  # the label of the live runtime that claimed it
 
     def heartbeat_age(self, now: datetime) -> float | None:
         return None if self.heartbeat_at is None else (now - self.heartbeat_at).total_seconds()
@@ -152,7 +154,11 @@ class RunningAttempt:
                                 served=bool(self.servers))
 
     def runtime(self, now: datetime, stale_after_s: float) -> str:
-        """Who runs it: the live runtime(s) of its queue, or the gone one that did."""
+        """Who runs it: the runtime that claimed it (``host:pid``, ``(gone)`` when it
+        stopped reporting); unrecorded, the live runtime(s) of its queue or the gone one that
+        likely did."""
+        if self.claimed_by is not None:
+            return (self.owner or "?") if self.gone is None else f"{self.gone} (gone)"
         age = self.heartbeat_age(now)
         if self.gone is not None and (not self.servers or (age or 0) > stale_after_s):
             return f"{self.gone} (gone)"
@@ -199,11 +205,40 @@ class JobsPage:
 
 
 @dataclass
+class ClaimingRuntime:
+    """The runtime recorded as claiming a job's attempt, as the registry knows it now."""
+
+    instance_id: str
+    label: str | None = None  # host:pid; None once the registry no longer has it
+    live: bool = False
+    last_seen_at: datetime | None = None
+
+    def describe(self, now: datetime) -> str:
+        """``host:pid (instance id), live`` / ``..., gone (last seen 5m ago)``."""
+        if self.label is None:
+            return f"{self.instance_id}, gone (no longer registered)"
+        if self.live:
+            return f"{self.label} ({self.instance_id}), live"
+        seen = "" if self.last_seen_at is None else \
+            f" (last seen {_age_text((now - self.last_seen_at).total_seconds())} ago)"
+        return f"{self.label} ({self.instance_id}), gone{seen}"
+
+
+def _age_text(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@dataclass
 class JobDetail:
     now: datetime
     job: dict[str, Any]
     in_dlq: bool
     unique_holder: dict[str, Any] | None
+    runtime: ClaimingRuntime | None = None  # who claimed its current (or last) attempt
 
 
 @dataclass
@@ -347,20 +382,34 @@ class ConsoleReader:
                 self.session.conn, started_before=started_before, limit=self.row_limit)]
             runtimes = await self._runtimes(engine)
         attempts = []
+        by_id = {rt.instance_id: rt for rt in runtimes}
         for r in rows:
             live = [rt.label() for rt in runtimes
                     if rt.live(now) and not rt.shutting_down and rt.serves(r["queue"])]
-            dead = [rt for rt in runtimes if not rt.live(now) and rt.serves(r["queue"])]
-            # The dead runtime whose last report is closest to the attempt's last heartbeat.
-            anchor = r["heartbeat_at"] or r["attempted_at"] or now
-            gone = min(dead, key=lambda rt: abs((rt.last_seen_at - anchor).total_seconds()),
-                       default=None)
+            owner: str | None = None
+            gone: str | None = None
+            if r["claimed_by"] is not None:
+                claimer = by_id.get(r["claimed_by"])
+                if claimer is None:  # pruned from the registry long ago
+                    gone = f"runtime {r['claimed_by'][:8]}"
+                elif claimer.live(now):
+                    owner = claimer.label()
+                else:
+                    gone = claimer.label()
+            else:
+                # Not recorded: the dead runtime serving the queue whose last report is
+                # closest to the attempt's last heartbeat.
+                dead = [rt for rt in runtimes if not rt.live(now) and rt.serves(r["queue"])]
+                anchor = r["heartbeat_at"] or r["attempted_at"] or now
+                likely = min(dead, key=lambda rt: abs((rt.last_seen_at - anchor).total_seconds()),
+                             default=None)
+                gone = likely.label() if likely is not None else None
             attempts.append(RunningAttempt(
                 id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
                 max_attempts=r["max_attempts"], run_lease=r["run_lease"],
                 attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
-                deadline_at=r["deadline_at"], servers=live,
-                gone=gone.label() if gone is not None else None))
+                deadline_at=r["deadline_at"], servers=live, gone=gone,
+                claimed_by=r["claimed_by"], owner=owner))
         return RunningSnapshot(now, attempts, truncated=len(rows) >= self.row_limit)
 
     # -- jobs ---------------------------------------------------------------------
@@ -388,7 +437,17 @@ class ConsoleReader:
                 held = await engine.unique_claim_holders(self.session.conn,
                                                          [record.job.unique_key])
                 holder = asdict(held[0]) if held else None
-        return JobDetail(now, job_row(record), record.in_dlq, holder)
+            claimer = None
+            if record.claimed_by is not None:
+                claimer = ClaimingRuntime(record.claimed_by)
+                found = [rt for rt in await self._runtimes(engine)
+                         if rt.instance_id == record.claimed_by]
+                if found:
+                    claimer.label, claimer.live = found[0].label(), found[0].live(now)
+                    claimer.last_seen_at = found[0].last_seen_at
+        row = job_row(record)
+        row["claimed_by"] = record.claimed_by
+        return JobDetail(now, row, record.in_dlq, holder, claimer)
 
     # -- diagnostics ---------------------------------------------------------------
     async def diagnostics(self, min_age_s: float = 0.0) -> list[CheckResult]:
