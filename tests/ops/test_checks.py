@@ -168,3 +168,18 @@ def test_enqueue_reads_the_producer_histograms(ops, database_url):
     clean = ops("enqueue")
     assert clean.code == 0 and "pass --metrics-url" in clean.findings()[0]["summary"]
     assert "INSERT INTO awa.queue_meta" in clean.findings()[0]["next_step"]
+
+
+def test_stopped_reporting_counts_only_runtimes_gone_within_the_window(ops, db):
+    """Runtimes gone long ago (a demo's SIGKILLed workers) are history, not a growing alarm."""
+    from awa import config
+    add_runtime(db, leader=True)
+    for _ in range(5):
+        add_runtime(db, leader=False, age_s=config.OPS_RUNTIME_GONE_S + 3600)
+    assert "stopped reporting" not in summaries(ops("runtime").data)
+    recent = add_runtime(db, leader=False, age_s=60)
+    result = ops("runtime")
+    finding = next(f for f in result.findings() if "stopped reporting" in f["summary"])
+    assert finding["summary"].startswith("1 runtime stopped reporting in the last 15.0m")
+    assert "(+5 gone before, not counted)" in finding["summary"]
+    assert [e["instance_id"] for e in finding["evidence"]] == [recent]
