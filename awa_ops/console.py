@@ -29,6 +29,7 @@ from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
+from awa_ops.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
@@ -248,13 +249,20 @@ class DlqFilter(_Filter):
     queue: str | None = None
     kind: str | None = None
     reason: str | None = None
+    group: str | None = None  # an error fingerprint (awa_ops.fingerprint): one cause's members
 
 
 @dataclass
 class DlqPage:
     now: datetime
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]]  # the entries shown (the group filter applied)
     by_reason: dict[str, int]
+    groups: list[ErrorGroup] = field(default_factory=list)  # one per cause, biggest first
+    scanned: int = 0  # entries read (the groups are of these)
+    truncated: bool = False  # the page was full: older entries were not read
+
+    def group(self, print_: str) -> ErrorGroup | None:
+        return next((g for g in self.groups if g.fingerprint == print_), None)
 
 
 class ThroughputHistory:
@@ -466,10 +474,17 @@ class ConsoleReader:
             self.statements += 1
             page = await engine.dlq_page(self.session.conn, query)
         rows = [asdict(e) for e in page.entries]
+        groups = group_errors(rows)
+        for row in rows:
+            row["fingerprint"] = fingerprint(row["last_error"])
+        if flt.group:
+            rows = [r for r in rows if r["fingerprint"] == flt.group]
         by_reason: dict[str, int] = {}
         for row in rows:
             by_reason[row["dlq_reason"]] = by_reason.get(row["dlq_reason"], 0) + 1
-        return DlqPage(now, rows, by_reason)
+        scanned = len(page.entries)
+        return DlqPage(now, rows, by_reason, groups, scanned,
+                       truncated=scanned >= self.row_limit)
 
 
 def job_row(record: JobRecord) -> dict[str, Any]:
