@@ -1207,6 +1207,9 @@ class RepeatedError:
     sample_job_ids: list[int]
     places: list[str]
     """``dlq`` and/or ``failed``: where the sampled jobs sit."""
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    """When the oldest / newest sampled job of it reached the DLQ or failed."""
 
 
 @dataclass(frozen=True)

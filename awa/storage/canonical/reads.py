@@ -284,16 +284,16 @@ DLQ_NEWEST = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS), where=
 # how many of its attempts failed with that same message.
 REPEATED_ERRORS = """
 WITH recent AS (
-    (SELECT job_id, kind, queue, errors, 'dlq' AS place FROM awa.dlq_entries
+    (SELECT job_id, kind, queue, errors, 'dlq' AS place, dlq_at AS at FROM awa.dlq_entries
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
      ORDER BY dlq_at DESC LIMIT %(sample)s)
     UNION ALL
-    (SELECT id, kind, queue, errors, 'failed' FROM awa.jobs_hot
+    (SELECT id, kind, queue, errors, 'failed', finalized_at FROM awa.jobs_hot
      WHERE state = 'failed' AND finalized_at IS NOT NULL
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
      ORDER BY finalized_at DESC LIMIT %(sample)s)
 ), last_errors AS (
-    SELECT job_id, kind, queue, place,
+    SELECT job_id, kind, queue, place, at,
            left(errors[array_upper(errors, 1)]->>'error', 300) AS message,
            (SELECT count(*) FROM unnest(errors) e
             WHERE e->>'error' = errors[array_upper(errors, 1)]->>'error') AS same_attempts
@@ -302,7 +302,7 @@ WITH recent AS (
 )
 SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
        (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
-       array_agg(DISTINCT place) AS places
+       array_agg(DISTINCT place) AS places, min(at) AS first_seen, max(at) AS last_seen
 FROM last_errors
 GROUP BY kind, queue, message
 ORDER BY count(*) DESC, max(same_attempts) DESC
@@ -478,7 +478,8 @@ class CanonicalReads:
                                                    "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
-                              list(r["places"])) for r in rows]
+                              list(r["places"]), r["first_seen"], r["last_seen"])
+                for r in rows]
 
     async def descriptors(self, conn: psycopg.AsyncConnection[Any]) -> list[StoredDescriptor]:
         return [StoredDescriptor(r["type"], r["key"], r["descriptor_hash"], r["last_seen_at"],

@@ -114,4 +114,5 @@ class QueueStorageReads(CanonicalReads):
                                                    "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
-                              list(r["places"])) for r in rows]
+                              list(r["places"]), r["first_seen"], r["last_seen"])
+                for r in rows]
