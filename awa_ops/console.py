@@ -196,6 +196,17 @@ class JobFilter(_Filter):
     kind: str | None = None
     queue: str | None = None
     tag: str | None = None
+    args: str | None = None  # text the args contain (case-insensitive)
+
+    def words(self) -> str:
+        """``key=value`` words; the args text last, bare (it may hold spaces)."""
+        keyed = " ".join(f"{k}={v}" for k, v in vars(self).items() if v and k != "args")
+        return " ".join(w for w in (keyed, self.args or "") if w)
+
+    def describe(self) -> str:
+        keyed = " ".join(f"{k}={v}" for k, v in vars(self).items() if v and k != "args")
+        args = f"args contain {self.args!r}" if self.args else ""
+        return " ".join(w for w in (keyed, args) if w) or self.UNFILTERED
 
 
 @dataclass
@@ -423,7 +434,8 @@ class ConsoleReader:
     # -- jobs ---------------------------------------------------------------------
     async def jobs(self, flt: JobFilter) -> JobsPage:
         query = JobListQuery(state=flt.state, queue=flt.queue, kind=flt.kind, tag=flt.tag,
-                             page=self.row_limit, window=self.scan_window, max_pairs=MAX_PAIRS)
+                             args=flt.args, page=self.row_limit, window=self.scan_window,
+                             max_pairs=MAX_PAIRS)
         engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)

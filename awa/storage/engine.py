@@ -1104,7 +1104,8 @@ class WedgedClaims:
 
 @dataclass(frozen=True)
 class JobListQuery:
-    """The console's job screen filter; ``window`` bounds the rows kind/tag filters search."""
+    """The console's job screen filter; ``window`` bounds the rows kind/tag/args filters
+    search."""
 
     state: str | None = None
     queue: str | None = None
@@ -1113,11 +1114,13 @@ class JobListQuery:
     page: int = 100
     window: int = 5_000
     max_pairs: int = 4_000
+    args: str | None = None
+    """Text the job's args (as JSON text) contain, case-insensitive."""
 
     @property
     def post_filtered(self) -> bool:
-        """Kind and tag have no index of their own: they filter within the window."""
-        return bool(self.kind or self.tag)
+        """Kind, tag and args have no index of their own: they filter within the window."""
+        return bool(self.kind or self.tag or self.args)
 
 
 @dataclass(frozen=True)

@@ -296,3 +296,27 @@ async def test_purge_a_dlq_group_asks_first(database_url, db):
         assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 3
         await press(app, pilot, "x", "y")
         assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("size", [NARROW, MEDIUM])
+async def test_jobs_slash_filter_matches_args_text(database_url, size):
+    import awa
+    with awa.Client(database_url) as client:
+        alice = client.insert({"to": "alice@example.com"}, kind="send_email", queue="email").id
+        client.insert({"to": "bob@example.com"}, kind="send_email", queue="email")
+        report = client.insert({"owner": "Alice"}, kind="report", queue="reports").id
+    async with running_console(database_url, size=size) as (app, pilot):
+        await press(app, pilot, "3")
+        table = app.screen.query_one("#jobs")
+        assert table.row_count == 3
+        await filter_with(app, pilot, "alice")
+        assert ids_of(table) == [report, alice]
+        assert "args contain 'alice'" in screen_text(app)
+        await filter_with(app, pilot, "queue=email alice@example")
+        assert ids_of(table) == [alice]
+        await filter_with(app, pilot, "available ALICE")
+        assert ids_of(table) == [report, alice]
+        await filter_with(app, pilot, "nobody-has-this")
+        assert table.row_count == 0
+        await filter_with(app, pilot, "")
+        assert table.row_count == 3

@@ -192,10 +192,15 @@ JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, m
                     "run_at, created_at, attempted_at, finalized_at, tags")
 HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
 
+# Whether a row's args contain the text asked for (case-insensitive); a column of the
+# inner selects, so the args filter applies after their window like kind and tag.
+ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.args::text), lower(%(args)s)) > 0)"
+              " AS args_match")
+
 # Jobs list for one table: enumerate its (state, queue) pairs (loose index
 # scan), keep those the filter allows, take the newest rows of each from the
 # (state, queue, id) index, then apply the filters no index serves (kind,
-# tag).  Without such filters the result is exact; with them it covers the
+# tag, args).  Without such filters the result is exact; with them it covers the
 # newest ``window`` rows.
 _JOBS_LIST = """
 WITH RECURSIVE pairs AS (
@@ -217,11 +222,12 @@ WITH RECURSIVE pairs AS (
       FROM picked
 )
 SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
-    SELECT {columns} FROM {table} t
+    SELECT {columns}, {args_match} FROM {table} t
      WHERE t.state = p.state AND t.queue = p.queue
      ORDER BY t.id DESC LIMIT per_pair.k) t
  WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
    AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+   AND t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s
 """
@@ -229,21 +235,21 @@ SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
 # kind/tag filters within the newest ``window`` of them.
 _JOBS_NEWEST = """
 SELECT t.* FROM (
-    SELECT {columns} FROM {table} t ORDER BY t.id DESC
+    SELECT {columns}, {args_match} FROM {table} t ORDER BY t.id DESC
      LIMIT CASE WHEN %(post_filtered)s THEN %(window)s ELSE %(page)s END) t
  WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
    AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+   AND t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s
 """
 _HOT = sql.Identifier("awa", "jobs_hot")
 _DEFERRED = sql.Identifier("awa", "scheduled_jobs")
-JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_HOT, columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_DEFERRED,
-                                                     columns=sql.SQL(JOB_LIST_COLUMNS))
-JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=_HOT, columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=_DEFERRED,
-                                                 columns=sql.SQL(JOB_LIST_COLUMNS))
+_LIST_PARTS = {"columns": sql.SQL(JOB_LIST_COLUMNS), "args_match": sql.SQL(ARGS_MATCH)}
+JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_HOT, **_LIST_PARTS)
+SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_DEFERRED, **_LIST_PARTS)
+JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=_HOT, **_LIST_PARTS)
+SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=_DEFERRED, **_LIST_PARTS)
 
 _JOB_COLUMNS = ", ".join(JOB_COLUMNS)
 _DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
@@ -322,6 +328,13 @@ FROM awa.job_kind_descriptors
 ORDER BY 1, 2
 """
 RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+
+
+def job_summary(row: dict[str, Any]) -> JobSummary:
+    """A job-list row (the filters' helper columns left out)."""
+    values = {k: v for k, v in row.items() if k != "args_match"}
+    values["tags"] = list(values["tags"] or [])
+    return JobSummary(**values)
 
 
 def queue_names(value: Any) -> list[str]:
@@ -437,7 +450,8 @@ class CanonicalReads:
     async def job_page(self, conn: psycopg.AsyncConnection[Any],
                        query: JobListQuery) -> list[JobSummary]:
         params = {"state": query.state, "queue": query.queue, "kind": query.kind,
-                  "tag": query.tag, "post_filtered": query.post_filtered, "page": query.page,
+                  "tag": query.tag, "args": query.args,
+                  "post_filtered": query.post_filtered, "page": query.page,
                   "window": query.window, "max_pairs": query.max_pairs}
         newest = query.state is None and query.queue is None
         hot, deferred = ((JOBS_HOT_NEWEST, SCHEDULED_JOBS_NEWEST) if newest
@@ -448,7 +462,7 @@ class CanonicalReads:
         if query.state is None or query.state in DEFERRED_STATES:
             rows += await _rows(conn, deferred, params)
         rows.sort(key=lambda r: r["id"], reverse=True)
-        return [JobSummary(**{**r, "tags": list(r["tags"] or [])}) for r in rows[: query.page]]
+        return [job_summary(r) for r in rows[: query.page]]
 
     async def job_record(self, conn: psycopg.AsyncConnection[Any],
                          job_id: int) -> JobRecord | None:

@@ -39,14 +39,18 @@ RUNNING_COUNTS = _on_view(canonical.RUNNING_COUNTS)
 CANCELLED_WHILE_RUNNING = _on_view(canonical.CANCELLED_WHILE_RUNNING)
 WEDGED_CLAIMS = _on_view(canonical.WEDGED_CLAIMS)
 REPEATED_ERRORS = _on_view(canonical.REPEATED_ERRORS)
+# The args filter looks through the newest ``window`` rows the other filters leave.
 JOB_PAGE = f"""
 SELECT t.* FROM (
-    SELECT {canonical.JOB_LIST_COLUMNS} FROM awa.jobs t
+    SELECT {canonical.JOB_LIST_COLUMNS}, {canonical.ARGS_MATCH} FROM awa.jobs t
      WHERE (%(state)s::text IS NULL OR t.state::text = %(state)s)
        AND (%(queue)s::text IS NULL OR t.queue = %(queue)s)
        AND (%(kind)s::text IS NULL OR t.kind = %(kind)s)
        AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+     ORDER BY t.id DESC
+     LIMIT CASE WHEN %(args)s::text IS NULL THEN %(page)s ELSE %(window)s END
 ) t
+ WHERE t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s"""
 
@@ -104,8 +108,9 @@ class QueueStorageReads(CanonicalReads):
                        query: JobListQuery) -> list[JobSummary]:
         rows = await _rows(conn, JOB_PAGE, {"state": query.state, "queue": query.queue,
                                             "kind": query.kind, "tag": query.tag,
-                                            "page": query.page})
-        return [JobSummary(**{**r, "tags": list(r["tags"] or [])}) for r in rows]
+                                            "args": query.args, "page": query.page,
+                                            "window": query.window})
+        return [canonical.job_summary(r) for r in rows]
 
     async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
                               queue: str | None = None, sample: int,
