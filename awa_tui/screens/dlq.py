@@ -179,8 +179,8 @@ Counted over the newest entries the DLQ screen reads.
   s / S    sort by the next column / reverse; default biggest first
   enter    list the members of the group under the cursor
   space    tag groups
-  r        retry every member of the tagged groups / the one under the cursor (asks first)
-  x        purge them all: delete for good (asks first)
+  r        retry every member of the tagged (or current) groups; asks first
+  x        purge every member of them: delete for good; asks first
   esc      back to the entries
 """
 
