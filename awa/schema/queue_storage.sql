@@ -209,6 +209,8 @@ CREATE TABLE IF NOT EXISTS awa.leases (
 ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS claimed_by uuid;
 ALTER TABLE awa.leases ADD COLUMN IF NOT EXISTS claimed_by uuid;
 ALTER TABLE awa.deferred_jobs ADD COLUMN IF NOT EXISTS claimed_by uuid;
+-- An attempt that ended in place (completed, failed, cancelled by its handler) keeps it.
+ALTER TABLE awa.done_entries ADD COLUMN IF NOT EXISTS claimed_by uuid;
 
 -- Mutable per-attempt state, only for attempts that report progress or metadata.
 CREATE TABLE IF NOT EXISTS awa.attempt_state (
@@ -437,8 +439,7 @@ CREATE OR REPLACE VIEW awa.jobs AS
            d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
            d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
            d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
-           d.callback_on_fail, d.callback_transform, d.run_lease, d.progress,
-           NULL::uuid AS claimed_by
+           d.callback_on_fail, d.callback_transform, d.run_lease, d.progress, d.claimed_by
       FROM awa.done_entries d
     UNION ALL
     SELECT * FROM awa.deferred_jobs;

@@ -127,6 +127,23 @@ async def test_claim_records_the_claiming_runtime(engine, aconn, client):
     assert (await engine.job_record(aconn, a)).claimed_by == str(third)
 
 
+async def test_an_attempt_ended_in_place_keeps_its_runtime(engine, aconn, client):
+    """Completed, failed or cancelled by its handler: the job still names who ran it
+    (a short attempt and one materialized by a heartbeat alike)."""
+    instance = uuid.uuid4()
+    ids = [(await client.insert(Work(n))).id for n in range(3)]
+    done, failed, cancelled = await engine.claim_batch(aconn, "default", 3, DEADLINE_MS,
+                                                       instance)
+    await engine.heartbeat_batch(aconn, [write(failed)])
+    assert (await engine.complete_batch(aconn, [write(done)])).applied == [done.id]
+    assert (await engine.fail_batch(aconn, [write(failed, error={"error": "x"})])).applied \
+        == [failed.id]
+    assert (await engine.cancel_batch(aconn, [write(cancelled)])).applied == [cancelled.id]
+    for job_id in ids:
+        assert str((await row(aconn, job_id))["claimed_by"]) == str(instance)
+        assert (await engine.job_record(aconn, job_id)).claimed_by == str(instance)
+
+
 async def test_a_claim_without_an_instance_records_none(engine, aconn, client):
     job = await client.insert(Work())
     [claimed] = await engine.claim_batch(aconn, "default", 1, DEADLINE_MS)

@@ -96,7 +96,7 @@ _END = _ATTEMPTS + """
            r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
            l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
            a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
       FROM att a
       JOIN awa.ready_entries r ON r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
@@ -138,9 +138,9 @@ _DEFERRED = {
 
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
 FINALIZE = _END + f"""
-INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
+INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST}, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
-                                       "finalized_at": "now()"})}
+                                       "finalized_at": "now()"})}, e.claimed_by
   FROM ended e
 RETURNING id"""
 
