@@ -82,6 +82,9 @@ async def test_enter_opens_a_job_with_everything_recorded(database_url, db):
         assert app.screen.TITLE == "Jobs"
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_retry_a_failed_job_from_the_jobs_screen(database_url, db):
     ids = seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -134,6 +137,9 @@ async def test_dlq_purge_of_tagged_entries_asks_first(database_url, db):
         assert "purged from the DLQ 2 job(s): 9001, 9002" in screen_text(app)
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_dlq_move_failed_jobs_of_a_queue_with_a_reason(database_url, db):
     ids = seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -179,6 +185,9 @@ async def test_enter_on_a_queue_lists_its_jobs(database_url, db):
         assert "1 jobs: queue=images" in screen_text(app)
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_diagnostics_table_and_a_findings_evidence(database_url, db):
     seed_system(db)
     async with running_console(database_url) as (app, pilot):
