@@ -29,6 +29,7 @@ from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
+from awa_ops.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
@@ -133,7 +134,9 @@ class RunningAttempt:
     heartbeat_at: datetime | None  # None for a queue-storage receipt claim
     deadline_at: datetime | None
     servers: list[str] = field(default_factory=list)  # live runtimes serving the queue
-    gone: str | None = None  # a dead runtime that served the queue: the likely owner
+    gone: str | None = None  # the runtime that ran it, gone (recorded, or inferred if not)
+    claimed_by: str | None = None  # the instance id recorded at claim (None: not recorded)
+    owner: str | None = None  # the label of the live runtime that claimed it
 
     def heartbeat_age(self, now: datetime) -> float | None:
         return None if self.heartbeat_at is None else (now - self.heartbeat_at).total_seconds()
@@ -152,7 +155,11 @@ class RunningAttempt:
                                 served=bool(self.servers))
 
     def runtime(self, now: datetime, stale_after_s: float) -> str:
-        """Who runs it: the live runtime(s) of its queue, or the gone one that did."""
+        """Who runs it: the runtime that claimed it (``host:pid``, ``(gone)`` when it
+        stopped reporting); unrecorded, the live runtime(s) of its queue or the gone one that
+        likely did."""
+        if self.claimed_by is not None:
+            return (self.owner or "?") if self.gone is None else f"{self.gone} (gone)"
         age = self.heartbeat_age(now)
         if self.gone is not None and (not self.servers or (age or 0) > stale_after_s):
             return f"{self.gone} (gone)"
@@ -189,6 +196,17 @@ class JobFilter(_Filter):
     kind: str | None = None
     queue: str | None = None
     tag: str | None = None
+    args: str | None = None  # text the args contain (case-insensitive)
+
+    def words(self) -> str:
+        """``key=value`` words; the args text last, bare (it may hold spaces)."""
+        keyed = " ".join(f"{k}={v}" for k, v in vars(self).items() if v and k != "args")
+        return " ".join(w for w in (keyed, self.args or "") if w)
+
+    def describe(self) -> str:
+        keyed = " ".join(f"{k}={v}" for k, v in vars(self).items() if v and k != "args")
+        args = f"args contain {self.args!r}" if self.args else ""
+        return " ".join(w for w in (keyed, args) if w) or self.UNFILTERED
 
 
 @dataclass
@@ -199,11 +217,40 @@ class JobsPage:
 
 
 @dataclass
+class ClaimingRuntime:
+    """The runtime recorded as claiming a job's attempt, as the registry knows it now."""
+
+    instance_id: str
+    label: str | None = None  # host:pid; None once the registry no longer has it
+    live: bool = False
+    last_seen_at: datetime | None = None
+
+    def describe(self, now: datetime) -> str:
+        """``host:pid (instance id), live`` / ``..., gone (last seen 5m ago)``."""
+        if self.label is None:
+            return f"{self.instance_id}, gone (no longer registered)"
+        if self.live:
+            return f"{self.label} ({self.instance_id}), live"
+        seen = "" if self.last_seen_at is None else \
+            f" (last seen {_age_text((now - self.last_seen_at).total_seconds())} ago)"
+        return f"{self.label} ({self.instance_id}), gone{seen}"
+
+
+def _age_text(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@dataclass
 class JobDetail:
     now: datetime
     job: dict[str, Any]
     in_dlq: bool
     unique_holder: dict[str, Any] | None
+    runtime: ClaimingRuntime | None = None  # who claimed its current (or last) attempt
 
 
 @dataclass
@@ -213,13 +260,20 @@ class DlqFilter(_Filter):
     queue: str | None = None
     kind: str | None = None
     reason: str | None = None
+    group: str | None = None  # an error fingerprint (awa_ops.fingerprint): one cause's members
 
 
 @dataclass
 class DlqPage:
     now: datetime
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]]  # the entries shown (the group filter applied)
     by_reason: dict[str, int]
+    groups: list[ErrorGroup] = field(default_factory=list)  # one per cause, biggest first
+    scanned: int = 0  # entries read (the groups are of these)
+    truncated: bool = False  # the page was full: older entries were not read
+
+    def group(self, print_: str) -> ErrorGroup | None:
+        return next((g for g in self.groups if g.fingerprint == print_), None)
 
 
 class ThroughputHistory:
@@ -347,26 +401,41 @@ class ConsoleReader:
                 self.session.conn, started_before=started_before, limit=self.row_limit)]
             runtimes = await self._runtimes(engine)
         attempts = []
+        by_id = {rt.instance_id: rt for rt in runtimes}
         for r in rows:
             live = [rt.label() for rt in runtimes
                     if rt.live(now) and not rt.shutting_down and rt.serves(r["queue"])]
-            dead = [rt for rt in runtimes if not rt.live(now) and rt.serves(r["queue"])]
-            # The dead runtime whose last report is closest to the attempt's last heartbeat.
-            anchor = r["heartbeat_at"] or r["attempted_at"] or now
-            gone = min(dead, key=lambda rt: abs((rt.last_seen_at - anchor).total_seconds()),
-                       default=None)
+            owner: str | None = None
+            gone: str | None = None
+            if r["claimed_by"] is not None:
+                claimer = by_id.get(r["claimed_by"])
+                if claimer is None:  # pruned from the registry long ago
+                    gone = f"runtime {r['claimed_by'][:8]}"
+                elif claimer.live(now):
+                    owner = claimer.label()
+                else:
+                    gone = claimer.label()
+            else:
+                # Not recorded: the dead runtime serving the queue whose last report is
+                # closest to the attempt's last heartbeat.
+                dead = [rt for rt in runtimes if not rt.live(now) and rt.serves(r["queue"])]
+                anchor = r["heartbeat_at"] or r["attempted_at"] or now
+                likely = min(dead, key=lambda rt: abs((rt.last_seen_at - anchor).total_seconds()),
+                             default=None)
+                gone = likely.label() if likely is not None else None
             attempts.append(RunningAttempt(
                 id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
                 max_attempts=r["max_attempts"], run_lease=r["run_lease"],
                 attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
-                deadline_at=r["deadline_at"], servers=live,
-                gone=gone.label() if gone is not None else None))
+                deadline_at=r["deadline_at"], servers=live, gone=gone,
+                claimed_by=r["claimed_by"], owner=owner))
         return RunningSnapshot(now, attempts, truncated=len(rows) >= self.row_limit)
 
     # -- jobs ---------------------------------------------------------------------
     async def jobs(self, flt: JobFilter) -> JobsPage:
         query = JobListQuery(state=flt.state, queue=flt.queue, kind=flt.kind, tag=flt.tag,
-                             page=self.row_limit, window=self.scan_window, max_pairs=MAX_PAIRS)
+                             args=flt.args, page=self.row_limit, window=self.scan_window,
+                             max_pairs=MAX_PAIRS)
         engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
@@ -388,7 +457,17 @@ class ConsoleReader:
                 held = await engine.unique_claim_holders(self.session.conn,
                                                          [record.job.unique_key])
                 holder = asdict(held[0]) if held else None
-        return JobDetail(now, job_row(record), record.in_dlq, holder)
+            claimer = None
+            if record.claimed_by is not None:
+                claimer = ClaimingRuntime(record.claimed_by)
+                found = [rt for rt in await self._runtimes(engine)
+                         if rt.instance_id == record.claimed_by]
+                if found:
+                    claimer.label, claimer.live = found[0].label(), found[0].live(now)
+                    claimer.last_seen_at = found[0].last_seen_at
+        row = job_row(record)
+        row["claimed_by"] = record.claimed_by
+        return JobDetail(now, row, record.in_dlq, holder, claimer)
 
     # -- diagnostics ---------------------------------------------------------------
     async def diagnostics(self, min_age_s: float = 0.0) -> list[CheckResult]:
@@ -407,10 +486,17 @@ class ConsoleReader:
             self.statements += 1
             page = await engine.dlq_page(self.session.conn, query)
         rows = [asdict(e) for e in page.entries]
+        groups = group_errors(rows)
+        for row in rows:
+            row["fingerprint"] = fingerprint(row["last_error"])
+        if flt.group:
+            rows = [r for r in rows if r["fingerprint"] == flt.group]
         by_reason: dict[str, int] = {}
         for row in rows:
             by_reason[row["dlq_reason"]] = by_reason.get(row["dlq_reason"], 0) + 1
-        return DlqPage(now, rows, by_reason)
+        scanned = len(page.entries)
+        return DlqPage(now, rows, by_reason, groups, scanned,
+                       truncated=scanned >= self.row_limit)
 
 
 def job_row(record: JobRecord) -> dict[str, Any]:

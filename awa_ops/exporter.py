@@ -16,16 +16,17 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from awa import config, db, metrics
-from awa.storage.engine import RingState
+from awa import config, db, lifecycle, metrics
+from awa.storage.engine import QueueDepth, RingState, RuntimeInstance, WedgedClaims
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.runtimes import runtime_live
 from awa_ops.session import OpsSession
-from awa_ops.storage import Engine, detect_engine, storage_engine
+from awa_ops.storage import Engine, column_exists, detect_engine, storage_engine
 
 log = logging.getLogger("awa_ops.exporter")
 # Storage layout is re-detected this often, so a storage transition is noticed.
@@ -65,6 +66,10 @@ SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::floa
        max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database()
 """
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
+# Queues an operator configured (paused, sharded): known even while empty.
+QUEUE_META_QUEUES = "SELECT queue FROM awa.queue_meta ORDER BY queue LIMIT %(limit)s"
+# Per-queue series are emitted, zeros included, for at most this many known queues.
+KNOWN_QUEUE_LIMIT = 1_000
 
 
 def _spec(name: str) -> metrics.MetricSpec:
@@ -123,6 +128,7 @@ class DatabaseCollector(Collector):
 
     async def _database_metrics(self, session: OpsSession, engine: Engine) -> list[Metric]:
         reads = await storage_engine(session)
+        with_meta = await column_exists(session, "awa", "queue_meta", "queue")
         # One short read-only transaction: the catalogue queries, then the job reads.
         async with session.read() as cur:
             catalogue = []
@@ -138,30 +144,45 @@ class DatabaseCollector(Collector):
             depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
             wedged_rows = await reads.wedged_claims(session.conn)
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
+            configured: list[str] = []
+            if with_meta:
+                await cur.execute(QUEUE_META_QUEUES, {"limit": KNOWN_QUEUE_LIMIT})
+                configured = [r["queue"] for r in await cur.fetchall()]
         out: list[Metric] = []
+        live_runtimes = [r for r in runtimes
+                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, self.staleness)]
+        queues = known_queues(configured, depths, dlq, running, wedged_rows, live_runtimes)
 
-        # Every engine's read side answers depth, lag and wedges.
+        # Every known queue gets its per-queue series, zeros included: a queue whose jobs
+        # all finished still has depth 0 (the dashboards' queue picker lists it, and an
+        # alert comparing with a past value sees 0, not a missing series).
         depth, _ = _family("awa.db.queue.depth")
         lag, _ = _family("awa.db.queue.lag")
-        for d in depths:
-            for state, n in sorted(d.depth.items()):
-                depth.add_metric([d.queue, state], n)
-            if d.depth:
-                lag.add_metric([d.queue], d.lag_s or 0.0)
+        by_queue = {d.queue: d for d in depths}
+        for queue in queues:
+            d = by_queue.get(queue)
+            counts = d.depth if d is not None else {}
+            for state in lifecycle.DEPTH_STATES:
+                depth.add_metric([queue, state], counts.get(state, 0))
+            for state, n in sorted(counts.items()):
+                if state not in lifecycle.DEPTH_STATES:
+                    depth.add_metric([queue, state], n)
+            lag.add_metric([queue], (d.lag_s if d is not None else None) or 0.0)
         wedged, _ = _family("awa.db.unique.wedged")
-        for w in wedged_rows:
-            wedged.add_metric([w.queue], w.wedged)
+        wedged_by_queue = {w.queue: w.wedged for w in wedged_rows}
+        for queue in queues:
+            wedged.add_metric([queue], wedged_by_queue.get(queue, 0))
         out += [depth, lag, wedged]
 
         oldest, _ = _family("awa.db.running.oldest_heartbeat_age")
         stale, _ = _family("awa.db.running.heartbeat_stale")
         overdue, _ = _family("awa.db.running.deadline_overdue")
-        for queue, oldest_s, stale_n, overdue_n in running:
+        running_by_queue = {r[0]: r for r in running}
+        for queue in queues:
+            _, oldest_s, stale_n, overdue_n = running_by_queue.get(queue, (queue, 0.0, 0, 0))
             oldest.add_metric([queue], oldest_s or 0.0)
             stale.add_metric([queue], stale_n)
             overdue.add_metric([queue], overdue_n)
-        live_runtimes = [r for r in runtimes
-                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, self.staleness)]
         live, _ = _family("awa.db.runtimes.live")
         leader, _ = _family("awa.db.leader.present")
         live.add_metric([], len([r for r in live_runtimes if not r.shutting_down]))
@@ -169,6 +190,8 @@ class DatabaseCollector(Collector):
         dlq_depth, _ = _family("awa.db.dlq.depth")
         for queue, reason, n in dlq:
             dlq_depth.add_metric([queue, reason or ""], n)
+        for queue in sorted(set(queues) - {q for q, _, _ in dlq}):
+            dlq_depth.add_metric([queue, ""], 0)  # an empty DLQ is a 0, not a missing series
         txn, _ = _family("awa.db.transaction.oldest_age")
         for r in txns:
             txn.add_metric([r["state"]], r["oldest_s"] or 0.0)
@@ -228,6 +251,19 @@ def _ring_families(rings: list[RingState]) -> list[Metric]:
         occupied.add_metric([r.ring], len(r.occupied))
         age.add_metric([r.ring], max(r.rotated_age_s, 0.0))
     return [current, generation, slots, occupied, age]
+
+def known_queues(configured: Iterable[str], depths: Iterable[QueueDepth],
+                 dlq: Iterable[tuple[str, str | None, int]],
+                 running: Iterable[tuple[str, Any, Any, Any]], wedged: Iterable[WedgedClaims],
+                 live_runtimes: Iterable[RuntimeInstance]) -> list[str]:
+    """Every queue worth a series: configured in ``queue_meta``, holding jobs (depth,
+    DLQ, running, wedged), or served by a live runtime; sorted, at most
+    ``KNOWN_QUEUE_LIMIT`` (the ones holding jobs first)."""
+    holding = ({d.queue for d in depths} | {q for q, _, _ in dlq} | {r[0] for r in running}
+               | {w.queue for w in wedged})
+    others = set(configured) | {q for r in live_runtimes for q in r.queues}
+    ordered = sorted(holding) + sorted(others - holding)
+    return sorted(ordered[:KNOWN_QUEUE_LIMIT])
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -5,9 +5,11 @@ runtime is live while its ``last_seen_at`` is within 2 of its own
 snapshot intervals (``runtime_live``, the one copy of that rule).  The one
 running-attempt classifier (``classify_attempt``) lives here too, since it
 rests on liveness; the console and ``diagnose stuck-running`` both use it.
-Running attempts carry no owner column, so the runtime that held a stale
-attempt is inferred: a dead runtime serving the attempt's queue whose last
-report is closest to the attempt's last heartbeat.
+A running attempt names the runtime that claimed it (``claimed_by``, recorded
+at claim since migration 0004); for an attempt without it (claimed before,
+or a layout that does not record it) the runtime that held a stale attempt
+is inferred: a dead runtime serving the attempt's queue whose last report is
+closest to the attempt's last heartbeat (``inferred_owner``).
 """
 
 from __future__ import annotations

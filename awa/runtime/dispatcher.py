@@ -142,7 +142,8 @@ class Dispatcher:
     async def _claim(self, n: int) -> list[Job[Any]]:
         """One claim statement: the engine builds the running jobs from its rows."""
         async with self.runtime.pool.connection() as conn:
-            return await self.runtime.engine.claim_batch(conn, self.name, n, self.deadline_ms)
+            return await self.runtime.engine.claim_batch(conn, self.name, n, self.deadline_ms,
+                                                         self.runtime.instance_id)
 
     def _start_jobs(self, jobs: list[Job[Any]]) -> None:
         start_job = self.runtime.executor.start_job

@@ -213,6 +213,15 @@ CREATE TABLE IF NOT EXISTS awa.leases (
     CONSTRAINT leases_state_check CHECK (state IN ('running', 'waiting_external'))
 ) PARTITION BY LIST (lease_slot);
 
+-- Who runs what (migration 0004 on the canonical tables): the runtime instance that
+-- claimed the attempt.  deferred_jobs has it from scheduled_jobs (LIKE) when laid out
+-- after 0004; added here for one laid out before.
+ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS claimed_by uuid;
+ALTER TABLE awa.leases ADD COLUMN IF NOT EXISTS claimed_by uuid;
+ALTER TABLE awa.deferred_jobs ADD COLUMN IF NOT EXISTS claimed_by uuid;
+-- An attempt that ended in place (completed, failed, cancelled by its handler) keeps it.
+ALTER TABLE awa.done_entries ADD COLUMN IF NOT EXISTS claimed_by uuid;
+
 -- Mutable per-attempt state, only for attempts that report progress or metadata.
 CREATE TABLE IF NOT EXISTS awa.attempt_state (
     job_id     bigint NOT NULL,
@@ -348,7 +357,11 @@ $$;
 -- sees every committed receipt, the first claimable entries of each lane in
 -- lane order, and of those the first p_limit in dispatch order (priority,
 -- run_at, id).  The claim head moves only once it lags CLAIM_HEAD_STRIDE (128).
-CREATE OR REPLACE FUNCTION awa.qs_claim(p_queue text, p_limit int, p_deadline_ms bigint)
+-- p_claimed_by: the claiming runtime's instance id (lease_claims.claimed_by, copied into
+-- leases when the attempt materializes).
+DROP FUNCTION IF EXISTS awa.qs_claim(text, int, bigint);
+CREATE OR REPLACE FUNCTION awa.qs_claim(p_queue text, p_limit int, p_deadline_ms bigint,
+                                        p_claimed_by uuid DEFAULT NULL)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
                attempt smallint, max_attempts smallint, run_at timestamptz,
                deadline_at timestamptz, attempted_at timestamptz, created_at timestamptz,
@@ -398,11 +411,11 @@ BEGIN
     ), receipts AS (
         INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
                                       priority, attempt, claimed_at, deadline_at,
-                                      ready_slot, ready_id, shard, lane_seq)
+                                      ready_slot, ready_id, shard, lane_seq, claimed_by)
         SELECT (SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), p.job_id,
                p.run_lease + 1, p_queue, p.priority, p.attempt + 1, now(),
                now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id,
-               p.shard, p.lane_seq
+               p.shard, p.lane_seq, p_claimed_by
           FROM picked p
         RETURNING job_id, run_lease, attempt, claimed_at, deadline_at
     ), advance AS (
@@ -476,14 +489,14 @@ CREATE OR REPLACE VIEW awa.jobs AS
            NULL::uuid AS callback_id, NULL::timestamptz AS callback_timeout_at,
            NULL::text AS callback_filter, NULL::text AS callback_on_complete,
            NULL::text AS callback_on_fail, NULL::text AS callback_transform,
-           r.run_lease, r.progress
+           r.run_lease, r.progress, NULL::uuid AS claimed_by
       FROM awa.qs_ready_live r
     UNION ALL
     SELECT c.job_id, r.kind, r.queue, r.args, 'running'::awa.job_state, r.priority, c.attempt,
            r.max_attempts, r.run_at, c.claimed_at, c.deadline_at, c.claimed_at, NULL,
            r.created_at, r.errors, r.metadata || COALESCE(a.metadata, '{}'::jsonb), r.tags,
            r.unique_key, r.unique_states, NULL, NULL, NULL, NULL, NULL, NULL,
-           c.run_lease, COALESCE(a.progress, r.progress)
+           c.run_lease, COALESCE(a.progress, r.progress), c.claimed_by
       FROM awa.lease_claims c
       JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
@@ -498,7 +511,7 @@ CREATE OR REPLACE VIEW awa.jobs AS
            r.metadata || COALESCE(a.metadata, '{}'::jsonb), r.tags, r.unique_key,
            r.unique_states, l.callback_id, l.callback_timeout_at, l.callback_filter,
            l.callback_on_complete, l.callback_on_fail, l.callback_transform, l.run_lease,
-           COALESCE(a.progress, r.progress)
+           COALESCE(a.progress, r.progress), l.claimed_by
       FROM awa.leases l
       JOIN awa.ready_entries r ON r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
@@ -507,7 +520,7 @@ CREATE OR REPLACE VIEW awa.jobs AS
            d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
            d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
            d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
-           d.callback_on_fail, d.callback_transform, d.run_lease, d.progress
+           d.callback_on_fail, d.callback_transform, d.run_lease, d.progress, d.claimed_by
       FROM awa.done_entries d
     UNION ALL
     SELECT * FROM awa.deferred_jobs;

@@ -208,13 +208,16 @@ class ExecutionOps(Protocol):
     """
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None
+                          ) -> list[Job[Any]]:
         """Claim up to ``limit`` available jobs of ``queue`` (none when it is paused) in
         dispatch order (priority, run_at, id), skipping rows other claimers hold.
 
         Each claimed job is ``running`` with ``attempt`` and ``run_lease`` one
         higher, a fresh heartbeat and ``deadline_at = now() + deadline_ms``.
-        The jobs come back with raw (undecoded) args.
+        ``instance_id`` (the claiming runtime, ``awa.runtime_instances``) is
+        recorded with the attempt: ``claimed_by`` of ``awa.jobs`` and of the
+        running-attempt reads.  The jobs come back with raw (undecoded) args.
         """
         ...
 
@@ -1113,6 +1116,9 @@ class RunningAttemptRead:
     heartbeat_age_s: float | None
     deadline_remaining_s: float | None
     running_for_s: float | None
+    claimed_by: str | None = None
+    """The instance id of the runtime that claimed it (None: claimed before it was
+    recorded, or a layout that does not record it)."""
 
 
 @dataclass(frozen=True)
@@ -1162,7 +1168,8 @@ class WedgedClaims:
 
 @dataclass(frozen=True)
 class JobListQuery:
-    """The console's job screen filter; ``window`` bounds the rows kind/tag filters search."""
+    """The console's job screen filter; ``window`` bounds the rows kind/tag/args filters
+    search."""
 
     state: str | None = None
     queue: str | None = None
@@ -1171,11 +1178,13 @@ class JobListQuery:
     page: int = 100
     window: int = 5_000
     max_pairs: int = 4_000
+    args: str | None = None
+    """Text the job's args (as JSON text) contain, case-insensitive."""
 
     @property
     def post_filtered(self) -> bool:
-        """Kind and tag have no index of their own: they filter within the window."""
-        return bool(self.kind or self.tag)
+        """Kind, tag and args have no index of their own: they filter within the window."""
+        return bool(self.kind or self.tag or self.args)
 
 
 @dataclass(frozen=True)
@@ -1203,6 +1212,9 @@ class JobRecord:
     job: Job[Any]
     dlq_reason: str | None = None
     dlq_at: datetime | None = None
+    claimed_by: str | None = None
+    """The runtime instance that claimed its current (or last, once it ended in place)
+    attempt; None when not recorded."""
 
     @property
     def in_dlq(self) -> bool:
@@ -1262,6 +1274,9 @@ class RepeatedError:
     sample_job_ids: list[int]
     places: list[str]
     """``dlq`` and/or ``failed``: where the sampled jobs sit."""
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    """When the oldest / newest sampled job of it reached the DLQ or failed."""
 
 
 @dataclass(frozen=True)

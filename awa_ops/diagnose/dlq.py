@@ -12,6 +12,7 @@ import json
 import os
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict
 from awa import config
 from awa_ops.diagnose._text import awa, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
+from awa_ops.fingerprint import fingerprint, normalize
 from awa_ops.storage import column_exists, storage_engine
 
 NAME = "dlq"
@@ -36,12 +38,47 @@ async def _canonical_dlq(session, options) -> tuple[list[dict[str, Any]], list[d
                                          recent_s=config.OPS_DLQ_RECENT_S)
         # A DLQ laid out without the per-attempt error array (another awa
         # distribution's) has no error history to compare.
+        # Every distinct last error of the sample: they are grouped by cause here.
         errors = (await engine.repeated_errors(session.conn, queue=options.queue,
-                                               sample=config.OPS_ERROR_SAMPLE)
+                                               sample=config.OPS_ERROR_SAMPLE,
+                                               limit=config.OPS_ERROR_SAMPLE)
                   if with_errors else [])
     depth_rows = [{"queue": d.queue, "dlq_reason": d.reason, "depth": d.count,
                    "newest": d.newest, "recent": d.recent} for d in depths]
-    return depth_rows, [asdict(e) for e in errors]
+    return depth_rows, group_by_cause([asdict(e) for e in errors])
+
+
+def group_by_cause(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Repeated last errors (one row per kind, queue and exact message) merged by error
+    fingerprint: one poison bug is one group whatever file, id or value its messages name.
+
+    Biggest first; each group keeps its count of jobs, the worst repetition within one
+    job, kinds, queues, first and last seen, sample job ids and one example message.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for e in errors:
+        key = fingerprint(e["message"])
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {
+                "fingerprint": key, "pattern": normalize(e["message"]),
+                "message": e["message"], "jobs": 0, "max_repeats_in_one_job": 0,
+                "kinds": [], "queues": [], "first_seen": None, "last_seen": None,
+                "sample_job_ids": [], "places": []}
+        g["jobs"] += int(e["jobs"])
+        g["max_repeats_in_one_job"] = max(g["max_repeats_in_one_job"],
+                                          int(e["max_repeats_in_one_job"]))
+        for field_, value in (("kinds", e["kind"]), ("queues", e["queue"])):
+            if value not in g[field_]:
+                g[field_].append(value)
+        g["places"] = sorted(set(g["places"]) | set(e["places"]))
+        g["sample_job_ids"] = sorted(set(g["sample_job_ids"]) | set(e["sample_job_ids"]),
+                                     reverse=True)[:5]
+        for field_, pick in (("first_seen", min), ("last_seen", max)):
+            if e.get(field_) is not None:
+                g[field_] = e[field_] if g[field_] is None else pick(g[field_], e[field_])
+    return sorted(groups.values(), key=lambda g: (-g["jobs"], -g["max_repeats_in_one_job"],
+                                                  g["pattern"]))
 
 
 def state_file(state_dir: Path | None, url: str) -> Path:
@@ -69,8 +106,13 @@ def _save(path: Path, depth: dict[str, int]) -> None:
         pass  # growth tracking is a convenience; the check itself still reports depth
 
 
+def _ago(ts: datetime, now: datetime) -> str:
+    return f"{secs(max(0.0, (now - ts).total_seconds()))} ago"
+
+
 async def check(session, engine, options) -> list[Finding]:
     depth_rows, errors = await _canonical_dlq(session, options)
+    now = datetime.now(UTC)
     by_queue: dict[str, int] = {}
     for row in depth_rows:
         by_queue[row["queue"]] = by_queue.get(row["queue"], 0) + int(row["depth"])
@@ -110,21 +152,29 @@ async def check(session, engine, options) -> list[Finding]:
             "each is a terminal failure an operator must retry, purge or let retention remove",
             awa("dlq list --limit 20"), depth_rows[:limit], RUNBOOK))
 
+    # One finding per cause (error fingerprint), not per message text.
     for e in errors:
         poison = int(e["max_repeats_in_one_job"]) >= config.OPS_POISON_REPEATS
         widespread = int(e["jobs"]) >= config.OPS_POISON_REPEATS
         if not (poison or widespread):
             continue
         where = "DLQ" if e["places"] == ["dlq"] else "DLQ/failed jobs"
+        kinds, queues = ", ".join(e["kinds"]), ", ".join(e["queues"])
+        seen = ""
+        if e["first_seen"] is not None and e["last_seen"] is not None:
+            seen = (f", first seen {_ago(e['first_seen'], now)}, "
+                    f"last seen {_ago(e['last_seen'], now)}")
+        variants = ("" if e["pattern"] == " ".join((e["message"] or "").split()) else
+                    f" (one cause: \"{e['pattern'][:100]}\")")
         findings.append(Finding(
             Severity.WARNING,
-            f"repeated error in {where} ({e['kind']}, queue {e['queue']}): "
-            f"\"{(e['message'] or '')[:120]}\" — {plural(int(e['jobs']), 'job')}, up to "
-            f"{e['max_repeats_in_one_job']} identical attempts in one job",
-            "the same message on every attempt means retries cannot help: a poison job "
+            f"repeated error in {where} ({kinds}, queue {queues}): "
+            f"\"{(e['message'] or '')[:120]}\"{variants} — {plural(int(e['jobs']), 'job')}, "
+            f"up to {e['max_repeats_in_one_job']} identical attempts in one job{seen}",
+            "the same error on every attempt means retries cannot help: a poison job "
             "(bad args, a missing dependency, a code bug), not a transient fault",
             awa(f"job dump {e['sample_job_ids'][0]}") + "  # fix the cause, then: "
-            + awa(f"dlq retry-bulk --queue {e['queue']}"),
+            + awa(f"dlq retry-bulk --queue {e['queues'][0]}"),
             [e], RUNBOOK))
 
     if not findings:

@@ -14,6 +14,7 @@ that is shutting down is draining, not unhealthy.
 
 from __future__ import annotations
 
+from awa import config
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import Runtime, leader_lock_held, load_runtimes
@@ -89,12 +90,17 @@ def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> l
                 "check its logs and Postgres connectivity; restart it if it does not recover",
                 [r.evidence()], RUNBOOK))
 
+    # Only the runtimes that stopped within the window are news: older rows are history
+    # (the leader prunes rows unseen for runtime_retention_hours), never a growing count.
     gone = [r for r in runtimes if r.recently_gone and not r.draining]
     if gone:
+        history = sum(1 for r in runtimes if not r.live and not r.recently_gone)
         findings.append(Finding(
             Severity.WARNING,
-            f"{plural(len(gone), 'runtime')} stopped reporting without shutting down: "
-            + ", ".join(f"{r.label()} last seen {secs(r.age_s)} ago" for r in gone[:3]),
+            f"{plural(len(gone), 'runtime')} stopped reporting in the last "
+            f"{secs(config.OPS_RUNTIME_GONE_S)} without shutting down: "
+            + ", ".join(f"{r.label()} last seen {secs(r.age_s)} ago" for r in gone[:3])
+            + (f" (+{history} gone before, not counted)" if history else ""),
             "a worker that vanishes without shutdown (crash, OOM kill, SIGKILL) leaves its "
             "running jobs to heartbeat rescue",
             ops("stuck-running"), [r.evidence() for r in gone[:limit]], RUNBOOK))

@@ -43,13 +43,15 @@ def required_objects(engine) -> list[tuple[str, str]]:
         objects = list(CANONICAL_OBJECTS)
     if engine.is_queue_storage:
         q = quote(engine.schema)
-        # The Rust core's substrate has its own job-id sequence; ours shares awa.jobs_id_seq
-        # (in CANONICAL_OBJECTS) and claims through awa.qs_claim.
-        objects += ([("sequence", f"{q}.job_id_seq")] if engine.foreign_layout else
-                    [("table", f"{q}.ready_entries"), ("table", f"{q}.done_entries"),
-                     ("function", f"{q}.qs_claim(text,integer,bigint)")])
         objects += [("table", f"{q}.leases"), ("table", f"{q}.lease_claims"),
                     ("table", f"{q}.lease_claim_closures")]
+        if engine.foreign_layout:
+            # The Rust core's substrate, created when its first worker boots.
+            objects.append(("sequence", f"{q}.job_id_seq"))
+        else:
+            # Ours: job ids come from awa.jobs_id_seq; the claim takes the runtime's id.
+            objects += [("table", f"{q}.ready_entries"), ("table", f"{q}.done_entries"),
+                        ("function", "awa.qs_claim(text, integer, bigint, uuid)")]
     return objects
 
 

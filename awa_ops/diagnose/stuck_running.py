@@ -81,6 +81,7 @@ async def _canonical_attempts(session: OpsSession, params: dict[str, Any]
         detail = details.get(a["job_id"])
         a["run_lease"] = detail.run_lease if detail else None
         a["running_for_s"] = detail.running_for_s if detail else None
+        a["claimed_by"] = detail.claimed_by if detail else None
     return attempts, [asdict(c) for c in cancelled]
 
 
@@ -103,7 +104,7 @@ async def _engine_attempts(session: OpsSession, params: dict[str, Any]
                          "heartbeat_at": a.heartbeat_at, "deadline_at": a.deadline_at,
                          "heartbeat_age_s": a.heartbeat_age_s,
                          "deadline_remaining_s": a.deadline_remaining_s,
-                         "running_for_s": a.running_for_s})
+                         "running_for_s": a.running_for_s, "claimed_by": a.claimed_by})
     for row in attempts:
         row["total"] = len(attempts)
     return attempts, [asdict(c) for c in cancelled]
@@ -115,12 +116,12 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
     rescue_overdue = staleness + 2 * options.rescue_interval_s
     leader_alive = any(r.live and r.leader and r.row["maintenance_alive"] for r in runtimes)
     groups: dict[str, list[dict[str, Any]]] = {}
-    owners: dict[Any, str] = {}  # job id -> the gone runtime inferred to have held it
+    owners: dict[Any, str] = {}  # job id -> the gone runtime that held it
+    by_id = {r.instance_id: r for r in runtimes}
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
         stale = hb is not None and hb > staleness
-        owner = inferred_owner(runtimes, a["queue"], hb) if stale else None
         servers = live_servers(runtimes, a["queue"])
         row: dict[str, Any] = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt",
                                                      "run_lease", "heartbeat_at", "deadline_at")
@@ -129,15 +130,34 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         row["deadline_remaining_s"] = None if remaining is None else round(float(remaining), 1)
         if a.get("receipt_claim"):
             row["receipt_claim"] = True
-        if owner is not None:
-            owners[a["job_id"]] = f"{owner.label()}, last seen {secs(owner.age_s)} ago"
-            row["runtime"] = f"gone: {owners[a['job_id']]}"
-        elif not servers:
+        claimed_by = a.get("claimed_by")
+        gone: str | None = None
+        if claimed_by:
+            # Recorded at claim: the runtime that runs it, by name.
+            row["claimed_by"] = str(claimed_by)
+            claimer = by_id.get(str(claimed_by))
+            if claimer is None:
+                gone = f"runtime {str(claimed_by)[:8]} (no longer registered)"
+            elif not claimer.live:
+                gone = f"{claimer.label()}, last seen {secs(claimer.age_s)} ago"
+            else:
+                row["runtime"] = claimer.label() + (" (shutting down)" if claimer.draining
+                                                    else "")
+        elif stale:
+            # Not recorded (claimed before migration 0004, or a layout without it): the dead
+            # runtime serving the queue whose last report is closest to the last heartbeat.
+            owner = inferred_owner(runtimes, a["queue"], hb)
+            if owner is not None:
+                gone = f"{owner.label()}, last seen {secs(owner.age_s)} ago"
+        if gone is not None:
+            owners[a["job_id"]] = gone
+            row["runtime"] = f"gone: {gone}"
+        elif not servers and "runtime" not in row:
             row["runtime"] = "no live runtime serves this queue"
         cls = REPORT_NAMES[classify_attempt(
             heartbeat_age_s=None if hb is None else float(hb),
             deadline_remaining_s=None if remaining is None else float(remaining),
-            stale_after_s=staleness, owner_gone=owner is not None, served=bool(servers))]
+            stale_after_s=staleness, owner_gone=gone is not None, served=bool(servers))]
         row["class"] = cls
         groups.setdefault(cls, []).append(row)
 

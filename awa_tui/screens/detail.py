@@ -119,6 +119,11 @@ class JobDetailScreen(ConsoleScreen):
             f"run_lease {job['run_lease']}  tags {escape(', '.join(job['tags'] or [])) or '-'}",
         ]
         lines.append("actions: " + self.actions_line(data))
+        if data.runtime is not None:
+            verb = "runs on" if job["state"] == "running" else "last claimed by"
+            gone = "" if data.runtime.live else "[b red]"
+            lines.append(f"{verb} {gone}{escape(data.runtime.describe(now))}"
+                         + ("[/]" if gone else ""))
         if data.in_dlq:
             lines.append(f"DLQ reason [b]{escape(job['dlq_reason'])}[/b] at {stamp(job['dlq_at'])}")
         lines.append("\n[b]Timestamps[/b]")

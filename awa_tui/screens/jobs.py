@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.binding import Binding
 
 from awa import config
@@ -34,14 +35,15 @@ The newest jobs matching the filter, newest first.
 
   s / S    sort by the next column / reverse (or click a header); default newest first
   /        filter, e.g. [b]state=failed queue=email[/b] or just [b]failed[/b];
-           keys: state= kind= queue= tag= ; empty shows all jobs
+           keys: state= kind= queue= tag= ; other words are text the job's args
+           contain, e.g. [b]failed alice@example.com[/b]; empty shows all jobs
   enter    open the job: args, metadata, progress, errors per attempt, unique key
   space    tag a row for bulk actions
   c        cancel the tagged jobs / the one under the cursor (asks first)
   r        retry them (failed, cancelled, retryable jobs run again; asks first)
 
-State and queue filters use indexes and are exact; kind and tag filters look
-through the newest rows of each state and queue.
+State and queue filters use indexes and are exact; kind, tag and args text
+look through the newest rows of each state and queue.
 """
 
 
@@ -50,7 +52,7 @@ class JobsScreen(JobTableScreen):
     TABLE_ID = "jobs"
     COLUMNS = COLUMNS
     HELP = HELP
-    FILTER_HINT = "state=... kind=... queue=... tag=...   (empty: all jobs)"
+    FILTER_HINT = "state=... kind=... queue=... tag=... or args text   (empty: all jobs)"
     SORTABLE = tuple(SORT_FIELDS)
     BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
                 Binding("c", "cancel_jobs", "Cancel"), Binding("r", "retry_jobs", "Retry")]
@@ -65,13 +67,19 @@ class JobsScreen(JobTableScreen):
         self.filter_text = flt.words()
 
     def apply_filter(self, text: str) -> str | None:
-        values, error = parse_filter(text, FILTER_KEYS, {s: "state" for s in config.JOB_STATES})
+        # key=value words and bare state names filter by column; the other words are text
+        # the args contain (joined with single spaces).
+        words = text.split()
+        keyed = [w for w in words if "=" in w or w in config.JOB_STATES]
+        args = " ".join(w for w in words if w not in keyed) or None
+        values, error = parse_filter(" ".join(keyed), FILTER_KEYS,
+                                     {s: "state" for s in config.JOB_STATES})
         if error:
             return error
         if values["state"] and values["state"] not in config.JOB_STATES:
             return f"unknown state {values['state']!r}: one of {', '.join(config.JOB_STATES)}"
         self.filter_text = text
-        self.flt = JobFilter(**values)
+        self.flt = JobFilter(**values, args=args)
         return None
 
     async def fetch(self, reader: ConsoleReader) -> JobsPage:
@@ -87,10 +95,11 @@ class JobsScreen(JobTableScreen):
             str(r["id"]), r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
             str(r["priority"]), relative(r["created_at"], data.now),
             relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])]) for r in rows])
-        note = " (kind/tag filters search the newest rows per state and queue)" \
+        note = " (kind/tag/args filters search the newest rows per state and queue)" \
             if data.windowed else ""
         self.query_one("#summary", TextLine).set(
-            f"[b]{len(rows)}[/b] jobs: {self.flt.describe()}{note}   {self.sort_label()}")
+            f"[b]{len(rows)}[/b] jobs: {escape(self.flt.describe())}{note}   "
+            f"{self.sort_label()}")
 
     def action_cancel_jobs(self) -> None:
         self.act_on_selection(self.console.confirm_cancel)

@@ -63,7 +63,7 @@ refreshes. Status, worst first:
   [bold red]stale[/]     heartbeat older than --stale-after while its runtime lives:
             rescue is due at the next scan
   [green]alive[/]     heartbeating normally
-The same classes as `awa-ops diagnose stuck-running`.
+Same classes as `awa-ops diagnose stuck-running`. Runtime: who claimed it.
 
   s / S    sort by the next column / reverse the order (or click a header)
   /        filter: rows containing the text (id, kind, queue, runtime, status)

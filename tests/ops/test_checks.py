@@ -168,3 +168,39 @@ def test_enqueue_reads_the_producer_histograms(ops, database_url):
     clean = ops("enqueue")
     assert clean.code == 0 and "pass --metrics-url" in clean.findings()[0]["summary"]
     assert "INSERT INTO awa.queue_meta" in clean.findings()[0]["next_step"]
+
+
+def test_stopped_reporting_counts_only_runtimes_gone_within_the_window(ops, db):
+    """Runtimes gone long ago (a demo's SIGKILLed workers) are history, not a growing alarm."""
+    from awa import config
+    add_runtime(db, leader=True)
+    for _ in range(5):
+        add_runtime(db, leader=False, age_s=config.OPS_RUNTIME_GONE_S + 3600)
+    assert "stopped reporting" not in summaries(ops("runtime").data)
+    recent = add_runtime(db, leader=False, age_s=60)
+    result = ops("runtime")
+    finding = next(f for f in result.findings() if "stopped reporting" in f["summary"])
+    assert finding["summary"].startswith("1 runtime stopped reporting in the last 15.0m")
+    assert "(+5 gone before, not counted)" in finding["summary"]
+    assert [e["instance_id"] for e in finding["evidence"]] == [recent]
+
+
+def test_ten_dlq_entries_of_one_poison_bug_are_one_finding_of_ten(ops, db):
+    """The error names a different file per job: still one cause, one finding."""
+    for n in range(10):
+        add_dlq(db, 3000 + n, f"upload-{n * 15}.csv: unexpected byte 0xff at offset {1337 + n}",
+                attempts=3, queue="imports")
+    add_dlq(db, 4000, "mailbox 'bob' does not exist", attempts=1)
+    result = ops("dlq")
+    poison = [f for f in result.findings() if "repeated error" in f["summary"]]
+    assert len(poison) == 1, summaries(result.data)
+    [finding] = poison
+    assert "10 jobs" in finding["summary"]
+    assert "up to 3 identical attempts in one job" in finding["summary"]
+    assert 'one cause: "<file>: unexpected byte <hex> at offset <n>"' in finding["summary"]
+    assert "first seen" in finding["summary"] and "last seen" in finding["summary"]
+    [group] = finding["evidence"]
+    assert group["jobs"] == 10 and group["kinds"] == ["send_email"]
+    assert group["queues"] == ["imports"]
+    assert group["sample_job_ids"] == [3009, 3008, 3007, 3006, 3005]
+    assert "--queue imports" in finding["next_step"]

@@ -17,6 +17,19 @@ def insert_job(db, kind: str, queue: str = "default", **cols) -> int:
     return arrange_job(db, "available", kind=kind, queue=queue, **cols)
 
 
+def enqueue(database_url: str, kind: str, queue: str = "default") -> int:
+    """A job through the public API (either engine lays it out its own way)."""
+    import awa
+    with awa.Client(database_url) as client:
+        return client.insert({}, kind=kind, queue=queue).id
+
+
+def state_of(db, job_id: int) -> str | None:
+    row = db.execute("SELECT state::text AS state FROM awa.jobs WHERE id = %s",
+                     (job_id,)).fetchone()
+    return None if row is None else row["state"]
+
+
 def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -38,9 +51,8 @@ def test_unreachable_database_exits_3_with_one_line():
 
 def test_sigkilled_worker_leaves_a_stale_job_and_a_dead_runtime(ops, database_url, db):
     worker = start_worker(database_url, "default:2")
-    job = insert_job(db, "hang")
-    wait_for(lambda: db.execute("SELECT state FROM awa.jobs WHERE id = %s",
-                                (job,)).fetchone()["state"] == "running")
+    job = enqueue(database_url, "hang")
+    wait_for(lambda: state_of(db, job) == "running")
     alive = ops("stuck-running", *FAST_FLAGS)
     assert alive.code == 0, summaries(alive.data)
     worker.kill()
@@ -138,9 +150,8 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
 async def test_admin_cancel_of_a_handler_that_ignores_it(ops, database_url, client, db):
     worker = start_worker(database_url, "default:2")
     try:
-        job = insert_job(db, "hang")
-        wait_for(lambda: db.execute("SELECT state FROM awa.jobs WHERE id = %s",
-                                    (job,)).fetchone()["state"] == "running")
+        job = (await client.insert({}, kind="hang")).id
+        wait_for(lambda: state_of(db, job) == "running")
         await client.cancel(job)  # durable, plus pg_notify('awa:cancel'); "hang" ignores the flag
         result = ops("stuck-running", "--heartbeat-staleness", "30")
         rows = [row for f in result.findings() for row in f["evidence"]]

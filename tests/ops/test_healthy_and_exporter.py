@@ -84,3 +84,44 @@ def test_exporter_bad_listen_and_unreachable_database_are_one_line():
                           timeout=30)
     assert down.returncode == 3 and "cannot connect" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+async def test_exporter_emits_zero_series_for_every_known_queue(database_url, db):
+    """Queues from queue_meta, from jobs and from live runtimes all get their per-queue
+    series, zeros included (the busiest queue, all of whose jobs just finished, too)."""
+    import json
+    import uuid
+
+    import awa
+    from awa_ops.exporter import DatabaseCollector
+
+    async with awa.AsyncClient(database_url) as client:
+        await client.insert({"n": 1}, kind="fast", queue="mail")  # holds a job
+        await client.pause_queue("paused-only")  # a queue_meta row, no jobs
+    db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, started_at,
+                      last_seen_at, snapshot_interval_ms, leader, queues)
+                  VALUES (%s, 'h', 1, now(), now(), 10000, true, %s)""",
+               [str(uuid.uuid4()), json.dumps([{"name": "busy"}])])
+    collector = DatabaseCollector(database_url, heartbeat_staleness_s=1.0)
+    try:
+        families = {m.name: m for m in await collector.scrape()}
+    finally:
+        await collector.close()
+
+    def series(name: str) -> dict[tuple[str, ...], float]:
+        return {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+
+    depth = series("awa_db_queue_depth")
+    for queue in ("mail", "paused-only", "busy"):
+        for state in awa.lifecycle.DEPTH_STATES:
+            key = (("awa_job_queue", queue), ("awa_job_state", state))
+            assert key in depth, (queue, state, sorted(depth))
+    assert depth[(("awa_job_queue", "mail"), ("awa_job_state", "available"))] == 1
+    assert depth[(("awa_job_queue", "busy"), ("awa_job_state", "available"))] == 0
+    for name in ("awa_db_queue_lag_seconds", "awa_db_running_heartbeat_stale",
+                 "awa_db_running_deadline_overdue", "awa_db_running_oldest_heartbeat_age_seconds",
+                 "awa_db_unique_wedged"):
+        got = {dict(k)["awa_job_queue"] for k in series(name)}
+        assert got >= {"mail", "paused-only", "busy"}, (name, got)
+    dlq = series("awa_db_dlq_depth")
+    assert dlq[(("awa_dlq_reason", ""), ("awa_job_queue", "busy"))] == 0

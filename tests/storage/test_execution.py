@@ -93,6 +93,67 @@ async def test_claim_starts_an_attempt(engine, aconn, client):
     assert after["deadline_at"] == job.deadline_at
 
 
+async def test_claim_records_the_claiming_runtime(engine, aconn, client):
+    """Who runs what: the instance id given to the claim stays with the attempt while it
+    runs -- in ``awa.jobs``, the running-attempt reads and the job record -- also once it
+    is materialized (heartbeat) or waits for a callback; the next claim records its own."""
+    first, second = uuid.uuid4(), uuid.uuid4()
+    a = (await client.insert(Work(1))).id
+    b = (await client.insert(Work(2))).id
+    c = (await client.insert(Work(3))).id
+    [ja] = await engine.claim_batch(aconn, "default", 1, DEADLINE_MS, first)
+    [jb, jc] = await engine.claim_batch(aconn, "default", 2, DEADLINE_MS, second)
+    assert [ja.id, jb.id, jc.id] == [a, b, c]
+    await engine.heartbeat_batch(aconn, [write(jb)])  # materializes on queue storage
+    token = await callbacks.register_callback(await client._get_pool(), jc.id, jc.run_lease, 60)
+    await engine.park_batch(aconn, [write(jc, callback_id=token.id)])
+
+    want = {a: str(first), b: str(second), c: str(second)}
+    for job_id, instance in want.items():
+        assert str((await row(aconn, job_id))["claimed_by"]) == instance
+        record = await engine.job_record(aconn, job_id)
+        assert record is not None and record.claimed_by == instance
+    running = await engine.running_attempts(aconn, limit=10)
+    assert {r.id: r.claimed_by for r in running} == {a: str(first), b: str(second)}
+    by_id = await engine.running_attempts(aconn, job_ids=[b], limit=10)
+    assert [r.claimed_by for r in by_id] == [str(second)]
+
+    # Retried, promoted and claimed again by another runtime: that one is named now.
+    assert (await engine.retry_batch(aconn, [write(ja, delay_s=0.0)])).applied == [a]
+    await engine.promote_due(aconn, limit=10)
+    third = uuid.uuid4()
+    [again] = await engine.claim_batch(aconn, "default", 1, DEADLINE_MS, third)
+    assert again.id == a and again.attempt == 2
+    assert str((await row(aconn, a))["claimed_by"]) == str(third)
+    assert (await engine.job_record(aconn, a)).claimed_by == str(third)
+
+
+async def test_an_attempt_ended_in_place_keeps_its_runtime(engine, aconn, client):
+    """Completed, failed or cancelled by its handler: the job still names who ran it
+    (a short attempt and one materialized by a heartbeat alike)."""
+    instance = uuid.uuid4()
+    ids = [(await client.insert(Work(n))).id for n in range(3)]
+    done, failed, cancelled = await engine.claim_batch(aconn, "default", 3, DEADLINE_MS,
+                                                       instance)
+    await engine.heartbeat_batch(aconn, [write(failed)])
+    assert (await engine.complete_batch(aconn, [write(done)])).applied == [done.id]
+    assert (await engine.fail_batch(aconn, [write(failed, error={"error": "x"})])).applied \
+        == [failed.id]
+    assert (await engine.cancel_batch(aconn, [write(cancelled)])).applied == [cancelled.id]
+    for job_id in ids:
+        assert str((await row(aconn, job_id))["claimed_by"]) == str(instance)
+        assert (await engine.job_record(aconn, job_id)).claimed_by == str(instance)
+
+
+async def test_a_claim_without_an_instance_records_none(engine, aconn, client):
+    job = await client.insert(Work())
+    [claimed] = await engine.claim_batch(aconn, "default", 1, DEADLINE_MS)
+    assert claimed.id == job.id
+    assert (await row(aconn, job.id))["claimed_by"] is None
+    [attempt] = await engine.running_attempts(aconn, limit=10)
+    assert attempt.claimed_by is None
+
+
 async def test_claim_respects_paused_queues_and_other_queues(engine, aconn, client):
     job = await client.insert(Work(), queue="q1")
     other = await client.insert(Work(), queue="q2")

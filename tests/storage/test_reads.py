@@ -56,7 +56,7 @@ class CanonicalArrange:
         return int(row["id"])
 
     async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
-        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS))
+        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS, None))
         rows = await cur.fetchall()
         return [int(r["id"]) for r in rows]
 
@@ -270,6 +270,30 @@ async def test_job_pages_and_job_record(engine, aconn, arrange):
     assert dead is not None and dead.in_dlq and dead.dlq_reason == "terminal_error"
     assert dead.job.kind == "gone" and dead.dlq_at is not None
     assert await engine.job_record(aconn, 10**9) is None
+
+
+async def test_job_page_filters_by_args_text(engine, engine_url, aconn):
+    """The console's ``/`` text: jobs whose args contain it (case-insensitive), alone or
+    with the other filters (within the newest ``window`` rows, like kind and tag)."""
+    import awa
+
+    async with awa.AsyncClient(engine_url) as client:
+        alice = (await client.insert({"to": "Alice@example.com", "n": 1}, kind="send",
+                                     queue="mail")).id
+        bob = (await client.insert({"to": "bob@example.com"}, kind="send", queue="mail")).id
+        other = (await client.insert({"note": "alice again"}, kind="resize", queue="img",
+                                     run_at=datetime.now(UTC) + timedelta(hours=1))).id
+
+    def page(**kw: Any) -> Any:
+        return engine.job_page(aconn, JobListQuery(**kw))
+
+    assert [j.id for j in await page(args="alice")] == [other, alice]
+    assert [j.id for j in await page(args="ALICE", queue="mail")] == [alice]
+    assert [j.id for j in await page(args="alice", state="scheduled")] == [other]
+    assert [j.id for j in await page(args="example.com", kind="send")] == [bob, alice]
+    assert [j.id for j in await page(args='"n": 1')] == [alice]
+    assert await page(args="nobody") == []
+    assert JobListQuery(args="x").post_filtered
 
 
 # --- uniqueness --------------------------------------------------------------------------------

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import blake3
+import pytest
 
-from tui.conftest import add_dlq, add_job, at, press, running_console, screen_text, seed_system
+from tui.conftest import (
+    MEDIUM,
+    NARROW,
+    add_dlq,
+    add_job,
+    at,
+    press,
+    running_console,
+    screen_text,
+    seed_system,
+)
 
 
 def ids_of(table) -> list[int]:
@@ -71,6 +82,9 @@ async def test_enter_opens_a_job_with_everything_recorded(database_url, db):
         assert app.screen.TITLE == "Jobs"
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_retry_a_failed_job_from_the_jobs_screen(database_url, db):
     ids = seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -123,6 +137,9 @@ async def test_dlq_purge_of_tagged_entries_asks_first(database_url, db):
         assert "purged from the DLQ 2 job(s): 9001, 9002" in screen_text(app)
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_dlq_move_failed_jobs_of_a_queue_with_a_reason(database_url, db):
     ids = seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -168,6 +185,9 @@ async def test_enter_on_a_queue_lists_its_jobs(database_url, db):
         assert "1 jobs: queue=images" in screen_text(app)
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_diagnostics_table_and_a_findings_evidence(database_url, db):
     seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -232,3 +252,79 @@ async def test_jobs_and_dlq_sort_by_column(database_url, db):
         text = screen_text(app)
         assert "job 9001" in text and "in the DLQ" in text
         assert "DLQ reason terminal_error" in text and "invalid address" in text
+
+
+@pytest.mark.parametrize("size", [NARROW, MEDIUM])
+async def test_ten_dlq_entries_of_one_poison_bug_are_one_group_of_ten(database_url, db, size):
+    for n in range(10):
+        add_dlq(db, 500 + n, kind="parse_upload", queue="imports",
+                error=f"upload-{n * 15}.csv: unexpected byte 0xff at offset {1337 + n}",
+                dlq_at=at(-300 + n))
+    add_dlq(db, 777, kind="send_email", queue="email", error="mailbox 'bob' does not exist",
+            dlq_at=at(-10))
+    async with running_console(database_url, size=size) as (app, pilot):
+        await press(app, pilot, "4")
+        assert "2 cause(s) (g)" in screen_text(app)
+        await press(app, pilot, "g")
+        groups = app.screen.query_one("#dlq-groups")
+        assert groups.row_count == 2
+        top = [str(c) for c in groups.get_row_at(0)]
+        assert top[1] == "10"
+        assert top[2].startswith("<file>: unexpected byte <hex>")  # the normalized error
+        assert top[3].startswith("parse_up")  # kinds (cut to fit at 80 columns)
+        assert "2 cause(s) of 11 entries" in screen_text(app)
+        if size == MEDIUM:  # first and last seen fit
+            assert top[5:7] == ["5m00s ago", "4m51s ago"]
+
+        # Drill into the members: the DLQ screen, filtered to the group.
+        await press(app, pilot, "enter")
+        assert app.screen.TITLE == "DLQ"
+        table = app.screen.query_one("#dlq")
+        assert sorted(ids_of(table)) == list(range(500, 510))
+        assert "cause: <file>: unexpected byte" in screen_text(app)
+
+        # Retry the whole group at once.
+        await press(app, pilot, "g")
+        await press(app, pilot, "r")
+        assert "Retry all 10 DLQ job(s) of cause" in screen_text(app)
+        await press(app, pilot, "y")
+        assert "retried from the DLQ 10 job(s)" in screen_text(app)
+        left = [r["job_id"] for r in db.execute("SELECT job_id FROM awa.dlq_entries")]
+        assert left == [777]
+        assert app.screen.query_one("#dlq-groups").row_count == 1
+
+
+async def test_purge_a_dlq_group_asks_first(database_url, db):
+    for n in range(3):
+        add_dlq(db, 600 + n, error=f"KeyError: 'user_{n}'")
+    async with running_console(database_url, size=MEDIUM) as (app, pilot):
+        await press(app, pilot, "4", "g", "x")
+        assert "Purge all 3 DLQ job(s) of cause \"KeyError: '?'\"?" in screen_text(app)
+        await press(app, pilot, "escape")
+        assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 3
+        await press(app, pilot, "x", "y")
+        assert db.execute("SELECT count(*) AS n FROM awa.dlq_entries").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize("size", [NARROW, MEDIUM])
+async def test_jobs_slash_filter_matches_args_text(database_url, size):
+    import awa
+    with awa.Client(database_url) as client:
+        alice = client.insert({"to": "alice@example.com"}, kind="send_email", queue="email").id
+        client.insert({"to": "bob@example.com"}, kind="send_email", queue="email")
+        report = client.insert({"owner": "Alice"}, kind="report", queue="reports").id
+    async with running_console(database_url, size=size) as (app, pilot):
+        await press(app, pilot, "3")
+        table = app.screen.query_one("#jobs")
+        assert table.row_count == 3
+        await filter_with(app, pilot, "alice")
+        assert ids_of(table) == [report, alice]
+        assert "args contain 'alice'" in screen_text(app)
+        await filter_with(app, pilot, "queue=email alice@example")
+        assert ids_of(table) == [alice]
+        await filter_with(app, pilot, "available ALICE")
+        assert ids_of(table) == [report, alice]
+        await filter_with(app, pilot, "nobody-has-this")
+        assert table.row_count == 0
+        await filter_with(app, pilot, "")
+        assert table.row_count == 3

@@ -120,3 +120,66 @@ async def test_dlq_retry_is_run_by_a_live_worker(database_url, db, log_dir):
         assert row["state"] == "completed"
     finally:
         worker.kill()
+
+
+async def test_a_sigkilled_workers_attempt_is_named_with_its_dead_runtime(database_url, log_dir,
+                                                                          tmp_path):
+    """Who runs what: the attempt names the runtime that claimed it (recorded at claim),
+    not just a runtime serving its queue -- while two serve it, and once its own is gone."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    victim = start_worker(database_url, "default:2", log_dir=log_dir)
+    bystander = None
+    try:
+        with awa.Client(database_url) as client:
+            job = client.insert({"seconds": 60}, kind="slow")
+        victim.wait_for_log("start", kind="slow")
+        # Serves the queue too, but presumes heartbeats stale only after a minute: as leader
+        # it does not rescue the attempt while the test looks at it.
+        bystander = start_worker(database_url, "default:2", log_dir=log_dir,
+                                 settings={"heartbeat_staleness_ms": 60_000})
+        host = socket.gethostname()
+        async with running_console(database_url, size=(120, 35), clock=None,
+                                   stale_after_s=STALE_AFTER_S) as (app, pilot):
+            await press(app, pilot, "2")
+            # Two live runtimes serve the queue: the one that claimed it is named alone.
+            row = await eventually(app, pilot, lambda: running_row(app, job.id),
+                                   what="the slow job to show as running")
+            assert row["status"] == "alive"
+            assert row["runtime"] == f"{host}:{victim.pid}"
+
+            victim.kill()
+            row = await eventually(
+                app, pilot,
+                lambda: (r := running_row(app, job.id)) and r["status"] == "orphaned" and r,
+                what="the killed worker's attempt to read orphaned")
+            assert row["runtime"] == f"{host}:{victim.pid} (gone)"
+
+            # Job detail says who claimed it, by instance id, and that it is gone.
+            await press(app, pilot, "enter")
+            text = screen_text(app)
+            assert f"runs on {host}:{victim.pid} ({victim.instance_id[:20]}" in text.replace(
+                "\n", "")
+            assert "gone" in text
+
+        # stuck-running evidence: the claiming runtime's id and name, gone.
+        env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+        proc = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "stuck-running",
+                               "--database-url", database_url, "--json",
+                               "--heartbeat-staleness", "1"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        findings = json.loads(proc.stdout)["findings"]
+        evidence = [e for f in findings for e in f["evidence"] if e.get("job_id") == job.id]
+        assert evidence, proc.stdout
+        [attempt] = evidence
+        assert attempt["claimed_by"] == victim.instance_id
+        assert attempt["runtime"].startswith(f"gone: {host}:{victim.pid} "
+                                             f"({victim.instance_id[:8]})")
+        assert attempt["class"] in ("orphaned", "deadline overdue")
+    finally:
+        victim.kill()
+        if bystander is not None:
+            bystander.kill()

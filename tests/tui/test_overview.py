@@ -3,7 +3,9 @@ diagnostics."""
 
 from __future__ import annotations
 
-from tui.conftest import add_runtime, running_console, screen_text, seed_system
+import pytest
+
+from tui.conftest import MEDIUM, NARROW, add_runtime, at, running_console, screen_text, seed_system
 
 
 async def test_overview_shows_queues_leader_dlq_and_diagnostic_status(database_url, db):
@@ -56,3 +58,24 @@ async def test_throughput_sparkline_grows_one_point_per_refresh(database_url, db
         # Completions at T0-1s..T0-4s; the first window is (T0-2s, T0]: one job in 2 s.
         assert default.throughput[0] == 0.5
         assert set(default.throughput[1:]) == {0.0}  # the clock stands still: nothing new
+
+
+@pytest.mark.parametrize("size", [NARROW, MEDIUM])
+async def test_runtimes_live_first_then_gone_greyed_with_last_seen_age(database_url, db, size):
+    add_runtime(db, host="dead-old", pid=7, last_seen=at(-3 * 3600))
+    add_runtime(db, host="live-b", pid=2)
+    add_runtime(db, host="dead-new", pid=8, last_seen=at(-125))
+    add_runtime(db, host="live-a", pid=1, leader=True)
+    async with running_console(database_url, size=size) as (app, pilot):
+        table = app.screen.query_one("#runtimes")
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        hosts = [str(r[1]) for r in rows]
+        assert set(hosts[:2]) == {"live-a", "live-b"}  # live first
+        assert hosts[2:] == ["dead-new", "dead-old"]  # then gone, most recently seen first
+        for row in rows[2:]:
+            assert str(row[0]) == "gone"
+            assert all(cell.style == "dim" for cell in row[1:3])  # greyed
+            assert "gone" in [str(c) for c in row]  # health reads gone, never "ok"
+            assert "ok" not in [str(c) for c in row]
+        seen = table.shown_keys().index("seen")
+        assert str(rows[2][seen]) == "2m05s ago" and str(rows[3][seen]).startswith("3h")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import psycopg
+import pytest
 from psycopg.conninfo import make_conninfo
 
 from awa import schema
@@ -67,6 +68,9 @@ async def test_a_huge_queue_is_counted_up_to_a_cap(database_url, db):
         assert row[0] == "big" and row[1] == "25+"
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_read_only_session_refuses_every_action_in_postgresql(database_url, db):
     """--read-only: a mutating key says so in one line without asking (issue 17 item 6);
     underneath, the session itself is read-only, so PostgreSQL still refuses any write."""

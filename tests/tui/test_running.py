@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tui.conftest import press, running_console, screen_text, seed_system
 
 
@@ -100,6 +102,9 @@ async def test_min_age_hides_young_attempts(database_url, db):
         assert "min age 5m00s" in screen_text(app)
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_cancel_asks_first_and_then_cancels(database_url, db):
     ids = seed_system(db)
     async with running_console(database_url) as (app, pilot):
@@ -119,6 +124,9 @@ async def test_cancel_asks_first_and_then_cancels(database_url, db):
         assert str(ids["alive"]) not in column(table, "id")
 
 
+# Acts on (or diagnoses) rows seed_system / add_* arrange in the canonical tables at
+# fixed-clock ages; the engines' own behaviour is checked in tests/storage.
+@pytest.mark.engine("canonical")
 async def test_space_tags_rows_for_a_bulk_cancel(database_url, db):
     seed_system(db)
     async with running_console(database_url) as (app, pilot):

@@ -66,6 +66,7 @@ SCREEN_KEYS = {
     "jobs": ("3",),
     "job_detail": ("3", "slash", "f", "a", "i", "l", "e", "d", "enter", "enter"),
     "dlq": ("4",),
+    "dlq_causes": ("4", "g"),
     "diagnostics": ("5",),
     "check_detail": ("5", "enter"),
     "help": ("2", "question_mark"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
@@ -53,7 +54,8 @@ UPDATE awa.jobs_hot j
        run_lease = j.run_lease + 1,
        attempted_at = now(),
        heartbeat_at = now(),
-       deadline_at = now() + %s * interval '1 millisecond'
+       deadline_at = now() + %s * interval '1 millisecond',
+       claimed_by = %s
   FROM picked
  WHERE j.id = picked.id AND j.state = 'available'
 RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
@@ -299,10 +301,11 @@ class CanonicalExecution:
     """The execution group of the Engine protocol on the canonical engine."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None
+                          ) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
-        await cur.execute(CLAIM_JOBS, (queue, queue, limit, deadline_ms))
+        await cur.execute(CLAIM_JOBS, (queue, queue, limit, deadline_ms, instance_id))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],

@@ -114,13 +114,19 @@ SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_i
 
 # --- running attempts ---------------------------------------------------------------
 
+# The runtime that claimed the attempt (migration 0004).  Read through the row's JSON so the
+# same statement serves a layout without the column (the Rust-core awa 0.6's canonical
+# tables, read by awa.storage.rust_core through these statements): NULL there.  The rows
+# are few (a bounded page, or one job).
+CLAIMED_BY = "to_jsonb(t) ->> 'claimed_by' AS claimed_by"
+
 _RUNNING_COLUMNS = """
 SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
-       attempted_at, heartbeat_at, deadline_at, tags,
+       attempted_at, heartbeat_at, deadline_at, tags, """ + CLAIMED_BY + """,
        EXTRACT(EPOCH FROM (now() - heartbeat_at))::float8 AS heartbeat_age_s,
        EXTRACT(EPOCH FROM (deadline_at - now()))::float8 AS deadline_remaining_s,
        EXTRACT(EPOCH FROM (now() - attempted_at))::float8 AS running_for_s
-  FROM awa.jobs_hot"""
+  FROM awa.jobs_hot t"""
 # The seed's canonical running-jobs query (partial heartbeat index), bounded.
 RUNNING = _RUNNING_COLUMNS + """
  WHERE state = 'running'
@@ -187,10 +193,15 @@ JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, m
                     "run_at, created_at, attempted_at, finalized_at, tags")
 HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
 
+# Whether a row's args contain the text asked for (case-insensitive); a column of the
+# inner selects, so the args filter applies after their window like kind and tag.
+ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.args::text), lower(%(args)s)) > 0)"
+              " AS args_match")
+
 # Jobs list for one table: enumerate its (state, queue) pairs (loose index
 # scan), keep those the filter allows, take the newest rows of each from the
 # (state, queue, id) index, then apply the filters no index serves (kind,
-# tag).  Without such filters the result is exact; with them it covers the
+# tag, args).  Without such filters the result is exact; with them it covers the
 # newest ``window`` rows.
 _JOBS_LIST = """
 WITH RECURSIVE pairs AS (
@@ -212,11 +223,12 @@ WITH RECURSIVE pairs AS (
       FROM picked
 )
 SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
-    SELECT {columns} FROM {table} t
+    SELECT {columns}, {args_match} FROM {table} t
      WHERE t.state = p.state AND t.queue = p.queue
      ORDER BY t.id DESC LIMIT per_pair.k) t
  WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
    AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+   AND t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s
 """
@@ -224,30 +236,30 @@ SELECT t.* FROM picked p CROSS JOIN per_pair CROSS JOIN LATERAL (
 # kind/tag filters within the newest ``window`` of them.
 _JOBS_NEWEST = """
 SELECT t.* FROM (
-    SELECT {columns} FROM {table} t ORDER BY t.id DESC
+    SELECT {columns}, {args_match} FROM {table} t ORDER BY t.id DESC
      LIMIT CASE WHEN %(post_filtered)s THEN %(window)s ELSE %(page)s END) t
  WHERE (%(kind)s::text IS NULL OR t.kind = %(kind)s)
    AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+   AND t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s
 """
 _HOT = sql.Identifier("awa", "jobs_hot")
 _DEFERRED = sql.Identifier("awa", "scheduled_jobs")
-JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_HOT, columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_DEFERRED,
-                                                     columns=sql.SQL(JOB_LIST_COLUMNS))
-JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=_HOT, columns=sql.SQL(JOB_LIST_COLUMNS))
-SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=_DEFERRED,
-                                                 columns=sql.SQL(JOB_LIST_COLUMNS))
+_LIST_PARTS = {"columns": sql.SQL(JOB_LIST_COLUMNS), "args_match": sql.SQL(ARGS_MATCH)}
+JOBS_HOT_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_HOT, **_LIST_PARTS)
+SCHEDULED_JOBS_NEWEST = sql.SQL(_JOBS_NEWEST).format(table=_DEFERRED, **_LIST_PARTS)
+JOBS_HOT_LIST = sql.SQL(_JOBS_LIST).format(table=_HOT, **_LIST_PARTS)
+SCHEDULED_JOBS_LIST = sql.SQL(_JOBS_LIST).format(table=_DEFERRED, **_LIST_PARTS)
 
 _JOB_COLUMNS = ", ".join(JOB_COLUMNS)
 _DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
 # The job, or its DLQ entry with dlq_reason set: by primary key either way.
 JOB_RECORD = f"""
-SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
-  FROM awa.jobs WHERE id = %(id)s
+SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at, {CLAIMED_BY}
+  FROM awa.jobs t WHERE id = %(id)s
 UNION ALL
-SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at FROM awa.dlq_entries WHERE job_id = %(id)s
+SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at, NULL::text FROM awa.dlq_entries WHERE job_id = %(id)s
 LIMIT 1"""
 
 # --- DLQ pages and errors ------------------------------------------------------------------
@@ -279,16 +291,16 @@ DLQ_NEWEST = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS), where=
 # how many of its attempts failed with that same message.
 REPEATED_ERRORS = """
 WITH recent AS (
-    (SELECT job_id, kind, queue, errors, 'dlq' AS place FROM awa.dlq_entries
+    (SELECT job_id, kind, queue, errors, 'dlq' AS place, dlq_at AS at FROM awa.dlq_entries
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
      ORDER BY dlq_at DESC LIMIT %(sample)s)
     UNION ALL
-    (SELECT id, kind, queue, errors, 'failed' FROM awa.jobs_hot
+    (SELECT id, kind, queue, errors, 'failed', finalized_at FROM awa.jobs_hot
      WHERE state = 'failed' AND finalized_at IS NOT NULL
        AND (%(queue)s::text IS NULL OR queue = %(queue)s)
      ORDER BY finalized_at DESC LIMIT %(sample)s)
 ), last_errors AS (
-    SELECT job_id, kind, queue, place,
+    SELECT job_id, kind, queue, place, at,
            left(errors[array_upper(errors, 1)]->>'error', 300) AS message,
            (SELECT count(*) FROM unnest(errors) e
             WHERE e->>'error' = errors[array_upper(errors, 1)]->>'error') AS same_attempts
@@ -297,7 +309,7 @@ WITH recent AS (
 )
 SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
        (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
-       array_agg(DISTINCT place) AS places
+       array_agg(DISTINCT place) AS places, min(at) AS first_seen, max(at) AS last_seen
 FROM last_errors
 GROUP BY kind, queue, message
 ORDER BY count(*) DESC, max(same_attempts) DESC
@@ -317,6 +329,13 @@ FROM awa.job_kind_descriptors
 ORDER BY 1, 2
 """
 RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+
+
+def job_summary(row: dict[str, Any]) -> JobSummary:
+    """A job-list row (the filters' helper columns left out)."""
+    values = {k: v for k, v in row.items() if k != "args_match"}
+    values["tags"] = list(values["tags"] or [])
+    return JobSummary(**values)
 
 
 def queue_names(value: Any) -> list[str]:
@@ -400,7 +419,8 @@ class CanonicalReads:
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
             heartbeat_age_s=_float(r["heartbeat_age_s"]),
             deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"])) for r in rows]
+            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
+            for r in rows]
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
@@ -431,7 +451,8 @@ class CanonicalReads:
     async def job_page(self, conn: psycopg.AsyncConnection[Any],
                        query: JobListQuery) -> list[JobSummary]:
         params = {"state": query.state, "queue": query.queue, "kind": query.kind,
-                  "tag": query.tag, "post_filtered": query.post_filtered, "page": query.page,
+                  "tag": query.tag, "args": query.args,
+                  "post_filtered": query.post_filtered, "page": query.page,
                   "window": query.window, "max_pairs": query.max_pairs}
         newest = query.state is None and query.queue is None
         hot, deferred = ((JOBS_HOT_NEWEST, SCHEDULED_JOBS_NEWEST) if newest
@@ -442,7 +463,7 @@ class CanonicalReads:
         if query.state is None or query.state in DEFERRED_STATES:
             rows += await _rows(conn, deferred, params)
         rows.sort(key=lambda r: r["id"], reverse=True)
-        return [JobSummary(**{**r, "tags": list(r["tags"] or [])}) for r in rows[: query.page]]
+        return [job_summary(r) for r in rows[: query.page]]
 
     async def job_record(self, conn: psycopg.AsyncConnection[Any],
                          job_id: int) -> JobRecord | None:
@@ -450,7 +471,7 @@ class CanonicalReads:
         if not rows:
             return None
         row = rows[0]
-        return JobRecord(Job.from_row(row), row["dlq_reason"], row["dlq_at"])
+        return JobRecord(Job.from_row(row), row["dlq_reason"], row["dlq_at"], row["claimed_by"])
 
     async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
                        query: DlqPageQuery) -> DlqEntriesPage:
@@ -472,7 +493,8 @@ class CanonicalReads:
                                                    "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
-                              list(r["places"])) for r in rows]
+                              list(r["places"]), r["first_seen"], r["last_seen"])
+                for r in rows]
 
     async def descriptors(self, conn: psycopg.AsyncConnection[Any]) -> list[StoredDescriptor]:
         return [StoredDescriptor(r["type"], r["key"], r["descriptor_hash"], r["last_seen_at"],

@@ -47,11 +47,12 @@ WITH att AS MATERIALIZED (
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at, callback_id, callback_timeout_at, callback_filter,
-                            callback_on_complete, callback_on_fail, callback_transform)
+                            callback_on_complete, callback_on_fail, callback_transform,
+                            claimed_by)
     SELECT (SELECT awa.qs_slot('lease')), a.job_id, a.run_lease, a.queue, 'running', a.attempt,
            a.claim_slot, a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(),
            a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
-           %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s
+           %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s, a.claimed_by
       FROM att a JOIN mat m ON m.job_id = a.job_id AND m.run_lease = a.run_lease
     RETURNING job_id
 ), upd AS (

@@ -18,6 +18,7 @@ the mask inserts the claim (a collision raises ``unique_violation`` on
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
 
@@ -37,7 +38,7 @@ from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
 
 log = logging.getLogger("awa.storage")
 
-CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s)"
+CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s)"
 
 # The attempts a batch names, joined to their receipts.
 _ATTEMPTS = """
@@ -50,7 +51,8 @@ WITH u AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
@@ -96,7 +98,7 @@ _END = _ATTEMPTS + """
            r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
            l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
            a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
       FROM att a
       JOIN awa.ready_entries r ON r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
@@ -142,10 +144,10 @@ CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' TH
 
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
 FINALIZE = _END + f"""
-INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST})
+INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST}, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
                                        "finalized_at": "now()",
-                                       "progress": CLEARED_ON_COMPLETION})}
+                                       "progress": CLEARED_ON_COMPLETION})}, e.claimed_by
   FROM ended e
 RETURNING id"""
 
@@ -197,10 +199,11 @@ HEARTBEAT = _ATTEMPTS + """
 ), fresh AS (
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
-                            deadline_at)
+                            deadline_at, claimed_by)
     SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt,
            a.claim_slot,
-           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline
+           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline,
+           a.c_claimed_by
       FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
     RETURNING job_id, run_lease
 ), beat AS (
@@ -275,10 +278,11 @@ class QueueStorageExecution:
     """The execution group of the Engine protocol on queue storage."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None
+                          ) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
-        await cur.execute(CLAIM, (queue, limit, deadline_ms))
+        await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],

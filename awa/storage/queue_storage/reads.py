@@ -40,14 +40,18 @@ RUNNING_COUNTS = _on_view(canonical.RUNNING_COUNTS)
 CANCELLED_WHILE_RUNNING = _on_view(canonical.CANCELLED_WHILE_RUNNING)
 WEDGED_CLAIMS = _on_view(canonical.WEDGED_CLAIMS)
 REPEATED_ERRORS = _on_view(canonical.REPEATED_ERRORS)
+# The args filter looks through the newest ``window`` rows the other filters leave.
 JOB_PAGE = f"""
 SELECT t.* FROM (
-    SELECT {canonical.JOB_LIST_COLUMNS} FROM awa.jobs t
+    SELECT {canonical.JOB_LIST_COLUMNS}, {canonical.ARGS_MATCH} FROM awa.jobs t
      WHERE (%(state)s::text IS NULL OR t.state::text = %(state)s)
        AND (%(queue)s::text IS NULL OR t.queue = %(queue)s)
        AND (%(kind)s::text IS NULL OR t.kind = %(kind)s)
        AND (%(tag)s::text IS NULL OR t.tags @> ARRAY[%(tag)s::text])
+     ORDER BY t.id DESC
+     LIMIT CASE WHEN %(args)s::text IS NULL THEN %(page)s ELSE %(window)s END
 ) t
+ WHERE t.args_match
  ORDER BY t.id DESC
  LIMIT %(page)s"""
 
@@ -80,7 +84,8 @@ class QueueStorageReads(CanonicalReads):
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
             heartbeat_age_s=_float(r["heartbeat_age_s"]),
             deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"])) for r in rows]
+            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
+            for r in rows]
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
@@ -104,8 +109,9 @@ class QueueStorageReads(CanonicalReads):
                        query: JobListQuery) -> list[JobSummary]:
         rows = await _rows(conn, JOB_PAGE, {"state": query.state, "queue": query.queue,
                                             "kind": query.kind, "tag": query.tag,
-                                            "page": query.page})
-        return [JobSummary(**{**r, "tags": list(r["tags"] or [])}) for r in rows]
+                                            "args": query.args, "page": query.page,
+                                            "window": query.window})
+        return [canonical.job_summary(r) for r in rows]
 
     async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
                               queue: str | None = None, sample: int,
@@ -114,7 +120,8 @@ class QueueStorageReads(CanonicalReads):
                                                    "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
-                              list(r["places"])) for r in rows]
+                              list(r["places"]), r["first_seen"], r["last_seen"])
+                for r in rows]
 
     async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
         from awa.storage.queue_storage import rings
