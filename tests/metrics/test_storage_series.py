@@ -22,7 +22,7 @@ TABLES = {"queue": ("ready_entries", "ready_tombstones", "done_entries"),
 SHORT = {"poll_interval_ms": 50, "promote_interval_ms": 50, "leader_election_interval_ms": 200,
          "snapshot_interval_ms": 200, "queue_health_interval_ms": 200,
          "cleanup_interval_ms": 300,
-         # the queue ring writes a slot for retention / (slots - 1): a third of a second
+         # the queue ring writes a slot for retention / (slots - 2): half a second
          "completed_retention_hours": 1 / 3600}
 
 

@@ -81,7 +81,7 @@ async def test_retention_keeps_young_history(engine, aconn):
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
     for _ in range(2):
         await engine.rotate_and_prune(aconn, completed_retention_s=KEEP, failed_retention_s=KEEP)
-    # The queue ring keeps writing slot 0 for KEEP / (slots - 1): nothing there is reclaimed.
+    # The queue ring keeps writing slot 0 for KEEP / (slots - 2): nothing there is reclaimed.
     [ring] = await (await aconn.execute(
         "SELECT current_slot FROM awa.queue_ring_state WHERE ring = 'queue'")).fetchall()
     assert ring["current_slot"] == 0
@@ -90,9 +90,9 @@ async def test_retention_keeps_young_history(engine, aconn):
 
 async def test_the_queue_ring_rotates_once_a_slot_has_covered_its_share_of_retention(
         engine, aconn):
-    """Retention by rotation: with slots covering retention / (slots - 1) each, the slot next
+    """Retention by rotation: with slots covering retention / (slots - 2) each, the slot next
     in line is past retention when its turn comes, so it is truncated whole, never row by row."""
-    keep = 0.6  # four slots: a slot is written for 0.2 s
+    keep = 0.4  # four slots: a slot is written for 0.2 s
     await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k"))
     [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])

@@ -251,9 +251,11 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
 
 
 def queue_slot_span_s(completed_retention_s: float, slot_count: int) -> float:
-    """How long the queue ring writes one slot: the other slots then cover the retention,
-    so the slot next in line is past retention -- truncated whole -- when its turn comes."""
-    return completed_retention_s / max(slot_count - 1, 1)
+    """How long the queue ring writes one slot: retention / (slots - 2), so the slot next
+    in line was sealed (slots - 1) spans ago -- past retention by a whole span, truncated
+    whole by an earlier prune -- when its turn comes, and rows never outlive their
+    retention in the slot being written (which only row deletes could reclaim)."""
+    return completed_retention_s / max(slot_count - 2, 1)
 
 
 async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
