@@ -87,22 +87,25 @@ SELECT s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata, s.tags::
   FROM {source}
  ORDER BY s.ord
 """
-# General: deferred rows go to scheduled_jobs; unique rows whose key is taken
-# (already claimed, or by an earlier row of this batch) are skipped.
-_GENERAL_INSERT = """
-WITH src AS MATERIALIZED (
+# The rows of a batch that get written (both engines): all of them, except unique rows
+# whose key is taken -- claimed already, or by an earlier row of the batch.  ``{source}``
+# is the batch; defines ``kept`` (with its new ids, in batch order, ``deferred`` set for
+# any explicit run_at).
+KEPT_ROWS = """
+WITH incoming AS MATERIALIZED (
     SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
            s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
            COALESCE(s.run_at, now()) AS run_at,
            s.run_at IS NOT NULL AS deferred  -- any explicit run_at (awa-pg 0.6.9)
       FROM {source}
 ), flagged AS (
-    SELECT src.*,
-           src.unique_key IS NOT NULL
-           AND get_bit(src.unique_states, awa.state_bit(
-                   CASE WHEN src.deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)) = 1
+    SELECT incoming.*,
+           incoming.unique_key IS NOT NULL
+           AND get_bit(incoming.unique_states, awa.state_bit(
+                   CASE WHEN incoming.deferred THEN 'scheduled' ELSE 'available' END
+                   ::awa.job_state)) = 1
            AS claims
-      FROM src
+      FROM incoming
 ), ranked AS (
     SELECT flagged.*,
            row_number() OVER (PARTITION BY flagged.claims, flagged.unique_key
@@ -115,7 +118,10 @@ WITH src AS MATERIALIZED (
         OR (r.nth = 1 AND NOT EXISTS (
                SELECT 1 FROM awa.job_unique_claims c WHERE c.unique_key = r.unique_key))
      ORDER BY r.ord
-), hot AS (
+)"""
+# General: deferred rows go to scheduled_jobs, the rest to jobs_hot.
+_GENERAL_INSERT = KEPT_ROWS + """
+, hot AS (
     INSERT INTO awa.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
                               metadata, tags, unique_key, unique_states)
     SELECT id, kind, queue, args, 'available', priority, max_attempts, run_at,

@@ -26,6 +26,7 @@ from awa.storage.canonical.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
     EMPTY_STAGING,
+    KEPT_ROWS,
     STAGING_SOURCE,
     UNIQUE_RACE_RETRIES,
     UNNEST_SOURCE,
@@ -67,35 +68,9 @@ APPEND_READY = """
     RETURNING job_id AS id, 'available'::awa.job_state AS state, run_at, created_at
 )"""
 
-# Deferred rows go to deferred_jobs; unique rows whose key is taken (claimed
-# already, or by an earlier row of the batch) are skipped; the rest append.
-_INSERT = """
-WITH s0 AS MATERIALIZED (
-    SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
-           s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
-           COALESCE(s.run_at, now()) AS run_at,
-           s.run_at IS NOT NULL AS deferred  -- any explicit run_at (awa-pg 0.6.9)
-      FROM {source}
-), flagged AS (
-    SELECT s0.*,
-           s0.unique_key IS NOT NULL
-           AND awa.qs_in_mask(s0.unique_states,
-                   CASE WHEN s0.deferred THEN 'scheduled' ELSE 'available' END::awa.job_state)
-           AS claims
-      FROM s0
-), ranked AS (
-    SELECT flagged.*,
-           row_number() OVER (PARTITION BY flagged.claims, flagged.unique_key
-                              ORDER BY flagged.ord) AS nth
-      FROM flagged
-), kept AS MATERIALIZED (
-    SELECT nextval('awa.jobs_id_seq') AS id, r.*
-      FROM ranked r
-     WHERE NOT r.claims
-        OR (r.nth = 1 AND NOT EXISTS (
-               SELECT 1 FROM awa.job_unique_claims c WHERE c.unique_key = r.unique_key))
-     ORDER BY r.ord
-), src AS (
+# Of the kept rows (KEPT_ROWS), deferred ones go to deferred_jobs; the rest append.
+_INSERT = KEPT_ROWS + """
+, src AS (
     SELECT id, kind, queue, args, priority, 0::smallint AS attempt, max_attempts, run_at,
            NULL::timestamptz AS attempted_at, now() AS created_at, NULL::jsonb[] AS errors,
            metadata, tags, unique_key, unique_states, 0::bigint AS run_lease,
