@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 import psycopg
@@ -480,6 +480,14 @@ def _rescued(row: dict[str, Any], action: Any) -> RescuedAttempt:
 class CanonicalMaintenance:
     """The maintenance group of the Engine protocol on the canonical engine."""
 
+    # The statements promotion and retention run (same shapes, same flow on every engine;
+    # a subclass for another layout names its own).
+    SELECT_DUE_SQL: ClassVar[str] = SELECT_DUE_IDS
+    PROMOTE_SQL: ClassVar[str] = PROMOTE_IDS
+    CANCEL_DEFERRED_DUPLICATE_SQL: ClassVar[str] = CANCEL_DEFERRED_AS_DUPLICATE
+    DELETE_FINALIZED_QUEUE_SQL: ClassVar[str] = DELETE_FINALIZED_QUEUE
+    DELETE_FINALIZED_DEFAULT_SQL: ClassVar[str] = DELETE_FINALIZED_DEFAULT
+
     # -- rescue ------------------------------------------------------------------------
     async def rescue_stale_heartbeats(
             self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
@@ -525,19 +533,19 @@ class CanonicalMaintenance:
     async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
                           limit: int) -> PromoteBatch:
         async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
-            moved = await _fetch(conn, PROMOTE_IDS, {"ids": [r["id"] for r in rows]})
+            moved = await _fetch(conn, self.PROMOTE_SQL, {"ids": [r["id"] for r in rows]})
             return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
 
         async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True)
-            cancelled = await _fetch(conn, CANCEL_DEFERRED_AS_DUPLICATE,
+            cancelled = await _fetch(conn, self.CANCEL_DEFERRED_DUPLICATE_SQL,
                                      {"id": row["id"], "error": Jsonb(error)})
             return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
                     for r in cancelled]
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, SELECT_DUE_IDS, {"limit": limit}), batch=promote,
+            conn, lambda: _fetch(conn, self.SELECT_DUE_SQL, {"limit": limit}), batch=promote,
             on_collision=cancel, what="promotion")
         return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
                             statements=done.statements)
@@ -550,9 +558,9 @@ class CanonicalMaintenance:
             raise ValueError(f"retention deletes only finished jobs, not {state!r}")
         params: dict[str, Any] = {"state": state, "age_s": older_than_s, "limit": limit}
         if queue is not None:
-            n, _ = await _execute(conn, DELETE_FINALIZED_QUEUE, {**params, "queue": queue})
+            n, _ = await _execute(conn, self.DELETE_FINALIZED_QUEUE_SQL, {**params, "queue": queue})
         else:
-            n, _ = await _execute(conn, DELETE_FINALIZED_DEFAULT,
+            n, _ = await _execute(conn, self.DELETE_FINALIZED_DEFAULT_SQL,
                                   {**params, "excluded_queues": list(exclude_queues)})
         return n
 

@@ -19,19 +19,16 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical.collisions import lock_then_apply
-from awa.storage.canonical.maintenance import FINALIZED_STATES, CanonicalMaintenance
+from awa.storage.canonical.maintenance import CanonicalMaintenance
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
     ActiveCronSchedule,
     AttemptWrite,
     CronFired,
-    PromoteBatch,
-    PromotedJob,
     PruneReport,
     QueueDepth,
     RescueBatch,
@@ -237,6 +234,12 @@ _CALLBACK = _Rescue("callback", CALLBACK_CANDIDATES, "waiting_external",
 class QueueStorageMaintenance(CanonicalMaintenance):
     """The maintenance group on queue storage."""
 
+    SELECT_DUE_SQL = SELECT_DUE
+    PROMOTE_SQL = PROMOTE
+    CANCEL_DEFERRED_DUPLICATE_SQL = CANCEL_DEFERRED_AS_DUPLICATE
+    DELETE_FINALIZED_QUEUE_SQL = DELETE_FINALIZED_QUEUE
+    DELETE_FINALIZED_DEFAULT_SQL = DELETE_FINALIZED_DEFAULT
+
     async def rescue_stale_heartbeats(
             self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
             dlq_enabled: Callable[[str], bool]) -> RescueBatch:
@@ -300,40 +303,6 @@ class QueueStorageMaintenance(CanonicalMaintenance):
             on_collision=cancel, what=f"rescue of {rescue.name} jobs")
         return RescueBatch(found=found, rescued=done.applied + done.superseded,
                            left=len(done.left), statements=done.statements)
-
-    async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
-                          limit: int) -> PromoteBatch:
-        async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
-            moved = await _fetch(conn, PROMOTE, {"ids": [r["id"] for r in rows]})
-            return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
-
-        async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
-            error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
-                                          terminal=True)
-            cancelled = await _fetch(conn, CANCEL_DEFERRED_AS_DUPLICATE,
-                                     {"id": row["id"], "error": Jsonb(error)})
-            return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
-                    for r in cancelled]
-
-        found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, SELECT_DUE, {"limit": limit}), batch=promote,
-            on_collision=cancel, what="promotion")
-        return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
-                            statements=done.statements)
-
-    async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], *, state: str,
-                              older_than_s: float, limit: int, queue: str | None = None,
-                              exclude_queues: Sequence[str] = ()) -> int:
-        if state not in FINALIZED_STATES:
-            raise ValueError(f"retention deletes only finished jobs, not {state!r}")
-        params: dict[str, Any] = {"state": state, "age_s": older_than_s, "limit": limit}
-        async with conn.cursor() as cur:
-            if queue is not None:
-                await cur.execute(DELETE_FINALIZED_QUEUE, {**params, "queue": queue})
-            else:
-                await cur.execute(DELETE_FINALIZED_DEFAULT,
-                                  {**params, "excluded_queues": list(exclude_queues)})
-            return max(cur.rowcount, 0)
 
     async def age_priorities(self, conn: psycopg.AsyncConnection[Any], *,
                              default_interval_ms: int, queue_intervals_ms: Mapping[str, int],
