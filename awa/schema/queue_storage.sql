@@ -303,33 +303,70 @@ CREATE OR REPLACE VIEW awa.qs_ready_live AS
        AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
                         WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1);
 
--- Reserve positions at the end of a lane for this transaction's appends: lock
--- the lane's enqueue head until commit, then -- VOLATILE, so with a snapshot
--- taken after the lock, seeing every earlier holder's rows -- return the first
--- free position.  Past the newest entry, and past the claim head and the newest
--- receipt, which outlive entries a prune truncated.  Creates the lane on first use.
+-- Reserve positions at the end of a lane of (p_queue, p_priority) for this
+-- transaction's appends.  The lane's shard: with queue_meta.enqueue_shards = n > 1,
+-- the first of the n lanes no other producer holds, starting from one the
+-- transaction id picks (concurrent producers spread over the lanes instead of
+-- queueing on one lock; one transaction keeps appending where it started),
+-- else that starting lane, waited for.  The lane's enqueue head stays locked
+-- until commit, so positions become visible in lane order; then -- VOLATILE, so
+-- with a snapshot taken after the lock, seeing every earlier holder's rows --
+-- the first free position: past the newest entry, and past the claim head and
+-- the newest receipt, which outlive entries a prune truncated.  Creates the
+-- queue's lanes on first use.
+DROP FUNCTION IF EXISTS awa.qs_reserve_lane(text, smallint, smallint);
 CREATE OR REPLACE FUNCTION awa.qs_reserve_lane(p_queue text, p_priority smallint,
-                                               p_shard smallint)
-RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+                                               OUT lane_shard smallint, OUT base bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    n int;
+    first int;
+    i int;
 BEGIN
-    PERFORM 1 FROM awa.queue_enqueue_heads
-     WHERE queue = p_queue AND priority = p_priority AND shard = p_shard FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO awa.queue_claim_heads (queue, priority, shard)
-        VALUES (p_queue, p_priority, p_shard) ON CONFLICT DO NOTHING;
-        INSERT INTO awa.queue_enqueue_heads (queue, priority, shard)
-        VALUES (p_queue, p_priority, p_shard) ON CONFLICT DO NOTHING;
-        PERFORM 1 FROM awa.queue_enqueue_heads
-         WHERE queue = p_queue AND priority = p_priority AND shard = p_shard FOR UPDATE;
+    SELECT greatest(COALESCE(max(m.enqueue_shards), 1), 1) INTO n
+      FROM awa.queue_meta m WHERE m.queue = p_queue;
+    first := (txid_current() % n)::int;
+    IF n > 1 THEN
+        FOR i IN 0 .. n - 1 LOOP
+            lane_shard := ((first + i) % n)::smallint;
+            PERFORM 1 FROM awa.queue_enqueue_heads h
+             WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = lane_shard
+               FOR UPDATE SKIP LOCKED;
+            EXIT WHEN FOUND;
+            lane_shard := NULL;
+        END LOOP;
     END IF;
-    RETURN greatest(
+    IF lane_shard IS NULL THEN
+        lane_shard := first::smallint;
+        PERFORM 1 FROM awa.queue_enqueue_heads h
+         WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = lane_shard FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO awa.queue_claim_heads (queue, priority, shard)
+            SELECT p_queue, p_priority, g FROM generate_series(0, n - 1) g
+            ON CONFLICT DO NOTHING;
+            INSERT INTO awa.queue_enqueue_heads (queue, priority, shard)
+            SELECT p_queue, p_priority, g FROM generate_series(0, n - 1) g
+            ON CONFLICT DO NOTHING;
+            PERFORM 1 FROM awa.queue_enqueue_heads h
+             WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = lane_shard
+               FOR UPDATE;
+        END IF;
+    END IF;
+    base := greatest(
         (SELECT COALESCE(max(r.lane_seq) + 1, 0) FROM awa.ready_entries r
-          WHERE r.queue = p_queue AND r.priority = p_priority AND r.shard = p_shard),
+          WHERE r.queue = p_queue AND r.priority = p_priority AND r.shard = lane_shard),
         (SELECT COALESCE(max(c.lane_seq) + 1, 0) FROM awa.lease_claims c
-          WHERE c.queue = p_queue AND c.priority = p_priority AND c.shard = p_shard),
+          WHERE c.queue = p_queue AND c.priority = p_priority AND c.shard = lane_shard),
         (SELECT h.claim_seq FROM awa.queue_claim_heads h
-          WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = p_shard));
+          WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = lane_shard));
 END $$;
+
+-- Enqueue's direct COPY (a plain batch: no unique key, nothing deferred) names
+-- only what the producer knows; ids and timestamps come from these defaults.
+ALTER TABLE awa.ready_entries ALTER COLUMN job_id SET DEFAULT nextval('awa.jobs_id_seq');
+ALTER TABLE awa.ready_entries ALTER COLUMN ready_id SET DEFAULT nextval('awa.qs_ready_id_seq');
+ALTER TABLE awa.ready_entries ALTER COLUMN run_at SET DEFAULT now();
+ALTER TABLE awa.ready_entries ALTER COLUMN created_at SET DEFAULT now();
 
 -- How far each lane of a queue is claimed, from its claim head and receipts:
 -- ``start`` is where the claim begins to look (past a contiguous claimed run,
@@ -406,8 +443,14 @@ BEGIN
                                         AND c.run_lease = r.run_lease + 1))
                ORDER BY r.lane_seq
                LIMIT w) r
+    ), ranked AS MATERIALIZED (
+        -- Dispatch order over the window; the first p_limit are claimed.  (A rank,
+        -- not anti-joins of the window against the picked rows: those are
+        -- window x limit comparisons per claim.)
+        SELECT v.*, row_number() OVER (ORDER BY v.priority, v.run_at, v.job_id) AS rk
+          FROM win v
     ), picked AS MATERIALIZED (
-        SELECT * FROM win ORDER BY priority, run_at, job_id LIMIT p_limit
+        SELECT * FROM ranked WHERE rk <= p_limit
     ), receipts AS (
         INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
                                       priority, attempt, claimed_at, deadline_at,
@@ -417,19 +460,19 @@ BEGIN
                now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id,
                p.shard, p.lane_seq, p_claimed_by
           FROM picked p
-        RETURNING job_id, run_lease, attempt, claimed_at, deadline_at
     ), advance AS (
+        -- The new low-water mark: the first window entry left unclaimed, else
+        -- past the window, else where the claim started.
         UPDATE awa.queue_claim_heads h
            SET claim_seq = n.low
           FROM (SELECT l.priority, l.shard, l.claim_seq,
-                       COALESCE((SELECT min(v.lane_seq) FROM win v
-                                  WHERE v.priority = l.priority AND v.shard = l.shard
-                                    AND NOT EXISTS (SELECT 1 FROM picked p
-                                                     WHERE p.ready_id = v.ready_id)),
-                                (SELECT max(v.lane_seq) + 1 FROM win v
-                                  WHERE v.priority = l.priority AND v.shard = l.shard),
-                                l.start_seq) AS low
-                  FROM lanes l) n
+                       COALESCE(k.first_left, k.past_window, l.start_seq) AS low
+                  FROM lanes l
+                  LEFT JOIN (SELECT v.priority, v.shard,
+                                    min(v.lane_seq) FILTER (WHERE v.rk > p_limit) AS first_left,
+                                    max(v.lane_seq) + 1 AS past_window
+                               FROM ranked v GROUP BY v.priority, v.shard) k
+                    ON k.priority = l.priority AND k.shard = l.shard) n
          WHERE h.queue = p_queue AND h.priority = n.priority AND h.shard = n.shard
            AND n.low >= n.claim_seq + 128
     ), released AS (
@@ -440,11 +483,13 @@ BEGIN
            AND awa.qs_in_mask(p.unique_states, 'available')
            AND NOT awa.qs_in_mask(p.unique_states, 'running')
     )
-    SELECT p.job_id, p.kind, p.queue, p.args, p.priority, rc.attempt, p.max_attempts,
-           p.run_at, rc.deadline_at, rc.claimed_at, p.created_at, p.errors, p.metadata,
-           p.tags, rc.run_lease, p.progress
-      FROM picked p JOIN receipts rc ON rc.job_id = p.job_id
-     ORDER BY p.priority, p.run_at, p.job_id;
+    -- What the receipts hold, computed as they were (a data-modifying CTE runs
+    -- whether or not it is read; joining it back would be limit x limit).
+    SELECT p.job_id, p.kind, p.queue, p.args, p.priority, (p.attempt + 1)::smallint,
+           p.max_attempts, p.run_at, now() + p_deadline_ms * interval '1 millisecond',
+           now(), p.created_at, p.errors, p.metadata, p.tags, p.run_lease + 1, p.progress
+      FROM picked p
+     ORDER BY p.rk;
 END $$;
 
 -- Move every idle lane's claim head to its low-water mark (the maintenance
@@ -587,19 +632,16 @@ END $$;
 CREATE OR REPLACE FUNCTION awa.qs_place(j awa.jobs) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    lane_shard smallint;
+    lane record;
 BEGIN
     IF j.state = 'available' THEN
-        SELECT CASE WHEN COALESCE(m.enqueue_shards, 1) > 1
-                    THEN (j.id % m.enqueue_shards)::smallint ELSE 0::smallint END
-          INTO lane_shard FROM (SELECT 1) one
-          LEFT JOIN awa.queue_meta m ON m.queue = j.queue;
+        SELECT * INTO lane FROM awa.qs_reserve_lane(j.queue, j.priority);
         INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard,
                                        lane_seq, kind, args, attempt, max_attempts, run_at,
                                        attempted_at, created_at, errors, metadata, tags,
                                        unique_key, unique_states, run_lease, progress)
         VALUES (awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), j.id, j.queue, j.priority,
-                lane_shard, awa.qs_reserve_lane(j.queue, j.priority, lane_shard), j.kind, j.args,
+                lane.lane_shard, lane.base, j.kind, j.args,
                 j.attempt, j.max_attempts, j.run_at, j.attempted_at, j.created_at, j.errors,
                 j.metadata, j.tags, j.unique_key, j.unique_states, j.run_lease, j.progress);
     ELSIF j.state IN ('scheduled', 'retryable') THEN

@@ -203,24 +203,49 @@ async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
 
 
 @QS
-async def test_enqueue_shards_spread_a_queue_over_lanes(engine, aconn):
-    """queue_meta.enqueue_shards really shards the enqueue heads; every job is claimed once."""
+async def test_enqueue_shards_let_concurrent_producers_append_without_waiting(engine, engine_url,
+                                                                           aconn):
+    """queue_meta.enqueue_shards really shards the enqueue heads: four producers whose
+    transactions are all open at once each append to a lane of their own (none waits
+    for another's lock), positions stay dense per lane, every job is claimed once."""
     await aconn.execute("INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES ('s', 4) "
                         "ON CONFLICT (queue) DO UPDATE SET enqueue_shards = 4")
-    for _ in range(4):
-        await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(10)], kind="k",
-                                                     queue="s"))
-    heads = await _all(aconn, "SELECT shard FROM awa.queue_enqueue_heads "
-                              "WHERE queue = 's' ORDER BY shard")
-    assert [h["shard"] for h in heads] == [0, 1, 2, 3]
+    # The queue's first enqueue creates its lanes (a producer meanwhile waits for that once).
+    await engine.insert_batch(aconn, build_batch([{"n": 0}], kind="k", queue="s"))
+    producers = [await psycopg.AsyncConnection.connect(engine_url) for _ in range(4)]
+    try:
+        for conn in producers:  # each transaction stays open, holding its lane
+            await conn.execute("SET lock_timeout = '2s'")
+            await engine.insert_batch(conn, build_batch([{"n": i} for i in range(10)],
+                                                        kind="k", queue="s"))
+            await engine.copy_batch(conn, build_batch([{"n": i} for i in range(5)],
+                                                      kind="k", queue="s"), returning=False)
+        for conn in producers:
+            await conn.commit()
+    finally:
+        for conn in producers:
+            await conn.close()
     lanes = await _all(aconn, "SELECT shard, count(*) AS n, min(lane_seq) AS lo, "
                               "max(lane_seq) AS hi FROM awa.ready_entries WHERE queue = 's' "
                               "GROUP BY shard ORDER BY shard")
-    assert sum(lane["n"] for lane in lanes) == 40
+    assert [lane["shard"] for lane in lanes] == [0, 1, 2, 3], lanes
+    assert sorted(lane["n"] for lane in lanes) == [15, 15, 15, 16], lanes
     # Each lane's positions are dense from 0: no gaps a claimer would have to step over.
     assert all(lane["lo"] == 0 and lane["hi"] == lane["n"] - 1 for lane in lanes), lanes
+    # One shard (the default) is one lane: a second producer waits for the first.
+    await engine.insert_batch(aconn, build_batch([{"n": 0}], kind="k", queue="single"))
+    one = await psycopg.AsyncConnection.connect(engine_url)
+    try:
+        await engine.insert_batch(one, build_batch([{"n": 1}], kind="k", queue="single"))
+        async with await psycopg.AsyncConnection.connect(engine_url) as other:
+            await other.execute("SET lock_timeout = '200ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                await engine.insert_batch(other, build_batch([{"n": 2}], kind="k",
+                                                             queue="single"))
+    finally:
+        await one.close()
     claimed = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
-    assert len(claimed) == len(set(claimed)) == 40
+    assert len(claimed) == len(set(claimed)) == 61
     assert await engine.claim_batch(aconn, "s", 100, 60_000) == []
 
 

@@ -39,9 +39,10 @@ LEASE_COLUMNS = ("heartbeat_at", "deadline_at", "callback_id", "callback_timeout
 
 _QS_READY = """
 INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, shard, lane_seq, {columns})
-SELECT awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), nextval('awa.jobs_id_seq'), 0,
-       awa.qs_reserve_lane(%(queue)s, %(priority)s::smallint, 0::smallint), {values}
-RETURNING job_id AS id, ready_slot, ready_id, lane_seq"""
+SELECT awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), nextval('awa.jobs_id_seq'),
+       lane.lane_shard, lane.base, {values}
+  FROM awa.qs_reserve_lane(%(queue)s, %(priority)s::smallint) lane
+RETURNING job_id AS id, ready_slot, ready_id, lane_seq, shard"""
 _QS_ATTEMPT = """
 WITH c AS (
     INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue, priority,
@@ -49,7 +50,7 @@ WITH c AS (
                                   lane_seq)
     VALUES (awa.qs_slot('claim'), nextval('awa.qs_receipt_id_seq'), %(id)s, %(run_lease)s,
             %(queue)s, %(priority)s, %(attempt)s, %(attempted_at)s, %(deadline_at)s,
-            %(ready_slot)s, %(ready_id)s, 0, %(lane_seq)s)
+            %(ready_slot)s, %(ready_id)s, %(shard)s, %(lane_seq)s)
     RETURNING *
 ), x AS (
     INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
@@ -138,7 +139,7 @@ def insert_job(conn: Any, state: str = "running", **columns: Any) -> int:
         job_id = int(_first(row))
         if state in ATTEMPTS:
             lease_cols, _ = _list(LEASE_COLUMNS)
-            placed = dict(zip(("id", "ready_slot", "ready_id", "lane_seq"), _values(row),
+            placed = dict(zip(("id", "ready_slot", "ready_id", "lane_seq", "shard"), _values(row),
                               strict=True))
             conn.execute(sql.SQL(_QS_ATTEMPT).format(lease_columns=lease_cols,
                                                      lease_values=_casts(LEASE_COLUMNS)),

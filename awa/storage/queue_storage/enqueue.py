@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from awa.storage.canonical import enqueue as canonical
 from awa.storage.canonical.enqueue import (
@@ -39,34 +39,38 @@ from awa.storage.engine import EnqueueBatch, InsertOutcome
 # run_lease, progress), append every row to its lane.  Defines ``ready``
 # (RETURNING id, state, run_at, created_at).
 APPEND_READY = """
-, rq AS MATERIALIZED (
-    SELECT s.*,
-           CASE WHEN COALESCE(m.enqueue_shards, 1) > 1
-                THEN (s.id %% m.enqueue_shards)::smallint ELSE 0::smallint END AS shard
-      FROM src s LEFT JOIN awa.queue_meta m ON m.queue = s.queue
-), rq_pos AS MATERIALIZED (
-    SELECT rq.*, row_number() OVER (PARTITION BY rq.queue, rq.priority, rq.shard
-                                    ORDER BY rq.id) AS lane_pos
-      FROM rq
-), rq_lanes AS MATERIALIZED (
-    SELECT DISTINCT queue, priority, shard FROM rq
+, rq_pos AS MATERIALIZED (
+    SELECT s.*, row_number() OVER (PARTITION BY s.queue, s.priority ORDER BY s.id) AS lane_pos
+      FROM src s
 ), rq_heads AS MATERIALIZED (
-    SELECT queue, priority, shard, awa.qs_reserve_lane(queue, priority, shard) AS base
-      FROM rq_lanes ORDER BY queue, priority, shard
+    SELECT l.queue, l.priority, r.lane_shard AS shard, r.base
+      FROM (SELECT DISTINCT queue, priority FROM src ORDER BY queue, priority) l
+      CROSS JOIN LATERAL awa.qs_reserve_lane(l.queue, l.priority) r
 ), ready AS (
     INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard, lane_seq,
                                    kind, args, attempt, max_attempts, run_at, attempted_at,
                                    created_at, errors, metadata, tags, unique_key, unique_states,
                                    run_lease, progress)
     SELECT (SELECT awa.qs_slot('queue')), nextval('awa.qs_ready_id_seq'), p.id, p.queue, p.priority,
-           p.shard, h.base + p.lane_pos - 1, p.kind, p.args, p.attempt,
+           h.shard, h.base + p.lane_pos - 1, p.kind, p.args, p.attempt,
            p.max_attempts, p.run_at, p.attempted_at, p.created_at, p.errors, p.metadata, p.tags,
            p.unique_key, p.unique_states, p.run_lease, p.progress
       FROM rq_pos p
-      JOIN rq_heads h ON h.queue = p.queue AND h.priority = p.priority AND h.shard = p.shard
+      JOIN rq_heads h ON h.queue = p.queue AND h.priority = p.priority
      ORDER BY p.id
     RETURNING job_id AS id, 'available'::awa.job_state AS state, run_at, created_at
 )"""
+
+# The direct COPY of a plain batch: one reservation per (queue, priority) of the
+# batch, in a fixed order (two producers lock lanes the same way round), then
+# the rows straight into ready_entries, positions numbered from each lane's base.
+RESERVE_LANES = """
+SELECT l.queue, l.priority, r.lane_shard, r.base, (SELECT awa.qs_slot('queue')) AS slot
+  FROM unnest(%s::text[], %s::smallint[]) WITH ORDINALITY AS l(queue, priority, ord)
+  CROSS JOIN LATERAL awa.qs_reserve_lane(l.queue, l.priority) r
+ ORDER BY l.ord"""
+COPY_INTO_READY = ("COPY awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, "
+                   "args, max_attempts, metadata, tags) FROM STDIN")
 
 # Of the kept rows (KEPT_ROWS), deferred ones go to deferred_jobs; the rest append.
 _INSERT = KEPT_ROWS + """
@@ -157,9 +161,13 @@ class QueueStorageEnqueue(CanonicalEnqueue):
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                          returning: bool = True) -> InsertOutcome:
-        """COPY into the session's staging table, then one append statement."""
+        """COPY the batch in: straight into ready_entries when it can (a plain batch whose
+        ids are not asked for), else into the session's staging table and one append."""
         if not len(batch):
             return InsertOutcome([], 0, 0)
+        if not returning and not batch.needs_general:
+            await self._copy_plain(conn, batch)
+            return InsertOutcome([], len(batch), 0)
         sql = STAGED_RETURNING if returning else STAGED_COUNT
         async with conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
@@ -177,3 +185,22 @@ class QueueStorageEnqueue(CanonicalEnqueue):
                         if canonical._give_up(exc, attempt, conn, guarded=True):
                             raise canonical._conflict_from(exc) from None
         raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _copy_plain(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:
+        """Reserve each (queue, priority) lane of the batch, then COPY the rows with their
+        positions; the lanes stay locked to commit, so both run in one transaction."""
+        lanes = sorted(set(zip(batch.queue, batch.priority, strict=True)))
+        async with conn.transaction():
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(RESERVE_LANES, ([q for q, _ in lanes], [p for _, p in lanes]))
+                reserved = {(q, p): [shard, base, slot]
+                            for q, p, shard, base, slot in await cur.fetchall()}
+                async with cur.copy(COPY_INTO_READY) as copy:
+                    for kind, queue, args, priority, max_attempts, metadata, tags in zip(
+                            batch.kind, batch.queue, batch.args, batch.priority,
+                            batch.max_attempts, batch.metadata, batch.tags, strict=True):
+                        lane = reserved[(queue, priority)]
+                        await copy.write_row((lane[2], queue, priority, lane[0], lane[1], kind,
+                                              args, max_attempts, metadata, tags))
+                        lane[1] += 1

@@ -82,6 +82,7 @@ _END = _ATTEMPTS + """
 ), leased AS (
     DELETE FROM awa.leases l USING att
      WHERE l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(%(ids)s::bigint[])  -- an index scan however many leases run
        AND l.state = ANY(%(from_states)s::awa.job_state[])
     RETURNING l.*
 ), ended AS MATERIALIZED (
@@ -100,14 +101,21 @@ _END = _ATTEMPTS + """
            a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
            a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
       FROM att a
-      JOIN awa.ready_entries r ON r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN awa.attempt_state st ON st.job_id = a.id AND st.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE st.job_id = a.id AND st.run_lease = a.lease) st ON true
      WHERE l.job_id IS NOT NULL
         OR EXISTS (SELECT 1 FROM closed c WHERE c.job_id = a.id AND c.run_lease = a.lease)
 ), dropped AS (
     DELETE FROM awa.attempt_state s USING ended e
      WHERE s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(%(ids)s::bigint[])
 ), uq_take AS (
     INSERT INTO awa.job_unique_claims (unique_key, job_id)
     SELECT e.unique_key, e.id FROM ended e
