@@ -144,6 +144,17 @@ def build_client(database_url: str | None = None) -> awa.AsyncClient:
 
 
 # --- a worker process of the fleet ------------------------------------------------
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """A demo worker lives only as long as the demo that started it: when the demo is
+    killed outright (no SIGTERM for its fleet), the worker is re-parented and stops too."""
+    parent = os.getppid()
+    while not stop.is_set():
+        if os.getppid() != parent:
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
 async def worker_main() -> None:
     client = build_client()
     stop = asyncio.Event()
@@ -155,7 +166,9 @@ async def worker_main() -> None:
         from awa.telemetry import serve_prometheus
         endpoint = serve_prometheus(os.environ[METRICS_ADDR_ENV])
     await client.start(QUEUES, **WORKER_SETTINGS)
+    watcher = asyncio.create_task(_stop_when_orphaned(stop))
     await stop.wait()
+    watcher.cancel()
     await client.shutdown(3_000)
     await client.close()
     if endpoint is not None:

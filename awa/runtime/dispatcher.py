@@ -142,8 +142,9 @@ class Dispatcher:
     async def _claim(self, n: int) -> list[Job[Any]]:
         """One claim statement: the engine builds the running jobs from its rows."""
         async with self.runtime.pool.connection() as conn:
-            return await self.runtime.engine.claim_batch(conn, self.name, n, self.deadline_ms,
-                                                         self.runtime.instance_id)
+            return await self.runtime.engine.claim_batch(
+                conn, self.name, n, self.deadline_ms, self.runtime.instance_id,
+                aging_interval_ms=self.queue.priority_aging_interval_ms)
 
     def _start_jobs(self, jobs: list[Job[Any]]) -> None:
         start_job = self.runtime.executor.start_job

@@ -392,13 +392,30 @@ $$;
 -- The claim: lanes of the queue locked in order (claimers of one queue take
 -- turns; producers never wait for them), then, with a fresh snapshot that
 -- sees every committed receipt, the first claimable entries of each lane in
--- lane order, and of those the first p_limit in dispatch order (priority,
--- run_at, id).  The claim head moves only once it lags CLAIM_HEAD_STRIDE (128).
+-- lane order (a window of p_limit for a one-lane queue, else twice that), and
+-- of those the first p_limit in dispatch order: priority aged at claim time
+-- (p_aging_ms > 0: one step up per p_aging_ms since run_at, to at best 1, from
+-- the priority it was enqueued with -- awa.qs_aged_priority), then run_at, id.
+-- So a low-priority lane's head is claimed once it has waited long enough,
+-- between the maintenance leader's aging passes too.  The claim head moves
+-- only once it lags CLAIM_HEAD_STRIDE (128).
 -- p_claimed_by: the claiming runtime's instance id (lease_claims.claimed_by, copied into
 -- leases when the attempt materializes).
+CREATE OR REPLACE FUNCTION awa.qs_aged_priority(p_priority smallint, p_metadata jsonb,
+                                                p_run_at timestamptz, p_aging_ms bigint)
+RETURNS int LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_aging_ms > 0 AND p_priority > 1 THEN
+               least(p_priority::int, greatest(1,
+                   COALESCE((p_metadata ->> '_awa_original_priority')::int, p_priority)
+                   - floor(extract(epoch FROM now() - p_run_at) * 1000 / p_aging_ms)::int))
+           ELSE p_priority::int END
+$$;
+
 DROP FUNCTION IF EXISTS awa.qs_claim(text, int, bigint);
+DROP FUNCTION IF EXISTS awa.qs_claim(text, int, bigint, uuid);
 CREATE OR REPLACE FUNCTION awa.qs_claim(p_queue text, p_limit int, p_deadline_ms bigint,
-                                        p_claimed_by uuid DEFAULT NULL)
+                                        p_claimed_by uuid DEFAULT NULL,
+                                        p_aging_ms bigint DEFAULT 0)
 RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
                attempt smallint, max_attempts smallint, run_at timestamptz,
                deadline_at timestamptz, attempted_at timestamptz, created_at timestamptz,
@@ -406,23 +423,25 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    w int := greatest(p_limit * 2, 16);
+    w int;
     lanes_p smallint[];
     lanes_s smallint[];
 BEGIN
-    IF EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = p_queue AND m.paused) THEN
-        RETURN;
-    END IF;
     -- Only lanes locked here take part: a lane a producer creates meanwhile
-    -- is claimed by the next claim, never by two claimers at once.
+    -- is claimed by the next claim, never by two claimers at once.  A paused
+    -- queue has none.
     SELECT array_agg(h.priority ORDER BY h.priority, h.shard),
            array_agg(h.shard ORDER BY h.priority, h.shard)
       INTO lanes_p, lanes_s
-      FROM (SELECT q.priority, q.shard FROM awa.queue_claim_heads q WHERE q.queue = p_queue
-             ORDER BY q.priority, q.shard FOR UPDATE) h;
+      FROM (SELECT q.priority, q.shard FROM awa.queue_claim_heads q
+             WHERE q.queue = p_queue
+               AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m
+                                WHERE m.queue = p_queue AND m.paused)
+             ORDER BY q.priority, q.shard FOR UPDATE OF q) h;
     IF lanes_p IS NULL THEN
         RETURN;
     END IF;
+    w := CASE WHEN cardinality(lanes_p) = 1 THEN p_limit ELSE greatest(p_limit * 2, 16) END;
     RETURN QUERY
     WITH lanes AS MATERIALIZED (
         SELECT g.* FROM awa.qs_lane_progress(p_queue) g
@@ -447,7 +466,9 @@ BEGIN
         -- Dispatch order over the window; the first p_limit are claimed.  (A rank,
         -- not anti-joins of the window against the picked rows: those are
         -- window x limit comparisons per claim.)
-        SELECT v.*, row_number() OVER (ORDER BY v.priority, v.run_at, v.job_id) AS rk
+        SELECT v.*, row_number() OVER (
+                   ORDER BY awa.qs_aged_priority(v.priority, v.metadata, v.run_at, p_aging_ms),
+                            v.run_at, v.job_id) AS rk
           FROM win v
     ), picked AS MATERIALIZED (
         SELECT * FROM ranked WHERE rk <= p_limit

@@ -208,8 +208,8 @@ class ExecutionOps(Protocol):
     """
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int, instance_id: uuid.UUID | None = None
-                          ) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None,
+                          aging_interval_ms: int = 0) -> list[Job[Any]]:
         """Claim up to ``limit`` available jobs of ``queue`` (none when it is paused) in
         dispatch order (priority, run_at, id), skipping rows other claimers hold.
 
@@ -218,6 +218,11 @@ class ExecutionOps(Protocol):
         ``instance_id`` (the claiming runtime, ``awa.runtime_instances``) is
         recorded with the attempt: ``claimed_by`` of ``awa.jobs`` and of the
         running-attempt reads.  The jobs come back with raw (undecoded) args.
+
+        ``aging_interval_ms`` (> 0): an engine that can, orders by priority aged at
+        claim time (one step per interval waited since run_at, as the maintenance
+        leader's aging).  Queue storage does; canonical claims in its index order
+        and relies on the leader's aging pass, which rewrites the priority.
         """
         ...
 

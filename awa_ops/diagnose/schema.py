@@ -51,7 +51,7 @@ def required_objects(engine) -> list[tuple[str, str]]:
         else:
             # Ours: job ids come from awa.jobs_id_seq; the claim takes the runtime's id.
             objects += [("table", f"{q}.ready_entries"), ("table", f"{q}.done_entries"),
-                        ("function", "awa.qs_claim(text, integer, bigint, uuid)")]
+                        ("function", "awa.qs_claim(text, integer, bigint, uuid, bigint)")]
     return objects
 
 

@@ -287,3 +287,31 @@ async def test_settling_moves_an_idle_lane_head_and_claims_stay_exact(engine, ac
     lanes = await _all(aconn, "SELECT count(DISTINCT lane_seq) AS n FROM awa.ready_entries "
                               "WHERE queue = 's'")
     assert lanes[0]["n"] == 35
+
+
+@QS
+async def test_priority_ages_at_claim_time(engine, aconn):
+    """A low-priority job that has waited is claimed before a newer urgent one, without
+    waiting for the leader's aging pass: one step per interval since run_at, to at best 1."""
+    async def old_and_urgent(queue: str, urgent_priority: int) -> tuple[int, int]:
+        [old] = (await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k", queue=queue,
+                                                              priority=4))).jobs
+        await aconn.execute("UPDATE awa.jobs SET run_at = now() - interval '10 minutes' "
+                            "WHERE id = %s", (old.id,))
+        [urgent] = (await engine.insert_batch(aconn, build_batch(
+            [{"n": 2}], kind="k", queue=queue, priority=urgent_priority))).jobs
+        return old.id, urgent.id
+
+    old, urgent = await old_and_urgent("plain", 1)
+    assert [j.id for j in await engine.claim_batch(aconn, "plain", 1, 60_000)] == [urgent]
+    old, urgent = await old_and_urgent("aged", 1)
+    assert [j.id for j in await engine.claim_batch(aconn, "aged", 1, 60_000,
+                                                   aging_interval_ms=60_000)] == [old]
+    # Ten minutes at one step per hour is no step: the urgent job goes first.
+    old, urgent = await old_and_urgent("hourly", 2)
+    assert [j.id for j in await engine.claim_batch(aconn, "hourly", 1, 60_000,
+                                                   aging_interval_ms=3_600_000)] == [urgent]
+    # Ten minutes at one step per minute: 4 -> 1 passes a priority-2 job.
+    old, urgent = await old_and_urgent("steps", 2)
+    assert [j.id for j in await engine.claim_batch(aconn, "steps", 1, 60_000,
+                                                   aging_interval_ms=60_000)] == [old]

@@ -301,8 +301,8 @@ class CanonicalExecution:
     """The execution group of the Engine protocol on the canonical engine."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int, instance_id: uuid.UUID | None = None
-                          ) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None,
+                          aging_interval_ms: int = 0) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
         await cur.execute(CLAIM_JOBS, (queue, queue, limit, deadline_ms, instance_id))

@@ -38,15 +38,22 @@ from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
 
 log = logging.getLogger("awa.storage")
 
-CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s)"
+CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 
-# The attempts a batch names, joined to their receipts.
-_ATTEMPTS = """
-WITH u AS MATERIALIZED (
+# The attempts a batch names (``u``: every buffered field of each write), joined to
+# their receipts.  ``_IDS_ONLY`` is the same ``u`` for a batch that carries nothing
+# but ids and leases (a plain completion): five fewer arrays to encode and parse.
+_ALL_FIELDS = """
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delay)s::float8[],
                          %(error)s::jsonb[], %(progress)s::jsonb[], %(meta)s::jsonb[],
                          %(reason)s::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
+           AS u(id, lease, delay_s, error, progress, meta, reason)"""
+_IDS_ONLY = """
+    SELECT u.id, u.lease, 0::float8 AS delay_s, NULL::jsonb AS error, NULL::jsonb AS progress,
+           NULL::jsonb AS meta, NULL::text AS reason
+      FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS u(id, lease)"""
+_ATTEMPTS = """
+WITH u AS MATERIALIZED (__FIELDS__
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
@@ -73,7 +80,7 @@ SELECT job_id FROM hit"""
 
 # End the running attempts: close the receipt (or delete the lease), then
 # ``ended`` holds each one's full job row (state running) for the target.
-_END = _ATTEMPTS + """
+_END_OF = _ATTEMPTS + """
 , closed AS (
     INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
     SELECT claim_slot, receipt_id, id, lease, %(outcome)s FROM att
@@ -130,6 +137,8 @@ _END = _ATTEMPTS + """
        AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
 )
 """
+# Every buffered field of each write (``_END_OF`` is the template over ``u``).
+_END = _END_OF.replace("__FIELDS__", _ALL_FIELDS)
 
 
 def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:
@@ -151,13 +160,16 @@ CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' TH
                          "ELSE e.progress END")
 
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
-FINALIZE = _END + f"""
+_TO_DONE = f"""
 INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST}, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
                                        "finalized_at": "now()",
                                        "progress": CLEARED_ON_COMPLETION})}, e.claimed_by
   FROM ended e
 RETURNING id"""
+FINALIZE = _END + _TO_DONE
+# The common completion: nothing buffered, so only ids and leases are sent.
+FINALIZE_PLAIN = _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE
 
 # Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
 RETRY = _END + f"""
@@ -198,7 +210,7 @@ WITH u AS MATERIALIZED (
 
 # A heartbeat materializes an open receipt into a lease (closing the receipt
 # 'materialized') or refreshes the lease it already has.
-HEARTBEAT = _ATTEMPTS + """
+HEARTBEAT = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
 , mat AS (
     INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
     SELECT claim_slot, receipt_id, id, lease, 'materialized' FROM att
@@ -224,7 +236,7 @@ HEARTBEAT = _ATTEMPTS + """
     SELECT job_id, run_lease FROM fresh UNION ALL SELECT job_id, run_lease FROM beat
 )""" + _UPSERT_STATE
 
-FLUSH_PROGRESS = _ATTEMPTS + """
+FLUSH_PROGRESS = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
 , hit AS (
     SELECT a.id AS job_id, a.lease AS run_lease FROM att a
      WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
@@ -247,15 +259,25 @@ def _jsonb(value: Any) -> Jsonb | None:
 
 
 def _params(attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
-            from_states: Sequence[str] = ("running",)) -> dict[str, Any]:
-    """The batch arrays; ``from_states``: which materialized attempts may end (running)."""
-    return {"from_states": list(from_states),
-        "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts],
-        "delay": [a.delay_s for a in attempts], "error": [_jsonb(a.error) for a in attempts],
-        "progress": [_jsonb(a.progress) for a in attempts],
-        "meta": [_jsonb(a.metadata) for a in attempts],
-        "reason": [a.reason for a in attempts], "outcome": outcome, "to_state": to_state,
-    }
+            from_states: Sequence[str] = ("running",), *,
+            ids_only: bool = False) -> dict[str, Any]:
+    """The batch arrays; ``from_states``: which materialized attempts may end (running).
+    ``ids_only``: just ids and leases (a statement built on ``_IDS_ONLY``)."""
+    params: dict[str, Any] = {
+        "from_states": list(from_states), "outcome": outcome, "to_state": to_state,
+        "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts]}
+    if not ids_only:
+        params.update({
+            "delay": [a.delay_s for a in attempts], "error": [_jsonb(a.error) for a in attempts],
+            "progress": [_jsonb(a.progress) for a in attempts],
+            "meta": [_jsonb(a.metadata) for a in attempts],
+            "reason": [a.reason for a in attempts]})
+    return params
+
+
+def _nothing_buffered(attempts: Sequence[AttemptWrite]) -> bool:
+    return all(a.progress is None and a.metadata is None and a.error is None
+               for a in attempts)
 
 
 async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
@@ -274,11 +296,14 @@ async def finish(conn: psycopg.AsyncConnection[Any], statement: LiteralString,
     while the lease it creates is invisible to this statement's snapshot;
     the second statement sees it.  A stale write just misses twice.
     """
-    ids = await _ids(conn, statement, _params(attempts, outcome, to_state, from_states))
+    ids_only = "%(progress)s" not in statement  # FINALIZE_PLAIN reads no buffered field
+    ids = await _ids(conn, statement, _params(attempts, outcome, to_state, from_states,
+                                              ids_only=ids_only))
     if len(ids) < len(attempts):
         got = set(ids)
         rest = [a for a in attempts if a.id not in got]
-        ids += await _ids(conn, statement, _params(rest, outcome, to_state, from_states))
+        ids += await _ids(conn, statement, _params(rest, outcome, to_state, from_states,
+                                                   ids_only=ids_only))
     return ids
 
 
@@ -286,18 +311,19 @@ class QueueStorageExecution:
     """The execution group of the Engine protocol on queue storage."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int, instance_id: uuid.UUID | None = None
-                          ) -> list[Job[Any]]:
+                          deadline_ms: int, instance_id: uuid.UUID | None = None,
+                          aging_interval_ms: int = 0) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
-        await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id))
+        await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id, aging_interval_ms))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await finish(conn, FINALIZE, attempts, "completed", "completed"))
+        statement = FINALIZE_PLAIN if _nothing_buffered(attempts) else FINALIZE
+        return AppliedBatch(await finish(conn, statement, attempts, "completed", "completed"))
 
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
