@@ -503,6 +503,9 @@ BEGIN
            AND u.job_id = p.job_id
            AND awa.qs_in_mask(p.unique_states, 'available')
            AND NOT awa.qs_in_mask(p.unique_states, 'running')
+           -- probe the keys by index, never a scan of every claim held
+           AND u.unique_key = ANY(ARRAY(SELECT k.unique_key FROM picked k
+                                         WHERE k.unique_key IS NOT NULL))
     )
     -- What the receipts hold, computed as they were (a data-modifying CTE runs
     -- whether or not it is read; joining it back would be limit x limit).

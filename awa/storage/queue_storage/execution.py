@@ -135,6 +135,9 @@ _END_OF = _ATTEMPTS + """
     DELETE FROM awa.job_unique_claims x USING ended e
      WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
        AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
 )
 """
 # Every buffered field of each write (``_END_OF`` is the template over ``u``).
