@@ -127,23 +127,32 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
     with _support.scratch_database("awa_bench_tp", engine) as url, \
             psycopg.connect(url, autocommit=True) as conn:
         proc = start_worker(url, workers, claim_batch, profile)
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.1)
-        started = time.perf_counter()
-        enqueue_s = asyncio.run(enqueue_all(url, n))
-        while count_done(conn) < n:
-            if proc.poll() is not None:
-                raise SystemExit(f"the worker process died ({proc.returncode})")
-            time.sleep(0.01)
-        wall = time.perf_counter() - started
-        span = conn.execute(  # type: ignore[index]  # an aggregate: one row
-            "SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
-            "FROM awa.jobs").fetchone()[0]
-        proc.send_signal(signal.SIGUSR1)
-        cpu = json.loads(proc.stdout.readline())["cpu_s"]
-        latencies = asyncio.run(pickup_latencies(url))
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        try:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.1)
+            started = time.perf_counter()
+            enqueue_s = asyncio.run(enqueue_all(url, n))
+            # Polled at 10 Hz: counting is O(completed) on both engines, and a count every
+            # 10 ms took a fifth of a core from the system under test.  The rate comes from
+            # the rows' own timestamps below, so the poll interval does not enter it.
+            while count_done(conn) < n:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the worker process died ({proc.returncode})")
+                time.sleep(0.1)
+            wall = time.perf_counter() - started
+            span = conn.execute(  # type: ignore[index]  # an aggregate: one row
+                "SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
+                "FROM awa.jobs").fetchone()[0]
+            proc.send_signal(signal.SIGUSR1)
+            assert proc.stdout is not None  # stdout=PIPE
+            cpu = json.loads(proc.stdout.readline())["cpu_s"]
+            latencies = asyncio.run(pickup_latencies(url))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        finally:  # a run that failed midway leaves no worker behind (it waits for a signal)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         attempts = conn.execute(  # type: ignore[index]  # an aggregate: one row
             "SELECT max(attempt) FROM awa.jobs").fetchone()[0]
     return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
