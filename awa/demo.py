@@ -290,7 +290,16 @@ def start_exporter(database_url: str, port: int, log_dir: Path) -> subprocess.Po
             [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", database_url,
              "--listen", f"{METRICS_HOST}:{port}",
              "--heartbeat-staleness", str(WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000)],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT, preexec_fn=_terminate_with_parent)
+
+
+def _terminate_with_parent() -> None:
+    """In the exporter child (started by the demo's main thread): SIGTERM when the demo
+    dies, however it dies, so a killed demo leaves no exporter behind (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def write_prometheus_config(path: Path, worker_ports: list[int], exporter_port: int) -> Path:
