@@ -292,14 +292,15 @@ async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
 
 async def finish(conn: psycopg.AsyncConnection[Any], statement: LiteralString,
                  attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
-                 from_states: Sequence[str] = ("running",)) -> list[int]:
+                 from_states: Sequence[str] = ("running",), *,
+                 ids_only: bool = False) -> list[int]:
     """Run an end-of-attempt statement; attempts it missed get one more statement.
 
     A heartbeat that materializes an attempt concurrently wins the closure
     while the lease it creates is invisible to this statement's snapshot;
     the second statement sees it.  A stale write just misses twice.
+    ``ids_only``: ``statement`` reads only ids and leases (FINALIZE_PLAIN).
     """
-    ids_only = "%(progress)s" not in statement  # FINALIZE_PLAIN reads no buffered field
     ids = await _ids(conn, statement, _params(attempts, outcome, to_state, from_states,
                                               ids_only=ids_only))
     if len(ids) < len(attempts):
@@ -325,8 +326,10 @@ class QueueStorageExecution:
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        statement = FINALIZE_PLAIN if _nothing_buffered(attempts) else FINALIZE
-        return AppliedBatch(await finish(conn, statement, attempts, "completed", "completed"))
+        if _nothing_buffered(attempts):
+            return AppliedBatch(await finish(conn, FINALIZE_PLAIN, attempts, "completed",
+                                             "completed", ids_only=True))
+        return AppliedBatch(await finish(conn, FINALIZE, attempts, "completed", "completed"))
 
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
