@@ -108,6 +108,45 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1]
 
 
+class ServerCpu:
+    """CPU seconds the whole PostgreSQL server spent, when it runs on this machine.
+
+    The postmaster's own CPU and that of the backends it has reaped
+    (``cutime``/``cstime``), plus every live child's: autovacuum, the WAL
+    writer and checkpoints included, so an engine's background cost counts too.
+    ``read()`` is None when the server is not local (its /proc entry is not there).
+    """
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]  # one row
+        stat = _proc_stat(backend)
+        self.postmaster = stat[1] if stat else None
+
+    def read(self) -> float | None:
+        if self.postmaster is None:
+            return None
+        own = _proc_stat(self.postmaster)
+        if own is None:
+            return None
+        ticks = sum(own[2][10:14])  # utime, stime, cutime, cstime
+        for child in Path("/proc").iterdir():
+            stat = _proc_stat(int(child.name)) if child.name.isdigit() else None
+            if stat and stat[1] == self.postmaster:
+                ticks += sum(stat[2][10:12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> tuple[int, int, list[int]] | None:
+    """(pid, parent pid, the numeric fields after the state) from /proc/<pid>/stat."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces
+    numbers = [int(f) for f in fields[1:]]
+    return pid, numbers[0], numbers
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as probe:

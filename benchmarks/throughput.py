@@ -12,6 +12,9 @@ no-op async handler; this process enqueues N jobs with COPY (batches of
 * enqueue jobs/s  -- N / time the COPY batches took (alongside the workers);
 * processed jobs/s -- N / (last job finalized - first enqueue started);
 * CPU per job     -- user+sys CPU of the worker process / N;
+* server CPU/job  -- CPU of the whole PostgreSQL server over the run / N, when
+  the server runs on this machine (``-`` otherwise): the database's share of
+  the cost, which the worker's CPU does not show;
 * pickup latency  -- single jobs inserted into the idle worker, one at a time:
   attempted_at - created_at (both from the database clock), p50/p95;
 * with ``--profile W``: the worker's top functions (cProfile) for that run.
@@ -127,7 +130,9 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
     with _support.scratch_database("awa_bench_tp", engine) as url, \
             psycopg.connect(url, autocommit=True) as conn:
         proc = start_worker(url, workers, claim_batch, profile)
+        server = _support.ServerCpu(conn)
         try:
+            server_before = server.read()
             proc.send_signal(signal.SIGUSR1)
             time.sleep(0.1)
             started = time.perf_counter()
@@ -144,6 +149,7 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
                 "SELECT extract(epoch FROM max(finalized_at) - min(created_at)) "
                 "FROM awa.jobs").fetchone()[0]
             proc.send_signal(signal.SIGUSR1)
+            server_after = server.read()
             assert proc.stdout is not None  # stdout=PIPE
             cpu = json.loads(proc.stdout.readline())["cpu_s"]
             latencies = asyncio.run(pickup_latencies(url))
@@ -157,6 +163,8 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
             "SELECT max(attempt) FROM awa.jobs").fetchone()[0]
     return {"workers": workers, "jobs": n, "enqueue_per_s": n / enqueue_s,
             "processed_per_s": n / float(span), "wall_s": wall, "cpu_ms_per_job": 1000 * cpu / n,
+            "server_cpu_ms_per_job": (None if server_before is None or server_after is None
+                                      else 1000 * (server_after - server_before) / n),
             "pickup_p50_ms": _support.percentile(latencies, 50),
             "pickup_p95_ms": _support.percentile(latencies, 95),
             "max_attempt": attempts}
@@ -180,6 +188,10 @@ async def pickup_latencies(url: str, samples: int = 100) -> list[float]:
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0.02)
     return out
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def print_profile(path: str, top: int = 25) -> None:
@@ -210,7 +222,7 @@ def main() -> None:
           f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
           f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})")
     print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-          f"{'pickup p50':>11} {'pickup p95':>11}")
+          f"{'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
     for w in [int(x) for x in args.workers.split(",")]:
         for _ in range(args.repeat):
             for engine in args.engines.split(","):
@@ -220,6 +232,7 @@ def main() -> None:
                 assert r["max_attempt"] == 1, "a job was claimed twice"
                 print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
                       f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
+                      f"{_ms(r['server_cpu_ms_per_job']):>14} "
                       f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
                 if profile_path:
                     print(f"\nprofile of the worker process, {engine} W={w} "

@@ -30,10 +30,13 @@ INSERT INTO awa.queue_ring_state (ring, slot_count)
 VALUES ('queue', 4), ('claim', 4), ('lease', 4)
 ON CONFLICT (ring) DO NOTHING;
 
+-- PL/pgSQL, not SQL: a SQL function with a FROM clause is not inlined, and is
+-- parsed and planned again at every call; this one's plan is cached per session.
 CREATE OR REPLACE FUNCTION awa.qs_slot(p_ring text) RETURNS smallint
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT current_slot FROM awa.queue_ring_state WHERE ring = p_ring
-$$;
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN (SELECT current_slot FROM awa.queue_ring_state WHERE ring = p_ring);
+END $$;
 
 -- A state inside a unique_states mask (NULL mask: never).
 CREATE OR REPLACE FUNCTION awa.qs_in_mask(mask bit(8), s awa.job_state) RETURNS boolean
@@ -317,7 +320,9 @@ CREATE OR REPLACE VIEW awa.qs_ready_live AS
 DROP FUNCTION IF EXISTS awa.qs_reserve_lane(text, smallint, smallint);
 CREATE OR REPLACE FUNCTION awa.qs_reserve_lane(p_queue text, p_priority smallint,
                                                OUT lane_shard smallint, OUT base bigint)
-LANGUAGE plpgsql VOLATILE AS $$
+-- Index probes only: a plan cached while the ring partition was nearly empty
+-- must not scan it whole once it has filled (see execution.Procedure).
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 DECLARE
     n int;
     first int;
@@ -420,8 +425,10 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
                attempt smallint, max_attempts smallint, run_at timestamptz,
                deadline_at timestamptz, attempted_at timestamptz, created_at timestamptz,
                errors jsonb[], metadata jsonb, tags text[], run_lease bigint, progress jsonb)
--- One generic plan per session: a custom plan per call costs as much as running it.
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+-- One generic plan per session (a custom plan per call costs as much as running
+-- it), with index probes only: the plan must stay right as a ring partition that
+-- was empty when it was made fills up (see execution.Procedure).
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     w int;

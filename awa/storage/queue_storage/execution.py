@@ -18,6 +18,7 @@ the mask inserts the claim (a collision raises ``unique_violation`` on
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -39,6 +40,45 @@ from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
 log = logging.getLogger("awa.storage")
 
 CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s(?:::([a-z_.0-9]+(?:\[\])?))?")
+
+
+class Procedure:
+    """A hot-path statement, installed as the PL/pgSQL function ``awa.<name>``.
+
+    Why: these statements probe ring partitions that start empty after every
+    rotation and then fill.  Sent as plain SQL, a statement is either planned
+    again at each call (a custom plan of these CTEs costs 2-10 ms) or runs a
+    plan cached while a partition was nearly empty: a sequential scan per
+    probed attempt, slower with every row the partition gains.  The function
+    plans it once per session, generically, with sequential scans priced out,
+    so every probe goes through its index whatever the statistics say.
+
+    ``statement`` stays the one copy of the SQL; each ``%(name)s::type``
+    placeholder becomes the parameter ``p_name type`` (every occurrence carries
+    the same cast).  ``ddl`` is installed with the layout (``schema.install_sql``);
+    ``call`` is what the engine sends, with the same parameter mapping.
+    """
+
+    def __init__(self, name: str, statement: str) -> None:
+        self.name = name
+        self.statement = statement
+        types: dict[str, str] = {}
+        for param, type_name in _PLACEHOLDER.findall(statement):
+            if not type_name or types.setdefault(param, type_name) != type_name:
+                raise ValueError(f"{name}: every %({param})s needs one cast")
+        self.params = types
+        body = _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
+                                                               if m.group(2) else ""),
+                                statement)
+        signature = ", ".join(f"p_{p} {t}" for p, t in types.items())
+        self.ddl = (f"CREATE OR REPLACE FUNCTION awa.{name}({signature}) RETURNS SETOF bigint\n"
+                    "LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan "
+                    "SET enable_seqscan = off AS $fn$\n"
+                    f"BEGIN\n    RETURN QUERY {body.strip()};\nEND $fn$;\n")
+        self.call = (f"SELECT * FROM awa.{name}("
+                     + ", ".join(f"%({p})s::{t}" for p, t in types.items()) + ")")
 
 # The attempts a batch names (``u``: every buffered field of each write), joined to
 # their receipts.  ``_IDS_ONLY`` is the same ``u`` for a batch that carries nothing
@@ -83,7 +123,7 @@ SELECT job_id FROM hit"""
 _END_OF = _ATTEMPTS + """
 , closed AS (
     INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT claim_slot, receipt_id, id, lease, %(outcome)s FROM att
+    SELECT claim_slot, receipt_id, id, lease, %(outcome)s::text FROM att
     ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
     RETURNING job_id, run_lease
 ), leased AS (
@@ -170,35 +210,35 @@ SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_
                                        "progress": CLEARED_ON_COMPLETION})}, e.claimed_by
   FROM ended e
 RETURNING id"""
-FINALIZE = _END + _TO_DONE
+FINALIZE = Procedure("qs_finalize", _END + _TO_DONE)
 # The common completion: nothing buffered, so only ids and leases are sent.
-FINALIZE_PLAIN = _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE
+FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE)
 
 # Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
-RETRY = _END + f"""
+RETRY = Procedure("qs_retry", _END + f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
 SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state",
                  "finalized_at": "now()"})}
   FROM ended e
-RETURNING id"""
+RETURNING id""")
 
-SNOOZE = _END + f"""
+SNOOZE = Procedure("qs_snooze", _END + f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
 SELECT {_select({**_DEFERRED, "state": "'scheduled'::awa.job_state",
                  "attempt": "greatest(e.attempt - 1, 0)"})}
   FROM ended e
-RETURNING id"""
+RETURNING id""")
 
-DEAD_LETTER = _END + f"""
+DEAD_LETTER = Procedure("qs_dead_letter", _END + f"""
 INSERT INTO awa.dlq_entries ({", ".join("job_id" if c == "id" else c for c in JOB_COLUMNS)},
                              dlq_reason, dlq_at, original_run_lease)
 SELECT {_select({"state": "'failed'::awa.job_state", "finalized_at": "now()"},
                 with_id="job_id")},
        e.reason, now(), e.run_lease
   FROM ended e
-RETURNING job_id"""
+RETURNING job_id""")
 
-PARK = """
+PARK = Procedure("qs_park", """
 WITH u AS MATERIALIZED (
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(callback_ids)s::uuid[],
                          %(progress)s::jsonb[], %(meta)s::jsonb[])
@@ -209,11 +249,11 @@ WITH u AS MATERIALIZED (
      WHERE l.job_id = u.id AND l.run_lease = u.lease AND l.state = 'running'
        AND l.callback_id = u.callback_id
     RETURNING l.job_id, l.run_lease
-)""" + _UPSERT_STATE
+)""" + _UPSERT_STATE)
 
 # A heartbeat materializes an open receipt into a lease (closing the receipt
 # 'materialized') or refreshes the lease it already has.
-HEARTBEAT = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
+HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
 , mat AS (
     INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
     SELECT claim_slot, receipt_id, id, lease, 'materialized' FROM att
@@ -237,9 +277,10 @@ HEARTBEAT = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
     RETURNING l.job_id, l.run_lease
 ), hit AS (
     SELECT job_id, run_lease FROM fresh UNION ALL SELECT job_id, run_lease FROM beat
-)""" + _UPSERT_STATE
+)""" + _UPSERT_STATE)
 
-FLUSH_PROGRESS = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
+FLUSH_PROGRESS = Procedure("qs_flush_progress",
+                           _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
 , hit AS (
     SELECT a.id AS job_id, a.lease AS run_lease FROM att a
      WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
@@ -249,7 +290,11 @@ FLUSH_PROGRESS = _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
     SELECT l.job_id, l.run_lease FROM awa.leases l JOIN att a
         ON l.job_id = a.id AND l.run_lease = a.lease
      WHERE l.state IN ('running', 'waiting_external')
-)""" + _UPSERT_STATE
+)""" + _UPSERT_STATE)
+
+# Installed with the layout (``schema.install_sql``).
+PROCEDURES = (FINALIZE, FINALIZE_PLAIN, RETRY, SNOOZE, DEAD_LETTER, PARK, HEARTBEAT,
+              FLUSH_PROGRESS)
 
 AVAILABLE_COUNTS = """
 SELECT r.queue, count(*) FROM awa.qs_ready_live r
@@ -283,14 +328,17 @@ def _nothing_buffered(attempts: Sequence[AttemptWrite]) -> bool:
                for a in attempts)
 
 
-async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
+Statement = LiteralString | Procedure
+
+
+async def _ids(conn: psycopg.AsyncConnection[Any], query: Statement,
                params: dict[str, Any]) -> list[int]:
     cur = conn.cursor(row_factory=tuple_row)
-    await cur.execute(query, params)
+    await cur.execute(query.call if isinstance(query, Procedure) else query, params)
     return [row[0] for row in await cur.fetchall()]
 
 
-async def finish(conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+async def finish(conn: psycopg.AsyncConnection[Any], statement: Statement,
                  attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
                  from_states: Sequence[str] = ("running",), *,
                  ids_only: bool = False) -> list[int]:
@@ -402,7 +450,7 @@ class QueueStorageExecution:
         await cur.execute(AVAILABLE_COUNTS, (list(queues),))
         return {queue: int(n) for queue, n in await cur.fetchall()}
 
-    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: Procedure,
                     attempts: Sequence[AttemptWrite], what: str,
                     to_state: str | None) -> AppliedBatch:
         """Retry, snooze, dead-letter: one statement; on a unique collision the shared

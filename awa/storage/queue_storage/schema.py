@@ -34,8 +34,12 @@ ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
 
 @cache
 def install_sql() -> str:
-    """The layout script (``awa/schema/queue_storage.sql``)."""
-    return (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
+    """The layout script (``awa/schema/queue_storage.sql``), then the hot-path
+    statements as functions (``execution.PROCEDURES``)."""
+    from awa.storage.queue_storage.execution import PROCEDURES  # built on this layout
+
+    layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
+    return layout + "\n" + "\n".join(p.ddl for p in PROCEDURES)
 
 
 def _check_schema(schema: str) -> None:
