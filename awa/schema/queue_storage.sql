@@ -373,24 +373,35 @@ ALTER TABLE awa.ready_entries ALTER COLUMN ready_id SET DEFAULT nextval('awa.qs_
 ALTER TABLE awa.ready_entries ALTER COLUMN run_at SET DEFAULT now();
 ALTER TABLE awa.ready_entries ALTER COLUMN created_at SET DEFAULT now();
 
+-- A claim that took its lane's entries from start_seq on without a gap records
+-- where the next claim may begin (everything below it is claimed) in its newest
+-- receipt, so that claim reads one receipt instead of counting them all.
+ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_frontier bigint;
+
 -- How far each lane of a queue is claimed, from its claim head and receipts:
--- ``start`` is where the claim begins to look (past a contiguous claimed run,
--- the FIFO case, without probing one receipt), ``claimed_max`` the newest
--- claimed position (entries past it need no receipt probe), ``settled`` the
--- low-water mark the head may move to.
+-- ``start`` is where the claim begins to look: the newest receipt's frontier
+-- (the FIFO case: one index probe), else past a contiguous claimed run (the
+-- receipts since the head counted), else the head; ``claimed_max`` the newest
+-- claimed position (entries past it need no receipt probe).
 CREATE OR REPLACE FUNCTION awa.qs_lane_progress(p_queue text)
 RETURNS TABLE (priority smallint, shard smallint, claim_seq bigint, start_seq bigint,
                claimed_max bigint)
 LANGUAGE sql STABLE AS $$
     SELECT h.priority, h.shard, h.claim_seq,
-           CASE WHEN c.n > 0 AND c.n = c.top - h.claim_seq + 1 THEN c.top + 1
-                ELSE h.claim_seq END,
-           COALESCE(c.top, -1)
+           CASE WHEN t.top IS NULL THEN h.claim_seq
+                WHEN t.lane_frontier IS NOT NULL THEN greatest(t.lane_frontier, h.claim_seq)
+                ELSE (SELECT CASE WHEN count(*) = t.top - h.claim_seq + 1 THEN t.top + 1
+                                  ELSE h.claim_seq END
+                        FROM awa.lease_claims x
+                       WHERE x.queue = h.queue AND x.priority = h.priority
+                         AND x.shard = h.shard AND x.lane_seq >= h.claim_seq) END,
+           COALESCE(t.top, -1)
       FROM awa.queue_claim_heads h
-      CROSS JOIN LATERAL (
-          SELECT count(*) AS n, max(x.lane_seq) AS top FROM awa.lease_claims x
+      LEFT JOIN LATERAL (
+          SELECT x.lane_seq AS top, x.lane_frontier FROM awa.lease_claims x
            WHERE x.queue = h.queue AND x.priority = h.priority AND x.shard = h.shard
-             AND x.lane_seq >= h.claim_seq) c
+             AND x.lane_seq >= h.claim_seq
+           ORDER BY x.lane_seq DESC LIMIT 1) t ON true
      WHERE h.queue = p_queue
 $$;
 
@@ -487,15 +498,25 @@ BEGIN
           FROM win v
     ), picked AS MATERIALIZED (
         SELECT * FROM ranked WHERE rk <= p_limit
+    ), runs AS (
+        -- Per lane, the picked entries: a run from start_seq with no gap moves the
+        -- lane's frontier past it (kept in the run's newest receipt).
+        SELECT p.priority, p.shard, max(p.lane_seq) AS newest,
+               CASE WHEN count(*) = max(p.lane_seq) - min(l.start_seq) + 1
+                    THEN max(p.lane_seq) + 1 END AS frontier
+          FROM picked p JOIN lanes l ON l.priority = p.priority AND l.shard = p.shard
+         GROUP BY p.priority, p.shard
     ), receipts AS (
         INSERT INTO awa.lease_claims (claim_slot, receipt_id, job_id, run_lease, queue,
                                       priority, attempt, claimed_at, deadline_at,
-                                      ready_slot, ready_id, shard, lane_seq, claimed_by)
+                                      ready_slot, ready_id, shard, lane_seq, claimed_by,
+                                      lane_frontier)
         SELECT (SELECT awa.qs_slot('claim')), nextval('awa.qs_receipt_id_seq'), p.job_id,
                p.run_lease + 1, p_queue, p.priority, p.attempt + 1, now(),
                now() + p_deadline_ms * interval '1 millisecond', p.ready_slot, p.ready_id,
-               p.shard, p.lane_seq, p_claimed_by
-          FROM picked p
+               p.shard, p.lane_seq, p_claimed_by,
+               CASE WHEN p.lane_seq = r.newest THEN r.frontier END
+          FROM picked p JOIN runs r ON r.priority = p.priority AND r.shard = p.shard
     ), advance AS (
         -- The new low-water mark: the first window entry left unclaimed, else
         -- past the window, else where the claim started.
@@ -543,10 +564,20 @@ DECLARE
 BEGIN
     FOR lane IN SELECT h.queue, h.priority, h.shard FROM awa.queue_claim_heads h
                  ORDER BY h.queue, h.priority, h.shard FOR UPDATE SKIP LOCKED LOOP
+        -- The first live entry; with none, the lane's end (past gaps a tombstone or
+        -- a skipped entry left, which would keep claims counting receipts): a
+        -- producer yet to commit holds the enqueue head, so its entries land there
+        -- or later.
         SELECT COALESCE(
                    (SELECT min(r.lane_seq) FROM awa.qs_ready_live r
                      WHERE r.queue = lane.queue AND r.priority = lane.priority
                        AND r.shard = lane.shard),
+                   greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
+                              WHERE r.queue = lane.queue AND r.priority = lane.priority
+                                AND r.shard = lane.shard),
+                            (SELECT max(c.lane_seq) + 1 FROM awa.lease_claims c
+                              WHERE c.queue = lane.queue AND c.priority = lane.priority
+                                AND c.shard = lane.shard)),
                    (SELECT g.start_seq FROM awa.qs_lane_progress(lane.queue) g
                      WHERE g.priority = lane.priority AND g.shard = lane.shard))
           INTO low;

@@ -315,3 +315,38 @@ async def test_priority_ages_at_claim_time(engine, aconn):
     old, urgent = await old_and_urgent("steps", 2)
     assert [j.id for j in await engine.claim_batch(aconn, "steps", 1, 60_000,
                                                    aging_interval_ms=60_000)] == [old]
+
+
+@QS
+async def test_a_claim_that_leaves_a_gap_does_not_move_the_lane_frontier(engine, aconn):
+    """A claim that skips an entry of its lane records no frontier, so later claims
+    look from the claim head and find what was left behind; once the head has
+    settled past the gap, a gapless claim records a frontier and claims go on from
+    it.  (The gap: a job whose run_at moved is re-placed at the lane's end, and
+    being older it ranks before the entry it passed.)"""
+    async def insert(priority: int) -> int:
+        batch = build_batch([{}], kind="k", queue="gaps", priority=priority)
+        return (await engine.insert_batch(aconn, batch)).jobs[0].id
+
+    async def claim(n: int) -> list[int]:
+        return [j.id for j in await engine.claim_batch(aconn, "gaps", n, 60_000)]
+
+    async def newest_frontier() -> Any:
+        cur = await aconn.execute("SELECT lane_frontier FROM awa.lease_claims "
+                                  "WHERE priority = 2 ORDER BY lane_seq DESC LIMIT 1")
+        return (await cur.fetchone())["lane_frontier"]
+
+    urgent, first, older = await insert(1), await insert(2), await insert(2)
+    await aconn.execute("UPDATE awa.jobs SET run_at = now() - interval '1 minute' "
+                        "WHERE id = %s", (older,))
+    assert await claim(2) == [urgent, older]
+    assert await newest_frontier() is None  # `first` was passed over
+    assert await claim(1) == [first]
+    later = await insert(2)
+    assert await claim(5) == [later]
+    assert await claim(5) == []
+    await aconn.execute("SELECT awa.qs_settle_claim_heads()")
+    last = await insert(2)
+    assert await claim(5) == [last]
+    assert await newest_frontier() is not None
+    assert await claim(5) == []

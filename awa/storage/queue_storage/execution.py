@@ -127,8 +127,11 @@ _END_OF = _ATTEMPTS + """
     ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
     RETURNING job_id, run_lease
 ), leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
     DELETE FROM awa.leases l USING att
-     WHERE l.job_id = att.id AND l.run_lease = att.lease
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
        AND l.job_id = ANY(%(ids)s::bigint[])  -- an index scan however many leases run
        AND l.state = ANY(%(from_states)s::awa.job_state[])
     RETURNING l.*
@@ -156,12 +159,14 @@ _END_OF = _ATTEMPTS + """
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
       LEFT JOIN LATERAL (
            SELECT * FROM awa.attempt_state st
-            WHERE st.job_id = a.id AND st.run_lease = a.lease) st ON true
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
      WHERE l.job_id IS NOT NULL
         OR EXISTS (SELECT 1 FROM closed c WHERE c.job_id = a.id AND c.run_lease = a.lease)
 ), dropped AS (
     DELETE FROM awa.attempt_state s USING ended e
-     WHERE s.job_id = e.id AND s.run_lease = e.run_lease
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
        AND s.job_id = ANY(%(ids)s::bigint[])
 ), uq_take AS (
     INSERT INTO awa.job_unique_claims (unique_key, job_id)
