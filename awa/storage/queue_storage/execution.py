@@ -68,7 +68,6 @@ class Procedure:
         for param, type_name in _PLACEHOLDER.findall(statement):
             if not type_name or types.setdefault(param, type_name) != type_name:
                 raise ValueError(f"{name}: every %({param})s needs one cast")
-        self.params = types
         body = _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
                                                                if m.group(2) else ""),
                                 statement)
