@@ -24,6 +24,7 @@ from awa.runtime import recording
 from awa.runtime.loops import BackgroundLoop, listen_forever, stop_tasks
 from awa.runtime.permits import QueuePermits
 from awa.runtime.rate_limit import TokenBucket
+from awa.storage.engine import AttemptWrite
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
@@ -52,6 +53,9 @@ class Dispatcher:
         capacity = permits.max_workers or runtime.settings.global_max_workers or 1
         self.claimers = int(queue.extra.get("claimers") or (2 if capacity >= 2 else 1))
         self.batch_size = min(self.batch_size, max(-(-capacity // self.claimers), 1))
+        # A claim slower than this may hand back attempts rescue has already taken
+        # (half the staleness after which an attempt that never heartbeated is rescued).
+        self._paused_claim_ms = runtime.settings.heartbeat_staleness_ms / 2
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()
@@ -100,6 +104,8 @@ class Dispatcher:
             started = time.perf_counter()
             try:
                 jobs = await self._claim(granted)
+                if jobs and (time.perf_counter() - started) * 1000 >= self._paused_claim_ms:
+                    jobs = await self._still_ours(jobs, time.perf_counter() - started)
                 failures = 0
                 self.runtime.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -132,6 +138,21 @@ class Dispatcher:
                 recording.wakeup(self.name, REASON_NOTIFY)
             except TimeoutError:
                 recording.wakeup(self.name, REASON_POLL)
+
+    async def _still_ours(self, jobs: list[Job[Any]], took_s: float) -> list[Job[Any]]:
+        """The claimed jobs whose attempt is still ours, after a claim that took so long
+        (the process was paused, or its answer sat unread) that rescue may have moved
+        them on meanwhile: one heartbeat says which.  The others are not run -- their
+        next attempt will be -- instead of running twice."""
+        async with self.runtime.pool.connection() as conn:
+            alive = set(await self.runtime.engine.heartbeat_batch(
+                conn, [AttemptWrite(j.id, j.run_lease) for j in jobs]))
+        kept = [j for j in jobs if j.id in alive]
+        if len(kept) < len(jobs):
+            log.warning("claim on queue %s took %.1fs; %d of %d claimed job(s) were rescued "
+                        "meanwhile and are left to their next attempt", self.name, took_s,
+                        len(jobs) - len(kept), len(jobs))
+        return kept
 
     def _give_back(self, n: int) -> None:
         """Slots and tokens reserved for rows the claim did not return."""
