@@ -120,7 +120,7 @@ class ServerCpu:
     def __init__(self, conn: psycopg.Connection) -> None:
         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]  # one row
         stat = _proc_stat(backend)
-        self.postmaster = stat[1] if stat else None
+        self.postmaster = stat[0] if stat else None
 
     def read(self) -> float | None:
         if self.postmaster is None:
@@ -128,23 +128,23 @@ class ServerCpu:
         own = _proc_stat(self.postmaster)
         if own is None:
             return None
-        ticks = sum(own[2][10:14])  # utime, stime, cutime, cstime
+        ticks = sum(own[1][10:14])  # utime, stime, cutime, cstime
         for child in Path("/proc").iterdir():
             stat = _proc_stat(int(child.name)) if child.name.isdigit() else None
-            if stat and stat[1] == self.postmaster:
-                ticks += sum(stat[2][10:12])
+            if stat and stat[0] == self.postmaster:
+                ticks += sum(stat[1][10:12])
         return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_stat(pid: int) -> tuple[int, int, list[int]] | None:
-    """(pid, parent pid, the numeric fields after the state) from /proc/<pid>/stat."""
+def _proc_stat(pid: int) -> tuple[int, list[int]] | None:
+    """(parent pid, the numeric fields after the state) from /proc/<pid>/stat."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces
     numbers = [int(f) for f in fields[1:]]
-    return pid, numbers[0], numbers
+    return numbers[0], numbers
 
 
 def free_port() -> int:

@@ -104,8 +104,9 @@ class Dispatcher:
             started = time.perf_counter()
             try:
                 jobs = await self._claim(granted)
-                if jobs and (time.perf_counter() - started) * 1000 >= self._paused_claim_ms:
-                    jobs = await self._still_ours(jobs, time.perf_counter() - started)
+                took_s = time.perf_counter() - started
+                if jobs and took_s * 1000 >= self._paused_claim_ms:
+                    jobs = await self._still_ours(jobs, took_s)
                 failures = 0
                 self.runtime.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -567,7 +567,7 @@ BEGIN
         -- The first live entry; with none, the lane's end (past gaps a tombstone or
         -- a skipped entry left, which would keep claims counting receipts): a
         -- producer yet to commit holds the enqueue head, so its entries land there
-        -- or later.
+        -- or later.  An empty lane (NULL) stays where it is.
         SELECT COALESCE(
                    (SELECT min(r.lane_seq) FROM awa.qs_ready_live r
                      WHERE r.queue = lane.queue AND r.priority = lane.priority
@@ -577,9 +577,7 @@ BEGIN
                                 AND r.shard = lane.shard),
                             (SELECT max(c.lane_seq) + 1 FROM awa.lease_claims c
                               WHERE c.queue = lane.queue AND c.priority = lane.priority
-                                AND c.shard = lane.shard)),
-                   (SELECT g.start_seq FROM awa.qs_lane_progress(lane.queue) g
-                     WHERE g.priority = lane.priority AND g.shard = lane.shard))
+                                AND c.shard = lane.shard)))
           INTO low;
         UPDATE awa.queue_claim_heads h SET claim_seq = low
          WHERE h.queue = lane.queue AND h.priority = lane.priority AND h.shard = lane.shard
