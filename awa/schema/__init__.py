@@ -122,7 +122,16 @@ def _first(row: Any) -> Any:
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
-def not_migrated_error(found: int | None) -> SchemaNotMigrated:
+def not_migrated_error(found: int | None,
+                       layout: StorageLayout | None = None) -> SchemaNotMigrated:
+    """The error naming the fix; ``layout``: when only its engine's own layout is behind,
+    that is what it says."""
+    if (layout is not None and layout.engine_behind
+            and (found or 0) >= current_migration_version()):
+        return SchemaNotMigrated(
+            f"database has {layout.engine} layout version {layout.engine_layout}, this code "
+            f"needs version {layout.engine_layout_needed}: run `awa migrate` (or "
+            f"client.migrate()) first")
     have = "no awa schema" if found is None else f"schema version {found}"
     return SchemaNotMigrated(
         f"database has {have}, this code needs version {current_migration_version()}: "
@@ -163,5 +172,5 @@ def _checked(layout: StorageLayout, accept_foreign: bool) -> int:
     if refused is not None:
         raise refused
     if layout.schema_version is None or layout.behind:
-        raise not_migrated_error(layout.schema_version)
+        raise not_migrated_error(layout.schema_version, layout)
     return layout.schema_version

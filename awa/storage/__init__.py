@@ -46,9 +46,11 @@ SELECT
     to_regclass('awa.schema_version') IS NOT NULL AS has_schema_version,
     to_regclass('awa.runtime_storage_backends') IS NOT NULL AS has_backends,
     to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS has_active_fn,
-    to_regprocedure('awa.storage_status()') IS NOT NULL AS has_storage_status"""
+    to_regprocedure('awa.storage_status()') IS NOT NULL AS has_storage_status,
+    to_regprocedure('awa.qs_layout_version()') IS NOT NULL AS has_qs_layout_version"""
 VERSIONS = "SELECT version, description FROM awa.schema_version ORDER BY version"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
+QS_LAYOUT_VERSION = "SELECT awa.qs_layout_version() AS layout_version"
 BACKENDS = """
 SELECT backend, schema_name, updated_at FROM awa.runtime_storage_backends
 ORDER BY updated_at DESC, backend"""
@@ -80,15 +82,26 @@ class StorageLayout:
     foreign: bool  # laid out by another awa distribution
     distribution: str  # OURS, RUST_CORE or OTHER ("" when nothing is installed)
     code_version: int  # the newest migration this code has
+    # Ours on queue storage: the layout version it has (0 before versions were recorded)
+    # and the one this code needs; None for other engines.
+    engine_layout: int | None = None
+    engine_layout_needed: int | None = None
 
     @property
     def installed(self) -> bool:
         return self.engine != NO_ENGINE
 
     @property
+    def engine_behind(self) -> bool:
+        """Ours, and the engine's own layout is older than this code's."""
+        return (not self.foreign and self.engine_layout_needed is not None
+                and (self.engine_layout or 0) < self.engine_layout_needed)
+
+    @property
     def behind(self) -> bool:
         """Ours, and older than this code (``awa migrate`` fixes it)."""
-        return not self.foreign and (self.schema_version or 0) < self.code_version
+        return (not self.foreign and (self.schema_version or 0) < self.code_version
+                or self.engine_behind)
 
     @property
     def supported(self) -> bool:
@@ -119,10 +132,12 @@ class StorageLayout:
 
 
 def classify(probe: Mapping[str, Any], versions: list[tuple[int, str]],
-             active_schema: str | None, backends: list[tuple[str, str]]) -> StorageLayout:
+             active_schema: str | None, backends: list[tuple[str, str]],
+             qs_layout: int | None = None) -> StorageLayout:
     """The layout from the probe's facts (no I/O; the async and sync readers share it).
 
-    ``backends`` is ``(backend, schema_name)``, newest first.
+    ``backends`` is ``(backend, schema_name)``, newest first; ``qs_layout`` what
+    ``awa.qs_layout_version()`` returned (None: the function is not there).
     """
     code_version = migrations.current_migration_version()
     if not versions:
@@ -147,11 +162,16 @@ def classify(probe: Mapping[str, Any], versions: list[tuple[int, str]],
         named = [b for b in backends if b[0] != CANONICAL]
         if named:
             engine, schema = named[0]
+    if engine == QUEUE_STORAGE and not foreign:
+        from awa.storage.queue_storage.schema import LAYOUT_VERSION  # engines load on use
+
+        return StorageLayout(engine, schema, max(found), foreign, distribution, code_version,
+                             qs_layout or 0, LAYOUT_VERSION)
     return StorageLayout(engine, schema, max(found), foreign, distribution, code_version)
 
 
 async def describe_layout(conn: psycopg.AsyncConnection[Any]) -> StorageLayout:
-    """Read the layout (2 to 4 plain SELECTs; nothing is written)."""
+    """Read the layout (2 to 5 plain SELECTs; nothing is written)."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(PROBE)
         probe = await cur.fetchone()
@@ -169,7 +189,12 @@ async def describe_layout(conn: psycopg.AsyncConnection[Any]) -> StorageLayout:
         if versions and probe["has_backends"]:
             await cur.execute(BACKENDS)
             backends = [(r["backend"], r["schema_name"]) for r in await cur.fetchall()]
-    return classify(probe, versions, active, backends)
+        qs_layout: int | None = None
+        if active and probe["has_qs_layout_version"]:
+            await cur.execute(QS_LAYOUT_VERSION)
+            row = await cur.fetchone()
+            qs_layout = row["layout_version"] if row else None
+    return classify(probe, versions, active, backends, qs_layout)
 
 
 def describe_layout_sync(conn: psycopg.Connection[Any]) -> StorageLayout:
@@ -189,7 +214,11 @@ def describe_layout_sync(conn: psycopg.Connection[Any]) -> StorageLayout:
         if versions and probe["has_backends"]:
             backends = [(r["backend"], r["schema_name"])
                         for r in cur.execute(BACKENDS).fetchall()]
-    return classify(probe, versions, active, backends)
+        qs_layout: int | None = None
+        if active and probe["has_qs_layout_version"]:
+            row = cur.execute(QS_LAYOUT_VERSION).fetchone()
+            qs_layout = row["layout_version"] if row else None
+    return classify(probe, versions, active, backends, qs_layout)
 
 
 def engine_for(layout: StorageLayout) -> Engine:

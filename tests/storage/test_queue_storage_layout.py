@@ -169,6 +169,31 @@ async def test_engine_selection_finds_this_engine(engine_url, aconn):
 
 
 @QS
+async def test_a_layout_older_than_the_code_is_refused_until_migrated(engine_url, aconn):
+    """A database laid out by older code (here: before layouts carried a version) is
+    refused with `awa migrate` at the client's first use, not at its first failing
+    statement; migrating brings it up to date and the same client call then works."""
+    import awa
+    from awa.storage import describe_layout
+    from awa.storage.queue_storage.schema import LAYOUT_VERSION
+
+    await aconn.execute("DROP FUNCTION awa.qs_layout_version()")
+    layout = await describe_layout(aconn)
+    assert (layout.engine_layout, layout.engine_layout_needed) == (0, LAYOUT_VERSION)
+    assert layout.behind
+    async with awa.AsyncClient(engine_url) as client:
+        with pytest.raises(awa.SchemaNotMigrated,
+                           match=rf"queue_storage layout version 0, this code needs version "
+                                 rf"{LAYOUT_VERSION}: run `awa migrate`"):
+            await client.insert({"n": 1}, kind="k", queue="q")
+    async with awa.AsyncClient(engine_url) as client:
+        await client.migrate()
+        job = await client.insert({"n": 1}, kind="k", queue="q")
+        assert job.state.value == "available"
+    assert not (await describe_layout(aconn)).behind
+
+
+@QS
 async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
     """Claimers racing the producer that creates a lane: each job is claimed once."""
     import asyncio

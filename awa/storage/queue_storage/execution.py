@@ -57,11 +57,14 @@ class Procedure:
 
     ``statement`` stays the one copy of the SQL; each ``%(name)s::type``
     placeholder becomes the parameter ``p_name type`` (every occurrence carries
-    the same cast).  ``ddl`` is installed with the layout (``schema.install_sql``);
-    ``call`` is what the engine sends, with the same parameter mapping.
+    the same cast).  ``returns``: what the function returns (the statement's
+    rows; where they are named, as ``TABLE (...)``, the statement's columns win
+    over those names).  ``ddl`` is installed with the layout
+    (``schema.install_sql``); ``call`` is what the engine sends, with the same
+    parameter mapping.
     """
 
-    def __init__(self, name: str, statement: str) -> None:
+    def __init__(self, name: str, statement: str, returns: str = "SETOF bigint") -> None:
         self.name = name
         self.statement = statement
         types: dict[str, str] = {}
@@ -72,9 +75,9 @@ class Procedure:
                                                                if m.group(2) else ""),
                                 statement)
         signature = ", ".join(f"p_{p} {t}" for p, t in types.items())
-        self.ddl = (f"CREATE OR REPLACE FUNCTION awa.{name}({signature}) RETURNS SETOF bigint\n"
+        self.ddl = (f"CREATE OR REPLACE FUNCTION awa.{name}({signature}) RETURNS {returns}\n"
                     "LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan "
-                    "SET enable_seqscan = off AS $fn$\n"
+                    "SET enable_seqscan = off AS $fn$\n#variable_conflict use_column\n"
                     f"BEGIN\n    RETURN QUERY {body.strip()};\nEND $fn$;\n")
         self.call = (f"SELECT * FROM awa.{name}("
                      + ", ".join(f"%({p})s::{t}" for p, t in types.items()) + ")")

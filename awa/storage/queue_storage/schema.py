@@ -32,14 +32,29 @@ HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS 
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
 
 
+LAYOUT_VERSION = 1
+"""The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
+has).  Raised with every change to ``queue_storage.sql`` or to a function the engine calls, so
+that a database laid out by older code is refused with `awa migrate` as the fix
+(``awa.schema.ensure_migrated``) instead of failing at its first statement.  0: laid out before
+the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``."""
+
+# Written last, in the install's transaction: a layout that has it is complete.
+LAYOUT_VERSION_FN = """
+CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int
+LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$;"""
+
+
 @cache
 def install_sql() -> str:
-    """The layout script (``awa/schema/queue_storage.sql``), then the hot-path
-    statements as functions (``execution.PROCEDURES``)."""
-    from awa.storage.queue_storage.execution import PROCEDURES  # built on this layout
+    """The layout script (``awa/schema/queue_storage.sql``), the hot-path statements as
+    functions (``enqueue.PROCEDURES``, ``execution.PROCEDURES``), then the layout version."""
+    # Both are built on this layout.
+    from awa.storage.queue_storage import enqueue, execution
 
     layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
-    return layout + "\n" + "\n".join(p.ddl for p in PROCEDURES)
+    return (layout + "\n" + "\n".join(p.ddl for p in enqueue.PROCEDURES + execution.PROCEDURES)
+            + LAYOUT_VERSION_FN % LAYOUT_VERSION)
 
 
 def _check_schema(schema: str) -> None:
