@@ -147,6 +147,16 @@ def _proc_stat(pid: int) -> tuple[int, list[int]] | None:
     return numbers[0], numbers
 
 
+def alternation(sizes: str, repeat: int, engines: str) -> Iterator[tuple[int, str]]:
+    """``(size, engine)`` for an engine comparison: for each of the comma-separated sizes,
+    ``repeat`` rounds that alternate the engines, so each pair meets the same machine (this
+    one is shared and noisy; back-to-back blocks per engine would compare two moments)."""
+    for size in (int(x) for x in sizes.split(",")):
+        for _ in range(repeat):
+            for engine in engines.split(","):
+                yield size, engine
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as probe:

@@ -103,13 +103,11 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'engine':>14} {'B':>4} {'enqueue':>8} {'claim':>8} {'complete':>9} "
           f"{'sum':>8} {'wall µs/job':>12}")
-    for b in [int(x) for x in args.batch.split(",")]:
-        for _ in range(args.repeat):
-            for engine in args.engines.split(","):
-                r = asyncio.run(measure(engine, args.jobs, b))
-                total = r["enqueue"] + r["claim"] + r["complete"]
-                print(f"{engine:>14} {b:>4} {r['enqueue']:>8.1f} {r['claim']:>8.1f} "
-                      f"{r['complete']:>9.1f} {total:>8.1f} {r['wall']:>12.1f}", flush=True)
+    for b, engine in _support.alternation(args.batch, args.repeat, args.engines):
+        r = asyncio.run(measure(engine, args.jobs, b))
+        total = r["enqueue"] + r["claim"] + r["complete"]
+        print(f"{engine:>14} {b:>4} {r['enqueue']:>8.1f} {r['claim']:>8.1f} "
+              f"{r['complete']:>9.1f} {total:>8.1f} {r['wall']:>12.1f}", flush=True)
 
 
 if __name__ == "__main__":

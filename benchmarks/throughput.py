@@ -223,22 +223,19 @@ def main() -> None:
           f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})")
     print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
           f"{'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
-    for w in [int(x) for x in args.workers.split(",")]:
-        for _ in range(args.repeat):
-            for engine in args.engines.split(","):
-                profile_path = (f"/tmp/awa-throughput-{engine}-W{w}.prof"
-                                if args.profile == w else None)
-                r = run_throughput(engine, args.jobs, w, args.claim_batch, profile_path)
-                assert r["max_attempt"] == 1, "a job was claimed twice"
-                print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
-                      f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
-                      f"{_ms(r['server_cpu_ms_per_job']):>14} "
-                      f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
-                if profile_path:
-                    print(f"\nprofile of the worker process, {engine} W={w} "
-                          f"(top functions by own time):")
-                    print_profile(profile_path)
-
+    for w, engine in _support.alternation(args.workers, args.repeat, args.engines):
+        profile_path = (f"/tmp/awa-throughput-{engine}-W{w}.prof"
+                        if args.profile == w else None)
+        r = run_throughput(engine, args.jobs, w, args.claim_batch, profile_path)
+        assert r["max_attempt"] == 1, "a job was claimed twice"
+        print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
+              f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
+              f"{_ms(r['server_cpu_ms_per_job']):>14} "
+              f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
+        if profile_path:
+            print(f"\nprofile of the worker process, {engine} W={w} "
+                  f"(top functions by own time):")
+            print_profile(profile_path)
 
 if __name__ == "__main__":
     main()
