@@ -59,28 +59,41 @@ class Procedure:
     placeholder becomes the parameter ``p_name type`` (every occurrence carries
     the same cast).  ``returns``: what the function returns (the statement's
     rows; where they are named, as ``TABLE (...)``, the statement's columns win
-    over those names).  ``ddl`` is installed with the layout
+    over those names).  ``shortcut``: ``(condition, statement)``, a cheaper
+    statement run instead when the condition holds (each planned once, like
+    the main one).  ``ddl`` is installed with the layout
     (``schema.install_sql``); ``call`` is what the engine sends, with the same
     parameter mapping.
     """
 
-    def __init__(self, name: str, statement: str, returns: str = "SETOF bigint") -> None:
+    def __init__(self, name: str, statement: str, returns: str = "SETOF bigint",
+                 shortcut: tuple[str, str] | None = None) -> None:
         self.name = name
         self.statement = statement
         types: dict[str, str] = {}
-        for param, type_name in _PLACEHOLDER.findall(statement):
+        sources = (statement, *(shortcut or ()))
+        for param, type_name in _PLACEHOLDER.findall("\n".join(sources)):
             if not type_name or types.setdefault(param, type_name) != type_name:
                 raise ValueError(f"{name}: every %({param})s needs one cast")
-        body = _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
-                                                               if m.group(2) else ""),
-                                statement)
+        body = f"RETURN QUERY {self._body(statement)};"
+        if shortcut is not None:
+            condition, short = shortcut
+            body = (f"IF {self._body(condition)} THEN\n    RETURN QUERY {self._body(short)};\n"
+                    f"ELSE\n    {body}\nEND IF;")
         signature = ", ".join(f"p_{p} {t}" for p, t in types.items())
         self.ddl = (f"CREATE OR REPLACE FUNCTION awa.{name}({signature}) RETURNS {returns}\n"
                     "LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan "
                     "SET enable_seqscan = off AS $fn$\n#variable_conflict use_column\n"
-                    f"BEGIN\n    RETURN QUERY {body.strip()};\nEND $fn$;\n")
+                    f"BEGIN\n    {body}\nEND $fn$;\n")
         self.call = (f"SELECT * FROM awa.{name}("
                      + ", ".join(f"%({p})s::{t}" for p, t in types.items()) + ")")
+
+    @staticmethod
+    def _body(sql: str) -> str:
+        """The SQL with each placeholder replaced by its parameter."""
+        return _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
+                                                               if m.group(2) else ""),
+                                sql).strip()
 
 # The attempts a batch names (``u``: every buffered field of each write), joined to
 # their receipts.  ``_IDS_ONLY`` is the same ``u`` for a batch that carries nothing
@@ -119,6 +132,28 @@ _UPSERT_STATE = """
            metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
 )
 SELECT job_id FROM hit"""
+
+# The unique claims of the attempts in ``ended`` as their jobs move to %(to_state)s:
+# taken where that state is in the key's mask (and running was not), given back
+# where it is not.
+_UNIQUE_MOVES = """
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+"""
 
 # End the running attempts: close the receipt (or delete the lease), then
 # ``ended`` holds each one's full job row (state running) for the target.
@@ -170,23 +205,7 @@ _END_OF = _ATTEMPTS + """
      WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
        AND s.job_id = e.id AND s.run_lease = e.run_lease
        AND s.job_id = ANY(%(ids)s::bigint[])
-), uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-"""
+)""" + _UNIQUE_MOVES
 # Every buffered field of each write (``_END_OF`` is the template over ``u``).
 _END = _END_OF.replace("__FIELDS__", _ALL_FIELDS)
 
@@ -218,8 +237,51 @@ SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_
   FROM ended e
 RETURNING id"""
 FINALIZE = Procedure("qs_finalize", _END + _TO_DONE)
+
+# The short job's completion: no lease and no attempt state, so only the receipt
+# and the ready entry are read (``_END_OF``'s lease and state joins, and the wide
+# materialized row they feed, cost a fifth of a completion).  A heartbeat that
+# materializes one of these attempts meanwhile wins its closure; the attempt is
+# then missed here and ``finish`` ends it through the full statement.
+_NOTHING_MATERIALIZED = """
+NOT EXISTS (SELECT 1 FROM awa.leases l WHERE l.job_id = ANY(%(ids)s::bigint[]))
+AND NOT EXISTS (SELECT 1 FROM awa.attempt_state s WHERE s.job_id = ANY(%(ids)s::bigint[]))"""
+_SHORT_TO_DONE = """
+WITH att AS MATERIALIZED (
+    SELECT c.claim_slot, c.receipt_id, c.job_id, c.run_lease, c.attempt, c.claimed_at,
+           c.deadline_at, c.ready_slot, c.ready_id, c.claimed_by
+      FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS u(id, lease)
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), closed AS (
+    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
+    SELECT claim_slot, receipt_id, job_id, run_lease, %(outcome)s::text FROM att
+    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
+    RETURNING job_id, run_lease
+), ended AS MATERIALIZED (
+    SELECT a.job_id AS id, r.kind, r.queue, r.args, r.priority, a.attempt, r.max_attempts,
+           r.run_at, a.claimed_at, a.deadline_at, r.created_at, r.errors, r.metadata, r.tags,
+           r.unique_key, r.unique_states, a.run_lease, r.progress, a.claimed_by
+      FROM closed k JOIN att a ON a.job_id = k.job_id AND a.run_lease = k.run_lease
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+)""" + _UNIQUE_MOVES + """
+INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt,
+                              max_attempts, run_at, heartbeat_at, deadline_at, attempted_at,
+                              finalized_at, created_at, errors, metadata, tags, unique_key,
+                              unique_states, run_lease, progress, claimed_by)
+SELECT (SELECT awa.qs_slot('queue')), e.id, e.kind, e.queue, e.args,
+       %(to_state)s::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at,
+       e.claimed_at, e.deadline_at, e.claimed_at, now(), e.created_at, e.errors, e.metadata,
+       e.tags, e.unique_key, e.unique_states, e.run_lease, """ + CLEARED_ON_COMPLETION + """,
+       e.claimed_by
+  FROM ended e
+RETURNING id"""
 # The common completion: nothing buffered, so only ids and leases are sent.
-FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE)
+FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE,
+                           shortcut=(_NOTHING_MATERIALIZED, _SHORT_TO_DONE))
 
 # Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
 RETRY = Procedure("qs_retry", _END + f"""

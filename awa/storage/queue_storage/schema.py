@@ -37,7 +37,8 @@ LAYOUT_VERSION = 1
 has).  Raised with every change to ``queue_storage.sql`` or to a function the engine calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix
 (``awa.schema.ensure_migrated``) instead of failing at its first statement.  0: laid out before
-the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``."""
+the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``, the
+short path of ``awa.qs_finalize_plain``."""
 
 # Written last, in the install's transaction: a layout that has it is complete.
 LAYOUT_VERSION_FN = """
