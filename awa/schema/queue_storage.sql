@@ -457,7 +457,9 @@ BEGIN
                AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m
                                 WHERE m.queue = p_queue AND m.paused)
              ORDER BY q.priority, q.shard FOR UPDATE OF q) h;
-    IF lanes_p IS NULL THEN
+    -- A limit of 0 is a connection's warm-up (Engine.warm_up): every statement below
+    -- runs, and so is planned, on no lane.
+    IF lanes_p IS NULL AND p_limit > 0 THEN
         RETURN;
     END IF;
     -- The lane locks are held until commit, and the next claimer of the queue waits

@@ -231,6 +231,13 @@ class ExecutionOps(Protocol):
         """running -> completed."""
         ...
 
+    async def warm_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Run the claim and the plain completion on nothing, so that this connection has
+        read what they need (and, where an engine caches plans per session, planned them)
+        before the first real claim: that first call costs milliseconds.  Claims, ends and
+        writes nothing."""
+        ...
+
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         """running -> retryable at now()+delay_s, the error appended, the attempt spent.

@@ -61,6 +61,22 @@ async def claim_all(engine, aconn, n: int, queue: str = "default") -> list[awa.J
 
 
 # -- claim ---------------------------------------------------------------------------
+async def test_warm_up_claims_and_writes_nothing(engine, engine_url, client, aconn):
+    """Warming a connection claims, ends and writes nothing (the waiting job stays
+    available), and the connection then claims and completes as any other."""
+    job = await client.insert(Work(1), queue="default")
+    async with await psycopg.AsyncConnection.connect(engine_url, autocommit=True) as fresh:
+        await engine.warm_up(fresh)
+        await engine.warm_up(fresh)  # again: still nothing
+        cur = await aconn.execute("SELECT state::text AS state, count(*) AS n FROM awa.jobs "
+                                  "GROUP BY 1")
+        assert {r["state"]: r["n"] for r in await cur.fetchall()} == {"available": 1}
+        [claimed] = await claim_all(engine, fresh, 1)
+        assert claimed.id == job.id
+        assert (await engine.complete_batch(fresh, [write(claimed)])).applied == [job.id]
+    assert await state(aconn, job.id) == "completed"
+
+
 async def test_claim_takes_priority_then_run_at_order(engine, aconn, client):
     now = datetime.now(UTC)
     spec = [(3, 50), (1, 10), (2, 40), (1, 30), (1, 20), (4, 60)]  # (priority, seconds ago)

@@ -308,6 +308,11 @@ class CanonicalExecution:
         await cur.execute(CLAIM_JOBS, (queue, queue, limit, deadline_ms, instance_id))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
+    async def warm_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # No queue has the empty name; a limit of 0 claims nothing, an empty batch ends nothing.
+        await conn.execute(CLAIM_JOBS, ("", "", 0, 0, None))
+        await _ids(conn, COMPLETE_JOBS, ([], []))
+
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:

@@ -439,6 +439,12 @@ class QueueStorageExecution:
         await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id, aging_interval_ms))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
+    async def warm_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # qs_claim with a limit of 0 runs (so plans) its statements on no lane; the plain
+        # completion of no attempt plans its short path.
+        await conn.execute(CLAIM, ("", 0, 0, None, 0))
+        await _ids(conn, FINALIZE_PLAIN, _params([], "completed", "completed", ids_only=True))
+
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:

@@ -346,7 +346,7 @@ WRITE_COMMANDS: dict[str, str] = {
 }
 # Everything else that writes belongs to the Rust core's own runtime.
 RUNTIME_WRITES = (
-    "insert_batch", "insert_batch_sync", "copy_batch", "claim_batch", "complete_batch",
+    "insert_batch", "insert_batch_sync", "copy_batch", "warm_up", "claim_batch", "complete_batch",
     "retry_batch", "snooze_batch", "cancel_batch", "fail_batch", "dead_letter_batch",
     "park_batch", "cancel_superseded", "heartbeat_batch", "flush_progress_batch",
     "upsert_runtime_snapshot", "rescue_stale_heartbeats", "rescue_expired_deadlines",
