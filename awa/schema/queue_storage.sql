@@ -439,7 +439,8 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
 -- One generic plan per session (a custom plan per call costs as much as running
 -- it), with index probes only: the plan must stay right as a ring partition that
 -- was empty when it was made fills up (see execution.Procedure).
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+SET enable_bitmapscan = off AS $$
 #variable_conflict use_column
 DECLARE
     w int;
