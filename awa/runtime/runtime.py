@@ -43,8 +43,11 @@ log = logging.getLogger("awa.runtime")
 # polling alone (they keep reconnecting in the background).
 LISTENER_READY_TIMEOUT_S = 5.0
 # How long start waits for the pool to lend one more connection to warm (a pool the
-# client's own callers are using may have none to spare; start does not wait for them).
+# client's own callers are using may have none to spare; start does not wait for them),
+# and at most how many it warms: start stays within a few hundred milliseconds however
+# many queues a runtime serves (their dispatchers rarely all claim at once).
 WARM_UP_TIMEOUT_S = 1.0
+WARM_UP_MAX_CONNECTIONS = 4
 
 
 class Health:
@@ -155,8 +158,9 @@ class Runtime:
                             for name, q in self.queues.items()}
         self.listener = QueueListener(self, self.dispatchers)
         self.cancel_listener = CancelListener(self)
-        await self._warm_connections()
+        # The runtime's series first: a scrape during the warm-up already sees this runtime.
         self._start_metrics_endpoint()
+        await self._warm_connections()
         self.completion.start()
         self.listener.start()
         self.cancel_listener.start()
@@ -179,12 +183,13 @@ class Runtime:
 
     async def _warm_connections(self) -> None:
         """Open the connections the hot path is about to use (each claimer, the completion
-        batcher, the heartbeat) and warm each (``Engine.warm_up``), so the first claims and
+        batcher, the heartbeat; at most WARM_UP_MAX_CONNECTIONS) and warm each
+        (``Engine.warm_up``), so the first claims and
         completions do not each wait for a new connection's first statements (10-15 ms
         apiece on queue storage).  Best effort: what the pool cannot lend at once, or what
         fails, is left to be opened on first use as before."""
         wanted = min(sum(d.claimers for d in self.dispatchers.values()) + 2,
-                     self.pool.max_size)
+                     WARM_UP_MAX_CONNECTIONS, self.pool.max_size)
         async with contextlib.AsyncExitStack() as held:
             for _ in range(wanted):
                 try:
