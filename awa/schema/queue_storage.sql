@@ -8,7 +8,8 @@
 -- The property: no hot-path step updates or deletes a row that is read again.
 --   enqueue   appends ready_entries (lane position from a per-lane enqueue head)
 --   claim     appends a lease_claims receipt, advances the per-lane claim head
---   finish    appends a lease_claim_closures row and a done_entries row
+--   finish    appends a lease_claim_closure_batches row per claim slot (the
+--             ranges of the batch's receipts) and a done_entries row per job
 --             (deferred_jobs / dlq_entries for retry, snooze, dead letter)
 --   long run  the first heartbeat / callback registration materializes the
 --             attempt into leases (its receipt closed 'materialized');
@@ -172,8 +173,9 @@ CREATE TABLE IF NOT EXISTS awa.lease_claims (
 ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS shard smallint NOT NULL DEFAULT 0;
 ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_seq bigint NOT NULL DEFAULT -1;
 
--- One closure per ended (or materialized) receipt; the unique index is what
--- makes two concurrent finishes of one attempt apply once.
+-- One closure per ended (or materialized) receipt.  Read as closure evidence
+-- (the guide's anti-join), written by nothing since layout version 2: every
+-- closer appends to lease_claim_closure_batches instead.
 CREATE TABLE IF NOT EXISTS awa.lease_claim_closures (
     claim_slot smallint NOT NULL,
     receipt_id bigint NOT NULL,
@@ -183,7 +185,10 @@ CREATE TABLE IF NOT EXISTS awa.lease_claim_closures (
     closed_at  timestamptz NOT NULL DEFAULT now()
 ) PARTITION BY LIST (claim_slot);
 
--- Compact closure evidence: ranges of receipt ids closed together.
+-- Closure evidence: ranges of receipt ids closed together, one row per claim
+-- slot per closing statement.  Each slot's partition excludes overlapping rows
+-- (below): of two closers of one receipt exactly one writes its row, the
+-- other's row is skipped (ON CONFLICT DO NOTHING) and it knows it lost.
 CREATE TABLE IF NOT EXISTS awa.lease_claim_closure_batches (
     claim_slot     smallint NOT NULL,
     receipt_ranges int8multirange NOT NULL,
@@ -260,14 +265,38 @@ CREATE INDEX IF NOT EXISTS idx_ready_tombstones_id ON awa.ready_tombstones (read
 CREATE INDEX IF NOT EXISTS idx_done_entries_job ON awa.done_entries (id);
 CREATE INDEX IF NOT EXISTS idx_done_entries_state_queue
     ON awa.done_entries (state, queue, finalized_at);
-CREATE INDEX IF NOT EXISTS idx_done_entries_kind_state ON awa.done_entries (kind, state);
+-- Kind filters look for failed (and cancelled) rows: completed ones stay out of it.
+DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = to_regclass('awa.idx_done_entries_kind_state')
+                AND i.indpred IS NULL) THEN
+        DROP INDEX awa.idx_done_entries_kind_state;
+    END IF;
+END $$;
+CREATE INDEX IF NOT EXISTS idx_done_entries_kind_state ON awa.done_entries (kind, state)
+    WHERE state <> 'completed';
 CREATE INDEX IF NOT EXISTS idx_lease_claims_job ON awa.lease_claims (job_id, run_lease);
 CREATE INDEX IF NOT EXISTS idx_lease_claims_claimed ON awa.lease_claims (claimed_at);
 CREATE INDEX IF NOT EXISTS idx_lease_claims_lane ON awa.lease_claims (queue, priority, shard, lane_seq);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_lease_claim_closures_attempt
     ON awa.lease_claim_closures (claim_slot, job_id, run_lease);
-CREATE INDEX IF NOT EXISTS idx_lease_claim_closure_batches_ranges
-    ON awa.lease_claim_closure_batches USING gist (receipt_ranges);
+-- The closure guard, per partition (PostgreSQL 15 has no exclusion constraints on a
+-- partitioned table); its GiST index also serves the "receipt_ranges @> receipt_id"
+-- probes, so the parent's own index of layout version 1 goes.
+DROP INDEX IF EXISTS awa.idx_lease_claim_closure_batches_ranges;
+DO $$
+DECLARE
+    part text;
+BEGIN
+    FOR part IN SELECT c.relname FROM pg_inherits i
+                  JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'awa.lease_claim_closure_batches'::regclass LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                        WHERE conrelid = ('awa.' || part)::regclass AND contype = 'x') THEN
+            EXECUTE format('ALTER TABLE awa.%I ADD CONSTRAINT %I EXCLUDE USING gist '
+                           '(receipt_ranges WITH &&)', part, part || '_no_overlap');
+        END IF;
+    END LOOP;
+END $$;
 CREATE INDEX IF NOT EXISTS idx_leases_job ON awa.leases (job_id, run_lease);
 CREATE INDEX IF NOT EXISTS idx_leases_heartbeat ON awa.leases (heartbeat_at) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS idx_leases_callback ON awa.leases (callback_id)
@@ -679,15 +708,19 @@ BEGIN
     SELECT e.ready_slot, e.ready_id, e.job_id, p_reason FROM awa.qs_ready_live e
      WHERE e.job_id = p_id;
     found_any := FOUND;
-    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT c.claim_slot, c.receipt_id, c.job_id, c.run_lease, p_reason FROM awa.lease_claims c
+    -- An open receipt (one at most) is closed; a concurrent closer wins or loses
+    -- on the closure guard.
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')), p_reason
+      FROM awa.lease_claims c
      WHERE c.job_id = p_id
        AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                         WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
                           AND x.run_lease = c.run_lease)
        AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                         WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)
-    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING;
+     ORDER BY c.claim_slot
+    ON CONFLICT DO NOTHING;
     found_any := found_any OR FOUND;
     DELETE FROM awa.leases WHERE job_id = p_id;
     found_any := found_any OR FOUND;
@@ -776,10 +809,13 @@ BEGIN
         END IF;
         IF NOT EXISTS (SELECT 1 FROM awa.leases l
                         WHERE l.job_id = OLD.id AND l.run_lease = OLD.run_lease) THEN
-            INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease,
-                                                  outcome)
-            VALUES (c.claim_slot, c.receipt_id, c.job_id, c.run_lease, 'materialized')
-            ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING;
+            INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+            VALUES (c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')),
+                    'materialized')
+            ON CONFLICT DO NOTHING;
+            IF NOT FOUND THEN
+                RETURN NULL;  -- closed meanwhile: the attempt is no longer running
+            END IF;
             INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt,
                                     claim_slot, receipt_id, ready_slot, ready_id, claimed_at,
                                     heartbeat_at, deadline_at)

@@ -343,6 +343,50 @@ async def test_a_second_write_for_a_finished_attempt_is_stale(engine, aconn, cli
     assert await state(aconn, job.id) == "completed"
 
 
+@pytest.mark.parametrize("method", OUTCOMES + ["heartbeat_batch"])
+async def test_a_batch_one_of_whose_attempts_another_closer_ended_applies_the_rest(
+        engine, aconn, client, method):
+    """One attempt of the batch was cancelled by an operator first: that one is stale,
+    every other attempt of the batch still gets its outcome, once."""
+    await client.insert_many([Work(i) for i in range(4)], max_attempts=5)
+    jobs = await claim_all(engine, aconn, 4)
+    await client.cancel(jobs[1].id)
+    result = await getattr(engine, method)(aconn, [write(j, reason=lifecycle.DLQ_MANUAL)
+                                                   for j in jobs])
+    applied = result if isinstance(result, list) else result.applied
+    assert sorted(applied) == sorted(j.id for j in jobs if j is not jobs[1])
+    assert await state(aconn, jobs[1].id) == "cancelled"
+
+
+async def test_a_batch_racing_an_uncommitted_closer_waits_and_applies_the_rest(
+        engine, engine_url, aconn, client):
+    """Another transaction has ended one attempt of the batch and not committed yet: the
+    batch waits for it, then completes every other attempt; each job ends once."""
+    await client.insert_many([Work(i) for i in range(3)])
+    jobs = await claim_all(engine, aconn, 3)
+    async with await psycopg.AsyncConnection.connect(engine_url) as rival:
+        assert (await engine.cancel_batch(rival, [write(jobs[0])])).applied == [jobs[0].id]
+        completing = asyncio.ensure_future(engine.complete_batch(aconn, [write(j) for j in jobs]))
+        await asyncio.sleep(0.3)
+        assert not completing.done()  # waiting for the rival's outcome
+        await rival.commit()
+        result = await asyncio.wait_for(completing, 10)
+    assert sorted(result.applied) == sorted([jobs[1].id, jobs[2].id])
+    assert [await state(aconn, j.id) for j in jobs] == ["cancelled", "completed", "completed"]
+    cur = await aconn.execute("SELECT id, count(*) AS n FROM awa.jobs WHERE id = ANY(%s) "
+                              "GROUP BY id", ([j.id for j in jobs],))
+    assert {r["n"] for r in await cur.fetchall()} == {1}
+
+
+async def test_a_batch_naming_an_attempt_twice_ends_it_once(engine, aconn, client):
+    await client.insert_many([Work(1), Work(2)])
+    a, b = await claim_all(engine, aconn, 2)
+    result = await engine.complete_batch(aconn, [write(a), write(b), write(a)])
+    assert sorted(result.applied) == sorted([a.id, b.id])
+    cur = await aconn.execute("SELECT count(*) AS n FROM awa.jobs WHERE id = %s", (a.id,))
+    assert (await cur.fetchone())["n"] == 1
+
+
 async def test_a_write_for_a_reclaimed_attempt_is_stale(engine, aconn, client):
     await client.insert(Work(), max_attempts=5)
     [first] = await claim_all(engine, aconn, 1)

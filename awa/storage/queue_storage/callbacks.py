@@ -1,8 +1,8 @@
 """Queue storage: the callbacks group.
 
 A callback lives on its attempt's ``leases`` row: registering one
-materializes the attempt (its receipt closed ``materialized``) if the first
-heartbeat has not already.  Resolutions match ``callback_id`` and an open
+materializes the attempt (its receipt closed ``materialized``, the closure
+guard of ``execution``) if the first heartbeat has not already.  Resolutions match ``callback_id`` and an open
 lease state (running, waiting_external) in one guarded statement.
 """
 
@@ -26,7 +26,15 @@ from awa.storage.engine import (
     CallbackWait,
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import _END, CLEARED_ON_COMPLETION, _select, finish
+from awa.storage.queue_storage.execution import (
+    _END,
+    CLEARED_ON_COMPLETION,
+    OPEN_RECEIPT,
+    _close,
+    _ending_with,
+    _select,
+    finish,
+)
 
 _CALLBACK_SET = """
            callback_id = %(callback_id)s,
@@ -34,16 +42,14 @@ _CALLBACK_SET = """
            callback_filter = %(filter)s, callback_on_complete = %(on_complete)s,
            callback_on_fail = %(on_fail)s, callback_transform = %(transform)s"""
 
-REGISTER_CALLBACK = """
+REGISTER_CALLBACK = f"""
 WITH att AS MATERIALIZED (
-    SELECT c.* FROM awa.lease_claims c
+    SELECT c.*, {OPEN_RECEIPT} AS c_open FROM awa.lease_claims c
      WHERE c.job_id = %(job_id)s AND c.run_lease = %(run_lease)s
-), mat AS (
-    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT claim_slot, receipt_id, job_id, run_lease, 'materialized' FROM att
-    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
-    RETURNING job_id, run_lease
-), fresh AS (
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
+){_close("opened", "'materialized'")}
+, fresh AS (
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at, callback_id, callback_timeout_at, callback_filter,
@@ -53,7 +59,8 @@ WITH att AS MATERIALIZED (
            a.claim_slot, a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(),
            a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
            %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s, a.claimed_by
-      FROM att a JOIN mat m ON m.job_id = a.job_id AND m.run_lease = a.run_lease
+      FROM att a
+     WHERE a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k)
     RETURNING job_id
 ), upd AS (
     UPDATE awa.leases SET""" + _CALLBACK_SET + """
@@ -88,14 +95,14 @@ SELECT id, state::text FROM awa.done_entries WHERE callback_id = %(callback_id)s
 LIMIT 1"""
 
 # Resolved by the external system: terminal, the callback kept as a record.
-FINALIZE_EXTERNAL = _END + """
+FINALIZE_EXTERNAL = _END + _ending_with("""
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
 SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
                                            "finalized_at": "now()",
                                            "progress": CLEARED_ON_COMPLETION,
                                            "callback_timeout_at": "NULL"}) + """
   FROM ended e
-RETURNING id"""
+RETURNING id""")
 
 # A fresh start: the attempt ends and the job is appended to its lane with
 # attempt 0 and the callback cleared.
@@ -105,8 +112,7 @@ RETRY_EXTERNAL = _END + """
            now() AS run_at, e.attempted_at, e.created_at, e.errors, e.metadata, e.tags,
            e.unique_key, e.unique_states, e.run_lease, e.progress
       FROM ended e
-)""" + APPEND_READY + """
-SELECT id FROM ready"""
+)""" + APPEND_READY + _ending_with("SELECT id FROM ready")
 
 RESUME_EXTERNAL = """
 WITH hit AS (

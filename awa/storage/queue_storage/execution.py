@@ -3,11 +3,20 @@
 Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
-closure row, or while it has a ``leases`` row (materialized).  Ending an
-attempt appends a closure -- its unique index ``(claim_slot, job_id,
-run_lease)`` lets exactly one of two concurrent finishes win -- or deletes
-its lease row, then appends the job where it goes next: ``done_entries``,
-``deferred_jobs`` or ``awa.dlq_entries``.  One statement per batch.
+closure evidence (``OPEN_RECEIPT``), or while it has a ``leases`` row
+(materialized).  Ending a batch of attempts appends one
+``lease_claim_closure_batches`` row per claim slot, the ranges of the
+receipts it closes (``_close``) -- or deletes their lease rows -- then appends
+each job where it goes next: ``done_entries``, ``deferred_jobs`` or
+``awa.dlq_entries``.  One statement per batch.
+
+Exactly one of two concurrent closers of an attempt wins: each claim-slot
+partition of ``lease_claim_closure_batches`` has an exclusion constraint (no
+two rows' receipt ranges overlap), and a closure row that would overlap one
+already written (or being written) is skipped whole -- the statement then
+returns a NULL id, *contested*, and ``finish`` runs the full statement again
+for the attempts it missed: with a snapshot that sees the winner, it ends
+only those still open.
 
 Unique claims (``awa.job_unique_claims``) are kept by each statement itself
 (there is no row whose state a trigger could watch): a move into a state of
@@ -65,7 +74,7 @@ class Procedure:
     statement run instead when the condition holds (each planned once, like
     the main one).  ``ddl`` is installed with the layout
     (``schema.install_sql``); ``call`` is what the engine sends, with the same
-    parameter mapping.
+    parameter mapping; ``ids_only``: the batch arrays it reads are ids and leases.
     """
 
     def __init__(self, name: str, statement: str, returns: str = "SETOF bigint",
@@ -88,6 +97,8 @@ class Procedure:
                     "SET enable_seqscan = off SET enable_bitmapscan = off "
                     "AS $fn$\n#variable_conflict use_column\n"
                     f"BEGIN\n    {body}\nEND $fn$;\n")
+        # Reads nothing but ids and leases (see ``_params``).
+        self.ids_only = "delay" not in types
         self.call = (f"SELECT * FROM awa.{name}("
                      + ", ".join(f"%({p})s::{t}" for p, t in types.items()) + ")")
 
@@ -97,6 +108,45 @@ class Procedure:
         return _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
                                                                if m.group(2) else ""),
                                 sql).strip()
+
+# The one rule for "this receipt's attempt is still open" (alias ``c``: a
+# ``lease_claims`` row): no closure evidence, per receipt or in a batch's ranges.
+# The per-receipt table is only read: nothing here writes it since layout version 2,
+# but a database laid out earlier may still hold such closures.
+OPEN_RECEIPT = """(NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
+
+
+def _close(source: str, outcome: str) -> str:
+    """CTEs ``closed`` (the claim slots whose closure row was written: every receipt of
+    ``source`` in that slot is now closed by this statement) and ``contested`` (one NULL
+    id when a slot's row was skipped: another closer got one of its receipts first).
+    ``source``: a relation of ``(claim_slot, receipt_id)`` of open receipts, each once.
+    Slots in order, so two closers never wait for each other in a cycle."""
+    return f"""
+, closed AS (
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), {outcome}
+      FROM {source} o GROUP BY o.claim_slot ORDER BY o.claim_slot
+    ON CONFLICT DO NOTHING
+    RETURNING claim_slot
+), contested AS (
+    SELECT NULL::bigint AS id
+     WHERE (SELECT count(DISTINCT o.claim_slot) FROM {source} o)
+           > (SELECT count(*) FROM closed)
+)"""
+
+
+def _ending_with(statement: str) -> str:
+    """A finishing statement's last write (``... RETURNING <id>``) as the statement's
+    result, with ``contested``'s NULL after the ids it wrote."""
+    return f"""
+, fin AS ({statement.strip()})
+SELECT * FROM fin UNION ALL SELECT id FROM contested"""
+
 
 # The attempts a batch names (``u``: every buffered field of each write), joined to
 # their receipts.  ``_IDS_ONLY`` is the same ``u`` for a batch that carries nothing
@@ -117,11 +167,13 @@ WITH u AS MATERIALIZED (__FIELDS__
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by
+           c.claimed_by AS c_claimed_by, __OPEN__ AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-)"""
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
+)""".replace("__OPEN__", OPEN_RECEIPT)
 
 # Buffered progress (replaces) and metadata (merges) of the rows of ``hit``.
 _UPSERT_STATE = """
@@ -135,6 +187,8 @@ _UPSERT_STATE = """
            metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
 )
 SELECT job_id FROM hit"""
+# A heartbeat's: with ``contested``'s NULL (a materialization another closer beat).
+_UPSERT_STATE_CONTESTED = _UPSERT_STATE + " UNION ALL SELECT id FROM contested"
 
 # The unique claims of the attempts in ``ended`` as their jobs move to %(to_state)s:
 # taken where that state is in the key's mask (and running was not), given back
@@ -160,13 +214,8 @@ _UNIQUE_MOVES = """
 
 # End the running attempts: close the receipt (or delete the lease), then
 # ``ended`` holds each one's full job row (state running) for the target.
-_END_OF = _ATTEMPTS + """
-, closed AS (
-    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT claim_slot, receipt_id, id, lease, %(outcome)s::text FROM att
-    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
-    RETURNING job_id, run_lease
-), leased AS (
+_END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
+, leased AS (
     -- Only long attempts materialize: with no lease (or attempt state) at all, as
     -- with short jobs, the per-attempt probes are skipped.
     DELETE FROM awa.leases l USING att
@@ -202,7 +251,7 @@ _END_OF = _ATTEMPTS + """
             WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
               AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
      WHERE l.job_id IS NOT NULL
-        OR EXISTS (SELECT 1 FROM closed c WHERE c.job_id = a.id AND c.run_lease = a.lease)
+        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
 ), dropped AS (
     DELETE FROM awa.attempt_state s USING ended e
      WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
@@ -232,23 +281,27 @@ CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' TH
                          "ELSE e.progress END")
 
 # Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
-_TO_DONE = f"""
+_TO_DONE = _ending_with(f"""
 INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST}, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
                                        "finalized_at": "now()",
                                        "progress": CLEARED_ON_COMPLETION})}, e.claimed_by
   FROM ended e
-RETURNING id"""
+RETURNING id""")
 FINALIZE = Procedure("qs_finalize", _END + _TO_DONE)
 
-# The short job's completion: no lease and no attempt state, so only the receipt
-# and the ready entry are read, not ``_END_OF``'s lease and state joins (5-6 % of a
-# completion, measured interleaved); the terminal row is _TO_DONE's.  A heartbeat that
-# materializes one of these attempts meanwhile wins its closure; the attempt is
-# then missed here and ``finish`` ends it through the full statement.
+# The short job's completion: no lease, no attempt state and no per-receipt closure
+# at all, so only the receipt and the ready entry are read -- not ``_END_OF``'s lease
+# and state joins, nor its closure probes: a receipt closed already makes the closure
+# row contested, and ``finish`` runs the full statement for those attempts.  The
+# terminal row is _TO_DONE's.  Each emptiness test first asks whether the table holds
+# anything (one probe per partition) before probing every id.
 _NOTHING_MATERIALIZED = """
-NOT EXISTS (SELECT 1 FROM awa.leases l WHERE l.job_id = ANY(%(ids)s::bigint[]))
-AND NOT EXISTS (SELECT 1 FROM awa.attempt_state s WHERE s.job_id = ANY(%(ids)s::bigint[]))"""
+(NOT EXISTS (SELECT 1 FROM awa.leases)
+ OR NOT EXISTS (SELECT 1 FROM awa.leases l WHERE l.job_id = ANY(%(ids)s::bigint[])))
+AND (NOT EXISTS (SELECT 1 FROM awa.attempt_state)
+     OR NOT EXISTS (SELECT 1 FROM awa.attempt_state s WHERE s.job_id = ANY(%(ids)s::bigint[])))
+AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures)"""
 _SHORT_TO_DONE = """
 WITH att AS MATERIALIZED (
     SELECT c.claim_slot, c.receipt_id, c.job_id, c.run_lease, c.attempt, c.claimed_at,
@@ -257,12 +310,8 @@ WITH att AS MATERIALIZED (
       CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-), closed AS (
-    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT claim_slot, receipt_id, job_id, run_lease, %(outcome)s::text FROM att
-    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
-    RETURNING job_id, run_lease
-), ended AS MATERIALIZED (
+)""" + _close("att", "%(outcome)s::text") + """
+, ended AS MATERIALIZED (
     -- The columns of _END_OF's ``ended``, as they are for an attempt that never
     -- materialized (no lease: heartbeat and deadline are the receipt's, no callback).
     SELECT a.job_id AS id, r.kind, r.queue, r.args, r.priority, a.attempt, r.max_attempts,
@@ -272,7 +321,7 @@ WITH att AS MATERIALIZED (
            NULL::timestamptz AS callback_timeout_at, NULL::text AS callback_filter,
            NULL::text AS callback_on_complete, NULL::text AS callback_on_fail,
            NULL::text AS callback_transform, a.run_lease, r.progress, a.claimed_by
-      FROM closed k JOIN att a ON a.job_id = k.job_id AND a.run_lease = k.run_lease
+      FROM closed k JOIN att a ON a.claim_slot = k.claim_slot
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
             WHERE r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
@@ -282,28 +331,28 @@ FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _I
                            shortcut=(_NOTHING_MATERIALIZED, _SHORT_TO_DONE))
 
 # Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
-RETRY = Procedure("qs_retry", _END + f"""
+RETRY = Procedure("qs_retry", _END + _ending_with(f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
 SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state",
                  "finalized_at": "now()"})}
   FROM ended e
-RETURNING id""")
+RETURNING id"""))
 
-SNOOZE = Procedure("qs_snooze", _END + f"""
+SNOOZE = Procedure("qs_snooze", _END + _ending_with(f"""
 INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
 SELECT {_select({**_DEFERRED, "state": "'scheduled'::awa.job_state",
                  "attempt": "greatest(e.attempt - 1, 0)"})}
   FROM ended e
-RETURNING id""")
+RETURNING id"""))
 
-DEAD_LETTER = Procedure("qs_dead_letter", _END + f"""
+DEAD_LETTER = Procedure("qs_dead_letter", _END + _ending_with(f"""
 INSERT INTO awa.dlq_entries ({", ".join("job_id" if c == "id" else c for c in JOB_COLUMNS)},
                              dlq_reason, dlq_at, original_run_lease)
 SELECT {_select({"state": "'failed'::awa.job_state", "finalized_at": "now()"},
                 with_id="job_id")},
        e.reason, now(), e.run_lease
   FROM ended e
-RETURNING job_id""")
+RETURNING job_id"""))
 
 PARK = Procedure("qs_park", """
 WITH u AS MATERIALIZED (
@@ -320,13 +369,9 @@ WITH u AS MATERIALIZED (
 
 # A heartbeat materializes an open receipt into a lease (closing the receipt
 # 'materialized') or refreshes the lease it already has.
-HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
-, mat AS (
-    INSERT INTO awa.lease_claim_closures (claim_slot, receipt_id, job_id, run_lease, outcome)
-    SELECT claim_slot, receipt_id, id, lease, 'materialized' FROM att
-    ON CONFLICT (claim_slot, job_id, run_lease) DO NOTHING
-    RETURNING job_id, run_lease
-), fresh AS (
+HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS)
+                     + _close("opened", "'materialized'") + """
+, fresh AS (
     INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
                             receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
                             deadline_at, claimed_by)
@@ -334,7 +379,8 @@ HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELD
            a.claim_slot,
            a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline,
            a.c_claimed_by
-      FROM att a JOIN mat m ON m.job_id = a.id AND m.run_lease = a.lease
+      FROM att a
+     WHERE a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k)
     RETURNING job_id, run_lease
 ), beat AS (
     UPDATE awa.leases l SET heartbeat_at = now()
@@ -344,15 +390,12 @@ HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELD
     RETURNING l.job_id, l.run_lease
 ), hit AS (
     SELECT job_id, run_lease FROM fresh UNION ALL SELECT job_id, run_lease FROM beat
-)""" + _UPSERT_STATE)
+)""" + _UPSERT_STATE_CONTESTED)
 
 FLUSH_PROGRESS = Procedure("qs_flush_progress",
                            _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
 , hit AS (
-    SELECT a.id AS job_id, a.lease AS run_lease FROM att a
-     WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                        WHERE x.claim_slot = a.claim_slot AND x.job_id = a.id
-                          AND x.run_lease = a.lease)
+    SELECT a.id AS job_id, a.lease AS run_lease FROM att a WHERE a.c_open
     UNION ALL
     SELECT l.job_id, l.run_lease FROM awa.leases l JOIN att a
         ON l.job_id = a.id AND l.run_lease = a.lease
@@ -398,31 +441,53 @@ def _nothing_buffered(attempts: Sequence[AttemptWrite]) -> bool:
 Statement = LiteralString | Procedure
 
 
-async def _ids(conn: psycopg.AsyncConnection[Any], query: Statement,
-               params: dict[str, Any]) -> list[int]:
+async def _run(conn: psycopg.AsyncConnection[Any], query: Statement,
+               params: dict[str, Any]) -> tuple[list[int], bool]:
+    """The ids a statement returns, and whether it was contested (a NULL among them)."""
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(query.call if isinstance(query, Procedure) else query, params)
-    return [row[0] for row in await cur.fetchall()]
+    rows = await cur.fetchall()
+    ids = [row[0] for row in rows if row[0] is not None]
+    return ids, len(ids) < len(rows)
+
+
+def _reads_ids_only(statement: Statement) -> bool:
+    return isinstance(statement, Procedure) and statement.ids_only
+
+
+async def _ids(conn: psycopg.AsyncConnection[Any], query: Statement,
+               params: dict[str, Any]) -> list[int]:
+    return (await _run(conn, query, params))[0]
 
 
 async def finish(conn: psycopg.AsyncConnection[Any], statement: Statement,
                  attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
                  from_states: Sequence[str] = ("running",), *,
-                 ids_only: bool = False) -> list[int]:
-    """Run an end-of-attempt statement; attempts it missed get one more statement.
+                 fallback: Statement | None = None) -> list[int]:
+    """Run an attempt-closing statement; while it is contested, run ``fallback`` (the
+    full statement; default ``statement`` itself) for the attempts it missed.
 
-    A heartbeat that materializes an attempt concurrently wins the closure
-    while the lease it creates is invisible to this statement's snapshot;
-    the second statement sees it.  A stale write just misses twice.
-    ``ids_only``: ``statement`` reads only ids and leases (FINALIZE_PLAIN).
+    Contested: another closer -- a heartbeat materializing the attempt, a rescue, a
+    cancel, a second delivery of this very batch -- closed one of the batch's receipts
+    first, so this statement's closure row for that claim slot was skipped whole.  The
+    next statement's snapshot sees the winner: it ends what is still open (a lease the
+    heartbeat created included) and skips the rest.  Each contested round waited for a
+    winner, so the rounds end; a stale write is simply missed.  Each attempt is sent
+    once, however often the batch names it.
     """
-    ids = await _ids(conn, statement, _params(attempts, outcome, to_state, from_states,
-                                              ids_only=ids_only))
-    if len(ids) < len(attempts):
+    distinct = list({(a.id, a.run_lease): a for a in attempts}.values())
+    ids, contested = await _run(conn, statement, _params(
+        distinct, outcome, to_state, from_states, ids_only=_reads_ids_only(statement)))
+    again = fallback or statement
+    pending = distinct
+    while contested:
         got = set(ids)
-        rest = [a for a in attempts if a.id not in got]
-        ids += await _ids(conn, statement, _params(rest, outcome, to_state, from_states,
-                                                   ids_only=ids_only))
+        pending = [a for a in pending if a.id not in got]
+        if not pending:
+            break
+        more, contested = await _run(conn, again, _params(
+            pending, outcome, to_state, from_states, ids_only=_reads_ids_only(again)))
+        ids += more
     return ids
 
 
@@ -449,7 +514,7 @@ class QueueStorageExecution:
             return AppliedBatch()
         if _nothing_buffered(attempts):
             return AppliedBatch(await finish(conn, FINALIZE_PLAIN, attempts, "completed",
-                                             "completed", ids_only=True))
+                                             "completed", fallback=FINALIZE))
         return AppliedBatch(await finish(conn, FINALIZE, attempts, "completed", "completed"))
 
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
@@ -500,7 +565,7 @@ class QueueStorageExecution:
                               attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
-        return await _ids(conn, HEARTBEAT, _params(attempts, "materialized", None))
+        return await finish(conn, HEARTBEAT, attempts, "materialized", None)
 
     async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
                                    attempts: Sequence[AttemptWrite]) -> list[int]:

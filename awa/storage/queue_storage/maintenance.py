@@ -36,14 +36,17 @@ from awa.storage.engine import (
 )
 from awa.storage.queue_storage import rings
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import DEAD_LETTER, FINALIZE, RETRY, finish
+from awa.storage.queue_storage.execution import (
+    DEAD_LETTER,
+    FINALIZE,
+    OPEN_RECEIPT,
+    RETRY,
+    finish,
+)
 
 RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 """A receipt that never heartbeated outlived the staleness cutoff (the seed's receipt path)."""
 
-_OPEN_RECEIPT = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                   WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                     AND x.run_lease = c.run_lease)"""
 _CANDIDATE = """r.kind, r.queue, {attempt} AS attempt, r.max_attempts"""
 
 STALE_CANDIDATES = f"""
@@ -58,7 +61,7 @@ UNION ALL
         c.claimed_at
    FROM awa.lease_claims c
    JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-  WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s) AND {_OPEN_RECEIPT}
+  WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s) AND {OPEN_RECEIPT}
   ORDER BY c.claimed_at LIMIT %(limit)s)
 ORDER BY since LIMIT %(limit)s"""
 
@@ -74,7 +77,7 @@ UNION ALL
         c.deadline_at
    FROM awa.lease_claims c
    JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-  WHERE c.deadline_at < now() AND {_OPEN_RECEIPT}
+  WHERE c.deadline_at < now() AND {OPEN_RECEIPT}
   ORDER BY c.deadline_at LIMIT %(limit)s)
 ORDER BY since LIMIT %(limit)s"""
 

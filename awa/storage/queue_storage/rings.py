@@ -44,6 +44,7 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
+from awa.storage.queue_storage.execution import OPEN_RECEIPT
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -67,11 +68,6 @@ SETTLE_CLAIM_HEADS = "SELECT awa.qs_settle_claim_heads()"
 SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(ms)s, true)"
 
 # What keeps a slot alive; every query answers "is anything live left?".
-_OPEN_RECEIPT = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                   WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                     AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                   WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)"""
 _CLAIMABLE = """r.lane_seq >= h.claim_seq
                AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
                                 WHERE t.ready_id = r.ready_id)"""
@@ -81,7 +77,7 @@ QUEUE_SLOT_LIVE = f"""
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_READY}'
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {_OPEN_RECEIPT})
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {OPEN_RECEIPT})
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'
@@ -102,7 +98,7 @@ SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.
    AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
 CLAIM_SLOT_LIVE = f"""
 SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {_OPEN_RECEIPT})
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {OPEN_RECEIPT})
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'
