@@ -456,6 +456,28 @@ RETURNS int LANGUAGE sql STABLE PARALLEL SAFE AS $$
            ELSE p_priority::int END
 $$;
 
+-- The claim's rare per-entry checks, as calls: inline, each would be a subplan over
+-- every ring partition in every partition's scan of the claim's window -- dozens of
+-- plan nodes set up at every claim, however rarely they run (a tombstone is rare; a
+-- receipt is probed only below the lane's newest claimed position).
+CREATE OR REPLACE FUNCTION awa.qs_any_tombstone() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM awa.ready_tombstones);
+END $$;
+CREATE OR REPLACE FUNCTION awa.qs_tombstoned(p_ready_id bigint) RETURNS boolean
+LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM awa.ready_tombstones t WHERE t.ready_id = p_ready_id);
+END $$;
+CREATE OR REPLACE FUNCTION awa.qs_receipted(p_job_id bigint, p_run_lease bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM awa.lease_claims c
+                    WHERE c.job_id = p_job_id AND c.run_lease = p_run_lease);
+END $$;
+
 DROP FUNCTION IF EXISTS awa.qs_claim(text, int, bigint);
 DROP FUNCTION IF EXISTS awa.qs_claim(text, int, bigint, uuid);
 CREATE OR REPLACE FUNCTION awa.qs_claim(p_queue text, p_limit int, p_deadline_ms bigint,
@@ -511,13 +533,10 @@ BEGIN
               SELECT r.* FROM awa.ready_entries r
                WHERE r.queue = p_queue AND r.priority = l.priority AND r.shard = l.shard
                  AND r.lane_seq >= l.start_seq
-                 AND (NOT (SELECT EXISTS (SELECT 1 FROM awa.ready_tombstones))
-                      OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
-                                      WHERE t.ready_id = r.ready_id))
+                 AND (NOT (SELECT awa.qs_any_tombstone())
+                      OR NOT awa.qs_tombstoned(r.ready_id))
                  AND (r.lane_seq > l.claimed_max
-                      OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                                      WHERE c.job_id = r.job_id
-                                        AND c.run_lease = r.run_lease + 1))
+                      OR NOT awa.qs_receipted(r.job_id, r.run_lease + 1))
                ORDER BY r.lane_seq
                LIMIT w) r
     ), ranked AS MATERIALIZED (

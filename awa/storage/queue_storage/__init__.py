@@ -1,8 +1,10 @@
 """Engine 2, queue storage: append-only, vacuum-aware job storage (DESIGN §10).
 
 Enqueue appends ``ready_entries``; claim appends a ``lease_claims`` receipt
-and advances a per-lane claim head; finishing appends a closure and a
-``done_entries`` row; only long attempts materialize into ``leases`` /
+and advances a per-lane claim head; finishing a batch appends one closure row
+per claim slot (``lease_claim_closure_batches``, whose exclusion constraint
+lets one of two closers of an attempt win) and a ``done_entries`` row per
+job; only long attempts materialize into ``leases`` /
 ``attempt_state``.  ``awa/schema/queue_storage.sql`` holds the layout;
 ``install_queue_storage`` installs it.  Every group
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
