@@ -1,9 +1,10 @@
 """Queue storage: the callbacks group.
 
 A callback lives on its attempt's ``leases`` row: registering one
-materializes the attempt (its receipt closed ``materialized``, the closure
-guard of ``execution``) if the first heartbeat has not already.  Resolutions match ``callback_id`` and an open
-lease state (running, waiting_external) in one guarded statement.
+materializes the attempt (its receipt closed ``materialized``, under the
+closure guard of ``execution``) if the first heartbeat has not already.
+Resolutions match ``callback_id`` and an open lease state (running,
+waiting_external) in one guarded statement.
 """
 
 from __future__ import annotations

@@ -119,6 +119,25 @@ OPEN_RECEIPT = """(NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
+# The same rule for a scan over many receipts (rescue, prune), where a probe of the
+# closure index per receipt would cost more than the scan itself: the closed ranges
+# of each claim slot, merged once per statement (CTE ``closed_ranges``, restricted by
+# ``slot_filter``), and a binary search of them per receipt.
+def closed_ranges(slot_filter: str = "true") -> str:
+    return f"""closed_ranges AS MATERIALIZED (
+    SELECT b.claim_slot, range_agg(r) AS ranges
+      FROM awa.lease_claim_closure_batches b CROSS JOIN LATERAL unnest(b.receipt_ranges) r
+     WHERE {slot_filter}
+     GROUP BY b.claim_slot
+)"""
+
+
+OPEN_RECEIPT_IN_RANGES = """(NOT EXISTS (SELECT 1 FROM closed_ranges k
+                     WHERE k.claim_slot = c.claim_slot AND k.ranges @> c.receipt_id)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease))"""
+
 
 def _close(source: str, outcome: str) -> str:
     """CTEs ``closed`` (the claim slots whose closure row was written: every receipt of

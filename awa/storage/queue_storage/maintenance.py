@@ -39,8 +39,9 @@ from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import (
     DEAD_LETTER,
     FINALIZE,
-    OPEN_RECEIPT,
+    OPEN_RECEIPT_IN_RANGES,
     RETRY,
+    closed_ranges,
     finish,
 )
 
@@ -50,6 +51,7 @@ RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 _CANDIDATE = """r.kind, r.queue, {attempt} AS attempt, r.max_attempts"""
 
 STALE_CANDIDATES = f"""
+WITH {closed_ranges()}
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.heartbeat_at AS since
    FROM awa.leases l
@@ -61,11 +63,13 @@ UNION ALL
         c.claimed_at
    FROM awa.lease_claims c
    JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-  WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s) AND {OPEN_RECEIPT}
+  WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s)
+    AND {OPEN_RECEIPT_IN_RANGES}
   ORDER BY c.claimed_at LIMIT %(limit)s)
 ORDER BY since LIMIT %(limit)s"""
 
 DEADLINE_CANDIDATES = f"""
+WITH {closed_ranges()}
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.deadline_at AS since
    FROM awa.leases l
@@ -77,7 +81,7 @@ UNION ALL
         c.deadline_at
    FROM awa.lease_claims c
    JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-  WHERE c.deadline_at < now() AND {OPEN_RECEIPT}
+  WHERE c.deadline_at < now() AND {OPEN_RECEIPT_IN_RANGES}
   ORDER BY c.deadline_at LIMIT %(limit)s)
 ORDER BY since LIMIT %(limit)s"""
 

@@ -44,7 +44,7 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.execution import OPEN_RECEIPT
+from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES, closed_ranges
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -74,10 +74,12 @@ _CLAIMABLE = """r.lane_seq >= h.claim_seq
 # Each answers "what keeps this slot alive?": the first live condition (a blocker
 # name) or NULL when nothing does; CASE stops at the first, as OR would.
 QUEUE_SLOT_LIVE = f"""
+WITH {closed_ranges()}
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_READY}'
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.ready_slot = %(slot)s AND {OPEN_RECEIPT})
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
+              WHERE c.ready_slot = %(slot)s AND {OPEN_RECEIPT_IN_RANGES})
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'
@@ -97,16 +99,21 @@ SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.
  WHERE d.ready_slot = %(slot)s AND d.state = 'failed'
    AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
 CLAIM_SLOT_LIVE = f"""
+WITH {closed_ranges("b.claim_slot = %(slot)s")}
 SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c WHERE c.claim_slot = %(slot)s AND {OPEN_RECEIPT})
+  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
+              WHERE c.claim_slot = %(slot)s AND {OPEN_RECEIPT_IN_RANGES})
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'
   WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
-               JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
                JOIN awa.queue_claim_heads h
-                 ON h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
-              WHERE c.claim_slot = %(slot)s AND {_CLAIMABLE})
+                 ON h.queue = c.queue AND h.priority = c.priority AND h.shard = c.shard
+               JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+              WHERE c.claim_slot = %(slot)s
+                -- a receipt holds its entry's lane position (-1: from before receipts kept
+                -- it), so only receipts at or past their lane's head fetch the entry
+                AND (c.lane_seq >= h.claim_seq OR c.lane_seq < 0) AND {_CLAIMABLE})
     THEN '{PRUNE_BLOCKER_READY}'
   END AS blocker"""
 LEASE_SLOT_LIVE = f"""
