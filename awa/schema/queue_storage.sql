@@ -644,7 +644,8 @@ END $$;
 -- A receipt's batch closure is looked up in every closed range of the claim ring,
 -- merged once per query (receipt ids are unique across claim slots): a scan of the
 -- running attempts then costs a binary search per receipt, where a GiST probe per
--- receipt cost ten times more -- or, planned as a scan of the closures, seconds.
+-- receipt costs ten times more -- or, planned as a scan of the closures, seconds.
+-- (execution.OPEN_RECEIPT_IN_RANGES is the same test, for rescue and prune.)
 CREATE OR REPLACE VIEW awa.jobs AS
     SELECT * FROM awa.jobs_hot
     UNION ALL

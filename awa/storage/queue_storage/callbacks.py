@@ -28,6 +28,7 @@ from awa.storage.engine import (
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import (
+    _CLOSED_HERE,
     _END,
     CLEARED_ON_COMPLETION,
     OPEN_RECEIPT,
@@ -61,7 +62,7 @@ WITH att AS MATERIALIZED (
            a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
            %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s, a.claimed_by
       FROM att a
-     WHERE a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k)
+     WHERE {_CLOSED_HERE}
     RETURNING job_id
 ), upd AS (
     UPDATE awa.leases SET""" + _CALLBACK_SET + """

@@ -119,24 +119,20 @@ OPEN_RECEIPT = """(NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
-# The same rule for a scan over many receipts (rescue, prune), where a probe of the
-# closure index per receipt would cost more than the scan itself: the closed ranges
-# of each claim slot, merged once per statement (CTE ``closed_ranges``, restricted by
-# ``slot_filter``), and a binary search of them per receipt.
-def closed_ranges(slot_filter: str = "true") -> str:
-    return f"""closed_ranges AS MATERIALIZED (
-    SELECT b.claim_slot, range_agg(r) AS ranges
-      FROM awa.lease_claim_closure_batches b CROSS JOIN LATERAL unnest(b.receipt_ranges) r
-     WHERE {slot_filter}
-     GROUP BY b.claim_slot
-)"""
-
-
-OPEN_RECEIPT_IN_RANGES = """(NOT EXISTS (SELECT 1 FROM closed_ranges k
-                     WHERE k.claim_slot = c.claim_slot AND k.ranges @> c.receipt_id)
+# The same rule for a scan over many receipts (rescue, prune; the awa.jobs view writes
+# it too), where a probe of the closure index per receipt costs ten times more: every
+# closed range merged once per statement (an InitPlan; receipt ids are unique across
+# claim slots) and a binary search of it per receipt.
+OPEN_RECEIPT_IN_RANGES = """(NOT COALESCE(c.receipt_id <@ (
+                   SELECT range_agg(x) FROM awa.lease_claim_closure_batches cb
+                    CROSS JOIN LATERAL unnest(cb.receipt_ranges) x), false)
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                      WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
                        AND x.run_lease = c.run_lease))"""
+
+
+# An attempt of ``att a`` (its ``c_open`` receipt in ``opened``) that ``_close`` closed.
+_CLOSED_HERE = "(a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))"
 
 
 def _close(source: str, outcome: str) -> str:
@@ -270,7 +266,7 @@ _END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
             WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
               AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
      WHERE l.job_id IS NOT NULL
-        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
+        OR """ + _CLOSED_HERE + """
 ), dropped AS (
     DELETE FROM awa.attempt_state s USING ended e
      WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
@@ -399,7 +395,7 @@ HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELD
            a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline,
            a.c_claimed_by
       FROM att a
-     WHERE a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k)
+     WHERE """ + _CLOSED_HERE + """
     RETURNING job_id, run_lease
 ), beat AS (
     UPDATE awa.leases l SET heartbeat_at = now()

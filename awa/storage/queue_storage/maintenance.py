@@ -41,7 +41,6 @@ from awa.storage.queue_storage.execution import (
     FINALIZE,
     OPEN_RECEIPT_IN_RANGES,
     RETRY,
-    closed_ranges,
     finish,
 )
 
@@ -51,7 +50,6 @@ RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 _CANDIDATE = """r.kind, r.queue, {attempt} AS attempt, r.max_attempts"""
 
 STALE_CANDIDATES = f"""
-WITH {closed_ranges()}
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.heartbeat_at AS since
    FROM awa.leases l
@@ -69,7 +67,6 @@ UNION ALL
 ORDER BY since LIMIT %(limit)s"""
 
 DEADLINE_CANDIDATES = f"""
-WITH {closed_ranges()}
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.deadline_at AS since
    FROM awa.leases l

@@ -44,7 +44,7 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES, closed_ranges
+from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -74,7 +74,6 @@ _CLAIMABLE = """r.lane_seq >= h.claim_seq
 # Each answers "what keeps this slot alive?": the first live condition (a blocker
 # name) or NULL when nothing does; CASE stops at the first, as OR would.
 QUEUE_SLOT_LIVE = f"""
-WITH {closed_ranges()}
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_READY}'
@@ -99,7 +98,6 @@ SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.
  WHERE d.ready_slot = %(slot)s AND d.state = 'failed'
    AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
 CLAIM_SLOT_LIVE = f"""
-WITH {closed_ranges("b.claim_slot = %(slot)s")}
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
               WHERE c.claim_slot = %(slot)s AND {OPEN_RECEIPT_IN_RANGES})

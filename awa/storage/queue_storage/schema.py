@@ -39,7 +39,7 @@ that a database laid out by older code is refused with `awa migrate` as the fix
 (``awa.schema.ensure_migrated``) instead of failing at its first statement.  0: laid out before
 the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``, the
 short path of ``awa.qs_finalize_plain``; 2: closures in ``lease_claim_closure_batches`` only,
-guarded by each partition's exclusion constraint; awa.jobs merges closed ranges once per query."""
+guarded by each partition's exclusion constraint."""
 
 # Written last, in the install's transaction: a layout that has it is complete.
 LAYOUT_VERSION_FN = """
