@@ -113,9 +113,10 @@ class Procedure:
 # ``lease_claims`` row): no closure evidence, per receipt or in a batch's ranges.
 # The per-receipt table is only read: nothing here writes it since layout version 2,
 # but a database laid out earlier may still hold such closures.
-OPEN_RECEIPT = """(NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+_NO_RECEIPT_CLOSURE = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
                      WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
+                       AND x.run_lease = c.run_lease)"""
+OPEN_RECEIPT = f"""({_NO_RECEIPT_CLOSURE}
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
@@ -123,12 +124,10 @@ OPEN_RECEIPT = """(NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
 # it too), where a probe of the closure index per receipt costs ten times more: every
 # closed range merged once per statement (an InitPlan; receipt ids are unique across
 # claim slots) and a binary search of it per receipt.
-OPEN_RECEIPT_IN_RANGES = """(NOT COALESCE(c.receipt_id <@ (
+OPEN_RECEIPT_IN_RANGES = f"""(NOT COALESCE(c.receipt_id <@ (
                    SELECT range_agg(x) FROM awa.lease_claim_closure_batches cb
                     CROSS JOIN LATERAL unnest(cb.receipt_ranges) x), false)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease))"""
+               AND {_NO_RECEIPT_CLOSURE})"""
 
 
 # An attempt of ``att a`` (its ``c_open`` receipt in ``opened``) that ``_close`` closed.
