@@ -16,7 +16,8 @@ no-op async handler; this process enqueues N jobs with COPY (batches of
   the server runs on this machine (``-`` otherwise): the database's share of
   the cost, which the worker's CPU does not show;
 * pickup latency  -- single jobs inserted into the idle worker, one at a time:
-  attempted_at - created_at (both from the database clock), p50/p95;
+  attempted_at - created_at (both from the database clock, reported by the
+  worker's handler), p50/p95;
 * with ``--profile W``: the worker's top functions (cProfile) for that run.
 
 Every run gets a fresh database on the server of AWA_TEST_DATABASE_URL /
@@ -49,6 +50,10 @@ COPY_BATCH = 1_000
 # How many jobs the worker process is to run: it says HANDLED once its handler has run
 # that many, so the driver counts finished rows once or twice instead of polling.
 EXPECT_ENV = "AWA_BENCH_EXPECT"
+# A pickup probe job carries this arg; its handler prints PICKUP_LINE and the latency,
+# so the driver reads the latency off the worker instead of polling the database for it.
+PICKUP_ARG = "pickup"
+PICKUP_LINE = "PICKUP"
 
 
 # --- the worker process -----------------------------------------------------------
@@ -65,6 +70,10 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
     @client.task(dict, kind=KIND, queue=QUEUE)
     async def noop(job):
         nonlocal handled
+        if job.args.get(PICKUP_ARG):  # a pickup probe: the driver waits for this line
+            pickup_s = (job.attempted_at - job.created_at).total_seconds()
+            print(f"{PICKUP_LINE} {1000 * pickup_s}", flush=True)
+            return
         handled += 1
         if handled == expect:
             print("HANDLED", flush=True)
@@ -166,7 +175,7 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
             proc.send_signal(signal.SIGUSR1)
             server_after = server.read()
             cpu = json.loads(proc.stdout.readline())["cpu_s"]
-            latencies = asyncio.run(pickup_latencies(url))
+            latencies = asyncio.run(pickup_latencies(url, proc))
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
         finally:  # a run that failed midway leaves no worker behind (it waits for a signal)
@@ -184,22 +193,21 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
             "max_attempt": attempts}
 
 
-async def pickup_latencies(url: str, samples: int = 100) -> list[float]:
-    """Single jobs into the idle worker, one at a time, inserted through the client."""
+async def pickup_latencies(url: str, proc: subprocess.Popen, samples: int = 100) -> list[float]:
+    """Single jobs into the idle worker, one at a time, inserted through the client; the
+    worker's handler reports attempted_at - created_at (both from the database clock).
+    Nothing polls the database meanwhile: a lookup through awa.jobs every millisecond
+    took server CPU from the very wake-up and claim it was timing (more on queue storage,
+    whose view lookup costs more), on a machine of two cores."""
     out = []
-    async with awa.AsyncClient(url) as client, \
-            await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    assert proc.stdout is not None  # stdout=PIPE
+    async with awa.AsyncClient(url) as client:
         for _ in range(samples):
-            job = await client.insert({}, kind=KIND, queue=QUEUE)
-            while True:
-                cur = await conn.execute(
-                    "SELECT extract(epoch FROM attempted_at - created_at) FROM awa.jobs "
-                    "WHERE id = %s AND attempted_at IS NOT NULL", (job.id,))
-                row = await cur.fetchone()
-                if row:
-                    out.append(1000 * float(row[0]))
-                    break
-                await asyncio.sleep(0.001)
+            await client.insert({PICKUP_ARG: True}, kind=KIND, queue=QUEUE)
+            line = await asyncio.to_thread(proc.stdout.readline)
+            if not line.startswith(PICKUP_LINE):
+                raise SystemExit(f"the worker process died ({proc.poll()}): {line!r}")
+            out.append(float(line.split()[1]))
             await asyncio.sleep(0.02)
     return out
 
