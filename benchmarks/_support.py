@@ -113,13 +113,16 @@ class ServerCpu:
 
     The postmaster's own CPU and that of the backends it has reaped
     (``cutime``/``cstime``), plus every live child's: autovacuum, the WAL
-    writer and checkpoints included, so an engine's background cost counts too.
+    writer and checkpoints included, so an engine's background cost counts too --
+    less what the backend of ``conn`` itself spent: the measuring connection's own
+    reads (counting finished rows through ``awa.jobs``, say) are not the system under
+    test, and cost more on one engine than on the other.
     ``read()`` is None when the server is not local (its /proc entry is not there).
     """
 
     def __init__(self, conn: psycopg.Connection) -> None:
-        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]  # one row
-        stat = _proc_stat(backend)
+        self.backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]  # one row
+        stat = _proc_stat(self.backend)
         self.postmaster = stat[0] if stat else None
 
     def read(self) -> float | None:
@@ -133,7 +136,13 @@ class ServerCpu:
             stat = _proc_stat(int(child.name)) if child.name.isdigit() else None
             if stat and stat[0] == self.postmaster:
                 ticks += sum(stat[1][10:12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return ticks / os.sysconf("SC_CLK_TCK") - backend_cpu_s(self.backend)
+
+
+def backend_cpu_s(pid: int) -> float:
+    """CPU seconds one server backend (on this machine) has run, to the nanosecond
+    (/proc/<pid>/schedstat; /proc/<pid>/stat counts in 10 ms ticks, coarser than a batch)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def _proc_stat(pid: int) -> tuple[int, list[int]] | None:

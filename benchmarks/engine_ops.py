@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import os
 import time
-from pathlib import Path
 
 import _support
 import psycopg
@@ -37,12 +36,6 @@ COPY_BATCH = 1_000
 DEADLINE_MS = 60_000
 
 
-def backend_cpu_s(pid: int) -> float:
-    """CPU seconds one server backend (on this machine) has run, to the nanosecond
-    (/proc/<pid>/schedstat; /proc/<pid>/stat counts in 10 ms ticks, coarser than a batch)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-
 class Backend:
     """An autocommit connection and the CPU its backend spends."""
 
@@ -51,7 +44,7 @@ class Backend:
         self.pid = conn.info.backend_pid
 
     def cpu(self) -> float:
-        return backend_cpu_s(self.pid)
+        return _support.backend_cpu_s(self.pid)
 
 
 async def measure(engine_name: str, jobs: int, batch: int) -> dict[str, float]:

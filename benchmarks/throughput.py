@@ -13,8 +13,9 @@ no-op async handler; this process enqueues N jobs with COPY (batches of
 * processed jobs/s -- N / (last job finalized - first enqueue started);
 * CPU per job     -- user+sys CPU of the worker process / N;
 * server CPU/job  -- CPU of the whole PostgreSQL server over the run / N, when
-  the server runs on this machine (``-`` otherwise): the database's share of
-  the cost, which the worker's CPU does not show;
+  the server runs on this machine (``-`` otherwise), less the driver's own
+  connection (its row counts): the database's share of the cost, which the
+  worker's CPU does not show;
 * pickup latency  -- single jobs inserted into the idle worker, one at a time:
   attempted_at - created_at (both from the database clock, reported by the
   worker's handler), p50/p95;
