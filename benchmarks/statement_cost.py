@@ -12,7 +12,9 @@ connection, through the Engine protocol:
 * ``round trip``  -- ``SELECT 1``: the protocol's own cost, the floor of the others;
 * ``claim``       -- ``claim_batch`` of up to 64 from the empty queue;
 * ``complete``    -- ``complete_batch`` of an attempt that does not exist;
-* ``insert``      -- one job, inserted as ``client.insert`` does (this one writes).
+* ``insert``      -- one job, inserted as ``client.insert`` does; this one writes, so
+  it runs in a second database of its own: the rows it adds would change what the
+  claim and the completion find (and how their plans see the tables).
 
 Rounds alternate the engines (the order flips every round) and each round makes
 ``--calls`` calls per operation; the table gives the median over rounds of the
@@ -58,43 +60,53 @@ async def _complete(engine: Engine, conn: psycopg.AsyncConnection) -> object:
 
 
 async def _insert(engine: Engine, conn: psycopg.AsyncConnection) -> object:
-    return await engine.insert_batch(conn, build_batch([{}], kind=KIND, queue="cost_insert"))
+    return await engine.insert_batch(conn, build_batch([{}], kind=KIND, queue=QUEUE))
 
 
-OPERATIONS: dict[str, Operation] = {
-    "round trip": _round_trip, "claim": _claim, "complete": _complete, "insert": _insert}
+# Each operation and whether it writes (and so runs in the engine's second database).
+OPERATIONS: dict[str, tuple[Operation, bool]] = {
+    "round trip": (_round_trip, False), "claim": (_claim, False),
+    "complete": (_complete, False), "insert": (_insert, True)}
 
 
 class Subject:
-    """One engine's database, connection and engine, with an emptied queue."""
+    """One engine: a database whose queue is laid out and empty, and one for inserts."""
 
-    def __init__(self, name: str, conn: psycopg.AsyncConnection, engine: Engine) -> None:
-        self.name, self.conn, self.engine = name, conn, engine
+    def __init__(self, name: str, engine: Engine, reads: psycopg.AsyncConnection,
+                 writes: psycopg.AsyncConnection) -> None:
+        self.name, self.engine, self.reads, self.writes = name, engine, reads, writes
         self.samples: dict[str, list[float]] = {op: [] for op in OPERATIONS}
 
     @classmethod
-    async def open(cls, name: str, url: str) -> Subject:
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-        engine = await storage.open_engine(conn)
-        await engine.insert_batch(conn, build_batch([{}], kind=KIND, queue=QUEUE))
-        claimed = await engine.claim_batch(conn, QUEUE, BATCH, DEADLINE_MS)
-        await engine.complete_batch(conn, [AttemptWrite(j.id, j.run_lease) for j in claimed])
-        return cls(name, conn, engine)
+    async def open(cls, name: str, reads_url: str, writes_url: str) -> Subject:
+        reads = await psycopg.AsyncConnection.connect(reads_url, autocommit=True)
+        writes = await psycopg.AsyncConnection.connect(writes_url, autocommit=True)
+        engine = await storage.open_engine(reads)
+        await engine.insert_batch(reads, build_batch([{}], kind=KIND, queue=QUEUE))
+        claimed = await engine.claim_batch(reads, QUEUE, BATCH, DEADLINE_MS)
+        await engine.complete_batch(reads, [AttemptWrite(j.id, j.run_lease) for j in claimed])
+        return cls(name, engine, reads, writes)
 
     async def measure(self, calls: int) -> None:
-        pid = self.conn.info.backend_pid
-        for op, run in OPERATIONS.items():
+        for op, (run, writes) in OPERATIONS.items():
+            conn = self.writes if writes else self.reads
+            pid = conn.info.backend_pid
             before = _support.backend_cpu_s(pid)
             for _ in range(calls):
-                await run(self.engine, self.conn)
+                await run(self.engine, conn)
             self.samples[op].append(1e6 * (_support.backend_cpu_s(pid) - before) / calls)
+
+    async def close(self) -> None:
+        await self.reads.close()
+        await self.writes.close()
 
 
 async def main_async(engines: list[str], rounds: int, calls: int) -> None:
     with contextlib.ExitStack() as databases:
-        urls = [databases.enter_context(_support.scratch_database("awa_bench_cost", name))
-                for name in engines]
-        subjects = [await Subject.open(name, url) for name, url in zip(engines, urls, strict=True)]
+        subjects = [await Subject.open(
+            name, *(databases.enter_context(_support.scratch_database(prefix, name))
+                    for prefix in ("awa_bench_cost", "awa_bench_cost_insert")))
+            for name in engines]
         try:
             for s in subjects:  # warm: every plan made, every cache loaded
                 await s.measure(max(calls // 5, 1))
@@ -104,7 +116,7 @@ async def main_async(engines: list[str], rounds: int, calls: int) -> None:
                     await s.measure(calls)
         finally:
             for s in subjects:
-                await s.conn.close()
+                await s.close()
     print(f"{'engine':>14} " + " ".join(f"{op:>18}" for op in OPERATIONS))
     for s in subjects:
         cells = (f"{statistics.median(v):8.1f} ({min(v):6.1f})" for v in s.samples.values())
