@@ -145,6 +145,17 @@ def backend_cpu_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
+class Backend:
+    """An autocommit connection and the CPU its backend spends."""
+
+    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+        self.conn = conn
+        self.pid = conn.info.backend_pid
+
+    def cpu(self) -> float:
+        return backend_cpu_s(self.pid)
+
+
 def _proc_stat(pid: int) -> tuple[int, list[int]] | None:
     """(parent pid, the numeric fields after the state) from /proc/<pid>/stat."""
     try:

@@ -36,22 +36,11 @@ COPY_BATCH = 1_000
 DEADLINE_MS = 60_000
 
 
-class Backend:
-    """An autocommit connection and the CPU its backend spends."""
-
-    def __init__(self, conn: psycopg.AsyncConnection) -> None:
-        self.conn = conn
-        self.pid = conn.info.backend_pid
-
-    def cpu(self) -> float:
-        return _support.backend_cpu_s(self.pid)
-
-
 async def measure(engine_name: str, jobs: int, batch: int) -> dict[str, float]:
     with _support.scratch_database("awa_bench_ops", engine_name) as url:
         conns = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(3)]
         try:
-            producer, claimer, finisher = (Backend(c) for c in conns)
+            producer, claimer, finisher = (_support.Backend(c) for c in conns)
             engine = await storage.open_engine(producer.conn)
             before = producer.cpu()
             for offset in range(0, jobs, COPY_BATCH):

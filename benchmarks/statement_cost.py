@@ -72,8 +72,8 @@ OPERATIONS: dict[str, tuple[Operation, bool]] = {
 class Subject:
     """One engine: a database whose queue is laid out and empty, and one for inserts."""
 
-    def __init__(self, name: str, engine: Engine, reads: psycopg.AsyncConnection,
-                 writes: psycopg.AsyncConnection) -> None:
+    def __init__(self, name: str, engine: Engine, reads: _support.Backend,
+                 writes: _support.Backend) -> None:
         self.name, self.engine, self.reads, self.writes = name, engine, reads, writes
         self.samples: dict[str, list[float]] = {op: [] for op in OPERATIONS}
 
@@ -85,20 +85,19 @@ class Subject:
         await engine.insert_batch(reads, build_batch([{}], kind=KIND, queue=QUEUE))
         claimed = await engine.claim_batch(reads, QUEUE, BATCH, DEADLINE_MS)
         await engine.complete_batch(reads, [AttemptWrite(j.id, j.run_lease) for j in claimed])
-        return cls(name, engine, reads, writes)
+        return cls(name, engine, _support.Backend(reads), _support.Backend(writes))
 
     async def measure(self, calls: int) -> None:
         for op, (run, writes) in OPERATIONS.items():
-            conn = self.writes if writes else self.reads
-            pid = conn.info.backend_pid
-            before = _support.backend_cpu_s(pid)
+            backend = self.writes if writes else self.reads
+            before = backend.cpu()
             for _ in range(calls):
-                await run(self.engine, conn)
-            self.samples[op].append(1e6 * (_support.backend_cpu_s(pid) - before) / calls)
+                await run(self.engine, backend.conn)
+            self.samples[op].append(1e6 * (backend.cpu() - before) / calls)
 
     async def close(self) -> None:
-        await self.reads.close()
-        await self.writes.close()
+        await self.reads.conn.close()
+        await self.writes.conn.close()
 
 
 async def main_async(engines: list[str], rounds: int, calls: int) -> None:

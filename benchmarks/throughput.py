@@ -112,13 +112,21 @@ async def worker_main(url: str, workers: int, claim_batch: int, profile: str | N
 
 
 # --- the driver ---------------------------------------------------------------------
+def worker_says(proc: subprocess.Popen, word: str) -> str:
+    """The worker process's next line, which must start with ``word``; what follows it.
+    Anything else (an exit, a traceback) ends the benchmark with that line."""
+    assert proc.stdout is not None  # stdout=PIPE
+    line = proc.stdout.readline()
+    if not line.startswith(word):
+        raise SystemExit(f"the worker process did not say {word} "
+                         f"(exit status {proc.poll()}): {line!r}")
+    return line[len(word):].strip()
+
+
 def spawn_worker(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     """A worker process, returned once it says READY (its queue is being claimed)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None  # stdout=PIPE
-    line = proc.stdout.readline()
-    if not line.startswith("READY"):
-        raise SystemExit(f"worker failed to start: {line!r}")
+    worker_says(proc, "READY")
     return proc
 
 
@@ -162,9 +170,7 @@ def run_throughput(engine: str | None, n: int, workers: int, claim_batch: int,
             # O(completed) on both engines: polled all along, even at 10 Hz, it took
             # CPU from the system under test -- and more on one engine than the other.
             # The rate comes from the rows' own timestamps below, not from this wait.
-            assert proc.stdout is not None  # stdout=PIPE
-            if not proc.stdout.readline().startswith("HANDLED"):
-                raise SystemExit(f"the worker process died ({proc.wait()})")
+            worker_says(proc, "HANDLED")
             while count_done(conn) < n:
                 if proc.poll() is not None:
                     raise SystemExit(f"the worker process died ({proc.returncode})")
@@ -201,14 +207,10 @@ async def pickup_latencies(url: str, proc: subprocess.Popen, samples: int = 100)
     took server CPU from the very wake-up and claim it was timing (more on queue storage,
     whose view lookup costs more), on a machine of two cores."""
     out = []
-    assert proc.stdout is not None  # stdout=PIPE
     async with awa.AsyncClient(url) as client:
         for _ in range(samples):
             await client.insert({PICKUP_ARG: True}, kind=KIND, queue=QUEUE)
-            line = await asyncio.to_thread(proc.stdout.readline)
-            if not line.startswith(PICKUP_LINE):
-                raise SystemExit(f"the worker process died ({proc.poll()}): {line!r}")
-            out.append(float(line.split()[1]))
+            out.append(float(await asyncio.to_thread(worker_says, proc, PICKUP_LINE)))
             await asyncio.sleep(0.02)
     return out
 
