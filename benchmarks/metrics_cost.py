@@ -84,7 +84,8 @@ class Scraper(threading.Thread):
                     pass
 
 
-def measure(url: str, mode: str, n: int, workers: int, claim_batch: int, port: int) -> dict:
+def measure(mode: str, n: int, workers: int, claim_batch: int, port: int) -> dict:
+    """One throughput run (its own fresh database, the default engine) with metrics ``mode``."""
     addr = f"127.0.0.1:{port}" if mode == "on" else None
     throughput.start_worker = start_worker_with(addr)
     scraper = None
@@ -93,7 +94,7 @@ def measure(url: str, mode: str, n: int, workers: int, claim_batch: int, port: i
         scraper = Scraper(f"http://{host}:{port}/metrics")
         scraper.start()
     try:
-        result = throughput.run_throughput(url, n, workers, claim_batch, None)
+        result = throughput.run_throughput(None, n, workers, claim_batch, None)
     finally:
         if scraper:
             scraper.stop.set()
@@ -118,18 +119,17 @@ def main() -> None:
     args = parser.parse_args()
     port = _support.free_port()
     results: dict[str, list[dict]] = {"off": [], "on": []}
-    with _support.scratch_database("awa_bench_mc") as url:
-        print(f"N={args.jobs} no-op jobs, W={args.workers}, {args.rounds} rounds alternating "
-              f"off/on; machine: {os.cpu_count()} cores (shared while measuring); "
-              f"load average {_load()}")
-        print(f"{'round':>5} {'metrics':>7} {'processed/s':>12} {'CPU ms/job':>11} "
-              f"{'pickup p50':>11}")
-        for i in range(args.rounds):
-            for mode in ("off", "on"):
-                r = measure(url, mode, args.jobs, args.workers, args.claim_batch, port)
-                results[mode].append(r)
-                print(f"{i + 1:>5} {mode:>7} {r['processed_per_s']:>12.0f} "
-                      f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms", flush=True)
+    print(f"N={args.jobs} no-op jobs, W={args.workers}, {args.rounds} rounds alternating "
+          f"off/on; machine: {os.cpu_count()} cores (shared while measuring); "
+          f"load average {_load()}")
+    print(f"{'round':>5} {'metrics':>7} {'processed/s':>12} {'CPU ms/job':>11} "
+          f"{'pickup p50':>11}")
+    for i in range(args.rounds):
+        for mode in ("off", "on"):
+            r = measure(mode, args.jobs, args.workers, args.claim_batch, port)
+            results[mode].append(r)
+            print(f"{i + 1:>5} {mode:>7} {r['processed_per_s']:>12.0f} "
+                  f"{r['cpu_ms_per_job']:>11.3f} {r['pickup_p50_ms']:>9.1f}ms", flush=True)
     off = statistics.median(r["processed_per_s"] for r in results["off"])
     on = statistics.median(r["processed_per_s"] for r in results["on"])
     cpu_off = statistics.median(r["cpu_ms_per_job"] for r in results["off"])
