@@ -101,13 +101,15 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         """
         await self._get_engine()
 
-    async def migrate(self, engine: str | None = None) -> list[int]:
+    async def migrate(self, engine: str | None = None,
+                      queue_storage_schema: str | None = None) -> list[int]:
         """Apply the migrations; ``engine`` lays out ``canonical`` or ``queue_storage``
         (default: the database's own engine; ``config.DEFAULT_STORAGE_ENGINE``, queue
-        storage, when new)."""
+        storage, when new); ``queue_storage_schema``: where a new queue-storage layout's
+        tables go (``config.DEFAULT_QUEUE_STORAGE_SCHEMA`` when None)."""
         pool = await self._get_pool(check_schema=False)
         async with pool.connection() as conn:
-            applied = await storage_migrate(conn, engine)
+            applied = await storage_migrate(conn, engine, queue_storage_schema)
         self._schema_checked = True
         self._engine = None
         forget_engine(pool)  # the layout may have changed engine under this pool

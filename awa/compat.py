@@ -11,14 +11,13 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
-from awa import schema
+from awa import config, schema
 from awa.job import ValidationError
 
-DEFAULT_QUEUE_STORAGE_SCHEMA = "awa"
+DEFAULT_QUEUE_STORAGE_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -91,11 +90,11 @@ class StorageTransitionMixin:
         from awa import storage
 
         _check_slots(queue_slot_count, lease_slot_count)
-        _check_install_schema(schema)
+        _check_identifier(schema)
         if reset:
             raise ValidationError("install_queue_storage(reset=True) is not supported: queue "
                                   "storage is laid out in place; migrate a new database instead")
-        await self.migrate(storage.QUEUE_STORAGE)  # type: ignore[attr-defined]
+        await self.migrate(storage.QUEUE_STORAGE, schema)  # type: ignore[attr-defined]
         storage.forget_engine(await self._get_pool())  # the pool's engine changed
         return ()
 
@@ -119,7 +118,6 @@ _CANONICAL_BLOCKER = ("the canonical engine serves this database: switch a drain
                       "with install_queue_storage() (awa migrate --engine queue_storage); "
                       "there is no mixed transition")
 _ACTIVE_BLOCKER = "queue storage in schema %r already serves this database"
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def _utc_now() -> str:
@@ -144,18 +142,9 @@ def _status(engine: str, state: str, epoch: int, details: dict[str, Any], now: s
 
 
 def _check_identifier(schema: str) -> None:
-    if not isinstance(schema, str) or not _IDENTIFIER.match(schema):
-        raise ValidationError(f"queue-storage schema {schema!r} is not a plain lower-case "
-                              f"identifier")
+    from awa.storage.queue_storage.schema import check_schema  # engines load on use
 
-
-def _check_install_schema(schema: str) -> None:
-    from awa.storage.queue_storage.schema import DEFAULT_SCHEMA
-
-    _check_identifier(schema)
-    if schema != DEFAULT_SCHEMA:
-        raise ValidationError(f"queue storage in schema {schema!r}: this distribution keeps it "
-                              f"in {DEFAULT_SCHEMA!r}")
+    check_schema(schema)
 
 
 def _check_slots(*counts: int) -> None:

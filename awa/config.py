@@ -13,6 +13,10 @@ from datetime import timedelta
 # The engine `awa migrate` lays a new (never-migrated) database out for; an
 # existing database keeps its own.  `awa migrate --engine canonical` chooses.
 DEFAULT_STORAGE_ENGINE = "queue_storage"
+# Where a new database's queue-storage tables go (`awa migrate --queue-storage-schema`,
+# `install_queue_storage(schema=...)`); the control surface (awa.jobs, awa.queue_meta,
+# awa.runtime_storage_backends, ...) stays in schema awa whatever this is.
+DEFAULT_QUEUE_STORAGE_SCHEMA = "awa"
 
 # --- job defaults --------------------------------------------------------
 DEFAULT_QUEUE = "default"

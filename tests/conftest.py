@@ -44,11 +44,14 @@ class _Templates:
         self.names: dict[str, str] = {}
 
     def get(self, engine: str) -> str:
+        """``engine``: an engine name, or ``queue_storage@<schema>`` for queue storage laid
+        out in a schema of its own (``awa migrate --queue-storage-schema``)."""
         if engine not in self.names:
             name = create_database(self.admin_url)
+            engine_name, _, schema = engine.partition("@")
             with psycopg.connect(make_conninfo(self.admin_url, dbname=name),
                                  autocommit=True) as conn:
-                storage.migrate_sync(conn, engine)
+                storage.migrate_sync(conn, engine_name, schema or None)
             self.names[engine] = name
         return self.names[engine]
 

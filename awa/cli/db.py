@@ -115,7 +115,11 @@ def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], ac
               help="Storage engine to lay out (default: the database's own; queue_storage "
                    "when new). queue_storage is the append-only, vacuum-aware engine; "
                    "canonical rewrites one row per job.")
-def migrate(print_sql: bool, engine: str | None) -> None:
+@click.option("--queue-storage-schema", "queue_storage_schema", default=None, metavar="NAME",
+              help="Schema for a new queue-storage layout's tables (default: "
+                   f"{config.DEFAULT_QUEUE_STORAGE_SCHEMA}; an existing layout stays where it "
+                   "is). awa.jobs and the control tables stay in schema awa.")
+def migrate(print_sql: bool, engine: str | None, queue_storage_schema: str | None) -> None:
     """Create or upgrade the awa schema (safe to run from several processes at once)."""
     if print_sql:
         click.echo(schema.migration_sql())
@@ -125,8 +129,8 @@ def migrate(print_sql: bool, engine: str | None) -> None:
     async def apply() -> tuple[list[int], str]:
         conn = await db.connect(url, config.APP_NAME_CLI)
         try:
-            applied = await storage.migrate(conn, engine)
-            return applied, (await describe_layout(conn)).engine
+            applied = await storage.migrate(conn, engine, queue_storage_schema)
+            return applied, (await describe_layout(conn)).describe_engine()
         finally:
             await conn.close()
 

@@ -244,6 +244,8 @@ CREATE TABLE IF NOT EXISTS awa.attempt_state (
 DO $$
 DECLARE
     t text; ring_name text; n int; s int;
+    ns name := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = 'awa.queue_ring_state'::regclass);
 BEGIN
     FOR t, ring_name IN VALUES ('ready_entries', 'queue'), ('ready_tombstones', 'queue'),
                           ('done_entries', 'queue'), ('lease_claims', 'claim'),
@@ -251,8 +253,8 @@ BEGIN
                           ('lease_claim_closure_batches', 'claim'), ('leases', 'lease') LOOP
         SELECT slot_count INTO n FROM awa.queue_ring_state r WHERE r.ring = ring_name;
         FOR s IN 0 .. n - 1 LOOP
-            EXECUTE format('CREATE TABLE IF NOT EXISTS awa.%I PARTITION OF awa.%I FOR VALUES IN (%s)',
-                           t || '_' || s, t, s);
+            EXECUTE format('CREATE TABLE IF NOT EXISTS %I.%I PARTITION OF %I.%I FOR VALUES IN (%s)',
+                           ns, t || '_' || s, ns, t, s);
         END LOOP;
     END LOOP;
 END $$;
@@ -285,15 +287,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_lease_claim_closures_attempt
 DROP INDEX IF EXISTS awa.idx_lease_claim_closure_batches_ranges;
 DO $$
 DECLARE
-    part text;
+    part regclass; part_name name;
 BEGIN
-    FOR part IN SELECT c.relname FROM pg_inherits i
+    FOR part, part_name IN SELECT c.oid::regclass, c.relname FROM pg_inherits i
                   JOIN pg_class c ON c.oid = i.inhrelid
                  WHERE i.inhparent = 'awa.lease_claim_closure_batches'::regclass LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_constraint
-                        WHERE conrelid = ('awa.' || part)::regclass AND contype = 'x') THEN
-            EXECUTE format('ALTER TABLE awa.%I ADD CONSTRAINT %I EXCLUDE USING gist '
-                           '(receipt_ranges WITH &&)', part, part || '_no_overlap');
+                        WHERE conrelid = part AND contype = 'x') THEN
+            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I EXCLUDE USING gist '
+                           '(receipt_ranges WITH &&)', part, part_name || '_no_overlap');
         END IF;
     END LOOP;
 END $$;
@@ -702,7 +704,8 @@ LANGUAGE sql STABLE AS $$
 $$;
 DELETE FROM awa.runtime_storage_backends WHERE backend <> 'queue_storage';
 INSERT INTO awa.runtime_storage_backends (backend, schema_name)
-VALUES ('queue_storage', 'awa')
+SELECT 'queue_storage', n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid = 'awa.queue_ring_state'::regclass
 ON CONFLICT (backend) DO UPDATE SET schema_name = EXCLUDED.schema_name, updated_at = now();
 
 CREATE INDEX IF NOT EXISTS idx_done_entries_callback ON awa.done_entries (callback_id)

@@ -56,20 +56,21 @@ SELECT backend, schema_name, updated_at FROM awa.runtime_storage_backends
 ORDER BY updated_at DESC, backend"""
 
 
-def _canonical() -> Engine:
+def _canonical(schema: str) -> Engine:
     from awa.storage.canonical import ENGINE  # imported on use: canonical imports awa modules
 
     return ENGINE
 
 
-def _queue_storage() -> Engine:
+def _queue_storage(schema: str) -> Engine:
     from awa.storage import queue_storage  # imported on use, like canonical
 
-    return queue_storage.load()
+    return queue_storage.load(schema)
 
 
-# Engine name -> loader.
-ENGINES: dict[str, Callable[[], Engine]] = {CANONICAL: _canonical, QUEUE_STORAGE: _queue_storage}
+# Engine name -> loader, given the schema the layout names for the engine's tables.
+ENGINES: dict[str, Callable[[str], Engine]] = {CANONICAL: _canonical,
+                                               QUEUE_STORAGE: _queue_storage}
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,11 @@ class StorageLayout:
             return "no awa schema"
         where = "" if self.schema == CONTROL_SCHEMA else f" in schema {self.schema}"
         return f"schema version {self.schema_version}, engine {self.engine}{where}"
+
+    def describe_engine(self) -> str:
+        """E.g. ``queue_storage`` or ``queue_storage (schema awa_qs)``."""
+        where = "" if self.schema == CONTROL_SCHEMA else f" (schema {self.schema})"
+        return self.engine + where
 
     def refusal(self) -> ForeignSchema | None:
         """The one-line error for a layout this code must not touch, else None."""
@@ -230,7 +236,7 @@ def engine_for(layout: StorageLayout) -> Engine:
     refused = layout.refusal()
     if refused is not None:
         raise refused
-    return ENGINES[layout.engine if layout.installed else CANONICAL]()
+    return ENGINES[layout.engine if layout.installed else CANONICAL](layout.schema)
 
 
 class ConnectionSource(Protocol):
@@ -270,40 +276,44 @@ def forget_engine(source: ConnectionSource) -> None:
     _SOURCE_ENGINES.pop(source, None)
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None) -> list[int]:
+async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None,
+                  queue_storage_schema: str | None = None) -> list[int]:
     """``awa migrate``: our numbered migrations, then the engine's own layout.
 
     ``engine`` None keeps the database's engine (``config.DEFAULT_STORAGE_ENGINE``
     when new).  Queue storage is laid out again after every migration
-    (idempotent), since a migration may replace the ``awa.jobs`` view it extends.
+    (idempotent), since a migration may replace the ``awa.jobs`` view it extends;
+    ``queue_storage_schema`` is where a new layout goes (an existing one stays put).
     """
     from awa import schema  # awa.schema builds on this package's layout detection
 
     before = await describe_layout(conn)
-    wanted = _wanted_engine(before, engine)
+    wanted = _wanted_engine(before, engine, queue_storage_schema)
     applied = await schema.migrate(conn)
     if wanted == QUEUE_STORAGE:
         from awa.storage.queue_storage.schema import install_queue_storage
 
-        await install_queue_storage(conn)
+        await install_queue_storage(conn, queue_storage_schema)
     return applied
 
 
-def migrate_sync(conn: psycopg.Connection[Any], engine: str | None = None) -> list[int]:
+def migrate_sync(conn: psycopg.Connection[Any], engine: str | None = None,
+                 queue_storage_schema: str | None = None) -> list[int]:
     """``migrate`` on a blocking connection (test templates, benchmarks, ``awa.migrate``)."""
     from awa import schema  # awa.schema builds on this package's layout detection
 
     before = describe_layout_sync(conn)
-    wanted = _wanted_engine(before, engine)
+    wanted = _wanted_engine(before, engine, queue_storage_schema)
     applied = schema.migrate_sync(conn)
     if wanted == QUEUE_STORAGE:
         from awa.storage.queue_storage.schema import install_queue_storage_sync
 
-        install_queue_storage_sync(conn)
+        install_queue_storage_sync(conn, queue_storage_schema)
     return applied
 
 
-def _wanted_engine(before: StorageLayout, engine: str | None) -> str:
+def _wanted_engine(before: StorageLayout, engine: str | None,
+                   queue_storage_schema: str | None = None) -> str:
     if engine is not None and engine not in ENGINES:
         raise ValidationError(f"unknown storage engine {engine!r}: choose one of "
                               f"{', '.join(sorted(ENGINES))}")
@@ -311,6 +321,13 @@ def _wanted_engine(before: StorageLayout, engine: str | None) -> str:
         raise ValidationError(f"this database is served by the {before.engine} engine; moving "
                               f"it back to canonical is not supported: migrate a new database "
                               f"with --engine canonical instead")
-    if engine is not None:
-        return engine
-    return before.engine if before.installed else config.DEFAULT_STORAGE_ENGINE
+    wanted = engine or (before.engine if before.installed else config.DEFAULT_STORAGE_ENGINE)
+    if queue_storage_schema is not None:
+        from awa.storage.queue_storage.schema import check_schema
+
+        check_schema(queue_storage_schema)
+        if wanted != QUEUE_STORAGE:
+            raise ValidationError(f"a queue-storage schema was given, but this database is "
+                                  f"migrated for the {wanted} engine: leave the schema out, or "
+                                  f"migrate with --engine queue_storage")
+    return wanted

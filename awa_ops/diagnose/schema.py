@@ -52,7 +52,7 @@ def required_objects(engine) -> list[tuple[str, str]]:
             # Ours: job ids come from awa.jobs_id_seq; the claim takes the runtime's id.
             # qs_layout_version(): a layout older than the version record is missing it.
             objects += [("table", f"{q}.ready_entries"), ("table", f"{q}.done_entries"),
-                        ("function", "awa.qs_claim(text, integer, bigint, uuid, bigint)"),
+                        ("function", f"{q}.qs_claim(text, integer, bigint, uuid, bigint)"),
                         ("function", "awa.qs_layout_version()")]
     return objects
 

@@ -65,9 +65,27 @@ async def test_install_queue_storage_switches_a_drained_canonical_database(clien
     assert await client.install_queue_storage() == ()  # idempotent
 
 
+@pytest.mark.engine("canonical")
+async def test_install_queue_storage_into_a_schema_of_its_own(client, db):
+    assert await client.install_queue_storage(schema="awa_qs") == ()
+    status = json.loads(await client.storage_status())
+    assert status["details"] == {"schema": "awa_qs"}
+    assert status["prepared_queue_storage_schema"] == "awa_qs"
+    job = await client.insert(Ping(1), queue="own")
+    assert db.execute("SELECT count(*) AS n FROM awa_qs.ready_entries WHERE job_id = %s",
+                      (job.id,)).fetchone()["n"] == 1
+    assert (await client.get_job(job.id)).state is awa.JobState.Available
+    assert await client.install_queue_storage(schema="awa_qs") == ()  # idempotent, stays put
+
+
+@pytest.mark.engine("queue_storage")  # laid out in schema awa
 async def test_install_and_prepare_validate_their_arguments(client):
-    with pytest.raises(awa.ValidationError, match="keeps it in 'awa'"):
+    with pytest.raises(awa.ValidationError,
+                       match="queue storage is in schema 'awa', not 'awa_qs'") as info:
         await client.install_queue_storage(schema="awa_qs")
+    assert "\n" not in str(info.value)
+    with pytest.raises(awa.ValidationError, match="identifier"):
+        await client.install_queue_storage(schema="Bad-Name")
     with pytest.raises(awa.ValidationError, match="reset=True"):
         await client.install_queue_storage(reset=True)
     with pytest.raises(ValueError, match="slot counts"):

@@ -2,6 +2,8 @@
 
 A test takes ``engine`` (the engine under test) and ``engine_url`` (a fresh
 database laid out for it); behaviour differences between engines are bugs.
+Queue storage runs twice: in schema ``awa`` and, as ``queue_storage@awa_qs``,
+with its tables in a schema of their own (``awa migrate --queue-storage-schema``).
 
 Queue storage lands in steps: the tests it does not pass yet are listed in
 ``QUEUE_STORAGE_XFAIL`` and marked ``xfail(strict=True)`` for that engine
@@ -11,14 +13,20 @@ fails the run until it leaves the list).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
 from awa.storage.canonical import CanonicalEngine
+from awa.storage.engine import Engine
 from awa.storage.queue_storage import QueueStorageEngine
 
-ENGINES = {"canonical": CanonicalEngine, "queue_storage": QueueStorageEngine}
+OWN_SCHEMA = "awa_qs"
+ENGINES: dict[str, Callable[[], Engine]] = {
+    "canonical": CanonicalEngine, "queue_storage": QueueStorageEngine,
+    f"queue_storage@{OWN_SCHEMA}": lambda: QueueStorageEngine(OWN_SCHEMA)}
 
 # Test function names (or full node names, "name[params]") queue storage does not pass yet.
 QUEUE_STORAGE_XFAIL: dict[str, str] = {}
@@ -28,7 +36,8 @@ QUEUE_STORAGE_XFAIL: dict[str, str] = {}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is None or callspec.params.get("engine_name") != "queue_storage":
+        if callspec is None or not str(callspec.params.get("engine_name")).startswith(
+                "queue_storage"):
             continue
         original = getattr(item, "originalname", item.name)
         reason = QUEUE_STORAGE_XFAIL.get(item.name) or QUEUE_STORAGE_XFAIL.get(original)
@@ -40,14 +49,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _queue_storage_arrangers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """The queue-storage arrangers of the modules that arrange engine state directly."""
     module = request.module
-    if hasattr(module, "ARRANGERS") and "queue_storage" not in module.ARRANGERS:
-        from storage.queue_storage_arrange import maintenance_arranger
-        monkeypatch.setitem(module.ARRANGERS, "queue_storage",
-                            maintenance_arranger(module.ARRANGERS["canonical"]))
-    if hasattr(module, "ARRANGE") and "queue_storage" not in module.ARRANGE:
-        from storage.queue_storage_arrange import reads_arranger
-        monkeypatch.setitem(module.ARRANGE, "queue_storage",
-                            reads_arranger(module.ARRANGE["canonical"]))
+    for name in ENGINES:
+        _, _, schema = name.partition("@")
+        if not name.startswith("queue_storage"):
+            continue
+        if hasattr(module, "ARRANGERS") and name not in module.ARRANGERS:
+            from storage.queue_storage_arrange import maintenance_arranger
+            monkeypatch.setitem(module.ARRANGERS, name, maintenance_arranger(
+                module.ARRANGERS["canonical"], schema or "awa"))
+        if hasattr(module, "ARRANGE") and name not in module.ARRANGE:
+            from storage.queue_storage_arrange import reads_arranger
+            monkeypatch.setitem(module.ARRANGE, name,
+                                reads_arranger(module.ARRANGE["canonical"], schema or "awa"))
 
 
 @pytest.fixture(params=sorted(ENGINES))

@@ -14,6 +14,7 @@ import psycopg
 
 from awa.job import JOB_COLUMNS
 from awa.storage.queue_storage.enqueue import APPEND_READY
+from awa.storage.queue_storage.schema import in_schema
 
 # One ready entry on its lane (attempt/run_lease as given); returns its ids.
 _READY = """
@@ -87,11 +88,12 @@ SELECT %(uk)s, %(id)s WHERE awa.qs_in_mask(%(us)s::bit(8), %(state)s::awa.job_st
 class QueueStorageJobs:
     """Jobs in any state, as queue storage stores them."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any], schema: str = "awa") -> None:
         self.conn = conn
+        self.schema = schema
 
     async def _one(self, sql: str, params: Any) -> dict[str, Any]:
-        cur = await self.conn.execute(sql, params)
+        cur = await self.conn.execute(in_schema(sql, self.schema), params)
         row = await cur.fetchone()
         assert row is not None
         return dict(row)
@@ -124,13 +126,14 @@ class QueueStorageJobs:
             receipt = await self._one(RECEIPT, {
                 **p, "id": job_id, **ready,
                 "claimed_age": heartbeat_age_s if claimed_age_s is None else claimed_age_s})
-            await self.conn.execute(MATERIALIZE, {**p, "id": job_id, **ready, **receipt})
+            await self.conn.execute(in_schema(MATERIALIZE, self.schema),
+                                    {**p, "id": job_id, **ready, **receipt})
         if unique_key is not None:
-            await self.conn.execute(CLAIM_UNIQUE, {**p, "id": job_id})
+            await self.conn.execute(in_schema(CLAIM_UNIQUE, self.schema), {**p, "id": job_id})
         return job_id
 
 
-def maintenance_arranger(base: type) -> type:
+def maintenance_arranger(base: type, schema: str) -> type:
     """``test_maintenance``'s arranger with jobs written the queue-storage way."""
 
     class QueueStorageMaintenanceArrange(base):
@@ -141,7 +144,7 @@ def maintenance_arranger(base: type) -> type:
                       finalized_age_s: float | None = None, unique_key: bytes | None = None,
                       unique_states: str | None = None,
                       callback_timeout_in_s: float | None = None) -> int:
-            return await QueueStorageJobs(self.conn).make(
+            return await QueueStorageJobs(self.conn, schema).make(
                 state=state, kind=kind, queue=queue, attempt=attempt,
                 max_attempts=max_attempts, run_lease=run_lease, priority=priority,
                 heartbeat_age_s=heartbeat_age_s, deadline_in_s=deadline_in_s,
@@ -162,10 +165,12 @@ CANCELLED_AGO = """
 UPDATE awa.done_entries SET finalized_at = now() - make_interval(secs => %s) WHERE id = %s"""
 
 
-def reads_arranger(base: type) -> type:
+def reads_arranger(base: type, schema: str) -> type:
     """``test_reads``' arranger with jobs enqueued, claimed and aged the queue-storage way."""
     from awa.storage.engine import AttemptWrite
-    from awa.storage.queue_storage import ENGINE
+    from awa.storage.queue_storage import load
+
+    engine = load(schema)
 
     class QueueStorageReadsArrange(base):
         async def enqueue(self, kind: str = "k", queue: str = "q", *, state: str = "available",
@@ -173,7 +178,7 @@ def reads_arranger(base: type) -> type:
                           unique_key: bytes | None = None, unique_states: str | None = None,
                           tags: list[str] | None = None) -> int:
             running = state in ("running", "waiting_external")
-            return await QueueStorageJobs(self.conn).make(
+            return await QueueStorageJobs(self.conn, schema).make(
                 state=state, kind=kind, queue=queue, attempt=1 if running else 0,
                 max_attempts=25, run_lease=1 if running else 0, priority=priority,
                 run_at_offset_s=run_in_s if run_in_s is not None else -age_s,
@@ -182,19 +187,19 @@ def reads_arranger(base: type) -> type:
                 finalized_age_s=0.0)
 
         async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
-            return [j.id for j in await ENGINE.claim_batch(self.conn, queue, n, 300_000)]
+            return [j.id for j in await engine.claim_batch(self.conn, queue, n, 300_000)]
 
         async def age(self, job_id: int, *, heartbeat_age_s: float | None = None,
                       deadline_in_s: float | None = None,
                       running_for_s: float | None = None) -> None:
-            job = await ENGINE.get_job(self.conn, job_id)
+            job = await engine.get_job(self.conn, job_id)
             assert job is not None
-            await ENGINE.heartbeat_batch(self.conn, [AttemptWrite(job_id, job.run_lease)])
-            await self.conn.execute(AGE_LEASE, (heartbeat_age_s, deadline_in_s, running_for_s,
-                                                job_id))
+            await engine.heartbeat_batch(self.conn, [AttemptWrite(job_id, job.run_lease)])
+            await self.conn.execute(in_schema(AGE_LEASE, schema),
+                                    (heartbeat_age_s, deadline_in_s, running_for_s, job_id))
 
         async def cancel_running(self, job_id: int, *, ago_s: float) -> None:
-            assert await ENGINE.cancel(self.conn, job_id) is not None
-            await self.conn.execute(CANCELLED_AGO, (ago_s, job_id))
+            assert await engine.cancel(self.conn, job_id) is not None
+            await self.conn.execute(in_schema(CANCELLED_AGO, schema), (ago_s, job_id))
 
     return QueueStorageReadsArrange

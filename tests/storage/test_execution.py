@@ -579,14 +579,15 @@ async def test_runtime_snapshot_upsert(engine, aconn):
 
 # -- SKIP LOCKED exactly-once across processes -----------------------------------------------
 CLAIMER = r"""
-import asyncio, importlib, json, sys
+import asyncio, json, sys
 import psycopg
+from awa.storage import open_engine
 from awa.storage.engine import AttemptWrite
 
-async def main(url, engine_path, batch):
-    module, _, name = engine_path.partition(":")
-    engine = getattr(importlib.import_module(module), name)()
+async def main(url, engine_name, batch):
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        engine = await open_engine(conn)  # the engine the database is laid out for
+        assert engine.name == engine_name, engine.name
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         claimed, stale, empty = [], 0, 0
@@ -615,9 +616,8 @@ async def test_skip_locked_claims_every_job_exactly_once_across_processes(
         engine, engine_url, aconn, client):
     inserted = await client.insert_many([Work(i) for i in range(JOBS)])
     ids = sorted(j.id for j in inserted)
-    engine_path = f"{type(engine).__module__}:{type(engine).__qualname__}"
     procs = [await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CLAIMER, engine_url, engine_path, str(7 + 3 * i),
+        sys.executable, "-c", CLAIMER, engine_url, engine.name, str(7 + 3 * i),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         for i in range(PROCESSES)]
     try:

@@ -1,4 +1,5 @@
-"""Queue storage only: ring rotation and prune (TRUNCATE of sealed, provably dead slots)."""
+"""Queue storage only: ring rotation and prune (TRUNCATE of sealed, provably dead slots),
+with the layout in schema awa and in a schema of its own (the partitions' names follow it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from awa.storage.canonical.enqueue import build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import rings
 
-pytestmark = pytest.mark.parametrize("engine_name", ["queue_storage"])
+pytestmark = pytest.mark.parametrize("engine_name", ["queue_storage", "queue_storage@awa_qs"])
 KEEP = 3600.0
 
 
@@ -30,8 +31,9 @@ async def states(aconn: psycopg.AsyncConnection[Any]) -> dict[int, str]:
     return {r["id"]: r["state"] for r in await cur.fetchall()}
 
 
-async def slots(aconn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
-    return {k: int(v["current_slot"]) for k, v in (await rings.ring_state(aconn)).items()}
+async def slots(aconn: psycopg.AsyncConnection[Any], schema: str) -> dict[str, int]:
+    return {k: int(v["current_slot"])
+            for k, v in (await rings.ring_state(aconn, schema=schema)).items()}
 
 
 async def test_finished_history_is_truncated_and_live_rows_survive(engine, aconn):
@@ -47,7 +49,7 @@ async def test_finished_history_is_truncated_and_live_rows_survive(engine, aconn
     report = await engine.rotate_and_prune(aconn, completed_retention_s=0,
                                            failed_retention_s=KEEP)
     assert report.truncated == []  # slot 0 was current: sealed only now
-    assert await slots(aconn) == {"queue": 1, "claim": 1, "lease": 1}
+    assert await slots(aconn, engine.schema) == {"queue": 1, "claim": 1, "lease": 1}
     report = await engine.rotate_and_prune(aconn, completed_retention_s=0,
                                            failed_retention_s=KEEP)
     # Available jobs and an open receipt keep their slots alive.
@@ -63,8 +65,8 @@ async def test_finished_history_is_truncated_and_live_rows_survive(engine, aconn
                                            failed_retention_s=KEEP)
     assert ("queue", 0) in report.truncated and ("claim", 0) in report.truncated
     assert report.carried_failed == 1
-    assert await count(aconn, "SELECT count(*) FROM awa.ready_entries_0") == 0
-    assert await count(aconn, "SELECT count(*) FROM awa.lease_claims_0") == 0
+    assert await count(aconn, engine.sql("SELECT count(*) FROM awa.ready_entries_0")) == 0
+    assert await count(aconn, engine.sql("SELECT count(*) FROM awa.lease_claims_0")) == 0
     # The first completion went with its slot; the failed job (inside its floor) was carried;
     # the later completions are in the slot that was current then, reclaimed once sealed.
     assert done.id not in await states(aconn)
@@ -82,9 +84,7 @@ async def test_retention_keeps_young_history(engine, aconn):
     for _ in range(2):
         await engine.rotate_and_prune(aconn, completed_retention_s=KEEP, failed_retention_s=KEEP)
     # The queue ring keeps writing slot 0 for KEEP / (slots - 2): nothing there is reclaimed.
-    [ring] = await (await aconn.execute(
-        "SELECT current_slot FROM awa.queue_ring_state WHERE ring = 'queue'")).fetchall()
-    assert ring["current_slot"] == 0
+    assert (await slots(aconn, engine.schema))["queue"] == 0
     assert await states(aconn) == {job.id: "completed"}
 
 
@@ -96,15 +96,13 @@ async def test_the_queue_ring_rotates_once_a_slot_has_covered_its_share_of_reten
     await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k"))
     [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
-    slots = []
+    seen: list[int] = []
     for _ in range(8):
         await engine.rotate_and_prune(aconn, completed_retention_s=keep, failed_retention_s=keep)
-        [ring] = await (await aconn.execute(
-            "SELECT current_slot FROM awa.queue_ring_state WHERE ring = 'queue'")).fetchall()
-        slots.append(ring["current_slot"])
+        seen.append((await slots(aconn, engine.schema))["queue"])
         await asyncio.sleep(0.12)
-    assert len(set(slots)) > 1, slots  # it moved on, one slot at a time
-    assert all((b - a) % 4 in (0, 1) for a, b in zip(slots, slots[1:])), slots
+    assert len(set(seen)) > 1, seen  # it moved on, one slot at a time
+    assert all((b - a) % 4 in (0, 1) for a, b in zip(seen, seen[1:])), seen
     assert await states(aconn) == {}  # the completed row went with its truncated slot
 
 
@@ -115,7 +113,8 @@ async def test_a_reader_on_a_sealed_slot_makes_prune_skip_not_block_claims(
     await engine.complete_batch(aconn, [AttemptWrite(j.id, j.run_lease) for j in jobs])
     await engine.rotate_and_prune(aconn, completed_retention_s=0, failed_retention_s=0)
     async with await psycopg.AsyncConnection.connect(engine_url) as reader:
-        await reader.execute("SELECT count(*) FROM awa.ready_entries_0")  # ACCESS SHARE, held
+        # ACCESS SHARE, held
+        await reader.execute(engine.sql("SELECT count(*) FROM awa.ready_entries_0"))
         await engine.insert_batch(aconn, build_batch([{"n": 9}], kind="k"))
 
         async def claim_soon() -> float:

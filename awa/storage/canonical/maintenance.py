@@ -488,6 +488,10 @@ class CanonicalMaintenance:
     DELETE_FINALIZED_QUEUE_SQL: ClassVar[str] = DELETE_FINALIZED_QUEUE
     DELETE_FINALIZED_DEFAULT_SQL: ClassVar[str] = DELETE_FINALIZED_DEFAULT
 
+    def sql(self, statement: str) -> str:
+        """Where a subclass's layout puts its tables (queue storage: its schema); as is."""
+        return statement
+
     # -- rescue ------------------------------------------------------------------------
     async def rescue_stale_heartbeats(
             self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
@@ -533,20 +537,20 @@ class CanonicalMaintenance:
     async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
                           limit: int) -> PromoteBatch:
         async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
-            moved = await _fetch(conn, self.PROMOTE_SQL, {"ids": [r["id"] for r in rows]})
+            moved = await _fetch(conn, self.sql(self.PROMOTE_SQL), {"ids": [r["id"] for r in rows]})
             return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
 
         async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True)
-            cancelled = await _fetch(conn, self.CANCEL_DEFERRED_DUPLICATE_SQL,
+            cancelled = await _fetch(conn, self.sql(self.CANCEL_DEFERRED_DUPLICATE_SQL),
                                      {"id": row["id"], "error": Jsonb(error)})
             return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
                     for r in cancelled]
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, self.SELECT_DUE_SQL, {"limit": limit}), batch=promote,
-            on_collision=cancel, what="promotion")
+            conn, lambda: _fetch(conn, self.sql(self.SELECT_DUE_SQL), {"limit": limit}),
+            batch=promote, on_collision=cancel, what="promotion")
         return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
                             statements=done.statements)
 
@@ -558,9 +562,10 @@ class CanonicalMaintenance:
             raise ValueError(f"retention deletes only finished jobs, not {state!r}")
         params: dict[str, Any] = {"state": state, "age_s": older_than_s, "limit": limit}
         if queue is not None:
-            n, _ = await _execute(conn, self.DELETE_FINALIZED_QUEUE_SQL, {**params, "queue": queue})
+            n, _ = await _execute(conn, self.sql(self.DELETE_FINALIZED_QUEUE_SQL),
+                                  {**params, "queue": queue})
         else:
-            n, _ = await _execute(conn, self.DELETE_FINALIZED_DEFAULT_SQL,
+            n, _ = await _execute(conn, self.sql(self.DELETE_FINALIZED_DEFAULT_SQL),
                                   {**params, "excluded_queues": list(exclude_queues)})
         return n
 

@@ -14,6 +14,8 @@ unique claims, cron, runtimes, descriptors -- use canonical's statements);
 
 from __future__ import annotations
 
+from functools import cache
+
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
@@ -24,6 +26,7 @@ from awa.storage.queue_storage.maintenance import QueueStorageMaintenance
 from awa.storage.queue_storage.reads import QueueStorageReads
 from awa.storage.queue_storage.schema import (
     DEFAULT_SCHEMA,
+    check_schema,
     install_queue_storage,
     install_queue_storage_sync,
 )
@@ -34,20 +37,26 @@ NAME = "queue_storage"
 class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, QueueStorageMaintenance,
                          QueueStorageAdmin, QueueStorageCallbacks, QueueStorageCronAdmin,
                          QueueStorageReads):
-    """The append-only engine behind ``awa.storage.engine.Engine`` (schema ``awa``)."""
+    """The append-only engine behind ``awa.storage.engine.Engine``, its tables in ``schema``.
+
+    Every statement it sends goes through ``self.sql`` (``schema.InSchema``), which
+    names the layout's objects in this engine's schema.
+    """
 
     name = NAME
 
     def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
+        check_schema(schema)
         self.schema = schema
 
 
 ENGINE = QueueStorageEngine()
 
 
-def load() -> Engine:
-    """The loader ``awa.storage.ENGINES`` maps ``queue_storage`` to."""
-    return ENGINE
+@cache
+def load(schema: str = DEFAULT_SCHEMA) -> Engine:
+    """The loader ``awa.storage.ENGINES`` maps ``queue_storage`` to: one engine per schema."""
+    return ENGINE if schema == DEFAULT_SCHEMA else QueueStorageEngine(schema)
 
 
 __all__ = ["ENGINE", "NAME", "QueueStorageEngine", "install_queue_storage",

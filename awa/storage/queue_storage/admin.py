@@ -37,6 +37,7 @@ from awa.storage.engine import (
 from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import FINALIZE, finish
+from awa.storage.queue_storage.schema import InSchema
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
 
@@ -237,50 +238,48 @@ TRUNCATE awa.ready_entries, awa.ready_tombstones, awa.done_entries, awa.deferred
 DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
 
 
-async def _rows(conn: psycopg.AsyncConnection[Any], sql: str,
-                params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
-
-
-async def _row(conn: psycopg.AsyncConnection[Any], sql: str,
-               params: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    rows = await _rows(conn, sql, params)
-    return rows[0] if rows else None
-
-
-async def lock_lanes(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
-    """Lock the claim heads of the lanes holding these jobs' live ready entries."""
-    lanes = sorted({(r["queue"], r["priority"], r["shard"])
-                    for r in await _rows(conn, LIVE_READY, {"ids": list(ids)})})
-    if lanes:
-        await conn.execute(LOCK_LANES, {"queues": [q for q, _, _ in lanes],
-                                        "priorities": [p for _, p, _ in lanes],
-                                        "shards": [s for _, _, s in lanes]})
-
-
-class QueueStorageAdmin(CanonicalAdmin):
+class QueueStorageAdmin(InSchema, CanonicalAdmin):
     """The admin group on queue storage; lookups, queue pause and DLQ reads are canonical's."""
+
+    async def _rows(self, conn: psycopg.AsyncConnection[Any], sql: str,
+                    params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self.sql(sql), params)
+            return await cur.fetchall()
+
+    async def _row(self, conn: psycopg.AsyncConnection[Any], sql: str,
+                   params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = await self._rows(conn, sql, params)
+        return rows[0] if rows else None
+
+    async def _lock_lanes(self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
+        """Lock the claim heads of the lanes holding these jobs' live ready entries."""
+        lanes = sorted({(r["queue"], r["priority"], r["shard"])
+                        for r in await self._rows(conn, LIVE_READY, {"ids": list(ids)})})
+        if lanes:
+            await conn.execute(self.sql(LOCK_LANES), {"queues": [q for q, _, _ in lanes],
+                                                      "priorities": [p for _, p, _ in lanes],
+                                                      "shards": [s for _, _, s in lanes]})
 
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         async with conn.transaction():
-            current = await _row(conn, CURRENT, {"id": job_id})
+            current = await self._row(conn, CURRENT, {"id": job_id})
             if current is None:
                 return None
             state = current["state"]
             if state == "available":
-                await lock_lanes(conn, [job_id])
-                row = await _row(conn, CANCEL_READY, {"ids": [job_id], "reason": "cancelled"})
+                await self._lock_lanes(conn, [job_id])
+                row = await self._row(conn, CANCEL_READY,
+                                      {"ids": [job_id], "reason": "cancelled"})
                 return Job.from_row(row) if row else None
             if state in ("scheduled", "retryable"):
-                row = await _row(conn, CANCEL_DEFERRED, {"ids": [job_id]})
+                row = await self._row(conn, CANCEL_DEFERRED, {"ids": [job_id]})
                 return Job.from_row(row) if row else None
             if state not in ("running", "waiting_external"):
                 return None
             attempt = AttemptWrite(job_id, current["run_lease"])
-            done = await finish(conn, FINALIZE, [attempt], "cancelled", "cancelled",
-                                from_states=("running", "waiting_external"))
+            done = await finish(conn, self.schema, FINALIZE, [attempt], "cancelled",
+                                "cancelled", from_states=("running", "waiting_external"))
             if not done:
                 return None
             payload = json.dumps({"job_id": job_id, "run_lease": current["run_lease"]})
@@ -290,14 +289,15 @@ class QueueStorageAdmin(CanonicalAdmin):
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         try:
             async with conn.transaction():
-                current = await _row(conn, CURRENT, {"id": job_id})
+                current = await self._row(conn, CURRENT, {"id": job_id})
                 if current is not None and current["state"] == "waiting_external":
                     # The parked attempt ends; the job is appended afresh (attempt 0).
                     attempt = AttemptWrite(job_id, current["run_lease"])
-                    done = await finish(conn, RETRY_EXTERNAL, [attempt], "available",
-                                        "available", from_states=("waiting_external",))
+                    done = await finish(conn, self.schema, RETRY_EXTERNAL, [attempt],
+                                        "available", "available",
+                                        from_states=("waiting_external",))
                     return await self.get_job(conn, job_id) if done else None
-                row = await _row(conn, RETRY_DONE,
+                row = await self._row(conn, RETRY_DONE,
                                  {"ids": [job_id], "states": ["failed", "cancelled"]})
         except pg_errors.UniqueViolation as exc:
             raise (unique_error(exc, f"retry job {job_id}") or exc) from None
@@ -308,10 +308,10 @@ class QueueStorageAdmin(CanonicalAdmin):
         chosen, params = canonical._filters(kind=kind, queue=queue)
 
         async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
-            return await _rows(conn, RETRY_DONE, {"ids": list(ids), "states": ["failed"]})
+            return await self._rows(conn, RETRY_DONE, {"ids": list(ids), "states": ["failed"]})
 
         async with conn.transaction():
-            ids = [r["id"] for r in await _rows(
+            ids = [r["id"] for r in await self._rows(
                 conn, FAILED_IDS.format(filter=canonical._all_of(chosen)), params)]
             outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
         jobs = [Job.from_row(r) for r in outcome.applied]
@@ -321,32 +321,32 @@ class QueueStorageAdmin(CanonicalAdmin):
 
     async def discard_failed(self, conn: psycopg.AsyncConnection[Any], kind: str) -> int:
         async with conn.cursor() as cur:
-            await cur.execute(DISCARD_FAILED, {"kind": kind})
+            await cur.execute(self.sql(DISCARD_FAILED), {"kind": kind})
             return cur.rowcount
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
         async with conn.transaction():
-            await conn.execute(LOCK_QUEUE_LANES, {"queue": queue})
-            rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
+            await conn.execute(self.sql(LOCK_QUEUE_LANES), {"queue": queue})
+            rows = await self._rows(conn, DRAIN_QUEUE, {"queue": queue})
             waiting = [AttemptWrite(r["job_id"], r["run_lease"])
-                       for r in await _rows(conn, WAITING_IN_QUEUE, {"queue": queue})]
-            ended = await finish(conn, FINALIZE, waiting, "cancelled", "cancelled",
-                                 from_states=("waiting_external",)) if waiting else []
+                       for r in await self._rows(conn, WAITING_IN_QUEUE, {"queue": queue})]
+            ended = await finish(conn, self.schema, FINALIZE, waiting, "cancelled",
+                                 "cancelled", from_states=("waiting_external",)) if waiting else []
             counts = {r["kind"]: int(r["drained"]) for r in rows}
-            for r in await _rows(conn, KINDS_OF, {"ids": ended}) if ended else []:
+            for r in await self._rows(conn, KINDS_OF, {"ids": ended}) if ended else []:
                 counts[r["kind"]] = counts.get(r["kind"], 0) + int(r["n"])
         return [KindQueueCount(kind, queue, n) for kind, n in sorted(counts.items())]
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
-        return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
+        return [QueueStat(**row) for row in await self._rows(conn, QUEUE_STATS)]
 
     async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
                              run_at: datetime | None = None, priority: int | None = None,
                              queue: str | None = None) -> Job[Any] | None:
         params = {"id": job_id, "run_at": run_at, "priority": priority, "queue": queue}
         try:
-            rows = await _rows(conn, RETRY_FROM_DLQ, params)
+            rows = await self._rows(conn, RETRY_FROM_DLQ, params)
         except pg_errors.UniqueViolation as exc:
             raise (unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
         return Job.from_row(rows[0]) if rows else None
@@ -356,11 +356,11 @@ class QueueStorageAdmin(CanonicalAdmin):
         chosen, params = canonical._filters(kind=where.kind, queue=where.queue, tag=where.tag)
 
         async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
-            return await _rows(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
-                                                         "priority": None, "queue": None})
+            return await self._rows(conn, RETRY_FROM_DLQ_IDS, {
+                "ids": list(ids), "run_at": None, "priority": None, "queue": None})
 
         async with conn.transaction():
-            ids = [r["job_id"] for r in await _rows(
+            ids = [r["job_id"] for r in await self._rows(
                 conn, canonical.DLQ_IDS.format(filter=canonical._all_of(chosen)), params)]
             outcome = await apply_batch_or_each(conn, ids, batch=redrive,
                                                 what="bulk_retry_from_dlq")
@@ -368,7 +368,7 @@ class QueueStorageAdmin(CanonicalAdmin):
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> DlqEntry | None:
-        row = await _row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
+        row = await self._row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
         return canonical._dlq_entry(row) if row else None
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
@@ -376,13 +376,13 @@ class QueueStorageAdmin(CanonicalAdmin):
                                       reason: str) -> list[KindQueueCount]:
         chosen, params = canonical._filters(kind=kind, queue=queue)
         params["reason"] = reason
-        rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
+        rows = await self._rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
             filter=canonical._all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
         async with conn.transaction():
-            await conn.execute(CLEAN_FOR_TESTS)
+            await conn.execute(self.sql(CLEAN_FOR_TESTS))
 
 
 __all__ = ["QueueStorageAdmin", "JobState"]

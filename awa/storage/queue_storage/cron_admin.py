@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.canonical.cron_admin import CanonicalCronAdmin
 from awa.storage.queue_storage.enqueue import APPEND_READY
+from awa.storage.queue_storage.schema import InSchema
 
 TRIGGER_CRON_JOB = """
 WITH src AS MATERIALIZED (
@@ -32,12 +33,12 @@ SELECT """ + ", ".join(
   FROM src s"""
 
 
-class QueueStorageCronAdmin(CanonicalCronAdmin):
+class QueueStorageCronAdmin(InSchema, CanonicalCronAdmin):
     """Cron admin on queue storage."""
 
     async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any],
                                name: str) -> Job[Any] | None:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(TRIGGER_CRON_JOB, {"name": name})
+            await cur.execute(self.sql(TRIGGER_CRON_JOB), {"name": name})
             row = await cur.fetchone()
         return None if row is None else Job.from_row(row)

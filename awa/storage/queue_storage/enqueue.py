@@ -34,6 +34,7 @@ from awa.storage.canonical.enqueue import (
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
 from awa.storage.queue_storage.execution import Procedure
+from awa.storage.queue_storage.schema import InSchema
 
 # Given ``src`` (id, kind, queue, args, priority, attempt, max_attempts, run_at,
 # attempted_at, created_at, errors, metadata, tags, unique_key, unique_states,
@@ -154,7 +155,7 @@ def _outcome_rows(batch: EnqueueBatch, rows: list[dict[str, Any]],
     return canonical._counted(batch, int(rows[0]["inserted"]) if rows else 0)
 
 
-class QueueStorageEnqueue(CanonicalEnqueue):
+class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
     """The enqueue group on queue storage (``unique_holder`` is canonical's: it reads the view)."""
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -163,7 +164,7 @@ class QueueStorageEnqueue(CanonicalEnqueue):
             return InsertOutcome([], 0, 0)
         if not batch.needs_general:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(INSERT_PLAIN.call, _plain_params(batch))
+                await cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, await cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
         params = canonical._params(batch)
@@ -173,9 +174,9 @@ class QueueStorageEnqueue(CanonicalEnqueue):
                 async with conn.cursor(row_factory=dict_row) as cur:
                     if guard:
                         async with conn.transaction():
-                            await cur.execute(sql, params)
+                            await cur.execute(self.sql(sql), params)
                     else:
-                        await cur.execute(sql, params)
+                        await cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, await cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
                 if canonical._give_up(exc, attempt, conn, guard):
@@ -188,7 +189,7 @@ class QueueStorageEnqueue(CanonicalEnqueue):
             return InsertOutcome([], 0, 0)
         if not batch.needs_general:
             with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(INSERT_PLAIN.call, _plain_params(batch))
+                cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
         params = canonical._params(batch)
@@ -198,9 +199,9 @@ class QueueStorageEnqueue(CanonicalEnqueue):
                 with conn.cursor(row_factory=dict_row) as cur:
                     if guard:
                         with conn.transaction():
-                            cur.execute(sql, params)
+                            cur.execute(self.sql(sql), params)
                     else:
-                        cur.execute(sql, params)
+                        cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
                 if canonical._give_up(exc, attempt, conn, guard):
@@ -219,32 +220,32 @@ class QueueStorageEnqueue(CanonicalEnqueue):
         sql = STAGED_RETURNING if returning else STAGED_COUNT
         async with conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(CREATE_STAGING)
-                await cur.execute(EMPTY_STAGING)
-                async with cur.copy(COPY_INTO_STAGING) as copy:
+                await cur.execute(self.sql(CREATE_STAGING))
+                await cur.execute(self.sql(EMPTY_STAGING))
+                async with cur.copy(self.sql(COPY_INTO_STAGING)) as copy:
                     for row in canonical._copy_rows(batch, with_ord=True):
                         await copy.write_row(row)
                 for attempt in range(UNIQUE_RACE_RETRIES):
                     try:
                         async with conn.transaction():
-                            await cur.execute(sql)
+                            await cur.execute(self.sql(sql))
                         return _outcome_rows(batch, await cur.fetchall(), returning)
                     except pg_errors.UniqueViolation as exc:
                         if canonical._give_up(exc, attempt, conn, guarded=True):
                             raise canonical._conflict_from(exc) from None
         raise AssertionError("unreachable")
 
-    @staticmethod
-    async def _copy_plain(conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:
+    async def _copy_plain(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:
         """Reserve each (queue, priority) lane of the batch, then COPY the rows with their
         positions; the lanes stay locked to commit, so both run in one transaction."""
         lanes = sorted(set(zip(batch.queue, batch.priority, strict=True)))
         async with conn.transaction():
             async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(RESERVE_LANES, ([q for q, _ in lanes], [p for _, p in lanes]))
+                await cur.execute(self.sql(RESERVE_LANES),
+                                  ([q for q, _ in lanes], [p for _, p in lanes]))
                 reserved = {(q, p): [shard, base, slot]
                             for q, p, shard, base, slot in await cur.fetchall()}
-                async with cur.copy(COPY_INTO_READY) as copy:
+                async with cur.copy(self.sql(COPY_INTO_READY)) as copy:
                     for kind, queue, args, priority, max_attempts, metadata, tags in zip(
                             batch.kind, batch.queue, batch.args, batch.priority,
                             batch.max_attempts, batch.metadata, batch.tags, strict=True):

@@ -45,6 +45,7 @@ from awa.storage.canonical.execution import (
     job_from_claim,
 )
 from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
+from awa.storage.queue_storage.schema import InSchema, in_schema
 
 log = logging.getLogger("awa.storage")
 
@@ -455,11 +456,12 @@ def _nothing_buffered(attempts: Sequence[AttemptWrite]) -> bool:
 Statement = LiteralString | Procedure
 
 
-async def _run(conn: psycopg.AsyncConnection[Any], query: Statement,
+async def _run(conn: psycopg.AsyncConnection[Any], schema: str, query: Statement,
                params: dict[str, Any]) -> tuple[list[int], bool]:
     """The ids a statement returns, and whether it was contested (a NULL among them)."""
     cur = conn.cursor(row_factory=tuple_row)
-    await cur.execute(query.call if isinstance(query, Procedure) else query, params)
+    await cur.execute(in_schema(query.call if isinstance(query, Procedure) else query, schema),
+                      params)
     rows = await cur.fetchall()
     ids = [row[0] for row in rows if row[0] is not None]
     return ids, len(ids) < len(rows)
@@ -469,12 +471,12 @@ def _reads_ids_only(statement: Statement) -> bool:
     return isinstance(statement, Procedure) and statement.ids_only
 
 
-async def _ids(conn: psycopg.AsyncConnection[Any], query: Statement,
+async def _ids(conn: psycopg.AsyncConnection[Any], schema: str, query: Statement,
                params: dict[str, Any]) -> list[int]:
-    return (await _run(conn, query, params))[0]
+    return (await _run(conn, schema, query, params))[0]
 
 
-async def finish(conn: psycopg.AsyncConnection[Any], statement: Statement,
+async def finish(conn: psycopg.AsyncConnection[Any], schema: str, statement: Statement,
                  attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None,
                  from_states: Sequence[str] = ("running",), *,
                  fallback: Statement | None = None) -> list[int]:
@@ -490,7 +492,7 @@ async def finish(conn: psycopg.AsyncConnection[Any], statement: Statement,
     once, however often the batch names it.
     """
     distinct = list({(a.id, a.run_lease): a for a in attempts}.values())
-    ids, contested = await _run(conn, statement, _params(
+    ids, contested = await _run(conn, schema, statement, _params(
         distinct, outcome, to_state, from_states, ids_only=_reads_ids_only(statement)))
     again = fallback or statement
     pending = distinct
@@ -499,13 +501,13 @@ async def finish(conn: psycopg.AsyncConnection[Any], statement: Statement,
         pending = [a for a in pending if a.id not in got]
         if not pending:
             break
-        more, contested = await _run(conn, again, _params(
+        more, contested = await _run(conn, schema, again, _params(
             pending, outcome, to_state, from_states, ids_only=_reads_ids_only(again)))
         ids += more
     return ids
 
 
-class QueueStorageExecution:
+class QueueStorageExecution(InSchema):
     """The execution group of the Engine protocol on queue storage."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
@@ -513,23 +515,26 @@ class QueueStorageExecution:
                           aging_interval_ms: int = 0) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)
-        await cur.execute(CLAIM, (queue, limit, deadline_ms, instance_id, aging_interval_ms))
+        await cur.execute(self.sql(CLAIM),
+                          (queue, limit, deadline_ms, instance_id, aging_interval_ms))
         return [job_from_claim(row) for row in await cur.fetchall()]
 
     async def warm_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
         # qs_claim with a limit of 0 runs (so plans) its statements on no lane; the plain
         # completion of no attempt plans its short path.
-        await conn.execute(CLAIM, ("", 0, 0, None, 0))
-        await _ids(conn, FINALIZE_PLAIN, _params([], "completed", "completed", ids_only=True))
+        await conn.execute(self.sql(CLAIM), ("", 0, 0, None, 0))
+        await _ids(conn, self.schema, FINALIZE_PLAIN,
+                   _params([], "completed", "completed", ids_only=True))
 
     async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
         if _nothing_buffered(attempts):
-            return AppliedBatch(await finish(conn, FINALIZE_PLAIN, attempts, "completed",
-                                             "completed", fallback=FINALIZE))
-        return AppliedBatch(await finish(conn, FINALIZE, attempts, "completed", "completed"))
+            return AppliedBatch(await finish(conn, self.schema, FINALIZE_PLAIN, attempts,
+                                             "completed", "completed", fallback=FINALIZE))
+        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "completed",
+                                         "completed"))
 
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
@@ -547,19 +552,21 @@ class QueueStorageExecution:
                            attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await finish(conn, FINALIZE, attempts, "cancelled", "cancelled"))
+        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "cancelled",
+                                         "cancelled"))
 
     async def fail_batch(self, conn: psycopg.AsyncConnection[Any],
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await finish(conn, FINALIZE, attempts, "failed", "failed"))
+        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "failed",
+                                         "failed"))
 
     async def park_batch(self, conn: psycopg.AsyncConnection[Any],
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await _ids(conn, PARK, {
+        return AppliedBatch(await _ids(conn, self.schema, PARK, {
             "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts],
             "callback_ids": [a.callback_id for a in attempts],
             "progress": [_jsonb(a.progress) for a in attempts],
@@ -573,19 +580,19 @@ class QueueStorageExecution:
                                error=lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE,
                                                            a.attempt))
                   for a in attempts]
-        return await finish(conn, FINALIZE, marked, "superseded", "cancelled")
+        return await finish(conn, self.schema, FINALIZE, marked, "superseded", "cancelled")
 
     async def heartbeat_batch(self, conn: psycopg.AsyncConnection[Any],
                               attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
-        return await finish(conn, HEARTBEAT, attempts, "materialized", None)
+        return await finish(conn, self.schema, HEARTBEAT, attempts, "materialized", None)
 
     async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
                                    attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
-        return await _ids(conn, FLUSH_PROGRESS, _params(attempts, "progress", None))
+        return await _ids(conn, self.schema, FLUSH_PROGRESS, _params(attempts, "progress", None))
 
     async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
                                       snapshot: RuntimeSnapshot) -> None:
@@ -599,7 +606,7 @@ class QueueStorageExecution:
     async def available_counts(self, conn: psycopg.AsyncConnection[Any],
                                queues: Sequence[str]) -> dict[str, int]:
         cur = conn.cursor(row_factory=tuple_row)
-        await cur.execute(AVAILABLE_COUNTS, (list(queues),))
+        await cur.execute(self.sql(AVAILABLE_COUNTS), (list(queues),))
         return {queue: int(n) for queue, n in await cur.fetchall()}
 
     async def _move(self, conn: psycopg.AsyncConnection[Any], statement: Procedure,
@@ -612,13 +619,13 @@ class QueueStorageExecution:
         outcome_name = to_state or "dead_lettered"
         if conn.autocommit:
             try:
-                return AppliedBatch(await finish(conn, statement, attempts, outcome_name,
-                                                 to_state))
+                return AppliedBatch(await finish(conn, self.schema, statement, attempts,
+                                                 outcome_name, to_state))
             except psycopg.errors.UniqueViolation:
                 pass
 
         async def batch(items: Sequence[AttemptWrite]) -> list[int]:
-            return await finish(conn, statement, items, outcome_name, to_state)
+            return await finish(conn, self.schema, statement, items, outcome_name, to_state)
 
         async def supersede(item: AttemptWrite) -> list[int]:
             return await self.cancel_superseded(conn, [item])

@@ -43,6 +43,7 @@ from awa.storage.queue_storage.execution import (
     RETRY,
     finish,
 )
+from awa.storage.queue_storage.schema import InSchema
 
 RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 """A receipt that never heartbeated outlived the staleness cutoff (the seed's receipt path)."""
@@ -235,7 +236,7 @@ _CALLBACK = _Rescue("callback", CALLBACK_CANDIDATES, "waiting_external",
                     lifecycle.DLQ_CALLBACK_TIMEOUT)
 
 
-class QueueStorageMaintenance(CanonicalMaintenance):
+class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
     """The maintenance group on queue storage."""
 
     SELECT_DUE_SQL = SELECT_DUE
@@ -288,7 +289,7 @@ class QueueStorageMaintenance(CanonicalMaintenance):
                                                 ("fail", FINALIZE, "failed"),
                                                 ("dlq", DEAD_LETTER, None)):
                 if by_action[action]:
-                    ids = set(await finish(conn, statement, by_action[action],
+                    ids = set(await finish(conn, self.schema, statement, by_action[action],
                                            f"rescued_{rescue.name}", to_state, from_states))
                     done += [_rescued(r, action, rescue.dlq_reason if action == "dlq" else None)
                              for r in rows if r["id"] in ids]
@@ -297,13 +298,13 @@ class QueueStorageMaintenance(CanonicalMaintenance):
         async def cancel(row: dict[str, Any]) -> list[RescuedAttempt]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True, cause=rescue.error)
-            ids = await finish(conn, FINALIZE, [AttemptWrite(row["id"], row["run_lease"],
-                                                             error=error)],
+            ids = await finish(conn, self.schema, FINALIZE,
+                               [AttemptWrite(row["id"], row["run_lease"], error=error)],
                                "superseded", "cancelled", from_states)
             return [_rescued(row, "cancel", None)] if ids else []
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, rescue.candidates, params), batch=apply,
+            conn, lambda: _fetch(conn, self.sql(rescue.candidates), params), batch=apply,
             on_collision=cancel, what=f"rescue of {rescue.name} jobs")
         return RescueBatch(found=found, rescued=done.applied + done.superseded,
                            left=len(done.left), statements=done.statements)
@@ -317,7 +318,7 @@ class QueueStorageMaintenance(CanonicalMaintenance):
         if not positive:
             return 0
         async with conn.transaction():
-            rows = await _fetch(conn, AGE_PRIORITIES, {
+            rows = await _fetch(conn, self.sql(AGE_PRIORITIES), {
                 "queues": names, "intervals_ms": intervals,
                 "default_interval_ms": default_interval_ms,
                 "min_interval_s": min(positive) / 1000.0,
@@ -330,12 +331,12 @@ class QueueStorageMaintenance(CanonicalMaintenance):
         if not slots:
             return CronFired(advanced=False)
         async with conn.transaction():
-            advanced = await _fetch(conn, ADVANCE_CRON_JOB, {
+            advanced = await _fetch(conn, self.sql(ADVANCE_CRON_JOB), {
                 "name": schedule.name, "slot": slots[-1],
                 "previous": schedule.last_enqueued_at})
             if not advanced:
                 return CronFired(advanced=False)
-            inserted = await _fetch(conn, INSERT_CRON_RUNS, {
+            inserted = await _fetch(conn, self.sql(INSERT_CRON_RUNS), {
                 "kind": schedule.kind, "queue": schedule.queue,
                 "args": json.dumps(schedule.args), "priority": schedule.priority,
                 "max_attempts": schedule.max_attempts,
@@ -345,7 +346,8 @@ class QueueStorageMaintenance(CanonicalMaintenance):
 
     async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
                            cap: int | None = None) -> list[QueueDepth]:
-        rows = await _fetch(conn, QUEUE_DEPTHS, {"states": list(lifecycle.DEPTH_STATES)})
+        rows = await _fetch(conn, self.sql(QUEUE_DEPTHS),
+                            {"states": list(lifecycle.DEPTH_STATES)})
         by_queue: dict[str, dict[str, Any]] = {}
         for r in rows:
             q = by_queue.setdefault(r["queue"], {"queue": r["queue"], "depth": {},
@@ -374,7 +376,7 @@ class QueueStorageMaintenance(CanonicalMaintenance):
         """The leader's ring tick (queue-storage only; see ``rings``)."""
         return await rings.rotate_and_prune(conn, completed_retention_s=completed_retention_s,
                                             failed_retention_s=failed_retention_s,
-                                            lock_timeout_ms=lock_timeout_ms)
+                                            lock_timeout_ms=lock_timeout_ms, schema=self.schema)
 
 
 def _rescued(row: dict[str, Any], action: Any, dlq_reason: str | None) -> RescuedAttempt:

@@ -27,6 +27,7 @@ from awa.storage.engine import (
     RunningCounts,
     WedgedClaims,
 )
+from awa.storage.queue_storage.schema import InSchema
 
 
 def _on_view(statement: str) -> str:
@@ -56,7 +57,7 @@ SELECT t.* FROM (
  LIMIT %(page)s"""
 
 
-class QueueStorageReads(CanonicalReads):
+class QueueStorageReads(InSchema, CanonicalReads):
     """The ``OpsReads`` group on queue storage."""
 
     async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Any, *,
@@ -126,4 +127,4 @@ class QueueStorageReads(CanonicalReads):
     async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
         from awa.storage.queue_storage import rings
 
-        return await rings.ring_states(conn)
+        return await rings.ring_states(conn, schema=self.schema)

@@ -45,6 +45,7 @@ from awa.storage.engine import (
     RingState,
 )
 from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES
+from awa.storage.queue_storage.schema import DEFAULT_SCHEMA, in_schema
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
@@ -123,50 +124,55 @@ OCCUPIED_SLOT = "CASE WHEN {probes} THEN {slot} END"
 OCCUPIED = "SELECT array_remove(ARRAY[{slots}]::int[], NULL) AS occupied"
 
 
-def _partition(table: str, slot: int) -> sql.Identifier:
-    return sql.Identifier("awa", f"{table}_{int(slot)}")
+def _partition(table: str, slot: int, schema: str) -> sql.Identifier:
+    return sql.Identifier(schema, f"{table}_{int(slot)}")
 
 
-async def _one(conn: psycopg.AsyncConnection[Any], query: Any,
+async def _one(conn: psycopg.AsyncConnection[Any], query: str | sql.Composed, schema: str,
                params: dict[str, Any] | None = None) -> dict[str, Any]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
+        await cur.execute(in_schema(query, schema) if isinstance(query, str) else query, params)
         row = await cur.fetchone()
         assert row is not None
         return row
 
 
-async def ring_state(conn: psycopg.AsyncConnection[Any]) -> dict[str, dict[str, Any]]:
+async def ring_state(conn: psycopg.AsyncConnection[Any], *,
+                     schema: str = DEFAULT_SCHEMA) -> dict[str, dict[str, Any]]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(RING_STATE)
+        await cur.execute(in_schema(RING_STATE, schema))
         return {r["ring"]: r for r in await cur.fetchall()}
 
 
-async def _slot_empty(conn: psycopg.AsyncConnection[Any], ring: str, slot: int) -> bool:
+async def _slot_empty(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
+                      schema: str) -> bool:
     for table in _TABLES[ring]:
-        row = await _one(conn, sql.SQL(SLOT_EMPTY).format(table=_partition(table, slot)))
+        row = await _one(conn, sql.SQL(SLOT_EMPTY).format(table=_partition(table, slot, schema)),
+                         schema)
         if not row["empty"]:
             return False
     return True
 
 
-async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring, min_age_s: float = 0.0) -> bool:
+async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring, min_age_s: float = 0.0, *,
+                 schema: str = DEFAULT_SCHEMA) -> bool:
     """Move ``ring`` to its next slot when that slot is empty and the current one has been
     written for ``min_age_s``; False when not yet."""
     async with conn.transaction():
-        state = await _one(conn, LOCK_RING, {"ring": ring})
+        state = await _one(conn, LOCK_RING, schema, {"ring": ring})
         current, count = int(state["current_slot"]), int(state["slot_count"])
         if float(state["age_s"]) < min_age_s:
             return False
         following = (current + 1) % count
-        if not await _slot_empty(conn, ring, following):
+        if not await _slot_empty(conn, ring, following, schema):
             return False
-        await conn.execute(ADVANCE, {"ring": ring, "next": following, "current": current})
+        await conn.execute(in_schema(ADVANCE, schema),
+                           {"ring": ring, "next": following, "current": current})
     return True
 
 
 async def _blocker(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
-                   completed_s: float) -> str | None:
+                   completed_s: float, schema: str) -> str | None:
     """What keeps ``slot`` of ``ring`` alive (``PRUNE_BLOCKERS``), or None: it can go."""
     if ring == "queue":
         query = QUEUE_SLOT_LIVE
@@ -174,51 +180,54 @@ async def _blocker(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
         query = CLAIM_SLOT_LIVE
     else:
         query = LEASE_SLOT_LIVE
-    row = await _one(conn, query, {"slot": slot, "completed_s": completed_s})
+    row = await _one(conn, query, schema, {"slot": slot, "completed_s": completed_s})
     blocker = row["blocker"]
     return None if blocker is None else str(blocker)
 
 
-async def occupied_slots(conn: psycopg.AsyncConnection[Any], ring: str,
-                         slot_count: int) -> tuple[int, ...]:
+async def occupied_slots(conn: psycopg.AsyncConnection[Any], ring: str, slot_count: int, *,
+                         schema: str = DEFAULT_SCHEMA) -> tuple[int, ...]:
     """The slots of ``ring`` that hold any row (index-free ``EXISTS`` probes, no count)."""
     slots = [sql.SQL(OCCUPIED_SLOT).format(
         probes=sql.SQL(" OR ").join(
-            sql.SQL("EXISTS (SELECT 1 FROM {})").format(_partition(table, slot))
+            sql.SQL("EXISTS (SELECT 1 FROM {})").format(_partition(table, slot, schema))
             for table in _TABLES[ring]),
         slot=sql.Literal(slot)) for slot in range(slot_count)]
-    row = await _one(conn, sql.SQL(OCCUPIED).format(slots=sql.SQL(", ").join(slots)))
+    row = await _one(conn, sql.SQL(OCCUPIED).format(slots=sql.SQL(", ").join(slots)), schema)
     return tuple(row["occupied"])
 
 
-async def ring_states(conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
+async def ring_states(conn: psycopg.AsyncConnection[Any], *,
+                      schema: str = DEFAULT_SCHEMA) -> list[RingState]:
     """Every ring's position and its occupied slots, in ring order (the ops read side)."""
-    states = await ring_state(conn)
+    states = await ring_state(conn, schema=schema)
     out = []
     for ring in RINGS:
         st = states[ring]
         count = int(st["slot_count"])
         out.append(RingState(ring, int(st["current_slot"]), count, int(st["generation"]),
-                             float(st["rotated_age_s"]), await occupied_slots(conn, ring, count)))
+                             float(st["rotated_age_s"]),
+                             await occupied_slots(conn, ring, count, schema=schema)))
     return out
 
 
 async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
                 failed_retention_s: float,
-                lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
+                lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+                schema: str = DEFAULT_SCHEMA) -> PruneReport:
     """Truncate every sealed slot proven free of live rows (rechecked under the lock)."""
     report = PruneReport()
-    states = await ring_state(conn)
+    states = await ring_state(conn, schema=schema)
     for ring in RINGS:
         started = time.perf_counter()
         current, count = int(states[ring]["current_slot"]), int(states[ring]["slot_count"])
         # Oldest sealed first: the slot after the current one was written longest ago.
         for step in range(1, count):
             slot = (current + step) % count
-            if await _slot_empty(conn, ring, slot):
+            if await _slot_empty(conn, ring, slot, schema):
                 continue
             report.attempted.append((ring, slot))
-            blocker = await _blocker(conn, ring, slot, completed_retention_s)
+            blocker = await _blocker(conn, ring, slot, completed_retention_s, schema)
             if blocker is not None:
                 report.live.append((ring, slot))
                 report.blockers[(ring, slot)] = blocker
@@ -228,20 +237,20 @@ async def prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: fl
                     await conn.execute(SET_LOCK_TIMEOUT, {"ms": str(lock_timeout_ms)})
                     for table in _TABLES[ring]:
                         await conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE")
-                                           .format(_partition(table, slot)))
+                                           .format(_partition(table, slot, schema)))
                     # Under the lock nothing can write or read the slot: prove it again.
-                    blocker = await _blocker(conn, ring, slot, completed_retention_s)
+                    blocker = await _blocker(conn, ring, slot, completed_retention_s, schema)
                     if blocker is not None:
                         report.live.append((ring, slot))
                         report.blockers[(ring, slot)] = blocker
                         continue
                     if ring == "queue":
                         async with conn.cursor() as cur:
-                            await cur.execute(CARRY_FAILED, {"slot": slot,
+                            await cur.execute(in_schema(CARRY_FAILED, schema), {"slot": slot,
                                                              "failed_s": failed_retention_s})
                             report.carried_failed += max(cur.rowcount, 0)
                     await conn.execute(sql.SQL("TRUNCATE {}").format(
-                        sql.SQL(", ").join(_partition(t, slot) for t in _TABLES[ring])))
+                        sql.SQL(", ").join(_partition(t, slot, schema) for t in _TABLES[ring])))
                 report.truncated.append((ring, slot))
             except psycopg.errors.LockNotAvailable:
                 report.busy.append((ring, slot))
@@ -261,23 +270,26 @@ def queue_slot_span_s(completed_retention_s: float, slot_count: int) -> float:
 
 async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_retention_s: float,
                            failed_retention_s: float,
-                           lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS) -> PruneReport:
+                           lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+                           schema: str = DEFAULT_SCHEMA) -> PruneReport:
     """One maintenance tick of the rings: settle idle claim heads (their lag keeps
     receipts alive), prune what is sealed, then rotate every ring."""
     async with conn.transaction():
-        await conn.execute(SETTLE_CLAIM_HEADS)
+        await conn.execute(in_schema(SETTLE_CLAIM_HEADS, schema))
     report = await prune(conn, completed_retention_s=completed_retention_s,
-                         failed_retention_s=failed_retention_s, lock_timeout_ms=lock_timeout_ms)
+                         failed_retention_s=failed_retention_s, lock_timeout_ms=lock_timeout_ms,
+                         schema=schema)
     passes = {p.ring: p for p in report.rings}
     for ring in RINGS:
         started = time.perf_counter()
         passes[ring].rotated = await rotate(conn, ring, queue_slot_span_s(
-            completed_retention_s, passes[ring].slot_count) if ring == "queue" else 0.0)
+            completed_retention_s, passes[ring].slot_count) if ring == "queue" else 0.0,
+            schema=schema)
         passes[ring].rotate_s = time.perf_counter() - started
     # Where each ring stands after the tick (reporting only).
-    states = await ring_state(conn)
+    states = await ring_state(conn, schema=schema)
     for ring in RINGS:
         done, st = passes[ring], states[ring]
         done.current_slot, done.generation = int(st["current_slot"]), int(st["generation"])
-        done.occupied = await occupied_slots(conn, ring, done.slot_count)
+        done.occupied = await occupied_slots(conn, ring, done.slot_count, schema=schema)
     return report

@@ -1,4 +1,4 @@
-"""Installing the queue-storage layout, and the engine-selection hook.
+"""Installing the queue-storage layout, the engine-selection hook, and its schema.
 
 ``install_queue_storage`` lays a database out for queue storage: the
 canonical migrations first (they own the shared tables: ``awa.queue_meta``,
@@ -6,6 +6,12 @@ canonical migrations first (they own the shared tables: ``awa.queue_meta``,
 and descriptor tables), then ``awa/schema/queue_storage.sql``, which names
 the engine in ``awa.runtime_storage_backends`` and replaces the ``awa.jobs``
 view with one covering both engines' tables.  Idempotent.
+
+The layout's own tables, sequences and functions live in the engine's schema
+(``awa`` unless the operator chose another).  The SQL beside the engine names
+them ``awa.<name>`` as the seeds do; ``in_schema`` moves exactly those names
+to the engine's schema, so a database laid out in ``awa`` runs the text as
+written, and one schema rule serves the layout and every statement.
 """
 
 from __future__ import annotations
@@ -21,8 +27,16 @@ from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
 
-DEFAULT_SCHEMA = "awa"
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# The layout's own objects as the engine's SQL spells them (``awa.<name>``, partitions and
+# indexes included).  The control surface -- the awa.jobs view, queue_meta, unique claims,
+# the DLQ, cron, runtimes, the job_state type, awa.qs_layout_version() -- stays in awa.
+_LAYOUT_OBJECT = re.compile(
+    r"\bawa\.(?=(?:queue_ring_state|queue_enqueue_heads|queue_claim_heads|ready_entries"
+    r"|ready_tombstones|done_entries|deferred_jobs|leases|lease_claim|attempt_state"
+    r"|qs_(?!layout_version\b)|idx_(?:ready|done|deferred|lease|attempt)_))")
 
 # Canonical rows present: installing would hide them behind the other engine.
 CANONICAL_ROWS = """
@@ -41,6 +55,28 @@ the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_pl
 short path of ``awa.qs_finalize_plain``; 2: closures in ``lease_claim_closure_batches`` only,
 guarded by each partition's exclusion constraint."""
 
+def in_schema(statement: str, schema: str) -> str:
+    """``statement`` with the layout's objects in ``schema`` (itself for ``awa``)."""
+    return statement if schema == DEFAULT_SCHEMA else _moved(statement, schema)
+
+
+@cache
+def _moved(statement: str, schema: str) -> str:
+    check_schema(schema)
+    return _LAYOUT_OBJECT.sub(f'"{schema}".', statement)
+
+
+class InSchema:
+    """What every part of the queue-storage engine shares: the schema its tables are in,
+    and ``sql``, through which each statement it sends passes."""
+
+    schema: str = DEFAULT_SCHEMA
+
+    def sql(self, statement: str) -> str:
+        """``statement`` as this engine's schema spells it."""
+        return in_schema(statement, self.schema)
+
+
 # Written last, in the install's transaction: a layout that has it is complete.
 LAYOUT_VERSION_FN = """
 CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int
@@ -48,56 +84,84 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$;"""
 
 
 @cache
-def install_sql() -> str:
+def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
     """The layout script (``awa/schema/queue_storage.sql``), the hot-path statements as
-    functions (``enqueue.PROCEDURES``, ``execution.PROCEDURES``), then the layout version."""
+    functions (``enqueue.PROCEDURES``, ``execution.PROCEDURES``), then the layout version,
+    for the layout in ``schema``."""
     # Both are built on this layout.
     from awa.storage.queue_storage import enqueue, execution
 
     layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
-    return (layout + "\n" + "\n".join(p.ddl for p in enqueue.PROCEDURES + execution.PROCEDURES)
-            + LAYOUT_VERSION_FN % LAYOUT_VERSION)
-
-
-def _check_schema(schema: str) -> None:
-    if not _IDENTIFIER.match(schema):
-        raise ValueError(f"queue-storage schema {schema!r} is not a plain lower-case identifier")
+    script = (layout + "\n" + "\n".join(p.ddl for p in enqueue.PROCEDURES + execution.PROCEDURES)
+              + LAYOUT_VERSION_FN % LAYOUT_VERSION)
     if schema != DEFAULT_SCHEMA:
-        raise ValueError(f"queue storage in schema {schema!r}: only {DEFAULT_SCHEMA!r} is "
-                         f"supported so far")
+        script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
+    return script
+
+
+def check_schema(schema: str) -> None:
+    """``ValidationError`` unless ``schema`` is a plain lower-case identifier (it is
+    spliced into SQL as a quoted identifier, so nothing else may pass)."""
+    if not isinstance(schema, str) or not IDENTIFIER.match(schema):
+        raise ValidationError(f"queue-storage schema {schema!r} is not a plain lower-case "
+                              f"identifier: use letters, digits and _ (e.g. awa_qs)")
 
 
 async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
-                                schema: str = DEFAULT_SCHEMA) -> None:
+                                schema: str | None = None) -> str:
     """Lay the database out for queue storage (canonical migrations first); idempotent.
+    ``schema``: where the layout goes (None: where it is, else the default).  The schema
+    it is in is returned.
 
     Refuses a database whose canonical tables hold jobs: they would keep
     running on canonical SQL nobody executes any more.
     """
-    _check_schema(schema)
+    if schema is not None:
+        check_schema(schema)
     await migrations.migrate(conn)
     async with conn.transaction():
         await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
         cur = await conn.execute(CANONICAL_ROWS)
         row = await cur.fetchone()
         if row is not None and _first(row):
-            raise ValidationError("the canonical job tables hold jobs: drain them before "
-                                  "switching this database to queue storage")
-        await conn.execute(install_sql())
+            raise ValidationError(_CANONICAL_BUSY)
+        target = _target(await active_schema(conn), schema)
+        await conn.execute(install_sql(target))
+    return target
 
 
 def install_queue_storage_sync(conn: psycopg.Connection[Any],
-                               schema: str = DEFAULT_SCHEMA) -> None:
+                               schema: str | None = None) -> str:
     """``install_queue_storage`` on a blocking connection (tests' templates, the CLI)."""
-    _check_schema(schema)
+    if schema is not None:
+        check_schema(schema)
     migrations.migrate_sync(conn)
     with conn.transaction():
         conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
         row = conn.execute(CANONICAL_ROWS).fetchone()
         if row is not None and _first(row):
-            raise ValidationError("the canonical job tables hold jobs: drain them before "
-                                  "switching this database to queue storage")
-        conn.execute(install_sql())
+            raise ValidationError(_CANONICAL_BUSY)
+        row = conn.execute(HAS_ACTIVE_FN).fetchone()
+        active = None
+        if row is not None and _first(row):
+            row = conn.execute(ACTIVE_SCHEMA).fetchone()
+            active = None if row is None else _first(row)
+        target = _target(active, schema)
+        conn.execute(install_sql(target))
+    return target
+
+
+_CANONICAL_BUSY = ("the canonical job tables hold jobs: drain them before switching this "
+                   "database to queue storage")
+
+
+def _target(active: str | None, wanted: str | None) -> str:
+    """The schema to lay out: the one in use, which a request may only repeat."""
+    if active and wanted and active != wanted:
+        raise ValidationError(f"this database's queue storage is in schema {active!r}, not "
+                              f"{wanted!r}: moving it is not supported; leave out the schema "
+                              f"(or give {active!r}), or lay a new database out in {wanted!r}")
+    return active or wanted or DEFAULT_SCHEMA
 
 
 async def active_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
