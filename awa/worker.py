@@ -274,9 +274,11 @@ class WorkerMixin:
                     **more: Any) -> None:
         """Start the runtime in the background; returns once it is claiming.
 
-        The ``queue_storage_*``, ``storage_transition_role`` and
-        ``terminal_count_rollup_interval_ms`` arguments belong to the
-        append-only storage engine and are accepted and ignored here.
+        ``queue_storage_schema``, when given on a queue-storage database, must
+        name the schema its layout is in (``awa migrate --queue-storage-schema``);
+        the other ``queue_storage_*`` arguments, ``storage_transition_role`` and
+        ``terminal_count_rollup_interval_ms`` are accepted and ignored (the
+        rings keep the sizes and cadences the maintenance leader gives them).
         Further RuntimeSettings fields (``cleanup_interval_ms``,
         ``snapshot_interval_ms``, ``sync_handler_threads``, ``run_maintenance``,
         ...) may be passed by name.
@@ -316,6 +318,8 @@ class WorkerMixin:
             if reserved > settings.global_max_workers:
                 raise ValidationError(f"the queues' min_workers add up to {reserved}, more than "
                                       f"global_max_workers={settings.global_max_workers}")
+        if queue_storage_schema is not None:
+            await self._check_queue_storage_schema(queue_storage_schema)
         from awa.runtime.runtime import Runtime
 
         # WorkerMixin is only ever mixed into AsyncClient.
@@ -346,6 +350,18 @@ class WorkerMixin:
     def runtime(self) -> Any:
         """The running ``Runtime`` (None when not started)."""
         return self._runtime
+
+    async def _check_queue_storage_schema(self, schema: str) -> None:
+        """A worker told its queue-storage schema must find the database's layout there."""
+        from awa.storage.queue_storage.schema import check_schema  # engines load on use
+
+        check_schema(schema)
+        engine = await self._get_engine()  # type: ignore[attr-defined]  # AsyncClient's
+        serving = getattr(engine, "schema", None) if engine.name == "queue_storage" else None
+        if serving is not None and serving != schema:
+            raise ValidationError(f"queue_storage_schema={schema!r}, but this database's queue "
+                                  f"storage is in schema {serving!r}: pass {serving!r} or leave "
+                                  f"it out")
 
     async def _postgres_reachable(self) -> bool:
         try:

@@ -229,7 +229,7 @@ async def test_lifecycle_hooks_fire_after_commit_and_a_raising_hook_changes_noth
     assert ("async", "completed", ok.id) in seen
 
 
-async def test_start_errors_are_one_line(client):
+async def test_start_errors_are_one_line(client, test_engine):
     with pytest.raises(awa.ValidationError, match="^register at least one worker before "
                                                   "starting the runtime$"):
         await client.start([("default", 1)])
@@ -253,13 +253,28 @@ async def test_start_errors_are_one_line(client):
         assert "\n" not in str(info.value)
     with pytest.raises(awa.ValidationError, match="heartbeat_interval_ms"):
         await client.start([("default", 1)], heartbeat_interval_ms=-5)
-    # Storage-transition arguments are accepted and ignored.
-    await client.start([("default", 1)], queue_storage_schema="awa_qs",
+    with pytest.raises(awa.ValidationError, match="identifier"):
+        await client.start([("default", 1)], queue_storage_schema="Bad Name")
+    # Storage-transition arguments are accepted (the schema is the database's own).
+    schema = "awa" if test_engine == "queue_storage" else "anything"
+    await client.start([("default", 1)], queue_storage_schema=schema,
                        storage_transition_role="auto", terminal_count_rollup_interval_ms=5,
                        **FAST)
     health = await client.health_check()
     await client.shutdown()
     assert health.healthy and health.queues["default"].max_workers == 1
+
+
+@pytest.mark.engine("queue_storage")
+async def test_start_refuses_a_queue_storage_schema_the_database_does_not_use(client):
+    @client.task(Work)
+    async def work(job):
+        return None
+
+    with pytest.raises(awa.ValidationError, match="queue storage is in schema 'awa': pass "
+                                                  "'awa' or leave it out$") as info:
+        await client.start([("default", 1)], queue_storage_schema="awa_qs", **FAST)
+    assert "\n" not in str(info.value) and client.runtime is None
 
 
 async def test_start_on_an_unmigrated_database_fails_with_the_fix(empty_database_url):
