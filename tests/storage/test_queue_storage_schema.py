@@ -76,6 +76,8 @@ def test_migrate_lays_queue_storage_out_in_the_schema_it_is_given(empty_database
     url = empty_database_url
     one_line_error(awa_cmd(url, "migrate", "--queue-storage-schema", "Not A Name"),
                    "not a plain lower-case identifier")
+    one_line_error(awa_cmd(url, "migrate", "--queue-storage-schema", "pg_jobs"),
+                   "PostgreSQL's own")
     one_line_error(awa_cmd(url, "migrate", "--engine", "canonical",
                            "--queue-storage-schema", OWN), "--engine queue_storage")
     done = awa_cmd(url, "migrate", "--queue-storage-schema", OWN)

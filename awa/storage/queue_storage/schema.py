@@ -28,7 +28,7 @@ from awa import schema as migrations
 from awa.job import ValidationError
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
-IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # The layout's own objects as the engine's SQL spells them (``awa.<name>``, partitions and
 # indexes included).  The control surface -- the awa.jobs view, queue_meta, unique claims,
@@ -102,9 +102,12 @@ def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
 def check_schema(schema: str) -> None:
     """``ValidationError`` unless ``schema`` is a plain lower-case identifier (it is
     spliced into SQL as a quoted identifier, so nothing else may pass)."""
-    if not isinstance(schema, str) or not IDENTIFIER.match(schema):
+    if not isinstance(schema, str) or not _IDENTIFIER.match(schema):
         raise ValidationError(f"queue-storage schema {schema!r} is not a plain lower-case "
                               f"identifier: use letters, digits and _ (e.g. awa_qs)")
+    if schema.startswith("pg_"):
+        raise ValidationError(f"queue-storage schema {schema!r}: names starting with pg_ are "
+                              f"PostgreSQL's own; choose another (e.g. awa_qs)")
 
 
 async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
