@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
@@ -240,17 +239,6 @@ DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind =
 
 class QueueStorageAdmin(InSchema, CanonicalAdmin):
     """The admin group on queue storage; lookups, queue pause and DLQ reads are canonical's."""
-
-    async def _rows(self, conn: psycopg.AsyncConnection[Any], sql: str,
-                    params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.sql(sql), params)
-            return await cur.fetchall()
-
-    async def _row(self, conn: psycopg.AsyncConnection[Any], sql: str,
-                   params: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        rows = await self._rows(conn, sql, params)
-        return rows[0] if rows else None
 
     async def _lock_lanes(self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
         """Lock the claim heads of the lanes holding these jobs' live ready entries."""

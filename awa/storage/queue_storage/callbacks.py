@@ -13,7 +13,6 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa.job import JOB_COLUMNS, Job
@@ -142,24 +141,18 @@ RETURNING job_id"""
 class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
     """The callbacks group on queue storage."""
 
-    async def _one(self, conn: psycopg.AsyncConnection[Any], query: str,
-                   params: dict[str, Any]) -> dict[str, Any] | None:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self.sql(query), params)
-            return await cur.fetchone()
-
     async def _job(self, conn: psycopg.AsyncConnection[Any],
                    job_id: int | None) -> Job[Any] | None:
         if job_id is None:
             return None
-        row = await self._one(conn, JOB, {"id": job_id})
+        row = await self._row(conn, JOB, {"id": job_id})
         return None if row is None else Job.from_row(row)
 
     async def _end(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                    statement: Any, to_state: str, meta: dict[str, Any] | None = None,
                    error: dict[str, Any] | None = None) -> Job[Any] | None:
         """End the open attempt holding ``callback_id`` through ``statement``."""
-        held = await self._one(conn, OPEN_LEASE, {"callback_id": callback_id})
+        held = await self._row(conn, OPEN_LEASE, {"callback_id": callback_id})
         if held is None:
             return None
         entry = None if error is None else {**error, "attempt": held["attempt"]}
@@ -174,22 +167,22 @@ class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
             "callback_id": spec.callback_id, "timeout": spec.timeout_s, "filter": spec.filter,
             "on_complete": spec.on_complete, "on_fail": spec.on_fail,
             "transform": spec.transform, "job_id": job_id, "run_lease": run_lease}
-        row = await self._one(conn, REGISTER_CALLBACK, params)
+        row = await self._row(conn, REGISTER_CALLBACK, params)
         if row is None:
             # A concurrent heartbeat may have just materialized the attempt (its
             # lease invisible to that snapshot): once more, with a fresh one.
-            row = await self._one(conn, REGISTER_CALLBACK, params)
+            row = await self._row(conn, REGISTER_CALLBACK, params)
         return row is not None
 
     async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, callback_id: uuid.UUID) -> bool:
-        row = await self._one(conn, PARK_FOR_WAIT, {
+        row = await self._row(conn, PARK_FOR_WAIT, {
             "job_id": job_id, "run_lease": run_lease, "callback_id": callback_id})
         return row is not None
 
     async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any],
                                  job_id: int) -> CallbackWait | None:
-        row = await self._one(conn, POLL_WAIT, {"job_id": job_id, "key": CALLBACK_RESULT_KEY})
+        row = await self._row(conn, POLL_WAIT, {"job_id": job_id, "key": CALLBACK_RESULT_KEY})
         if row is None:
             return None
         return CallbackWait(state=row["state"], run_lease=row["run_lease"],
@@ -210,23 +203,23 @@ class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                               result: Any) -> Job[Any] | None:
-        row = await self._one(conn, RESUME_EXTERNAL, {
+        row = await self._row(conn, RESUME_EXTERNAL, {
             "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
             "channel": CALLBACK_RESUME_CHANNEL})
         return await self._job(conn, None if row is None else row["job_id"])
 
     async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any],
                                  callback_id: uuid.UUID, timeout_s: float) -> Job[Any] | None:
-        row = await self._one(conn, HEARTBEAT_CALLBACK,
+        row = await self._row(conn, HEARTBEAT_CALLBACK,
                          {"callback_id": callback_id, "timeout": timeout_s})
         return await self._job(conn, None if row is None else row["job_id"])
 
     async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],
                                  callback_id: uuid.UUID) -> Job[Any] | None:
-        row = await self._one(conn, LOCK_OPEN_LEASE, {"callback_id": callback_id})
+        row = await self._row(conn, LOCK_OPEN_LEASE, {"callback_id": callback_id})
         return await self._job(conn, None if row is None else row["job_id"])
 
     async def find_callback(self, conn: psycopg.AsyncConnection[Any],
                             callback_id: uuid.UUID) -> CallbackHolder | None:
-        row = await self._one(conn, FIND_CALLBACK, {"callback_id": callback_id})
+        row = await self._row(conn, FIND_CALLBACK, {"callback_id": callback_id})
         return None if row is None else CallbackHolder(job_id=row["id"], state=row["state"])

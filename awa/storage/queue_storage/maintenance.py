@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
@@ -209,13 +208,6 @@ UNION ALL
 SELECT queue, NULL, count(*), NULL, now() FROM awa.dlq_entries GROUP BY queue"""
 
 
-async def _fetch(conn: psycopg.AsyncConnection[Any], query: Any,
-                 params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall() if cur.description is not None else []
-
-
 @dataclass(frozen=True)
 class _Rescue:
     name: str
@@ -304,7 +296,7 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
             return [_rescued(row, "cancel", None)] if ids else []
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, self.sql(rescue.candidates), params), batch=apply,
+            conn, lambda: self._rows(conn, rescue.candidates, params), batch=apply,
             on_collision=cancel, what=f"rescue of {rescue.name} jobs")
         return RescueBatch(found=found, rescued=done.applied + done.superseded,
                            left=len(done.left), statements=done.statements)
@@ -318,7 +310,7 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
         if not positive:
             return 0
         async with conn.transaction():
-            rows = await _fetch(conn, self.sql(AGE_PRIORITIES), {
+            rows = await self._rows(conn, AGE_PRIORITIES, {
                 "queues": names, "intervals_ms": intervals,
                 "default_interval_ms": default_interval_ms,
                 "min_interval_s": min(positive) / 1000.0,
@@ -331,12 +323,12 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
         if not slots:
             return CronFired(advanced=False)
         async with conn.transaction():
-            advanced = await _fetch(conn, self.sql(ADVANCE_CRON_JOB), {
+            advanced = await self._rows(conn, ADVANCE_CRON_JOB, {
                 "name": schedule.name, "slot": slots[-1],
                 "previous": schedule.last_enqueued_at})
             if not advanced:
                 return CronFired(advanced=False)
-            inserted = await _fetch(conn, self.sql(INSERT_CRON_RUNS), {
+            inserted = await self._rows(conn, INSERT_CRON_RUNS, {
                 "kind": schedule.kind, "queue": schedule.queue,
                 "args": json.dumps(schedule.args), "priority": schedule.priority,
                 "max_attempts": schedule.max_attempts,
@@ -346,7 +338,7 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
 
     async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
                            cap: int | None = None) -> list[QueueDepth]:
-        rows = await _fetch(conn, self.sql(QUEUE_DEPTHS),
+        rows = await self._rows(conn, QUEUE_DEPTHS,
                             {"states": list(lifecycle.DEPTH_STATES)})
         by_queue: dict[str, dict[str, Any]] = {}
         for r in rows:

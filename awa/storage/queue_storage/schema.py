@@ -17,11 +17,13 @@ written, and one schema rule serves the layout and every statement.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from awa import config
 from awa import schema as migrations
@@ -75,6 +77,19 @@ class InSchema:
     def sql(self, statement: str) -> str:
         """``statement`` as this engine's schema spells it."""
         return in_schema(statement, self.schema)
+
+    async def _rows(self, conn: psycopg.AsyncConnection[Any], statement: str,
+                    params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """``statement``'s rows as dicts (none for a statement returning nothing)."""
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self.sql(statement), params)
+            return await cur.fetchall() if cur.description is not None else []
+
+    async def _row(self, conn: psycopg.AsyncConnection[Any], statement: str,
+                   params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """``statement``'s first row, or None."""
+        rows = await self._rows(conn, statement, params)
+        return rows[0] if rows else None
 
 
 # Written last, in the install's transaction: a layout that has it is complete.
@@ -144,12 +159,7 @@ def install_queue_storage_sync(conn: psycopg.Connection[Any],
         row = conn.execute(CANONICAL_ROWS).fetchone()
         if row is not None and _first(row):
             raise ValidationError(_CANONICAL_BUSY)
-        row = conn.execute(HAS_ACTIVE_FN).fetchone()
-        active = None
-        if row is not None and _first(row):
-            row = conn.execute(ACTIVE_SCHEMA).fetchone()
-            active = None if row is None else _first(row)
-        target = _target(active, schema)
+        target = _target(_active_schema_sync(conn), schema)
         conn.execute(install_sql(target))
     return target
 
@@ -175,6 +185,15 @@ async def active_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
         return None
     cur = await conn.execute(ACTIVE_SCHEMA)
     row = await cur.fetchone()
+    return None if row is None else _first(row)
+
+
+def _active_schema_sync(conn: psycopg.Connection[Any]) -> str | None:
+    """``active_schema`` on a blocking connection."""
+    row = conn.execute(HAS_ACTIVE_FN).fetchone()
+    if row is None or not _first(row):
+        return None
+    row = conn.execute(ACTIVE_SCHEMA).fetchone()
     return None if row is None else _first(row)
 
 
