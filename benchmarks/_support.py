@@ -170,10 +170,17 @@ def _proc_stat(pid: int) -> tuple[int, list[int]] | None:
 def alternation(sizes: str, repeat: int, engines: str) -> Iterator[tuple[int, str]]:
     """``(size, engine)`` for an engine comparison: for each of the comma-separated sizes,
     ``repeat`` rounds that alternate the engines, so each pair meets the same machine (this
-    one is shared and noisy; back-to-back blocks per engine would compare two moments)."""
+    one is shared and noisy; back-to-back blocks per engine would compare two moments).
+
+    Every other round runs the engines in reverse order (A B, B A, A B, ...): the run
+    after another one starts where its predecessor's dropped database left the server
+    (a DROP DATABASE forces a checkpoint), and the machine drifts within a series.  With
+    one fixed order the same engine always ran second: measured on one checkout against
+    itself, the second run of each pair was the slower in 6 pairs of 6, by 0.2-24 %."""
+    names = engines.split(",")
     for size in (int(x) for x in sizes.split(",")):
-        for _ in range(repeat):
-            for engine in engines.split(","):
+        for round_no in range(repeat):
+            for engine in (names if round_no % 2 == 0 else names[::-1]):
                 yield size, engine
 
 

@@ -35,6 +35,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -248,11 +249,13 @@ def main() -> None:
           f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})")
     print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
           f"{'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
+    results: dict[tuple[int, str], list[dict]] = {}
     for w, engine in _support.alternation(args.workers, args.repeat, args.engines):
         profile_path = (f"/tmp/awa-throughput-{engine}-W{w}.prof"
                         if args.profile == w else None)
         r = run_throughput(engine, args.jobs, w, args.claim_batch, profile_path)
         assert r["max_attempt"] == 1, "a job was claimed twice"
+        results.setdefault((w, engine), []).append(r)
         print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
               f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
               f"{_ms(r['server_cpu_ms_per_job']):>14} "
@@ -261,6 +264,21 @@ def main() -> None:
             print(f"\nprofile of the worker process, {engine} W={w} "
                   f"(top functions by own time):")
             print_profile(profile_path)
+    if args.repeat > 1:
+        print_medians(results, args.engines.split(",")[0])
+
+
+def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str) -> None:
+    """Per W and engine, the medians over the rounds; processed/s also as a share of the
+    first engine's median (the comparison the rounds were alternated for)."""
+    print(f"\nmedians over the rounds\n{'engine':>14} {'W':>5} {'processed/s':>12} "
+          f"{'of ' + baseline:>16} {'pickup p50':>11}")
+    for (w, engine), runs in results.items():
+        rate = statistics.median(r["processed_per_s"] for r in runs)
+        base = statistics.median(r["processed_per_s"] for r in results[(w, baseline)])
+        pickup = statistics.median(r["pickup_p50_ms"] for r in runs)
+        print(f"{engine:>14} {w:>5} {rate:>12.0f} {100 * rate / base:>15.1f}% "
+              f"{pickup:>9.1f}ms")
 
 if __name__ == "__main__":
     main()
