@@ -12,8 +12,9 @@ sequential loop -- no concurrency, no handler, no worker process.  Each
 connection's backend CPU (from /proc/<pid>/schedstat, so the server must be
 local) is divided by N; ``wall µs/job`` is the loop's own time per job.  Engines
 alternate within each round (the order flips every round), on the same
-machine, so the comparison holds on a noisy one.  Autovacuum and WAL writing are not in these columns (see
-``throughput.py``'s server column for the whole server).
+machine, so the comparison holds on a noisy one.  Autovacuum and WAL writing
+are not in these columns (see ``throughput.py``'s server column for the whole
+server).
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ Every run gets a fresh database on the server of AWA_TEST_DATABASE_URL /
 DATABASE_URL (else 127.0.0.1:5432), laid out for its engine (``--engines``,
 default the default engine; several engines alternate within each W, same
 run, the order flipping every round), and dropped at the end.  With
-``--repeat`` > 1 it ends with the medians over the rounds.  Rows are read through the ``awa.jobs`` view,
-so every engine is measured the same way.  Maintenance is off in the worker.
+``--repeat`` > 1 it ends with the medians over the rounds.  Rows are read
+through the ``awa.jobs`` view, so every engine is measured the same way.
+Maintenance is off in the worker.
 """
 
 from __future__ import annotations
