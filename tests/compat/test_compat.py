@@ -77,7 +77,9 @@ def compat_results(admin_url: str) -> Any:
             ours = pool.submit(_run_side, sys.executable, urls[1])
             yield ref.result(), ours.result()
     finally:
-        for n in names:
+        # The unmigrated_database scenario's own database too: the reference client can
+        # still hold a connection to it when that scenario drops it.
+        for n in names + [f"{n}_empty" for n in names]:
             _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
 
 
