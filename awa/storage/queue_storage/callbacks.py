@@ -211,7 +211,7 @@ class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
     async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any],
                                  callback_id: uuid.UUID, timeout_s: float) -> Job[Any] | None:
         row = await self._row(conn, HEARTBEAT_CALLBACK,
-                         {"callback_id": callback_id, "timeout": timeout_s})
+                              {"callback_id": callback_id, "timeout": timeout_s})
         return await self._job(conn, None if row is None else row["job_id"])
 
     async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],

@@ -338,8 +338,7 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
 
     async def queue_depths(self, conn: psycopg.AsyncConnection[Any], *,
                            cap: int | None = None) -> list[QueueDepth]:
-        rows = await self._rows(conn, QUEUE_DEPTHS,
-                            {"states": list(lifecycle.DEPTH_STATES)})
+        rows = await self._rows(conn, QUEUE_DEPTHS, {"states": list(lifecycle.DEPTH_STATES)})
         by_queue: dict[str, dict[str, Any]] = {}
         for r in rows:
             q = by_queue.setdefault(r["queue"], {"queue": r["queue"], "depth": {},
