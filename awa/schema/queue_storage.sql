@@ -262,7 +262,9 @@ END $$;
 CREATE INDEX IF NOT EXISTS idx_ready_entries_lane
     ON awa.ready_entries (queue, priority, shard, lane_seq);
 CREATE INDEX IF NOT EXISTS idx_ready_entries_job ON awa.ready_entries (job_id);
-CREATE INDEX IF NOT EXISTS idx_ready_entries_id ON awa.ready_entries (ready_id);
+-- An entry is found by its job (every reader of (ready_slot, ready_id) knows the job id
+-- too): an index on ready_id as well cost each enqueued row one more index insert.
+DROP INDEX IF EXISTS awa.idx_ready_entries_id;
 CREATE INDEX IF NOT EXISTS idx_ready_tombstones_id ON awa.ready_tombstones (ready_id);
 CREATE INDEX IF NOT EXISTS idx_done_entries_job ON awa.done_entries (id);
 CREATE INDEX IF NOT EXISTS idx_done_entries_state_queue
@@ -277,7 +279,10 @@ END $$;
 CREATE INDEX IF NOT EXISTS idx_done_entries_kind_state ON awa.done_entries (kind, state)
     WHERE state <> 'completed';
 CREATE INDEX IF NOT EXISTS idx_lease_claims_job ON awa.lease_claims (job_id, run_lease);
-CREATE INDEX IF NOT EXISTS idx_lease_claims_claimed ON awa.lease_claims (claimed_at);
+-- No index on claimed_at: the claim writes every receipt under its lane lock, and the
+-- one reader by age (rescue of stale receipts) reads every old receipt anyway to find
+-- the open ones among them.
+DROP INDEX IF EXISTS awa.idx_lease_claims_claimed;
 CREATE INDEX IF NOT EXISTS idx_lease_claims_lane ON awa.lease_claims (queue, priority, shard, lane_seq);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_lease_claim_closures_attempt
     ON awa.lease_claim_closures (claim_slot, job_id, run_lease);
@@ -304,25 +309,12 @@ CREATE INDEX IF NOT EXISTS idx_leases_heartbeat ON awa.leases (heartbeat_at) WHE
 CREATE INDEX IF NOT EXISTS idx_leases_callback ON awa.leases (callback_id)
     WHERE callback_id IS NOT NULL;
 
--- Wake the queue's dispatchers at commit for every statement appending ready rows.
-CREATE OR REPLACE FUNCTION awa.qs_notify_ready() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE q text;
-BEGIN
-    FOR q IN SELECT DISTINCT queue FROM new_rows LOOP
-        PERFORM pg_notify('awa:' || q, '');
-    END LOOP;
-    RETURN NULL;
-END $$;
-
-DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'awa_qs_notify_ready'
-                    AND tgrelid = 'awa.ready_entries'::regclass) THEN
-        CREATE TRIGGER awa_qs_notify_ready AFTER INSERT ON awa.ready_entries
-            REFERENCING NEW TABLE AS new_rows
-            FOR EACH STATEMENT EXECUTE FUNCTION awa.qs_notify_ready();
-    END IF;
-END $$;
+-- Dispatchers are woken by awa.qs_reserve_lane, which every append of ready rows
+-- calls first.  Layout version 2 and older woke them with a statement trigger over
+-- the inserted rows: its transition table copied every row once more, and on a
+-- partitioned table it made COPY insert row by row instead of a page at a time.
+DROP TRIGGER IF EXISTS awa_qs_notify_ready ON awa.ready_entries;
+DROP FUNCTION IF EXISTS awa.qs_notify_ready();
 
 -- The one rule for "this ready entry can still be claimed": at or past its
 -- lane's claim head, not tombstoned, no receipt for its next attempt.  Every
@@ -347,7 +339,9 @@ CREATE OR REPLACE VIEW awa.qs_ready_live AS
 -- with a snapshot taken after the lock, seeing every earlier holder's rows --
 -- the first free position: past the newest entry, and past the claim head and
 -- the newest receipt, which outlive entries a prune truncated.  Creates the
--- queue's lanes on first use.
+-- queue's lanes on first use.  Every append of ready rows reserves first, so this
+-- is also where the queue's dispatchers are woken (at commit; a transaction's
+-- repeated notifications are delivered once).
 DROP FUNCTION IF EXISTS awa.qs_reserve_lane(text, smallint, smallint);
 CREATE OR REPLACE FUNCTION awa.qs_reserve_lane(p_queue text, p_priority smallint,
                                                OUT lane_shard smallint, OUT base bigint)
@@ -388,6 +382,7 @@ BEGIN
                FOR UPDATE;
         END IF;
     END IF;
+    PERFORM pg_notify('awa:' || p_queue, '');
     base := greatest(
         (SELECT COALESCE(max(r.lane_seq) + 1, 0) FROM awa.ready_entries r
           WHERE r.queue = p_queue AND r.priority = p_priority AND r.shard = lane_shard),
@@ -669,7 +664,8 @@ CREATE OR REPLACE VIEW awa.jobs AS
            r.unique_key, r.unique_states, NULL, NULL, NULL, NULL, NULL, NULL,
            c.run_lease, COALESCE(a.progress, r.progress), c.claimed_by
       FROM awa.lease_claims c
-      JOIN awa.ready_entries r ON r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+      JOIN awa.ready_entries r
+        ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
      WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures cx
                         WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
@@ -685,7 +681,8 @@ CREATE OR REPLACE VIEW awa.jobs AS
            l.callback_on_complete, l.callback_on_fail, l.callback_transform, l.run_lease,
            COALESCE(a.progress, r.progress), l.claimed_by
       FROM awa.leases l
-      JOIN awa.ready_entries r ON r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
+      JOIN awa.ready_entries r
+        ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
     UNION ALL
     SELECT d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt, d.max_attempts,

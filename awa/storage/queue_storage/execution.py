@@ -259,7 +259,8 @@ _END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
       -- partition has none, and a hash join would read the whole partition).
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
-            WHERE r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
+            LIMIT 1) r
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
       LEFT JOIN LATERAL (
            SELECT * FROM awa.attempt_state st
@@ -339,7 +340,8 @@ WITH att AS MATERIALIZED (
       FROM closed k JOIN att a ON a.claim_slot = k.claim_slot
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
-            WHERE r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+            WHERE r.job_id = a.job_id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
+            LIMIT 1) r
 )""" + _UNIQUE_MOVES + _TO_DONE
 # The common completion: nothing buffered, so only ids and leases are sent.
 FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE,
