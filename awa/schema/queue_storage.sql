@@ -404,6 +404,23 @@ ALTER TABLE awa.ready_entries ALTER COLUMN created_at SET DEFAULT now();
 -- receipt, so that claim reads one receipt instead of counting them all.
 ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_frontier bigint;
 
+-- Where a lane's claims may begin when its newest receipt (at p_top) kept no frontier:
+-- past the run of receipts from the head on when it has no gap, else the head.  Its
+-- own function, like the claim's rare checks below: inline, its count over every claim
+-- ring partition would be set up at every claim, and it runs only after a claim whose
+-- picked entries left a gap in their lane (taken out of lane order, or past a skipped one).
+CREATE OR REPLACE FUNCTION awa.qs_claimed_run_end(p_queue text, p_priority smallint,
+                                                  p_shard smallint, p_claim_seq bigint,
+                                                  p_top bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
+BEGIN
+    RETURN (SELECT CASE WHEN count(*) = p_top - p_claim_seq + 1 THEN p_top + 1
+                        ELSE p_claim_seq END
+              FROM awa.lease_claims x
+             WHERE x.queue = p_queue AND x.priority = p_priority AND x.shard = p_shard
+               AND x.lane_seq >= p_claim_seq);
+END $$;
+
 -- How far each lane of a queue is claimed, from its claim head and receipts:
 -- ``start`` is where the claim begins to look: the newest receipt's frontier
 -- (the FIFO case: one index probe), else past a contiguous claimed run (the
@@ -416,11 +433,8 @@ LANGUAGE sql STABLE AS $$
     SELECT h.priority, h.shard, h.claim_seq,
            CASE WHEN t.top IS NULL THEN h.claim_seq
                 WHEN t.lane_frontier IS NOT NULL THEN greatest(t.lane_frontier, h.claim_seq)
-                ELSE (SELECT CASE WHEN count(*) = t.top - h.claim_seq + 1 THEN t.top + 1
-                                  ELSE h.claim_seq END
-                        FROM awa.lease_claims x
-                       WHERE x.queue = h.queue AND x.priority = h.priority
-                         AND x.shard = h.shard AND x.lane_seq >= h.claim_seq) END,
+                ELSE awa.qs_claimed_run_end(h.queue, h.priority, h.shard, h.claim_seq,
+                                            t.top) END,
            COALESCE(t.top, -1)
       FROM awa.queue_claim_heads h
       LEFT JOIN LATERAL (

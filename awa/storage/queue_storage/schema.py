@@ -57,7 +57,7 @@ the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_pl
 short path of ``awa.qs_finalize_plain``; 2: closures in ``lease_claim_closure_batches`` only,
 guarded by each partition's exclusion constraint; 3: dispatchers woken by
 ``awa.qs_reserve_lane`` (no trigger on ``ready_entries``), entries found by job id (no
-``ready_id`` index), no ``claimed_at`` index on receipts."""
+``ready_id`` index), no ``claimed_at`` index on receipts, ``awa.qs_claimed_run_end``."""
 
 def in_schema(statement: str, schema: str) -> str:
     """``statement`` with the layout's objects in ``schema`` (itself for ``awa``)."""
