@@ -25,7 +25,8 @@ Every run gets a fresh database on the server of AWA_TEST_DATABASE_URL /
 DATABASE_URL (else 127.0.0.1:5432), laid out for its engine (``--engines``,
 default the default engine; several engines alternate within each W, same
 run, the order flipping every round), and dropped at the end.  With
-``--repeat`` > 1 it ends with the medians over the rounds.  Rows are read
+``--repeat`` > 1 it ends with the medians over the rounds and, round by round, each
+engine's processed/s against the first engine's.  Rows are read
 through the ``awa.jobs`` view, so every engine is measured the same way.
 Maintenance is off in the worker.
 """
@@ -272,7 +273,8 @@ def main() -> None:
 
 def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str) -> None:
     """Per W and engine, the medians over the rounds; processed/s also as a share of the
-    first engine's median (the comparison the rounds were alternated for)."""
+    first engine's median (the comparison the rounds were alternated for), then each other
+    engine's processed/s round by round against the first's (``_support.paired_ratio``)."""
     print(f"\nmedians over the rounds\n{'engine':>14} {'W':>5} {'processed/s':>12} "
           f"{'of ' + baseline:>16} {'pickup p50':>11}")
     for (w, engine), runs in results.items():
@@ -281,6 +283,11 @@ def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str) -> 
         pickup = statistics.median(r["pickup_p50_ms"] for r in runs)
         print(f"{engine:>14} {w:>5} {rate:>12.0f} {100 * rate / base:>15.1f}% "
               f"{pickup:>9.1f}ms")
+    for (w, engine), runs in results.items():
+        if engine != baseline:
+            print(f"{engine} / {baseline} processed/s, W={w}, " + _support.paired_ratio(
+                [r["processed_per_s"] for r in runs],
+                [r["processed_per_s"] for r in results[(w, baseline)]]))
 
 if __name__ == "__main__":
     main()
