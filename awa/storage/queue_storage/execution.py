@@ -131,6 +131,14 @@ OPEN_RECEIPT_IN_RANGES = f"""(NOT COALESCE(c.receipt_id <@ (
                AND {_NO_RECEIPT_CLOSURE})"""
 
 
+def entry_of(alias: str, job_id: str = "job_id") -> str:
+    """The join from a row naming a ready entry (``alias``: a receipt, a lease or an
+    attempt, with ``ready_slot``, ``ready_id`` and its job's id in ``job_id``) to that entry,
+    ``r``.  By the job id too: ``ready_entries`` has an index on job_id, none on ready_id."""
+    return (f"r.job_id = {alias}.{job_id} AND r.ready_slot = {alias}.ready_slot"
+            f" AND r.ready_id = {alias}.ready_id")
+
+
 # An attempt of ``att a`` (its ``c_open`` receipt in ``opened``) that ``_close`` closed.
 _CLOSED_HERE = "(a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))"
 
@@ -259,8 +267,7 @@ _END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
       -- partition has none, and a hash join would read the whole partition).
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
-            LIMIT 1) r
+            WHERE """ + entry_of("a", "id") + """ LIMIT 1) r
       LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
       LEFT JOIN LATERAL (
            SELECT * FROM awa.attempt_state st
@@ -340,8 +347,7 @@ WITH att AS MATERIALIZED (
       FROM closed k JOIN att a ON a.claim_slot = k.claim_slot
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.job_id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id
-            LIMIT 1) r
+            WHERE """ + entry_of("a") + """ LIMIT 1) r
 )""" + _UNIQUE_MOVES + _TO_DONE
 # The common completion: nothing buffered, so only ids and leases are sent.
 FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE,

@@ -40,6 +40,7 @@ from awa.storage.queue_storage.execution import (
     FINALIZE,
     OPEN_RECEIPT_IN_RANGES,
     RETRY,
+    entry_of,
     finish,
 )
 from awa.storage.queue_storage.schema import InSchema
@@ -53,16 +54,14 @@ STALE_CANDIDATES = f"""
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.heartbeat_at AS since
    FROM awa.leases l
-   JOIN awa.ready_entries r ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot
-                            AND r.ready_id = l.ready_id
+   JOIN awa.ready_entries r ON {entry_of("l")}
   WHERE l.state = 'running' AND l.heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
   ORDER BY l.heartbeat_at LIMIT %(limit)s)
 UNION ALL
 (SELECT c.job_id, c.run_lease, {_CANDIDATE.format(attempt="c.attempt")}, 'receipt',
         c.claimed_at
    FROM awa.lease_claims c
-   JOIN awa.ready_entries r ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot
-                            AND r.ready_id = c.ready_id
+   JOIN awa.ready_entries r ON {entry_of("c")}
   WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s)
     AND {OPEN_RECEIPT_IN_RANGES}
   ORDER BY c.claimed_at LIMIT %(limit)s)
@@ -72,16 +71,14 @@ DEADLINE_CANDIDATES = f"""
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.deadline_at AS since
    FROM awa.leases l
-   JOIN awa.ready_entries r ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot
-                            AND r.ready_id = l.ready_id
+   JOIN awa.ready_entries r ON {entry_of("l")}
   WHERE l.state = 'running' AND l.deadline_at < now()
   ORDER BY l.deadline_at LIMIT %(limit)s)
 UNION ALL
 (SELECT c.job_id, c.run_lease, {_CANDIDATE.format(attempt="c.attempt")}, 'receipt',
         c.deadline_at
    FROM awa.lease_claims c
-   JOIN awa.ready_entries r ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot
-                            AND r.ready_id = c.ready_id
+   JOIN awa.ready_entries r ON {entry_of("c")}
   WHERE c.deadline_at < now() AND {OPEN_RECEIPT_IN_RANGES}
   ORDER BY c.deadline_at LIMIT %(limit)s)
 ORDER BY since LIMIT %(limit)s"""
@@ -90,8 +87,7 @@ CALLBACK_CANDIDATES = f"""
 SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
        'lease' AS source, l.callback_timeout_at AS since
   FROM awa.leases l
-  JOIN awa.ready_entries r ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot
-                           AND r.ready_id = l.ready_id
+  JOIN awa.ready_entries r ON {entry_of("l")}
  WHERE l.state = 'waiting_external' AND l.callback_timeout_at < now()
  ORDER BY l.callback_timeout_at LIMIT %(limit)s"""
 

@@ -44,7 +44,7 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES
+from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES, entry_of
 from awa.storage.queue_storage.schema import DEFAULT_SCHEMA, in_schema
 
 Ring = Literal["queue", "claim", "lease"]
@@ -108,8 +108,7 @@ SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
                JOIN awa.queue_claim_heads h
                  ON h.queue = c.queue AND h.priority = c.priority AND h.shard = c.shard
-               JOIN awa.ready_entries r ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot
-                                        AND r.ready_id = c.ready_id
+               JOIN awa.ready_entries r ON {entry_of("c")}
               WHERE c.claim_slot = %(slot)s
                 -- a receipt holds its entry's lane position (-1: from before receipts kept
                 -- it), so only receipts at or past their lane's head fetch the entry
