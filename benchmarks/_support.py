@@ -14,7 +14,9 @@ import math
 import os
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +127,41 @@ def paired_ratio(values: list[float], baselines: list[float]) -> str:
         text += (f" (95% interval {100 * math.exp(mean - half):.1f}-"
                  f"{100 * math.exp(mean + half):.1f}%)")
     return text + f", ahead in {sum(r > 1 for r in ratios)}"
+
+
+# What ``competing_load`` runs, in a child interpreter, until it is killed.
+_BUSY_CORE = "while True: pass"
+# Writes and fsyncs 256 MiB again and again, in the directory argv[1]: the disk is kept
+# busy flushing, as a neighbour's bulk load or a backup would keep it.
+_BUSY_DISK = """
+import os, sys
+block = bytes(1 << 20)
+while True:
+    with open(os.path.join(sys.argv[1], "busy-disk"), "wb") as f:
+        for _ in range(256):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+"""
+COMPETING_LOADS = {"cpu": _BUSY_CORE, "disk": _BUSY_DISK}
+
+
+@contextlib.contextmanager
+def competing_load(kind: str | None) -> Iterator[None]:
+    """While the block runs, a neighbour competes for the machine: ``cpu`` keeps one core
+    busy, ``disk`` keeps the disk flushing (``None``: nothing).  How an engine holds up
+    on a shared server is a measurement of its own, and a single number taken on a quiet
+    machine does not show it."""
+    if kind is None:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="awa-bench-") as scratch:
+        neighbour = subprocess.Popen([sys.executable, "-c", COMPETING_LOADS[kind], scratch])
+        try:
+            yield
+        finally:
+            neighbour.terminate()  # its file goes with the scratch directory
+            neighbour.wait()
 
 
 class ServerCpu:

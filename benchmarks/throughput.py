@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/throughput.py                    # N=20000, W=16,64,256
     .venv/bin/python benchmarks/throughput.py --jobs 20000 --workers 16,64,256 --profile 64
     .venv/bin/python benchmarks/throughput.py --engines canonical,queue_storage --workers 64,256
+    .venv/bin/python benchmarks/throughput.py --engines canonical,queue_storage --workers 256 \
+        --repeat 6 --contend disk                                # on a machine a neighbour shares
     (or: python3 dev.py bench benchmarks/throughput.py ...)
 
 For each W a fresh worker *process* runs one queue with max_workers=W and a
@@ -28,7 +30,9 @@ run, the order flipping every round), and dropped at the end.  With
 ``--repeat`` > 1 it ends with the medians over the rounds and, round by round, each
 engine's processed/s against the first engine's.  Rows are read
 through the ``awa.jobs`` view, so every engine is measured the same way.
-Maintenance is off in the worker.
+Maintenance is off in the worker.  ``--contend cpu`` keeps one core busy for the
+whole series, ``--contend disk`` keeps the disk flushing (256 MiB written and fsynced
+again and again): how each engine holds up on a server it shares.
 """
 
 from __future__ import annotations
@@ -246,10 +250,20 @@ def main() -> None:
                         help="comma-separated storage engines, alternated within each W")
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of the engine alternation per W")
+    parser.add_argument("--contend", choices=sorted(_support.COMPETING_LOADS),
+                        help="a neighbour competing for the machine throughout: one busy "
+                             "core, or a disk kept flushing")
     args = parser.parse_args()
     print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
           f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
-          f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})")
+          f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})"
+          + (f"; competing load: {args.contend}" if args.contend else ""))
+    with _support.competing_load(args.contend):
+        run_series(args)
+
+
+def run_series(args: argparse.Namespace) -> None:
+    """Every W and engine of the run, alternated, then the medians (``--repeat``)."""
     print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
           f"{'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
     results: dict[tuple[int, str], list[dict]] = {}
