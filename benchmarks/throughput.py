@@ -303,5 +303,6 @@ def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str) -> 
                 [r["processed_per_s"] for r in runs],
                 [r["processed_per_s"] for r in results[(w, baseline)]]))
 
+
 if __name__ == "__main__":
     main()

@@ -59,6 +59,7 @@ guarded by each partition's exclusion constraint; 3: dispatchers woken by
 ``awa.qs_reserve_lane`` (no trigger on ``ready_entries``), entries found by job id (no
 ``ready_id`` index), no ``claimed_at`` index on receipts, ``awa.qs_claimed_run_end``."""
 
+
 def in_schema(statement: str, schema: str) -> str:
     """``statement`` with the layout's objects in ``schema`` (itself for ``awa``)."""
     return statement if schema == DEFAULT_SCHEMA else _moved(statement, schema)
