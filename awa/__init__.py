@@ -32,9 +32,8 @@ from awa.runtime.events import JobEvent
 from awa.schema import current_migration_version
 from awa.serialization import derive_kind
 from awa.telemetry import init_telemetry, shutdown_telemetry
+from awa.version import __version__ as __version__
 from awa.worker import HealthCheck, QueueHealth
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "Client", "QueueConfig", "RateLimit", "RetentionPolicy",

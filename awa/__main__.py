@@ -16,6 +16,8 @@ spelling per operation.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import click
 
 from awa import schema
@@ -47,22 +49,22 @@ def storage_status() -> None:
 
 
 def _migrate_with_ranges() -> click.Command:
-    """``migrate`` taking awa-pg 0.6.9's --from/--to/--version with --sql."""
+    """``migrate`` (every option of ``awa migrate``) also taking awa-pg 0.6.9's
+    --from/--to/--version with --sql."""
     original = main.commands["migrate"]
     assert original.callback is not None
+    callback = original.callback
+    ranges = [
+        click.Option(["--from", "from_version"], type=int, default=None,
+                     help="With --sql: only migrations after this version."),
+        click.Option(["--to", "to_version"], type=int, default=None,
+                     help="With --sql: only migrations up to this version."),
+        click.Option(["--version", "version"], type=int, default=None,
+                     help="With --sql: one migration version."),
+    ]
 
-    @click.command("migrate", help=original.help)
-    @database_url_option
-    @click.option("--sql", "print_sql", is_flag=True,
-                  help="Print the migration SQL instead of applying it.")
-    @click.option("--from", "from_version", type=int, default=None,
-                  help="With --sql: only migrations after this version.")
-    @click.option("--to", "to_version", type=int, default=None,
-                  help="With --sql: only migrations up to this version.")
-    @click.option("--version", "version", type=int, default=None,
-                  help="With --sql: one migration version.")
-    def migrate(print_sql: bool, from_version: int | None, to_version: int | None,
-                version: int | None) -> None:
+    def migrate(from_version: int | None, to_version: int | None, version: int | None,
+                **options: Any) -> None:
         if version is not None or from_version is not None or to_version is not None:
             if version is not None:
                 from_version, to_version = version - 1, version
@@ -71,16 +73,18 @@ def _migrate_with_ranges() -> click.Command:
             for m in picked:
                 click.echo(f"-- migration {m.version}: {m.description}\n{m.sql}")
             return
-        original.callback(print_sql=print_sql)  # type: ignore[misc]
-    return migrate
+        callback(**options)
+    return click.Command("migrate", help=original.help, callback=migrate,
+                         params=[*original.params, *ranges])
 
 
 def build() -> click.Group:
     main.add_command(_migrate_with_ranges())
-    main.add_command(main.commands["queue"].commands["stats"], "queue-stats")  # type: ignore[attr-defined]
-    main.commands["job"].add_command(dump_run)  # type: ignore[attr-defined]
-    dlq = main.commands["dlq"]
-    dlq.add_command(dlq.commands["retry-bulk"], "retry-all")  # type: ignore[attr-defined]
+    # These commands are click.Groups; Group.commands is typed as holding plain Commands.
+    queue, job, dlq = (cast(click.Group, main.commands[n]) for n in ("queue", "job", "dlq"))
+    main.add_command(queue.commands["stats"], "queue-stats")
+    job.add_command(dump_run)
+    dlq.add_command(dlq.commands["retry-bulk"], "retry-all")
     main.add_command(storage)
     return main
 

@@ -17,19 +17,11 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, lifecycle, metrics
-from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, ValidationError
+from awa.bulk import BulkFilter, Target, select_targets
+from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, ValidationError
+from awa.known_queues import read_known_queues
 from awa.serialization import encode_args
 from awa.storage import open_engine
-from awa.storage.canonical.admin import (
-    GET_JOB,
-    KIND_FILTER,
-    LIST_JOBS,
-    LIST_JOBS_ORDER,
-    QUEUE_FILTER,
-    QUEUE_STATS,
-    STATE_FILTER,
-    TAG_FILTER,
-)
 from awa.storage.canonical.enqueue import (
     normalize_run_at,
     unique_error,
@@ -41,6 +33,8 @@ from awa.storage.engine import (
     DlqFilter,
     Engine,
     JobDump,
+    JobListQuery,
+    JobSummary,
     KindQueueCount,
     QueueCount,
     QueueStat,
@@ -48,11 +42,7 @@ from awa.storage.engine import (
 )
 from awa.unique import unique_key
 
-# The SQL of these operations lives with the canonical engine now; its names stay
-# importable from here (awa_ops' console and the index-path tests use them).
-__all__ = ["AdminMixin", "DlqEntry", "QueueStat", "RetryFailedResult", "render_dump",
-           "GET_JOB", "KIND_FILTER", "LIST_JOBS", "LIST_JOBS_ORDER", "QUEUE_FILTER",
-           "QUEUE_STATS", "STATE_FILTER", "TAG_FILTER"]
+__all__ = ["AdminMixin", "DlqEntry", "QueueStat", "RetryFailedResult", "render_dump"]
 
 # awa.callbacks' name for the unique-collision error (the canonical engine owns it now).
 _unique_error = unique_error
@@ -119,14 +109,29 @@ class AdminMixin:
         return job
 
     async def list_jobs(self, *, state: str | None = None, kind: str | None = None,
-                        queue: str | None = None, limit: int = 100) -> list[Job[Any]]:
+                        queue: str | None = None, limit: int = 100, tag: str | None = None,
+                        before_id: int | None = None) -> list[Job[Any]]:
+        """Newest first; ``before_id``: the next page, below the last id seen."""
         wanted = _validate_state(state)
         limit = _validate_limit(limit)
         queue = None if queue is None else validate_queue(queue)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             return await engine.list_jobs(conn, state=wanted, kind=kind, queue=queue,
-                                          limit=limit)
+                                          limit=limit, tag=tag, before_id=before_id)
+
+    async def list_job_rows(self, *, state: str | None = None, kind: str | None = None,
+                            queue: str | None = None, limit: int = 100) -> list[JobSummary]:
+        """``list_jobs`` for operators: the list columns only, never the args or any other
+        big value (a 10 MB argument costs nothing here)."""
+        wanted = _validate_state(state)
+        limit = _validate_limit(limit)
+        queue = None if queue is None else validate_queue(queue)
+        query = JobListQuery(state=wanted.value if wanted else None, queue=queue, kind=kind,
+                             page=limit, window=max(limit, config.TUI_SCAN_WINDOW))
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            return await engine.job_page(conn, query)
 
     async def dump_job(self, job_id: int) -> str:
         """Everything an operator asks about one job, as text: attempts, errors, progress."""
@@ -247,9 +252,16 @@ class AdminMixin:
         return sum(c.count for c in drained)
 
     async def queue_stats(self) -> list[QueueStat]:
+        """One row per known queue (``awa.known_queues``), zeros included."""
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
-            return await engine.queue_stats(conn)
+            stats = await engine.queue_stats(conn)
+            names = await read_known_queues(
+                engine, conn, holding=[s.queue for s in stats if s.total_queued or s.running
+                                       or s.failed or s.waiting_external],
+                recent=[s.queue for s in stats if s.completed_last_hour or s.paused])
+        by_queue = {s.queue: s for s in stats}
+        return [by_queue.get(name) or QueueStat(name) for name in names]
 
     # -- dead-letter queue ---------------------------------------------------
     async def dlq_depth(self, *, queue: str | None = None) -> int:
@@ -348,6 +360,38 @@ class AdminMixin:
                                                          reason=reason)
         _record_jobs(metrics.METRICS.job_dlq_moved, moved, {metrics.ATTR_DLQ_REASON: reason})
         return sum(c.count for c in moved)
+
+    # -- bulk commands: exactly what they touch (awa.bulk) ---------------------------
+    async def select_bulk(self, flt: BulkFilter, *,
+                          limit: int = config.BULK_SELECT_LIMIT) -> list[Target]:
+        """The DLQ entries or failed jobs ``flt`` selects (what a ``--dry-run`` lists)."""
+        if flt.queue is not None:
+            validate_queue(flt.queue)
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            return await select_targets(engine, conn, flt, limit=limit)
+
+    async def apply_bulk(self, action: str, targets: list[Target], *,
+                         reason: str = lifecycle.DLQ_MANUAL) -> tuple[int, int]:
+        """``retry`` / ``purge`` DLQ entries, ``retry`` / ``move`` failed jobs, one by id;
+        returns (done, skipped: no longer there, or a unique key held)."""
+        done = 0
+        for t in targets:
+            try:
+                if action == "retry-dlq":
+                    ok: Any = await self.retry_from_dlq(t.job_id)
+                elif action == "purge-dlq":
+                    ok = await self.purge_dlq_job(t.job_id)
+                elif action == "retry-failed":
+                    ok = await self._retry_job(t.job_id)
+                elif action == "move-failed":
+                    ok = await self.move_failed_to_dlq(t.job_id, reason)
+                else:
+                    raise ValidationError(f"unknown bulk action {action!r}")
+            except UniqueConflict:
+                ok = None
+            done += 1 if ok else 0
+        return done, len(targets) - done
 
 
 # --- the text dump -----------------------------------------------------------

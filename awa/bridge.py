@@ -12,12 +12,13 @@ over it in ``$n`` form.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import re
 import weakref
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import psycopg
@@ -25,8 +26,9 @@ from psycopg.pq import TransactionStatus
 
 from awa import config
 from awa import metrics as awa_metrics
-from awa.job import ValidationError
-from awa.producer import raise_if_unique_skipped
+from awa.job import SerializationError, ValidationError
+from awa.producer import build_batch, raise_if_unique_skipped
+from awa.serialization import derive_kind
 from awa.storage import describe_layout, engine_for, open_engine_sync
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
@@ -222,6 +224,69 @@ BRIDGE_COLUMNS = ("id", "kind", "queue", "args", "state", "priority", "attempt",
                   "max_attempts", "run_at", "created_at", "metadata", "tags")
 
 
+# --- the args as awa-pg 0.6.9's bridge took them ------------------------------------
+NULL_BYTES_ERROR = ("Job args must not contain null bytes (\\u0000): "
+                    "Postgres JSONB does not support them")
+
+
+def _reject_null_bytes(obj: Any) -> None:
+    if isinstance(obj, str):
+        if "\x00" in obj:
+            raise ValidationError(NULL_BYTES_ERROR)
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            _reject_null_bytes(key)
+            _reject_null_bytes(value)
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _reject_null_bytes(item)
+
+
+def _normalize_run_at(run_at: Any) -> datetime | None:
+    if run_at is None:
+        return None
+    if isinstance(run_at, str):
+        run_at = datetime.fromisoformat(run_at)  # its ValueError names the bad string
+    if not isinstance(run_at, datetime):
+        raise ValidationError(f"run_at must be a string or datetime, got "
+                              f"{type(run_at).__name__}")
+    return run_at if run_at.tzinfo is not None else run_at.replace(tzinfo=UTC)
+
+
+def _prepared(args: Any, kind: str | None, metadata: dict[str, Any] | None, run_at: Any,
+              ordering_key: Any) -> tuple[dict[str, Any], str, datetime | None, Any]:
+    """Args, kind and run_at as the bridge of awa-pg 0.6.9 made them: a dict may carry its
+    kind under ``"kind"``; values JSON cannot hold are stored as their ``str()``; its
+    errors, with its wording."""
+    if dataclasses.is_dataclass(args) and not isinstance(args, type):
+        data: Any = dataclasses.asdict(args)
+    elif hasattr(args, "model_dump"):
+        data = args.model_dump(mode="json")
+    elif isinstance(args, dict):
+        data = args
+    else:
+        raise SerializationError(f"Job args must be a dataclass, pydantic BaseModel, or dict, "
+                                 f"got {type(args).__name__}")
+    _reject_null_bytes(data)
+    _reject_null_bytes(metadata or {})
+    if kind is None:
+        if isinstance(args, dict):
+            if "kind" not in args:
+                raise ValidationError("Dict args require an explicit 'kind' parameter or a "
+                                      "'kind' key")
+            kind = args["kind"]
+        else:
+            kind = derive_kind(type(args).__name__)
+    when = _normalize_run_at(run_at)
+    if ordering_key is not None and not isinstance(ordering_key,
+                                                   (str, bytes, bytearray, memoryview)):
+        raise ValidationError(f"ordering_key must be bytes-like or str, got "
+                              f"{type(ordering_key).__name__}")
+    if isinstance(ordering_key, (bytearray, memoryview)):
+        ordering_key = bytes(ordering_key)
+    return json.loads(json.dumps(data, default=str)), cast(str, kind), when, ordering_key
+
+
 def _row(batch: EnqueueBatch, outcome: InsertOutcome) -> dict[str, Any]:
     """The new job as awa-pg 0.6.9's bridge returned it (args as stored JSON)."""
     job = outcome.jobs[0]
@@ -230,6 +295,17 @@ def _row(batch: EnqueueBatch, outcome: InsertOutcome) -> dict[str, Any]:
         row[name] = getattr(row[name], "datetime", row[name])
     row.update(args=json.loads(batch.args[0]), state=job.state.value)
     return row
+
+
+def _one_job_batch(args: Any, *, kind: str | None, queue: str, priority: int,
+                   max_attempts: int, tags: list[str] | None, metadata: dict[str, Any] | None,
+                   run_at: Any, ordering_key: Any,
+                   unique_opts: dict[str, Any] | None) -> EnqueueBatch:
+    """The one-row batch both bridge inserts write (args prepared as 0.6.9's bridge did)."""
+    args, kind, run_at, ordering_key = _prepared(args, kind, metadata, run_at, ordering_key)
+    return build_batch([args], kind=kind, queue=queue, priority=priority,
+                       max_attempts=max_attempts, tags=tags, metadata=metadata, run_at=run_at,
+                       unique_opts=unique_opts, ordering_key=ordering_key)
 
 
 async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
@@ -243,9 +319,9 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
     SQLAlchemy async Session/Connection on either), inside its transaction; returns the row
     as a dict."""
     aconn = await _unwrap_async(conn)
-    batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
-                                max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
+    batch = _one_job_batch(args, kind=kind, queue=queue, priority=priority,
+                           max_attempts=max_attempts, tags=tags, metadata=metadata,
+                           run_at=run_at, ordering_key=ordering_key, unique_opts=unique_opts)
     engine = await _engine_of(aconn)
     outcome = await engine.insert_batch(aconn, batch)
     await raise_if_unique_skipped(engine, aconn, batch, outcome)
@@ -262,9 +338,9 @@ def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
                     unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Insert one job on a blocking ``psycopg.Connection``; returns the row as a dict."""
     sconn = _unwrap(conn, psycopg.Connection)
-    batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
-                                max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key)
+    batch = _one_job_batch(args, kind=kind, queue=queue, priority=priority,
+                           max_attempts=max_attempts, tags=tags, metadata=metadata,
+                           run_at=run_at, ordering_key=ordering_key, unique_opts=unique_opts)
     engine = _sync_engine(sconn)
     outcome = engine.insert_batch_sync(sconn, batch)
     if outcome.skipped and batch.unique_key[0] is not None:

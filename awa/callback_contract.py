@@ -11,7 +11,7 @@ another job.
 from __future__ import annotations
 
 import hmac
-from urllib.parse import quote
+from typing import Any
 
 import blake3
 
@@ -41,24 +41,40 @@ def coerce_secret(secret: bytes | str) -> bytes:
     return key
 
 
-def sign(secret: bytes | str, callback_id: str) -> str:
+def _key(secret: Any) -> bytes:
+    """The key ``sign``/``verify`` take: exactly 32 raw bytes, refused as awa-pg 0.6.9 did
+    (``coerce_secret`` reads the hex form configuration gives)."""
+    if not isinstance(secret, bytes):
+        raise ValidationError(f"'{type(secret).__name__}' object is not an instance of 'bytes'")
+    if len(secret) != config.CALLBACK_SECRET_BYTES:
+        raise ValidationError(f"callback secret must be exactly {config.CALLBACK_SECRET_BYTES} "
+                              f"bytes (got {len(secret)})")
+    return secret
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValidationError("'None' is not an instance of 'str'" if value is None
+                              else f"'{type(value).__name__}' object is not an instance of 'str'")
+    return value
+
+
+def sign(secret: bytes, callback_id: str) -> str:
     """Hex BLAKE3 keyed hash of ``callback_id``: the value of ``X-Awa-Signature``."""
-    return blake3.blake3(str(callback_id).encode(), key=coerce_secret(secret)).hexdigest()
+    key = _key(secret)
+    return blake3.blake3(_text(callback_id).encode(), key=key).hexdigest()
 
 
-def verify(secret: bytes | str, callback_id: str, signature: str | None) -> bool:
-    """Constant-time check of a presented signature; False for a missing one."""
-    if not signature:
-        return False
-    return hmac.compare_digest(sign(secret, callback_id), signature.strip().lower())
+def verify(secret: bytes, callback_id: str, signature: str) -> bool:
+    """Constant-time check of a presented signature (hex, either case)."""
+    expected = sign(secret, callback_id)
+    return hmac.compare_digest(expected, _text(signature).lower())
 
 
 def build_callback_url(base: str, prefix: str, callback_id: str, action: str) -> str:
-    """``<base><prefix>/<callback_id>/<action>``, e.g. ``https://h/api/callbacks/<id>/complete``."""
-    if action not in ACTIONS:
-        raise ValidationError(f"unknown callback action {action!r}; expected one of "
-                              f"{', '.join(ACTIONS)}")
-    path = "/" + (prefix or "").strip("/")
-    if path == "/":
-        path = ""
-    return f"{base.rstrip('/')}{path}/{quote(str(callback_id), safe='')}/{action}"
+    """``<base><prefix>/<callback_id>/<action>``, e.g. ``https://h/api/callbacks/<id>/complete``
+    (as awa-pg 0.6.9 joined them: slashes between the parts normalised, nothing encoded)."""
+    path = _text(prefix).rstrip("/")
+    if path and not path.startswith("/"):
+        path = "/" + path
+    return f"{_text(base).rstrip('/')}{path}/{_text(callback_id)}/{_text(action)}"

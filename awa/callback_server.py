@@ -40,7 +40,7 @@ from typing import Any, cast
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from awa import callback_contract, config
+from awa import callback_contract, config, extras
 from awa.callbacks import CallbackAlreadyResolved, ResolveResult, parse_callback_id
 from awa.db import one_line
 from awa.job import (
@@ -299,6 +299,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve_forever(app: CallbackApp, host: str, port: int) -> None:
     """Serve ``app`` with uvicorn until SIGTERM/SIGINT, then finish in-flight requests."""
+    extras.require("callbacks", "the callback receiver")
     import uvicorn
 
     sock = bind(host, port)
@@ -329,6 +330,7 @@ def serve_forever(app: CallbackApp, host: str, port: int) -> None:
 def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Run an ASGI ``app`` with uvicorn on a background thread (to embed the
     receiver in another process, and for tests); yields its base URL."""
+    extras.require("callbacks", "the callback receiver")
     import uvicorn
 
     sock = bind(host, port)

@@ -61,9 +61,6 @@ from awa.job import (
 )
 from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, ATTR_TERMINAL, METRICS, job_attributes
 from awa.storage import open_engine
-
-# PARK_FOR_WAIT: re-exported for callers that still name the statement.
-from awa.storage.canonical.callbacks import PARK_FOR_WAIT  # noqa: F401 - re-export
 from awa.storage.engine import CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackSpec, Engine
 
 log = logging.getLogger("awa.callbacks")

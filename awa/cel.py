@@ -100,7 +100,7 @@ def to_python(value: Any) -> Any:
     return json.loads(json.dumps(value, cls=celpy.CELJSONEncoder))
 
 
-def _free_names(tree: lark.Tree) -> set[str]:
+def _free_names(tree: lark.Tree[Any]) -> set[str]:
     """Identifiers used as variables, minus those a macro binds."""
     import lark
 

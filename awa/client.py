@@ -20,31 +20,40 @@ import asyncio
 import functools
 import inspect
 import threading
-from typing import Any
+from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db, schema
 from awa.admin import AdminMixin
+from awa.batch import BatchMixin
 from awa.callbacks import CallbackMixin
-from awa.compat import StorageTransitionMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
 from awa.producer import ProducerMixin, Transaction
 from awa.storage import forget_engine, open_engine
 from awa.storage import migrate as storage_migrate
 from awa.storage.engine import Engine
+from awa.transition import StorageTransitionMixin
 from awa.worker import WorkerMixin
 
 
 @db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
-                  CallbackMixin, StorageTransitionMixin):
+                  CallbackMixin, StorageTransitionMixin, BatchMixin):
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS, *,
-                 application_name: str = config.APP_NAME_WORKER) -> None:
+                 application_name: str = config.APP_NAME_WORKER,
+                 direct_database_url: str | None = None,
+                 behind_pooler: bool | None = None) -> None:
+        """``direct_database_url`` (or ``AWA_DIRECT_DATABASE_URL``): PostgreSQL itself, for
+        the runtime's leader lock session and LISTEN connections when ``database_url`` goes
+        through a transaction pooler (PgBouncer).  ``behind_pooler``: whether
+        ``database_url`` does (None: detected at the first connection)."""
         self._database_url_arg = database_url
         self._database_url: str | None = None
+        self._direct_database_url_arg = direct_database_url
+        self.behind_pooler = behind_pooler
         self.max_connections = max_connections
         # What pg_stat_activity shows for this client's connections (the CLI names itself).
         self.application_name = application_name
@@ -59,6 +68,11 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         if self._database_url is None:
             self._database_url = db.resolve_database_url(self._database_url_arg)
         return self._database_url
+
+    @property
+    def direct_database_url(self) -> str | None:
+        """The URL straight to PostgreSQL for session work, when one is configured."""
+        return db.resolve_direct_database_url(self._direct_database_url_arg)
 
     def use_database_url(self, url: str) -> None:
         """Point a client that has not connected yet at another database.
@@ -79,7 +93,8 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
             if self._pool is None:
                 url = await asyncio.to_thread(lambda: self.database_url)
                 self._pool = await db.open_pool(url, self.application_name,
-                                                max_size=self.max_connections)
+                                                max_size=self.max_connections,
+                                                pooled=self.behind_pooler)
             if check_schema and not self._schema_checked:
                 async with self._pool.connection() as conn:
                     await schema.ensure_migrated(conn)
@@ -199,13 +214,17 @@ class Client(_SyncProxy):
 
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS, *,
-                 application_name: str = config.APP_NAME_WORKER) -> None:
+                 application_name: str = config.APP_NAME_WORKER,
+                 direct_database_url: str | None = None,
+                 behind_pooler: bool | None = None) -> None:
         super().__init__(AsyncClient(database_url, max_connections,
-                                     application_name=application_name), _LoopThread())
+                                     application_name=application_name,
+                                     direct_database_url=direct_database_url,
+                                     behind_pooler=behind_pooler), _LoopThread())
 
     @property
     def async_client(self) -> AsyncClient:
-        return self._target
+        return cast(AsyncClient, self._target)
 
     def close(self) -> None:
         try:

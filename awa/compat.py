@@ -1,23 +1,17 @@
-"""Names awa-pg 0.6.9 exposed that this distribution answers in its own way.
+"""Module-level names awa-pg 0.6.9 exposed, answered in this distribution's way.
 
-* the module-level migration functions, in the reference's shapes (tuples);
-* the storage-transition members of the clients (``storage_status``,
-  ``install_queue_storage``, ``prepare_queue_storage_schema``): they accept the
-  reference's arguments and report / switch the engine serving the database
-  (queue storage or canonical);
-* ``flush_admin_metadata`` (our admin reads are live, there is no cache to flush).
+* the migration functions, in the reference's shapes (tuples);
+* ``migrate(database_url)``, awaitable as in the reference.
+
+The storage-transition members of the clients (``storage_status``, ``install_queue_storage``,
+``prepare_queue_storage_schema``, ``flush_admin_metadata``) are ``awa.transition``'s mixin:
+this module builds a client, so the client cannot be built from this module.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
-from typing import Any
-
-from awa import config, schema
-from awa.job import ValidationError
-
-DEFAULT_QUEUE_STORAGE_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
+from awa import schema
+from awa.client import AsyncClient
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -39,115 +33,8 @@ def schema_patches() -> list[tuple[int, str, str]]:
 async def migrate(database_url: str) -> tuple[int, ...]:
     """Apply every missing migration to ``database_url`` (awaitable, as awa-pg 0.6.9);
     the versions applied, as a tuple (empty when the schema was current)."""
-    from awa.client import AsyncClient
     client = AsyncClient(database_url)
     try:
         return tuple(await client.migrate())
     finally:
         await client.close()
-
-
-class StorageTransitionMixin:
-    """The reference's storage-transition client members, on this distribution's engines.
-
-    ``storage_status`` describes the engine serving the database (queue storage
-    or canonical) with awa-pg 0.6.9's keys; ``install_queue_storage`` switches a
-    drained canonical database to queue storage (``awa migrate --engine
-    queue_storage``); ``prepare_queue_storage_schema`` only validates: queue
-    storage here has no separately prepared schema (installing is one step).
-    Both return ``()``, as 0.6.9's did (its annotation said ``None``).
-    """
-
-    async def _get_engine(self) -> Any: ...  # provided by AsyncClient
-
-    async def _get_pool(self, *, check_schema: bool = True) -> Any: ...  # provided by AsyncClient
-
-    async def storage_status(self) -> str:
-        """A pretty JSON storage report with the keys awa-pg 0.6.9 used, for the live engine."""
-        from awa import storage
-
-        await self._get_engine()  # the schema check, and the foreign-layout refusal
-        pool = await self._get_pool()
-        async with pool.connection() as conn:
-            layout = await storage.describe_layout(conn)
-        now = _utc_now()
-        if layout.engine == storage.QUEUE_STORAGE:
-            return json.dumps(_status(
-                "queue_storage", "active", 1, {"schema": layout.schema}, now, finalized_at=now,
-                backlog=0, prepared=layout.schema,
-                blockers=[_ACTIVE_BLOCKER % layout.schema]), indent=2)
-        stats = await self.queue_stats()  # type: ignore[attr-defined]
-        backlog = sum(s.total_queued + s.running + s.waiting_external for s in stats)
-        return json.dumps(_status("canonical", "canonical", 0, {}, now, finalized_at=None,
-                                  backlog=backlog, prepared=None,
-                                  blockers=[_CANONICAL_BLOCKER]), indent=2)
-
-    async def install_queue_storage(self, *, schema: str = DEFAULT_QUEUE_STORAGE_SCHEMA,
-                                    queue_slot_count: int = 16, lease_slot_count: int = 8,
-                                    reset: bool = False) -> tuple[()]:
-        """Switch this database to the queue-storage engine (``awa migrate --engine
-        queue_storage``); idempotent.  Refused while the canonical tables hold jobs."""
-        from awa import storage
-
-        _check_slots(queue_slot_count, lease_slot_count)
-        _check_identifier(schema)
-        if reset:
-            raise ValidationError("install_queue_storage(reset=True) is not supported: queue "
-                                  "storage is laid out in place; migrate a new database instead")
-        await self.migrate(storage.QUEUE_STORAGE, schema)  # type: ignore[attr-defined]
-        storage.forget_engine(await self._get_pool())  # the pool's engine changed
-        return ()
-
-    async def prepare_queue_storage_schema(self, *,
-                                           schema: str = DEFAULT_QUEUE_STORAGE_SCHEMA,
-                                           queue_slot_count: int = 16,
-                                           lease_slot_count: int = 8) -> tuple[()]:
-        """Validate the arguments; nothing to prepare (``install_queue_storage`` is one step)."""
-        _check_slots(queue_slot_count, lease_slot_count)
-        _check_identifier(schema)
-        await self._get_engine()
-        return ()
-
-    async def flush_admin_metadata(self) -> None:
-        """No-op: ``queue_stats()`` here reads live counts, not a cache (awa-pg 0.6.9
-        needed this call before ``queue_stats()`` in tests)."""
-        await self._get_engine()
-
-
-_CANONICAL_BLOCKER = ("the canonical engine serves this database: switch a drained database "
-                      "with install_queue_storage() (awa migrate --engine queue_storage); "
-                      "there is no mixed transition")
-_ACTIVE_BLOCKER = "queue storage in schema %r already serves this database"
-
-
-def _utc_now() -> str:
-    """0.6.9's timestamp spelling: ISO 8601 in UTC with a ``Z``."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _status(engine: str, state: str, epoch: int, details: dict[str, Any], now: str, *,
-            finalized_at: str | None, backlog: int, prepared: str | None,
-            blockers: list[str]) -> dict[str, Any]:
-    """awa-pg 0.6.9's storage_status document, key for key and in its order."""
-    return {
-        "current_engine": engine, "active_engine": engine, "prepared_engine": None,
-        "state": state, "transition_epoch": epoch, "details": details,
-        "entered_at": now, "updated_at": now, "finalized_at": finalized_at,
-        "canonical_live_backlog": backlog,
-        "prepared_queue_storage_schema": prepared, "prepared_schema_ready": prepared is not None,
-        "live_runtime_capability_counts": {}, "can_enter_mixed_transition": False,
-        "enter_mixed_transition_blockers": blockers, "can_finalize": False,
-        "finalize_blockers": blockers,
-    }
-
-
-def _check_identifier(schema: str) -> None:
-    from awa.storage.queue_storage.schema import check_schema  # engines load on use
-
-    check_schema(schema)
-
-
-def _check_slots(*counts: int) -> None:
-    for n in counts:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValidationError(f"slot counts must be positive integers, got {n!r}")

@@ -1,13 +1,14 @@
 """Every default of the system, in one place.
 
-The seeds fix these values (DESIGN §4); anything that reads a default imports
-it from here, so a reader can find and change each one exactly once.
+The seeds fix these values (docs/architecture.md §4); anything that reads a default
+imports it from here, so a reader can find and change each one exactly once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 # --- storage --------------------------------------------------------------
 # The engine `awa migrate` lays a new (never-migrated) database out for; an
@@ -65,10 +66,16 @@ LEADER_ELECTION_INTERVAL_MS = 10_000
 PROMOTE_INTERVAL_MS = 250
 CLEANUP_INTERVAL_MS = 60_000
 SNAPSHOT_INTERVAL_MS = 10_000
+# `awa adopt` refuses while a Rust-core runtime's snapshot is younger than this many of its
+# own snapshot intervals (0.6.9 itself counts a runtime gone after two).
+ADOPT_LIVE_SNAPSHOT_INTERVALS = 2
 PRIORITY_AGING_INTERVAL_MS = 60_000
 CRON_EVAL_INTERVAL_MS = 1_000
 QUEUE_HEALTH_INTERVAL_MS = 5_000
 SHUTDOWN_TIMEOUT_MS = 2_000
+# How long a stopping dispatcher waits for a claim statement it already sent (its
+# attempts are then run, not left open for rescue).
+CLAIM_STOP_GRACE_MS = 5_000
 CANCEL_LISTENER_RETRY_MS = 1_000
 # After a deadline passes the runtime waits this long before dropping a
 # handler that is still awaiting, so its slot is freed.
@@ -111,9 +118,18 @@ DESCRIPTOR_RETENTION_DAYS = 30.0
 # --- database / connections ------------------------------------------------
 MAX_CONNECTIONS = 10
 CONNECT_TIMEOUT_S = 5
+# Server settings every connection of ours starts with (libpq ``options``).  No JIT: our
+# statements are short, and a plan over many ring partitions is costed high enough to be
+# JIT-compiled at every call -- 30-100 ms of compilation for a 4 ms read.
+SESSION_OPTIONS = "-c jit=off"
 # Pooled connections lost in an outage are retried at this steady pace (and
 # so is a heartbeat the outage held back).
 POOL_RECONNECT_DELAY_MS = 200
+# A pooled connection is checked with a round trip (an empty query) before it is handed
+# out only when its socket has something to read while idle (the server ended it: a
+# restart, pg_terminate_backend) or it sat idle longer than this: a busy runtime's claims
+# and completion flushes take their connection with no extra round trip (issue 32).
+POOL_CHECK_IDLE_S = 5.0
 ADVISORY_LOCK_MIGRATE = 0x4157415F4D494752
 ADVISORY_LOCK_LEADER = 0x4157415F4D41494E
 APP_NAME_WORKER = "awa-worker"
@@ -124,9 +140,10 @@ APP_NAME_CALLBACK_LISTENER = "awa-callback-listener"  # resumes for wait_for_cal
 APP_NAME_CLI = "awa-cli"
 APP_NAME_OPS = "awa-ops"
 APP_NAME_TUI = "awa-tui"
+APP_NAME_SERVE = "awa-serve"  # the REST API of `awa serve`
 EMBEDDED_DB_NAME = "awa"
 
-# --- ops (DESIGN §8) ------------------------------------------------------
+# --- ops (docs/architecture.md §10) ---------------------------------------
 OPS_STATEMENT_TIMEOUT_MS = 5_000
 OPS_LOCK_TIMEOUT_MS = 1_000
 OPS_EVIDENCE_LIMIT = 50  # rows shown per finding
@@ -149,6 +166,11 @@ OPS_NOTIFY_PROBE_TIMEOUT_S = 2.0
 OPS_NOTIFY_QUEUE_WARNING = 0.5
 OPS_CANCEL_WINDOW_S = 3_600
 OPS_EXPORTER_STATEMENT_TIMEOUT_MS = 2_000
+OPS_REPLICATION_LAG_WARNING_S = 60.0  # a standby replaying this far behind warns
+OPS_REPLICATION_LAG_CRITICAL_S = 600.0
+OPS_KNOWN_QUEUE_HISTORY_S = 3_600  # a queue served or completing this recently stays listed
+OPS_KNOWN_QUEUE_LIMIT = 1_000  # per-queue rows/series for at most this many known queues
+OPS_COMPLETED_WINDOW_S = 60  # the exporter's completions-per-second window
 EXPORTER_LISTEN = "127.0.0.1:9465"
 # awa-tui: refresh cadence, and the bounds that keep one refresh cheap on a huge database.
 TUI_REFRESH_SECONDS = 2.0
@@ -159,8 +181,34 @@ TUI_ROW_LIMIT = 500  # rows per list screen
 TUI_SCAN_WINDOW = 20_000  # newest rows a non-indexed filter (tag, reason) looks through
 TUI_THROUGHPUT_POINTS = 60  # sparkline length, one point per refresh
 TUI_DIAGNOSE_SECONDS = 30.0  # `diagnose all` reruns at most this often in the console
+DEMO_PIPED_EVERY_S = 5.0  # the demo, piped (no terminal to redraw): a stats table this often
+TUI_VALUE_CAP_BYTES = 64 * 1024  # job args/metadata/errors: fetched and shown up to this
 SERVE_HOST = "127.0.0.1"
-SERVE_PORT = 8000
+SERVE_PORT = 3000  # as the Rust-core `awa serve`
+# `awa serve`'s REST API (the reference's flags and defaults; env AWA_POOL_MAX etc.)
+SERVE_POOL_MAX = 10
+SERVE_POOL_MIN = 2
+SERVE_POOL_IDLE_TIMEOUT_S = 300.0
+SERVE_POOL_MAX_LIFETIME_S = 1800.0
+SERVE_POOL_ACQUIRE_TIMEOUT_S = 10.0
+SERVE_CACHE_TTL_S = 5.0  # /api/stats, /api/queues, /api/runtime, /api/queues/runtime, /api/storage
+SERVE_JOBS_LIMIT = 100  # /api/jobs and /api/dlq page size when none is asked
+SERVE_JOBS_MAX_LIMIT = 1_000  # /api/jobs and /api/dlq pages are clamped to 1..this
+SERVE_TIMESERIES_MINUTES = 60
+SERVE_BULK_PREVIEW_MAX = 10_000  # ids a filter-wide bulk preview lists (more: use awa batch)
+# Worker health endpoints (/healthz, /readyz): off unless an address is given.
+HEALTH_ADDR_ENV = "AWA_HEALTH_ADDR"
+HEALTH_LIVE_WINDOW_S = 90.0
+# Durable batch operations (awa.batch): run by the maintenance leader, a tick per interval.
+BATCH_OPERATIONS_INTERVAL_MS = 1_000
+BATCH_OP_CHUNK_SIZE = 500  # items changed (and recorded) per transaction
+BATCH_OP_SCAN_PAGE = 10_000  # matching ids recorded per scan transaction
+BATCH_OP_TICK_BUDGET_S = 0.5  # work per tick, so one operation never hogs maintenance
+BATCH_OP_RETENTION_DAYS = 90.0  # finished operations kept this long
+BATCH_OP_PREVIEW_SAMPLE = 10  # jobs a preview lists
+# Queue storage: at most this many items per chunk, whose source lanes stay locked (and
+# their queues' claims wait) until the chunk commits.
+BATCH_OP_LANE_CHUNK_SIZE = 100
 METRICS_HOST = "127.0.0.1"
 
 # --- external callbacks (awa.callbacks, awa.callback_server, awa.http_worker) --
@@ -175,6 +223,13 @@ CALLBACK_LISTEN = "127.0.0.1:8470"  # `awa callbacks serve` default
 CALLBACK_WAIT_POLL_MIN_MS = 20
 CALLBACK_WAIT_POLL_MAX_MS = 1_000
 HTTP_WORKER_TIMEOUT_SECONDS = 30.0  # one POST of the HTTP worker
+# A job's args + metadata as stored (JSON bytes): an insert past WARN logs one line, past MAX
+# is refused with one line (big data belongs elsewhere; pass a reference).  Read at insert
+# time, so an application may set awa.config.ENQUEUE_WARN_BYTES / ENQUEUE_MAX_BYTES.
+ENQUEUE_WARN_BYTES = 1024 * 1024
+ENQUEUE_MAX_BYTES = 16 * 1024 * 1024
+DB_ERROR_LOG_INTERVAL_S = 30.0  # while the database is unreachable, one error line per this
+BULK_SELECT_LIMIT = 1_000_000  # a bulk command (and its --dry-run) acts on at most this many
 
 
 @dataclass(frozen=True)
@@ -211,7 +266,7 @@ class QueueConfig:
     dlq_enabled: bool | None = None
     priority_aging_interval_ms: int = PRIORITY_AGING_INTERVAL_MS
     retention: RetentionPolicy | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -245,3 +300,5 @@ class RuntimeSettings:
     sync_handler_threads: int = SYNC_HANDLER_THREADS
     metrics_addr: str | None = None
     run_maintenance: bool = True
+    health_addr: str | None = None  # /healthz and /readyz (else $AWA_HEALTH_ADDR; else none)
+    batch_operations_interval_ms: int = BATCH_OPERATIONS_INTERVAL_MS

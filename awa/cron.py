@@ -68,8 +68,8 @@ def validate_schedule(name: str, cron_expr: str, timezone: str) -> ZoneInfo:
 def latest_slot(cron_expr: str, timezone: str, now: datetime) -> datetime:
     """The most recent fire time at or before ``now``."""
     local_now = now.astimezone(ZoneInfo(timezone))
-    prev = croniter(cron_expr, local_now).get_prev(datetime)
-    following = croniter(cron_expr, prev).get_next(datetime)
+    prev: datetime = croniter(cron_expr, local_now).get_prev(datetime)
+    following: datetime = croniter(cron_expr, prev).get_next(datetime)
     return following if following <= local_now else prev
 
 
@@ -129,7 +129,8 @@ class CronMixin:
 
     @property
     def _periodic_jobs(self) -> list[PeriodicJob]:
-        return self.__dict__.setdefault("_awa_periodic_jobs", [])
+        found: list[PeriodicJob] = self.__dict__.setdefault("_awa_periodic_jobs", [])
+        return found
 
     def periodic(self, name: str, cron_expr: str, args_type: Any, args: Any = _NO_ARGS, *,
                  timezone: str = "UTC", queue: str = config.DEFAULT_QUEUE,

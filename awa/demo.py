@@ -32,12 +32,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import awa
-from awa import db
+from awa import config, db
+
+if TYPE_CHECKING:  # rich is imported where the screen is drawn
+    from rich.console import Group
 
 # Intervals short enough that rescues happen while you watch.
 WORKER_SETTINGS: dict[str, Any] = {
@@ -227,13 +231,13 @@ class Fleet:
     database_url: str
     size: int
     log_dir: Path
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     kills: int = 0
     events: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)  # one /metrics port per worker slot
     port_of: dict[int, int] = field(default_factory=dict)  # pid -> its port
 
-    def spawn(self) -> subprocess.Popen:
+    def spawn(self) -> subprocess.Popen[bytes]:
         taken = {self.port_of.get(p.pid) for p in self.procs}
         port = next((p for p in self.ports if p not in taken), None)
         env = {**os.environ, "DATABASE_URL": self.database_url}
@@ -283,7 +287,7 @@ class Fleet:
                 proc.kill()
 
 
-def start_exporter(database_url: str, port: int, log_dir: Path) -> subprocess.Popen:
+def start_exporter(database_url: str, port: int, log_dir: Path) -> subprocess.Popen[bytes]:
     """The database-side exporter (`awa-ops exporter`): metrics that outlive every worker."""
     with open(log_dir / "exporter.log", "a") as log:
         return subprocess.Popen(
@@ -365,7 +369,8 @@ def background(client_url: str, fleet: Fleet, stop: threading.Event,
 
 
 # --- the screen ---------------------------------------------------------------------
-def stats_table(client: awa.Client, fleet: Fleet, counters: dict[str, int], started: float):
+def stats_table(client: awa.Client, fleet: Fleet, counters: dict[str, int],
+                started: float) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -388,9 +393,30 @@ def stats_table(client: awa.Client, fleet: Fleet, counters: dict[str, int], star
     return Group(table, info, *(Text(e, style="yellow") for e in fleet.events))
 
 
+def print_piped(table: Callable[[], Any], started: float, duration: float | None) -> None:
+    """Stats for a pipe or a log file: a live display redraws in place, which a pipe cannot
+    show (it would print nothing until the end), so a whole table is printed every
+    ``DEMO_PIPED_EVERY_S``, and once more at the end."""
+    from rich.console import Console
+
+    console = Console(width=120)
+    printed = 0.0
+    try:
+        while duration is None or time.monotonic() - started < duration:
+            if time.monotonic() - printed >= config.DEMO_PIPED_EVERY_S:
+                console.print(table())
+                sys.stdout.flush()
+                printed = time.monotonic()
+            time.sleep(min(1.0, config.DEMO_PIPED_EVERY_S))
+    finally:
+        console.print(table())
+        sys.stdout.flush()
+
+
 def tui_available() -> bool:
-    import importlib.util
-    return importlib.util.find_spec("awa_tui") is not None and sys.stdout.isatty()
+    """The console needs the tui extra (installed by dev.py) and a terminal."""
+    from awa import extras
+    return not extras.missing_modules("tui") and sys.stdout.isatty()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,15 +467,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.no_tui and tui_available():
             from awa_tui.app import run_app  # the demo is an application: it may use the TUI
-            run_app(url, stale_after_s=WORKER_SETTINGS["heartbeat_staleness_ms"] / 1000,
-                    exit_after_s=args.duration)
-        else:
+            # Staleness: each worker's own, as its snapshot publishes it.
+            run_app(url, exit_after_s=args.duration)
+        elif sys.stdout.isatty():
             from rich.live import Live
             with Live(stats_table(client, fleet, counters, started), refresh_per_second=2,
                       transient=False) as live:
                 while args.duration is None or time.monotonic() - started < args.duration:
                     time.sleep(1.0)
                     live.update(stats_table(client, fleet, counters, started))
+        else:
+            print_piped(lambda: stats_table(client, fleet, counters, started), started,
+                        args.duration)
     except KeyboardInterrupt:
         pass
     finally:

@@ -44,6 +44,7 @@ batch (``inc(key, n)``) on the hot path.  The OTel-shaped ``add(n, attrs)`` /
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -109,6 +110,13 @@ RESCUE_KIND_CALLBACK = "callback"
 RESCUE_KINDS = (RESCUE_KIND_HEARTBEAT, RESCUE_KIND_DEADLINE, RESCUE_KIND_CALLBACK)
 
 RINGS = ("queue", "claim", "lease")
+
+# Values a runtime's series are seeded with at start (AwaMetrics.seed_zeros): the small
+# closed sets.  (Not the DLQ reasons: with kind x queue they would multiply a worker's
+# series by six for an event the exporter's awa_db_dlq_depth already shows.)
+SEEDED_VALUES: dict[str, Sequence[Any]] = {
+    ATTR_TERMINAL: (False, True), ATTR_DISPATCH_REASON: DISPATCH_REASONS,
+    ATTR_RESCUE_KIND: RESCUE_KINDS}
 # What held a sealed ring slot that prune could not truncate (the storage
 # engine's PRUNE_BLOCKERS): a claimable ready entry, an open claim receipt, a
 # lease, terminal rows inside their retention (expected), a lock held by
@@ -169,24 +177,25 @@ class MetricSpec:
         return self.name.removeprefix("awa.").replace(".", "_")
 
 
-def _counter(name, unit, attributes, help):
+def _counter(name: str, unit: str, attributes: Iterable[str], help: str) -> MetricSpec:
     return MetricSpec(name, "counter", unit, tuple(attributes), help)
 
 
-def _updown(name, unit, attributes, help):
+def _updown(name: str, unit: str, attributes: Iterable[str], help: str) -> MetricSpec:
     return MetricSpec(name, "updown", unit, tuple(attributes), help)
 
 
-def _gauge(name, unit, attributes, help, source: Source = "runtime"):
+def _gauge(name: str, unit: str, attributes: Iterable[str], help: str,
+           source: Source = "runtime") -> MetricSpec:
     return MetricSpec(name, "gauge", unit, tuple(attributes), help, source)
 
 
-def _seconds_histogram(name, attributes, help):
+def _seconds_histogram(name: str, attributes: Iterable[str], help: str) -> MetricSpec:
     return MetricSpec(name, "histogram", UNIT_SECONDS, tuple(attributes), help,
                       buckets=SECONDS_BUCKETS)
 
 
-def _size_histogram(name, unit, attributes, help):
+def _size_histogram(name: str, unit: str, attributes: Iterable[str], help: str) -> MetricSpec:
     return MetricSpec(name, "histogram", unit, tuple(attributes), help,
                       buckets=BATCH_SIZE_BUCKETS)
 
@@ -216,6 +225,10 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "Attempts parked in waiting_external by WaitForCallback."),
     _updown("awa.job.in_flight", "{job}", _Q,
             "Handlers currently running in this runtime."),
+    _updown("awa.job.open_attempts", "{job}", (),
+            "Attempts this runtime holds open in the database: claimed and not yet written "
+            "back (slots taken, running handlers included, plus outcomes waiting for their "
+            "flush). Bounded by the runtime's slots plus one completion batch."),
     _seconds_histogram("awa.job.duration", _JOB,
                        "Handler execution time, claim to outcome, in seconds."),
     _seconds_histogram("awa.job.wait_duration", _JOB,
@@ -367,6 +380,12 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
            "Jobs per queue and state, counted in the database.", "database"),
     _gauge("awa.db.queue.lag", UNIT_SECONDS, _Q,
            "Age of the oldest available job per queue, in seconds.", "database"),
+    _gauge("awa.db.queue.completed_rate", "{job}/s", _Q,
+           "Completions per second per queue over the last minute "
+           "(config.OPS_COMPLETED_WINDOW_S), counted in the database; 0 for a known idle "
+           "queue.  Where the engine keeps lifetime totals (the Rust core's queue storage, "
+           "which folds completed rows away within seconds), since the previous scrape.",
+           "database"),
     _gauge("awa.db.running.oldest_heartbeat_age", UNIT_SECONDS, _Q,
            "Age of the oldest heartbeat among running jobs per queue, in seconds.", "database"),
     _gauge("awa.db.running.heartbeat_stale", "{job}", _Q,
@@ -403,6 +422,17 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.db.notification_queue.usage", "1", (),
            "Fraction (0..1) of the LISTEN/NOTIFY queue in use (pg_notification_queue_usage()).",
            "database"),
+    # which server the exporter reads: a primary, or a hot standby and how far behind it is
+    _gauge("awa.db.replication.standby", "1", (),
+           "1 when the exporter reads a hot standby (pg_is_in_recovery()), 0 on a primary.",
+           "database"),
+    _gauge("awa.db.replication.replay_lag", UNIT_SECONDS, (),
+           "On a standby: seconds since the last replayed commit while received WAL waits to "
+           "be replayed, 0 when caught up; on a primary: the largest replay lag of its "
+           "streaming standbys (0 with none).", "database"),
+    _gauge("awa.db.replication.replay_lag_bytes", "By", (),
+           "On a standby: WAL received and not yet replayed, in bytes; on a primary: the "
+           "furthest behind of its streaming standbys, in bytes (0 with none).", "database"),
     # queue storage (nothing on canonical): the rings as awa.queue_ring_state and their
     # partitions hold them
     _gauge("awa.db.ring.current_slot", "{slot}", _RING,
@@ -729,6 +759,16 @@ class PreHistogram(_Store, _ApiHistogram):
         self._starts.setdefault(key, time.time_ns())
         return series
 
+    def touch(self, key: Key) -> None:
+        """An empty series (count 0) for ``key``, so it is exported before anything is
+        observed; its min and max start at +/-inf and the first value sets both."""
+        if not _live and not _went_live():
+            return
+        with self._lock:
+            if key not in self._shared:
+                self._shared[key] = [0] * self._n + [0, float("inf"), float("-inf")]
+                self._starts.setdefault(key, time.time_ns())
+
     def observe(self, key: Key, value: float) -> None:
         """Count one measurement ``value`` in the series ``key``."""
         if not _live and not _went_live():
@@ -739,7 +779,7 @@ class PreHistogram(_Store, _ApiHistogram):
             series[-3] += value
             if value < series[-2]:
                 series[-2] = value
-            elif value > series[-1]:
+            if value > series[-1]:  # (not elif: a touched, empty series has min inf, max -inf)
                 series[-1] = value
         else:
             with self._lock:
@@ -765,7 +805,7 @@ class PreHistogram(_Store, _ApiHistogram):
             total += value
             if value < low:
                 low = value
-            elif value > high:
+            if value > high:
                 high = value
         series[-3] += total
         series[-2], series[-1] = low, high
@@ -786,7 +826,10 @@ class PreHistogram(_Store, _ApiHistogram):
                 else:
                     rows[k] = [a + b for a, b in zip(mine[:n + 1], v[:n + 1])] + \
                         [min(mine[-2], v[-2]), max(mine[-1], v[-1])]
-        return {k: HistogramPoint(v[:n], v[n], v[n + 1], v[n + 2], self._starts.get(k, 0))
+        # An empty (touched) series reports min = max = 0, not its +/-inf starting values.
+        return {k: HistogramPoint(v[:n], v[n], v[n + 1] if v[n + 1] <= v[n + 2] else 0.0,
+                                  v[n + 2] if v[n + 1] <= v[n + 2] else 0.0,
+                                  self._starts.get(k, 0))
                 for k, v in rows.items()}
 
     def snapshot(self) -> dict[Key, Any]:
@@ -833,6 +876,29 @@ class AwaMetrics:
             store = _STORE_CLASS[entry.kind](entry)
             store._register(meter)
             setattr(self, entry.attribute_name, store)
+
+    def seed_zeros(self, queues: Sequence[str], kinds: Sequence[str]) -> None:
+        """Give every counter and up-down counter whose labels are this runtime's queues and
+        kinds and small closed sets of values (``SEEDED_VALUES``) a 0 series for each, and
+        every histogram not labelled by kind an empty one (count 0, not a 0 observation),
+        so its /metrics has them from the start ("0", not "no data", for dashboards and
+        alerts).  Histograms by kind are left out: one per kind x queue x bucket would
+        swell a big fleet's series for pairs that never run.  Gauges are set by what they
+        measure (the leader-only ones by the leader) and are left out."""
+        seedable = {ATTR_QUEUE: list(queues), ATTR_KIND: list(kinds), **SEEDED_VALUES}
+        for entry in RUNTIME_METRICS:
+            if entry.kind == "gauge" or entry.source != "runtime":
+                continue
+            if not set(entry.attributes) <= set(seedable):
+                continue
+            if entry.kind == "histogram" and ATTR_KIND in entry.attributes:
+                continue
+            store = getattr(self, entry.attribute_name)
+            for key in itertools.product(*(seedable[a] for a in entry.attributes)):
+                if isinstance(store, PreHistogram):
+                    store.touch(tuple(key))
+                else:
+                    store.inc(tuple(key), 0)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not instruments: say which exist.

@@ -7,11 +7,13 @@ of up to ``config.ENQUEUE_BATCH_SIZE`` rows with one statement.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -19,13 +21,54 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db
 from awa import metrics as awa_metrics
-from awa.job import AwaError, DatabaseError, Job, Timestamp
+from awa.job import AwaError, DatabaseError, Job, Timestamp, ValidationError
 from awa.metrics import METRICS
 from awa.storage.canonical import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
+log = logging.getLogger("awa.producer")
 
-class InsertedJobs(list):
+
+class PayloadTooLarge(ValidationError):
+    """A job's args and metadata are bigger than ``config.ENQUEUE_MAX_BYTES``."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def check_payload_sizes(batch: EnqueueBatch) -> None:
+    """Refuse a batch holding a job past ``config.ENQUEUE_MAX_BYTES`` (args + metadata as
+    stored), one line; log one line for those past ``config.ENQUEUE_WARN_BYTES``."""
+    warn_at, max_at = config.ENQUEUE_WARN_BYTES, config.ENQUEUE_MAX_BYTES
+    big: list[tuple[int, int]] = []
+    for i, (args, metadata) in enumerate(zip(batch.args, batch.metadata, strict=False)):
+        if 4 * (len(args) + len(metadata)) <= warn_at:  # at most 4 bytes a character
+            continue
+        size = len(args.encode()) + len(metadata.encode())
+        if size > max_at:
+            which = f"job {i + 1} of {len(batch.args)}" if len(batch.args) > 1 else "the job"
+            raise PayloadTooLarge(
+                f"insert refused: {which} (kind {batch.kind[i]!r}) has {_mib(size)} of args "
+                f"and metadata, over the {_mib(max_at)} limit (awa.config.ENQUEUE_MAX_BYTES); "
+                f"store the data elsewhere and pass a reference to it")
+        if size > warn_at:
+            big.append((i, size))
+    if big:
+        i, size = max(big, key=lambda b: b[1])
+        log.warning("awa: inserting %d job(s) over %s of args and metadata (largest: kind %r, "
+                    "%s); big payloads slow every read of the job (config.ENQUEUE_WARN_BYTES)",
+                    len(big), _mib(warn_at), batch.kind[i], _mib(size))
+
+
+def build_batch(jobs: Sequence[Any], **options: Any) -> EnqueueBatch:
+    """``enqueue.build_batch`` (validate and encode every row), then the size limits."""
+    batch = enqueue.build_batch(jobs, **options)
+    check_payload_sizes(batch)
+    return batch
+
+
+class InsertedJobs(list[Any]):
     """The inserted jobs; ``skipped`` counts unique duplicates left out."""
 
     skipped: int = 0
@@ -54,18 +97,37 @@ async def raise_if_unique_skipped(engine: Engine, conn: psycopg.AsyncConnection[
         raise enqueue.unique_conflict(batch.kind[0], holder)
 
 
+def as_stored(batch: EnqueueBatch, jobs: Sequence[Job[Any]]) -> None:
+    """Give each inserted job the args as stored -- the JSON object, decoded to a ``dict`` --
+    in place of the caller's object, as awa-pg 0.6.9's ``insert()`` returned them
+    (``job.args["to"]`` after an insert of a dataclass or pydantic model).
+
+    The storage layer hands back the caller's objects (``batch.originals``); a row's
+    encoding depends on its object only, so each is found by identity.
+    """
+    if not jobs:
+        return
+    stored = {id(obj): text for obj, text in zip(batch.originals, batch.args)}
+    for job in jobs:
+        job.args = json.loads(stored[id(job.args)])
+
+
 async def insert_one(engine: Engine, conn: psycopg.AsyncConnection[Any],
                      batch: EnqueueBatch) -> Job[Any]:
     """Write a one-row batch; a unique duplicate raises ``UniqueConflict``."""
     outcome = await engine.insert_batch(conn, batch)
     await raise_if_unique_skipped(engine, conn, batch, outcome)
+    as_stored(batch, outcome.jobs)
     return outcome.jobs[0]
 
 
-def inserted_jobs(outcomes: Sequence[InsertOutcome]) -> InsertedJobs:
-    """The jobs of every written chunk, in order, with the duplicates skipped counted."""
-    return InsertedJobs([job for o in outcomes for job in o.jobs],
+def inserted_jobs(batch: EnqueueBatch, outcomes: Sequence[InsertOutcome]) -> InsertedJobs:
+    """The jobs of every written chunk, in order (args as stored), with the duplicates
+    skipped counted."""
+    jobs = InsertedJobs([job for o in outcomes for job in o.jobs],
                         sum(o.skipped for o in outcomes))
+    as_stored(batch, jobs)
+    return jobs
 
 
 def _record(batch_size: int, started: float) -> None:
@@ -89,7 +151,7 @@ class ProducerMixin:
                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                      run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                      ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+        batch = build_batch([args], kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
@@ -111,11 +173,11 @@ class ProducerMixin:
                           ordering_key: bytes | str | None = None,
                           opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
         """Insert with ``unnest`` arrays, one statement per batch, all in one transaction."""
-        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
-        return await self._write(batch, copy=False)
+        return cast(InsertedJobs, await self._write(batch, copy=False))
 
     async def insert_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
                                queue: str = config.DEFAULT_QUEUE,
@@ -128,11 +190,11 @@ class ProducerMixin:
                                ordering_key: bytes | str | None = None,
                                opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
         """COPY into a staging table, then one INSERT ... SELECT returning the jobs."""
-        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
-        return await self._write(batch, copy=True)
+        return cast(InsertedJobs, await self._write(batch, copy=True))
 
     async def enqueue_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
                                 queue: str = config.DEFAULT_QUEUE,
@@ -150,11 +212,11 @@ class ProducerMixin:
         ``queue_storage_queue_stripe_count`` belongs to the queue-storage
         engine and is accepted for compatibility only.
         """
-        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
-        return await self._write(batch, copy=True, returning=False)
+        return cast(EnqueueCount, await self._write(batch, copy=True, returning=False))
 
     async def _write(self, batch: EnqueueBatch, *, copy: bool,
                      returning: bool = True) -> Any:
@@ -177,7 +239,7 @@ class ProducerMixin:
         if not returning:
             return EnqueueCount(sum(o.inserted for o in outcomes),
                                 sum(o.skipped for o in outcomes))
-        return inserted_jobs(outcomes)
+        return inserted_jobs(batch, outcomes)
 
     @staticmethod
     async def _write_chunk(engine: Engine, conn: psycopg.AsyncConnection[Any],
@@ -291,7 +353,7 @@ class Transaction:
                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                      run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                      ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = enqueue.build_batch([args], kind=kind, queue=queue, priority=priority,
+        batch = build_batch([args], kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key)
@@ -307,13 +369,13 @@ class Transaction:
                           run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                           ordering_key: bytes | str | None = None,
                           opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
-        batch = enqueue.build_batch(jobs, kind=kind, queue=queue, priority=priority,
+        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
                                     max_attempts=max_attempts, tags=tags, metadata=metadata,
                                     run_at=run_at, unique_opts=unique_opts,
                                     ordering_key=ordering_key, opts=opts)
         conn = self.connection
-        jobs = inserted_jobs([await self._engine.insert_batch(conn, chunk)
-                              for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
+        jobs = inserted_jobs(batch, [await self._engine.insert_batch(conn, chunk)
+                                     for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
         awa_metrics.record_inserted_pending(self, jobs)
         return jobs
 

@@ -88,7 +88,8 @@ def encode_args(args: Any) -> dict[str, Any]:
     try:
         # Round trip: proves it is JSON and drops tuple/str-key differences the
         # database would otherwise introduce.
-        return json.loads(json.dumps(plain, allow_nan=False))
+        decoded: dict[str, Any] = json.loads(json.dumps(plain, allow_nan=False))
+        return decoded
     except (TypeError, ValueError) as exc:
         raise _not_json(args, exc) from None
 
@@ -121,14 +122,15 @@ def decode_args(args_type: type[T] | None, data: Any) -> T:
     if args_type is None or args_type is dict or args_type is Any:
         if not isinstance(data, dict):
             raise SerializationError(f"job args must be a JSON object, got {type(data).__name__}")
-        return data  # type: ignore[return-value]
+        return data  # type: ignore[return-value]  # T is dict (or Any) on this branch
     if not isinstance(data, dict):
         raise SerializationError(f"cannot build {args_type.__name__} from "
                                  f"{type(data).__name__}: a JSON object is needed")
     validate = getattr(args_type, "model_validate", None)
     try:
         if callable(validate):
-            return validate(data)
+            validated: T = validate(data)
+            return validated
         if dataclasses.is_dataclass(args_type):
             # Fields the class does not know are dropped (as pydantic does), so a
             # producer may add a field before every worker is redeployed.

@@ -13,15 +13,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate, trace
 
 from awa import config, metrics
 from awa.job import AwaError, ValidationError
+
+if TYPE_CHECKING:  # the SDK is imported where it is used
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +41,15 @@ _lock = threading.RLock()
 
 
 # --- providers ---------------------------------------------------------------
-def _resource(service_name: str | None):
+def _resource(service_name: str | None) -> Resource:
     from opentelemetry.sdk.resources import Resource
 
     name = service_name or os.environ.get(SERVICE_NAME_ENV) or DEFAULT_SERVICE_NAME
     return Resource.create({"service.name": name})
 
 
-def _install_sdk_provider(get_provider, set_provider, sdk_class, service_name: str | None,
-                          what: str):
+def _install_sdk_provider(get_provider: Callable[[], Any], set_provider: Callable[[Any], None],
+                          sdk_class: type[Any], service_name: str | None, what: str) -> Any:
     """The global provider when it is the SDK's; installs one when none is set yet."""
     with _lock:
         current = get_provider()
@@ -58,19 +63,23 @@ def _install_sdk_provider(get_provider, set_provider, sdk_class, service_name: s
         return provider
 
 
-def _sdk_meter_provider(service_name: str | None = None):
+def _sdk_meter_provider(service_name: str | None = None) -> MeterProvider:
     from opentelemetry import metrics as otel_metrics
     from opentelemetry.sdk.metrics import MeterProvider
 
-    return _install_sdk_provider(otel_metrics.get_meter_provider, otel_metrics.set_meter_provider,
-                                 MeterProvider, service_name, "exporters")
+    provider: MeterProvider = _install_sdk_provider(
+        otel_metrics.get_meter_provider, otel_metrics.set_meter_provider, MeterProvider,
+        service_name, "exporters")
+    return provider
 
 
-def _sdk_tracer_provider(service_name: str | None = None):
+def _sdk_tracer_provider(service_name: str | None = None) -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider
 
-    return _install_sdk_provider(trace.get_tracer_provider, trace.set_tracer_provider,
-                                 TracerProvider, service_name, "span exporter")
+    provider: TracerProvider = _install_sdk_provider(
+        trace.get_tracer_provider, trace.set_tracer_provider, TracerProvider, service_name,
+        "span exporter")
+    return provider
 
 
 # --- awa's histograms: pre-aggregated, turned into histogram points by the reader ---
@@ -331,7 +340,7 @@ def current_traceparent() -> str | None:
     return carrier.get(TRACEPARENT_KEY)
 
 
-def _producer_link(job: Any) -> list:
+def _producer_link(job: Any) -> list[trace.Link]:
     metadata = getattr(job, "metadata", None) or {}
     traceparent = metadata.get(TRACEPARENT_KEY) if isinstance(metadata, dict) else None
     if not isinstance(traceparent, str):

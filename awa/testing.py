@@ -170,7 +170,8 @@ class AwaTestClient:
         return await asyncio.wrap_future(future)
 
     async def insert(self, args: Any, **kwargs: Any) -> awa.Job[Any]:
-        return await self._on_client(lambda c: c.insert(args, **kwargs))
+        job: awa.Job[Any] = await self._on_client(lambda c: c.insert(args, **kwargs))
+        return job
 
     async def migrate(self) -> None:
         await self._on_client(lambda c: c.migrate())

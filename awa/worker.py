@@ -10,24 +10,29 @@ in full before anything connects, then runs the runtime
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from awa import config
+from awa import config, descriptors
 from awa.config import QueueConfig, RateLimit, RuntimeSettings
 from awa.job import AwaError, ValidationError
 from awa.runtime.events import EVENT_NAMES, EventHooks, JobEvent
 from awa.runtime.executor import HandlerSpec
 from awa.serialization import derive_kind
+from awa.storage import check_queue_storage_schema
 
 if TYPE_CHECKING:
     from awa.client import AsyncClient
 
 T = TypeVar("T")
+# A job handler as registered: sync or async, taking the job (and a context when it asks).
+Handler = Callable[..., Any]
 
 NO_WORKERS_ERROR = "register at least one worker before starting the runtime"
-WEIGHTED_NEEDS_QUEUES_ERROR = "weighted mode requires explicit queue configs"
+WEIGHTED_NEEDS_QUEUES_ERROR = ("weighted mode requires explicit queue configs "
+                               "(global_max_workers set but queues=None)")
 
 _QUEUE_KEYS = {"name", "queue", "max_workers", "min_workers", "weight", "rate_limit",
                "deadline_duration_ms", "claim_batch_size", "poll_interval_ms", "dlq_enabled",
@@ -57,10 +62,47 @@ class HealthCheck:
 
 
 # -- configuration parsing (all errors are one-line ValidationErrors) ---------------
+# What awa-pg 0.6.9 refused, it is refused with its wording and (ValidationError being a
+# ValueError, a TypeError and an AwaError; OutOfRange also an OverflowError) its class.
+class OutOfRange(ValidationError, OverflowError):
+    """A negative or too large count where awa-pg 0.6.9 raised ``OverflowError``."""
+
+
+_U32 = 2 ** 32 - 1
+_U64 = 2 ** 64 - 1
+TUPLE_CONFIG_ERROR = "queue config must be a (name, max_workers) tuple or a dict"
+RATE_LIMIT_ERROR = "rate_limit must be a (max_rate: float, burst: int) tuple or None"
+
+
+def _count(value: Any, *, bits: int = 32) -> int:
+    """A non-negative integer as 0.6.9 extracted one (u32 counts, u64 milliseconds)."""
+    if not isinstance(value, int):
+        raise ValidationError(f"'{type(value).__name__}' object cannot be interpreted as an "
+                              f"integer")
+    if value < 0:
+        raise OutOfRange("out of range integral type conversion attempted" if bits == 32
+                         else "can't convert negative int to unsigned")
+    if value > (_U32 if bits == 32 else _U64):
+        raise OutOfRange("out of range integral type conversion attempted" if bits == 32
+                         else "int too big to convert")
+    return int(value)
+
+
 def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(f"{what} must be a positive integer, got {value!r}")
-    return value
+    """A count that must be at least 1 (0.6.9: ``<what> must be > 0``)."""
+    n = _count(value)
+    if n < 1:
+        raise ValidationError(f"{what} must be > 0")
+    return n
+
+
+def _workers(value: Any, name: str) -> int:
+    """max_workers: 0.6.9 started a queue of 0 workers, which never runs a job; refused."""
+    n = _count(value)
+    if n < 1:
+        raise ValidationError(f"queue {name!r} max_workers must be a positive integer, got "
+                              f"{value!r}")
+    return n
 
 
 def _interval_ms(value: Any, what: str) -> int:
@@ -70,20 +112,23 @@ def _interval_ms(value: Any, what: str) -> int:
 
 
 def _rate_limit(value: Any, queue: str) -> RateLimit | None:
+    """``(max_rate, burst)`` as 0.6.9 took it; burst 0 means a burst of ``ceil(max_rate)``."""
     if value is None or isinstance(value, RateLimit):
         return value
-    if isinstance(value, dict):
-        value = (value.get("max_rate"), value.get("burst", 1))
-    if (isinstance(value, (tuple, list)) and len(value) == 2
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            and value[0] > 0 and value[1] >= 1):
-        return RateLimit(float(value[0]), int(value[1]))
-    raise ValidationError(f"queue {queue!r}: rate_limit must be (max_rate > 0, burst >= 1), "
-                          f"got {value!r}")
+    if not (isinstance(value, tuple) and len(value) == 2
+            and isinstance(value[0], (int, float)) and isinstance(value[1], int)
+            and value[1] >= 0):
+        raise ValidationError(RATE_LIMIT_ERROR)
+    max_rate, burst = float(value[0]), int(value[1])
+    if not max_rate > 0.0:
+        raise ValidationError("rate_limit max_rate must be > 0.0")
+    return RateLimit(max_rate, burst or max(1, math.ceil(max_rate)))
 
 
 def _queue_name(name: Any) -> str:
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        raise ValidationError(f"'{type(name).__name__}' object is not an instance of 'str'")
+    if not name:
         raise ValidationError(f"queue name must be a non-empty string, got {name!r}")
     if len(name.encode()) > config.MAX_QUEUE_NAME_BYTES:
         raise ValidationError(f"queue name {name[:20]!r}... is longer than "
@@ -102,67 +147,72 @@ def parse_queue_configs(queues: Any, weighted: bool,
             raise ValidationError(WEIGHTED_NEEDS_QUEUES_ERROR)
         return {q: QueueConfig(q, max_workers=config.DEFAULT_MAX_WORKERS) for q in registered}
     if isinstance(queues, (str, bytes)) or not hasattr(queues, "__iter__"):
-        raise ValidationError("queues must be a list of (name, max_workers) tuples or dicts")
+        raise ValidationError(f"Can't extract `{type(queues).__name__}` to `Vec`")
     out: dict[str, QueueConfig] = {}
     for item in queues:
         if isinstance(item, QueueConfig):
             cfg = item
-        elif isinstance(item, (tuple, list)):
-            if len(item) != 2:
-                raise ValidationError(f"queue tuple must be (name, max_workers), got {item!r}")
-            name = _queue_name(item[0])
+        elif isinstance(item, tuple):
+            if len(item) != 2 or not isinstance(item[0], str) or not isinstance(
+                    item[1], int) or not 0 <= item[1] <= _U32:
+                raise ValidationError(TUPLE_CONFIG_ERROR)
             if weighted:
-                raise ValidationError(f"queue {name!r}: weighted mode (global_max_workers) "
-                                      "needs dict configs with min_workers and weight")
-            cfg = QueueConfig(name, max_workers=_positive_int(item[1], f"queue {name!r} "
-                                                                    "max_workers"))
+                raise ValidationError("tuple queue config is not supported with "
+                                      "global_max_workers; use dict form with min_workers/weight")
+            name = _queue_name(item[0])
+            cfg = QueueConfig(name, max_workers=_workers(item[1], name))
         elif isinstance(item, dict):
             cfg = _queue_from_dict(item, weighted)
         else:
-            raise ValidationError(f"queue config must be a tuple or dict, got {item!r}")
+            raise ValidationError(TUPLE_CONFIG_ERROR)
         if cfg.name in out:
-            raise ValidationError(f"queue {cfg.name!r} is configured twice")
+            raise ValidationError(f"queue {cfg.name!r} configured more than once")
         out[cfg.name] = cfg
     if not out:
-        raise ValidationError("queues is empty: give at least one queue to work on")
+        raise ValidationError("start() must configure the worker queues declared via "
+                              f"@client.worker(..., queue=...): {', '.join(registered)}")
     return out
 
 
 def _queue_from_dict(item: dict[str, Any], weighted: bool) -> QueueConfig:
+    if "name" not in item and "queue" not in item:
+        raise ValidationError("queue config dict must have 'name' key")
     unknown = set(item) - _QUEUE_KEYS
     name = _queue_name(item.get("name", item.get("queue")))
     if unknown:
         raise ValidationError(f"queue {name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
                               f"use {', '.join(sorted(_QUEUE_KEYS - {'queue'}))}")
-    kwargs: dict[str, Any] = {}
+    max_workers = item.get("max_workers")
+    min_workers = item.get("min_workers")
+    if max_workers is not None:
+        max_workers = _count(max_workers)
+    if min_workers is not None:
+        min_workers = _count(min_workers)
+    if max_workers is not None and min_workers is not None:
+        raise ValidationError("use max_workers for hard-reserved mode or min_workers for "
+                              "weighted mode, not both")
+    weight = _positive_int(item["weight"], "weight") if item.get("weight") is not None else 1
+    kwargs: dict[str, Any] = {"weight": weight}
+    # As in 0.6.9, each mode ignores the other's options: weighted mode runs on
+    # min_workers and weight (max_workers is not a cap there), hard mode on max_workers.
     if weighted:
-        if item.get("max_workers") is not None and item.get("min_workers") is None:
-            raise ValidationError(f"queue {name!r}: weighted mode (global_max_workers) uses "
-                                  "min_workers and weight, not max_workers")
-        kwargs["min_workers"] = (0 if item.get("min_workers") in (None, 0)
-                                 else _positive_int(item["min_workers"],
-                                                    f"queue {name!r} min_workers"))
-        kwargs["weight"] = _positive_int(item.get("weight", 1), f"queue {name!r} weight")
+        kwargs["min_workers"] = min_workers or 0
     else:
-        if item.get("min_workers") is not None or item.get("weight") is not None:
-            raise ValidationError(f"queue {name!r}: min_workers/weight need global_max_workers "
-                                  "(weighted mode); otherwise give max_workers")
-        kwargs["max_workers"] = _positive_int(item.get("max_workers",
-                                                       config.DEFAULT_MAX_WORKERS),
-                                              f"queue {name!r} max_workers")
+        kwargs["max_workers"] = _workers(config.DEFAULT_MAX_WORKERS if max_workers is None
+                                         else max_workers, name)
     kwargs["rate_limit"] = _rate_limit(item.get("rate_limit"), name)
     if item.get("deadline_duration_ms") is not None:
         kwargs["deadline_duration_ms"] = _interval_ms(item["deadline_duration_ms"],
                                                       f"queue {name!r} deadline_duration_ms")
     if item.get("claim_batch_size") is not None:
-        kwargs["claim_batch_size"] = _positive_int(item["claim_batch_size"],
-                                                   f"queue {name!r} claim_batch_size")
+        kwargs["claim_batch_size"] = _positive_int(item["claim_batch_size"], "claim_batch_size")
     if item.get("poll_interval_ms") is not None:
         kwargs["poll_interval_ms"] = _interval_ms(item["poll_interval_ms"],
                                                   f"queue {name!r} poll_interval_ms")
     if item.get("priority_aging_interval_ms") is not None:
-        kwargs["priority_aging_interval_ms"] = _interval_ms(
-            item["priority_aging_interval_ms"], f"queue {name!r} priority_aging_interval_ms")
+        # 0: no escalation on this queue (as in 0.6.9).
+        kwargs["priority_aging_interval_ms"] = _count(item["priority_aging_interval_ms"],
+                                                      bits=64)
     if item.get("dlq_enabled") is not None:
         if not isinstance(item["dlq_enabled"], bool):
             raise ValidationError(f"queue {name!r}: dlq_enabled must be true or false")
@@ -170,8 +220,7 @@ def _queue_from_dict(item: dict[str, Any], weighted: bool) -> QueueConfig:
     if item.get("retention") is not None:
         kwargs["retention"] = item["retention"]
     if item.get("claimers") is not None:
-        kwargs["extra"] = {"claimers": _positive_int(item["claimers"],
-                                                     f"queue {name!r} claimers")}
+        kwargs["extra"] = {"claimers": _positive_int(item["claimers"], "claimers")}
     return QueueConfig(name, **kwargs)
 
 
@@ -198,7 +247,7 @@ class WorkerMixin:
 
     # -- registration --------------------------------------------------------
     def task(self, args_type: type[T], *, kind: str | None = None,
-             queue: str = config.DEFAULT_QUEUE) -> Callable[[Callable], Callable]:
+             queue: str = config.DEFAULT_QUEUE) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of ``kind``
         (default: the snake_case of ``args_type``'s name) on ``queue``."""
         if args_type is None or not (isinstance(args_type, type) or args_type is Any):
@@ -208,7 +257,7 @@ class WorkerMixin:
         job_kind = kind or derive_kind(args_type)
         queue_name = _queue_name(queue)
 
-        def register(fn: Callable) -> Callable:
+        def register(fn: Handler) -> Handler:
             if not callable(fn):
                 raise ValidationError(f"@task must decorate a function, got {fn!r}")
             if job_kind in self._handlers and self._handlers[job_kind].fn is not fn:
@@ -222,7 +271,7 @@ class WorkerMixin:
         return register
 
     def worker(self, args_type: type[T], *, kind: str | None = None,
-               queue: str = config.DEFAULT_QUEUE) -> Callable[[Callable], Callable]:
+               queue: str = config.DEFAULT_QUEUE) -> Callable[[Handler], Handler]:
         """Deprecated spelling of ``task()`` (awa-pg 0.6.9 warned too)."""
         import warnings
         warnings.warn("client.worker() is deprecated, use client.task() instead",
@@ -308,26 +357,30 @@ class WorkerMixin:
         registered = sorted({h.queue for h in self._handlers.values()})
         queue_configs = parse_queue_configs(queues, settings.global_max_workers is not None,
                                             registered)
-        undeclared = sorted(set(getattr(self, "_queue_descriptors", {})) - set(queue_configs))
-        if undeclared:
-            raise ValidationError(f"queue_descriptor() for {', '.join(map(repr, undeclared))}, "
-                                  f"which start() does not run: describe only queues this "
-                                  f"client works on")
+        declared_queues = getattr(self, "_queue_descriptors", {})
+        undeclared = descriptors.undeclared_queue_error(declared_queues, queue_configs)
+        if undeclared is not None:
+            raise undeclared
+        descriptors.check_limits(*descriptors.catalogue(self, queue_configs))
         if settings.global_max_workers is not None:
             reserved = sum(q.min_workers or 0 for q in queue_configs.values())
             if reserved > settings.global_max_workers:
-                raise ValidationError(f"the queues' min_workers add up to {reserved}, more than "
-                                      f"global_max_workers={settings.global_max_workers}")
+                raise ValidationError(f"sum of min_workers ({reserved}) exceeds "
+                                      f"global_max_workers ({settings.global_max_workers})")
         if queue_storage_schema is not None:
             await self._check_queue_storage_schema(queue_storage_schema)
         from awa.runtime.runtime import Runtime
 
         # WorkerMixin is only ever mixed into AsyncClient.
-        runtime = Runtime(cast("AsyncClient", self), settings, queue_configs, self._handlers,
-                          self._events)
+        runtime = await Runtime.connect(cast("AsyncClient", self), settings, queue_configs,
+                                        self._handlers, self._events)
         self._runtime = runtime
         try:
             await runtime.start()
+            # Catalogued before start() returns, as awa-pg 0.6.9 did (then every snapshot tick).
+            from awa.runtime.maintenance.descriptors import sync_descriptors
+            await sync_descriptors(runtime.pool, self, runtime.instance_id,
+                                   engine=runtime.engine)
         except BaseException:
             self._runtime = None
             try:
@@ -351,12 +404,16 @@ class WorkerMixin:
         """The running ``Runtime`` (None when not started)."""
         return self._runtime
 
+    def health_listener_addr(self) -> tuple[str, int] | None:
+        """Where ``/healthz`` and ``/readyz`` listen (``health_addr`` / ``AWA_HEALTH_ADDR``;
+        port 0 resolved), or None when not started or not configured."""
+        server = getattr(self._runtime, "health_server", None)
+        return None if server is None else server.address
+
     async def _check_queue_storage_schema(self, schema: str) -> None:
         """A worker told its queue-storage schema must find the database's layout there."""
-        from awa.storage.queue_storage.schema import check_schema  # engines load on use
-
-        check_schema(schema)
-        engine = await self._get_engine()  # type: ignore[attr-defined]  # AsyncClient's
+        check_queue_storage_schema(schema)
+        engine = await cast("AsyncClient", self)._get_engine()  # only mixed into AsyncClient
         serving = getattr(engine, "schema", None) if engine.name == "queue_storage" else None
         if serving is not None and serving != schema:
             raise ValidationError(f"queue_storage_schema={schema!r}, but this database's queue "
@@ -365,7 +422,7 @@ class WorkerMixin:
 
     async def _postgres_reachable(self) -> bool:
         try:
-            await self._get_engine()  # type: ignore[attr-defined]
+            await cast("AsyncClient", self)._get_engine()
             return True
         except Exception:  # any failure to reach the database means: not connected
             return False
@@ -410,9 +467,11 @@ def build_settings(**kwargs: Any) -> RuntimeSettings:
         if name in values:
             values[name] = _interval_ms(values[name], name)
     for name in _POSITIVE_NUMBER_ARGS:
-        if name in values and (isinstance(values[name], bool)
-                               or not isinstance(values[name], (int, float))
-                               or values[name] <= 0):
+        # descriptor_retention_days=0 disables descriptor retention (0.6.9's documented use).
+        floor_ok = name == "descriptor_retention_days" and values.get(name) == 0
+        if name in values and not floor_ok and (isinstance(values[name], bool)
+                                                or not isinstance(values[name], (int, float))
+                                                or values[name] <= 0):
             raise ValidationError(f"{name} must be a positive number, got {values[name]!r}")
     for name in _BATCH_ARGS:
         if name in values:

@@ -25,9 +25,10 @@ from rich.console import Console
 from awa import config, db
 from awa.cli.options import OneLineErrors
 from awa.job import AwaError
-from awa_ops.diagnose import CHECKS, Options, run_all, run_check
+from awa_ops.diagnose import CHECKS, Options, close_primary, run_all, run_check
 from awa_ops.findings import CheckResult, Severity, to_json, worst
-from awa_ops.render import render_result, render_summary
+from awa_ops.generate_command import generate_command
+from awa_ops.render import render_all, render_result
 from awa_ops.session import OpsSession
 
 EXIT_COULD_NOT_RUN = int(Severity.ERROR)
@@ -39,6 +40,7 @@ def fail(message: str) -> None:
 
 
 RUNBOOK_BASE_URL_ENV = "AWA_RUNBOOK_BASE_URL"
+PRIMARY_URL_ENV = "AWA_PRIMARY_URL"
 CONFIG_ENV = "AWA_OPS_CONFIG"
 
 
@@ -73,7 +75,7 @@ class OpsGroup(OneLineErrors):
     error_exit_code = EXIT_COULD_NOT_RUN
 
 
-@click.group(cls=OpsGroup)
+@click.group(cls=OpsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="awa-py", prog_name="awa-ops")
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -90,21 +92,32 @@ def main(ctx: click.Context) -> None:
 @click.option("--min-age", type=click.FloatRange(min=0), metavar="SECONDS",
               help="Ignore conditions younger than this (running attempts, open transactions).")
 @click.option("--heartbeat-staleness", type=click.FloatRange(min=0.001), metavar="SECONDS",
-              default=config.HEARTBEAT_STALENESS_MS / 1000, show_default=True,
-              help="The staleness cutoff your runtimes use.")
+              help="The staleness cutoff to judge heartbeats by [default: each runtime's own, "
+                   "as its snapshot publishes it, else "
+              f"{config.HEARTBEAT_STALENESS_MS / 1000:g}].")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              help="How often runtimes heartbeat; a job is overdue only this long past its "
+                   "deadline [default: each runtime's own, else "
+              f"{config.HEARTBEAT_INTERVAL_MS / 1000:g}].")
 @click.option("--election-interval", type=click.FloatRange(min=0.001), metavar="SECONDS",
               default=config.LEADER_ELECTION_INTERVAL_MS / 1000, show_default=True,
               help="The leader_election_interval your runtimes use.")
 @click.option("--metrics-url", help="A worker's /metrics URL (enqueue batch sizes and durations).")
+@click.option("--primary-url", envvar=PRIMARY_URL_ENV,
+              help="When --database-url is a hot standby: the primary, for the checks only it "
+                   "can answer (sessions, xmin horizon, locks) [env: AWA_PRIMARY_URL].")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--watch", type=click.FloatRange(min=0.5), metavar="SECONDS",
               help="Re-run every SECONDS until interrupted.")
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence for OK findings too.")
 def diagnose(check: str, database_url: str | None, queue: str | None, min_age: float | None,
-             heartbeat_staleness: float, election_interval: float, metrics_url: str | None,
+             heartbeat_staleness: float | None, heartbeat_interval: float | None,
+             election_interval: float, metrics_url: str | None, primary_url: str | None,
              as_json: bool, watch: float | None, verbose: bool) -> None:
     options = Options(queue=queue, min_age_s=min_age, heartbeat_staleness_s=heartbeat_staleness,
-                      election_interval_s=election_interval, metrics_url=metrics_url)
+                      heartbeat_interval_s=heartbeat_interval,
+                      election_interval_s=election_interval, metrics_url=metrics_url,
+                      primary_url=primary_url or None)
     try:
         url = db.resolve_database_url(database_url)
     except AwaError as exc:
@@ -124,26 +137,31 @@ async def _diagnose(url: str, check: str, options: Options, as_json: bool, watch
         fail(db.one_line(exc))
     console = Console()
     async with session:
-        while True:
-            results = await (run_all(session, options) if check == "all"
-                             else _one(session, check, options))
-            if watch:
-                console.clear()
-            if as_json:
-                click.echo(to_json(results))
-            elif check == "all":
-                render_summary(console, results)
-                for r in results:
-                    if r.severity > Severity.OK:
-                        render_result(console, r, verbose)
-            else:
-                render_result(console, results[0], verbose)
-            code = int(worst(results))
-            if not watch:
-                return code
-            if session.conn.closed:
-                return EXIT_COULD_NOT_RUN
-            await asyncio.sleep(watch)
+        try:
+            return await _diagnose_on(session, console, check, options, as_json, watch, verbose)
+        finally:
+            await close_primary(options)
+
+
+async def _diagnose_on(session: OpsSession, console: Console, check: str, options: Options,
+                       as_json: bool, watch: float | None, verbose: bool) -> int:
+    while True:
+        results = await (run_all(session, options) if check == "all"
+                         else _one(session, check, options))
+        if watch:
+            console.clear()
+        if as_json:
+            click.echo(to_json(results))
+        elif check == "all":
+            render_all(console, results, verbose)
+        else:
+            render_result(console, results[0], verbose)
+        code = int(worst(results))
+        if not watch:
+            return code
+        if session.conn.closed:
+            return EXIT_COULD_NOT_RUN
+        await asyncio.sleep(watch)
 
 
 async def _one(session: OpsSession, check: str, options: Options) -> list[CheckResult]:
@@ -156,9 +174,11 @@ async def _one(session: OpsSession, check: str, options: Options) -> list[CheckR
 @click.option("--listen", default=config.EXPORTER_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Address to serve /metrics on.")
 @click.option("--heartbeat-staleness", type=click.FloatRange(min=0.001), metavar="SECONDS",
-              default=config.HEARTBEAT_STALENESS_MS / 1000, show_default=True,
-              help="The staleness cutoff your runtimes use.")
-def exporter(database_url: str | None, listen: str, heartbeat_staleness: float) -> None:
+              default=None,
+              help="The staleness cutoff to judge heartbeats by [default: the one each queue's "
+                   "runtimes publish, else "
+                   f"{config.HEARTBEAT_STALENESS_MS / 1000:g}s].")
+def exporter(database_url: str | None, listen: str, heartbeat_staleness: float | None) -> None:
     """Serve database-side Prometheus metrics (they keep working when every worker is dead)."""
     from awa_ops.exporter import parse_listen, serve
 
@@ -208,7 +228,7 @@ def runbook(name: str | None) -> None:
     click.echo(entry.read_text(encoding="utf-8"), nl=False)
 
 
-main.add_command(__import__("awa_ops.generate.cli", fromlist=["cli"]).generate_command)
+main.add_command(generate_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

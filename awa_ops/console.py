@@ -16,7 +16,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,13 +24,26 @@ import psycopg
 
 from awa import config, lifecycle, schema
 from awa.admin import AdminMixin
+from awa.batch import BatchMixin
 from awa.job import JOB_COLUMNS
-from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord
+from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord, Oversized, RuntimeInstance
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
 from awa_ops.fingerprint import ErrorGroup, fingerprint, group_errors
-from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE, classify_attempt, runtime_live  # noqa: F401 (re-exported for awa_tui)
+from awa_ops.queues import known_queues
+from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
+    ALIVE,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STALENESS_S,
+    LEADER_LOCK_HELD,  # a catalogue read (pg_locks)
+    ORPHANED,
+    OVERDUE,
+    STALE,
+    classify_attempt,
+    judging_timing,
+    runtime_live,
+)
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
 
@@ -85,12 +98,16 @@ class RuntimeSummary:
     shutting_down: bool
     queues: list[str]
 
-    stale_after_s: float | None = None  # the console's heartbeat staleness cutoff
+    stale_after_s: float | None = None  # the console's --stale-after (None: its own)
+    heartbeat_interval_ms: int | None = None  # its own timing, as its snapshot published it
+    heartbeat_staleness_ms: int | None = None  # (None: it did not, e.g. awa-pg 0.6.9)
 
     def live(self, now: datetime) -> bool:
-        """The rule awa-ops uses (``runtime_live``), on the console's clock."""
+        """The rule awa-ops uses (``runtime_live``), on the console's clock, with its own
+        staleness cutoff unless the console was given one."""
+        own = self.heartbeat_staleness_ms / 1000 if self.heartbeat_staleness_ms else None
         return runtime_live((now - self.last_seen_at).total_seconds(), self.snapshot_interval_ms,
-                            self.stale_after_s)
+                            self.stale_after_s if self.stale_after_s is not None else own)
 
     def serves(self, queue: str) -> bool:
         return not self.queues or queue in self.queues
@@ -114,12 +131,20 @@ class Overview:
     runtimes: list[RuntimeSummary]
     dlq_total: int
     dlq_capped: bool
+    leader_lock_held: bool = False  # someone holds the leader's advisory lock right now
 
     def live_runtimes(self) -> list[RuntimeSummary]:
         return [r for r in self.runtimes if r.live(self.now) and not r.shutting_down]
 
     def leader(self) -> RuntimeSummary | None:
-        return next((r for r in self.live_runtimes() if r.leader), None)
+        """The live runtime whose snapshot says it leads; else, while someone holds the
+        leader lock, the only live runtime (a new leader's flag reaches the registry only
+        with its next snapshot, so the lock is the earlier truth)."""
+        flagged = next((r for r in self.live_runtimes() if r.leader), None)
+        if flagged is not None or not self.leader_lock_held:
+            return flagged
+        live = self.live_runtimes()
+        return live[0] if len(live) == 1 else None
 
 
 @dataclass
@@ -137,6 +162,11 @@ class RunningAttempt:
     gone: str | None = None  # the runtime that ran it, gone (recorded, or inferred if not)
     claimed_by: str | None = None  # the instance id recorded at claim (None: not recorded)
     owner: str | None = None  # the label of the live runtime that claimed it
+    # Judged by the timing of the runtime that claimed it (else of its queue's runtimes;
+    # --stale-after overrides): stale past its cutoff, overdue past its deadline plus one
+    # heartbeat interval (awa_ops.runtimes.judging_timing).
+    stale_after_s: float = DEFAULT_STALENESS_S
+    grace_s: float = DEFAULT_INTERVAL_S
 
     def heartbeat_age(self, now: datetime) -> float | None:
         return None if self.heartbeat_at is None else (now - self.heartbeat_at).total_seconds()
@@ -147,21 +177,21 @@ class RunningAttempt:
     def deadline_remaining(self, now: datetime) -> float | None:
         return None if self.deadline_at is None else (self.deadline_at - now).total_seconds()
 
-    def status(self, now: datetime, stale_after_s: float) -> str:
+    def status(self, now: datetime) -> str:
         """Its class (awa_ops.runtimes.classify_attempt), ticking with the console's clock."""
         return classify_attempt(heartbeat_age_s=self.heartbeat_age(now),
                                 deadline_remaining_s=self.deadline_remaining(now),
-                                stale_after_s=stale_after_s, owner_gone=self.gone is not None,
-                                served=bool(self.servers))
+                                stale_after_s=self.stale_after_s, owner_gone=self.gone is not None,
+                                served=bool(self.servers), overdue_grace_s=self.grace_s)
 
-    def runtime(self, now: datetime, stale_after_s: float) -> str:
+    def runtime(self, now: datetime) -> str:
         """Who runs it: the runtime that claimed it (``host:pid``, ``(gone)`` when it
         stopped reporting); unrecorded, the live runtime(s) of its queue or the gone one that
         likely did."""
         if self.claimed_by is not None:
             return (self.owner or "?") if self.gone is None else f"{self.gone} (gone)"
         age = self.heartbeat_age(now)
-        if self.gone is not None and (not self.servers or (age or 0) > stale_after_s):
+        if self.gone is not None and (not self.servers or (age or 0) > self.stale_after_s):
             return f"{self.gone} (gone)"
         if not self.servers:
             return "none"
@@ -251,6 +281,7 @@ class JobDetail:
     in_dlq: bool
     unique_holder: dict[str, Any] | None
     runtime: ClaimingRuntime | None = None  # who claimed its current (or last) attempt
+    oversized: dict[str, Oversized] = field(default_factory=dict)  # values not fetched whole
 
 
 @dataclass
@@ -283,6 +314,7 @@ class ThroughputHistory:
         self.points = points
         self.series: dict[str, deque[float]] = {}
         self.last_until: datetime | None = None
+        self.last_totals: dict[str, int] | None = None
 
     def window(self, now: datetime, refresh_s: float) -> tuple[datetime, datetime]:
         since = self.last_until or now - timedelta(seconds=refresh_s)
@@ -295,8 +327,20 @@ class ThroughputHistory:
             line.append(completed.get(queue, 0) / seconds)
         self.last_until = until
 
+    def since_last_totals(self, totals: dict[str, int]) -> dict[str, int] | None:
+        """Completions per queue since the previous refresh's lifetime totals (None on the
+        first): exact where rows are folded away between two refreshes, as 0.6.9 does."""
+        previous, self.last_totals = self.last_totals, totals
+        if previous is None:
+            return None
+        return {q: max(n - previous.get(q, 0), 0) for q, n in totals.items()}
+
     def of(self, queue: str) -> list[float]:
         return list(self.series.get(queue, ()))
+
+    def active(self) -> list[str]:
+        """Queues that completed anything within the points kept (recent history)."""
+        return [q for q, line in self.series.items() if any(line)]
 
 
 class ConsoleReader:
@@ -307,13 +351,15 @@ class ConsoleReader:
                  count_cap: int = config.TUI_COUNT_CAP,
                  row_limit: int = config.TUI_ROW_LIMIT,
                  scan_window: int = config.TUI_SCAN_WINDOW,
-                 stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000) -> None:
+                 value_cap: int = config.TUI_VALUE_CAP_BYTES,
+                 stale_after_s: float | None = None) -> None:
         self.session = session
         self.clock = clock
         self.count_cap = count_cap
         self.row_limit = row_limit
         self.scan_window = scan_window
-        self.stale_after_s = stale_after_s
+        self.value_cap = value_cap
+        self.stale_after_s = stale_after_s  # None: each runtime's own (its snapshot's)
         self.throughput = ThroughputHistory()
         self.statements = 0  # data statements issued, for the benchmark
 
@@ -331,7 +377,8 @@ class ConsoleReader:
     async def _now(self, cur: psycopg.AsyncCursor[dict[str, Any]]) -> datetime:
         if self.clock is not None:
             return self.clock()
-        return (await self._run(cur, DB_NOW))[0]["now"]
+        now: datetime = (await self._run(cur, DB_NOW))[0]["now"]
+        return now
 
     async def check_schema(self) -> int:
         """The schema version; raises ``SchemaNotMigrated`` (saying to run `awa migrate`)."""
@@ -344,14 +391,22 @@ class ConsoleReader:
         engine = await self._engine()
         async with self.session.read() as cur:
             now = await self._now(cur)
-            queues = await self._queue_summaries(engine, now, refresh_s)
-            runtimes = await self._runtimes(engine)
+            self.statements += 1
+            instances = await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT)
+            queues = await self._queue_summaries(engine, now, refresh_s, instances)
+            # Leadership from the lock as well: a new leader's flag reaches the registry
+            # only with its next snapshot, but it holds the lock already.
+            lock = await self._run(cur, LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
+        runtimes = self._runtime_summaries(instances)
         dlq_total = sum(q.dlq for q in queues)
         dlq_capped = any(q.dlq >= self.count_cap for q in queues)
-        return Overview(now, queues, runtimes, dlq_total, dlq_capped)
+        return Overview(now, queues, runtimes, dlq_total, dlq_capped,
+                        leader_lock_held=bool(lock and lock[0]["held"]))
 
-    async def _queue_summaries(self, engine: StorageEngine, now: datetime,
-                               refresh_s: float) -> list[QueueSummary]:
+    async def _queue_summaries(self, engine: StorageEngine, now: datetime, refresh_s: float,
+                               instances: list[RuntimeInstance]) -> list[QueueSummary]:
+        """Every known queue (``awa_ops.queues.known_queues``), zeros included; completions
+        are counted for each of them, whether or not it has depth."""
         conn = self.session.conn
         by_queue: dict[str, QueueSummary] = {}
         self.statements += 1
@@ -359,10 +414,20 @@ class ConsoleReader:
             summary = by_queue.setdefault(d.queue, QueueSummary(d.queue))
             summary.depth.update(d.depth)
             summary.capped.update(d.capped - {"dlq"})
+        self.statements += 1
+        for dlq in await engine.dlq_depths_by_queue(conn, cap=self.count_cap,
+                                                    max_queues=MAX_QUEUES):
+            by_queue.setdefault(dlq.queue, QueueSummary(dlq.queue)).dlq = dlq.count
+        self.statements += 1
+        names = known_queues(holding=by_queue, descriptors=await engine.descriptors(conn),
+                             runtimes=[replace(r, last_seen_age_s=(now - r.last_seen_at)
+                                               .total_seconds()) for r in instances],
+                             recent=self.throughput.active(), limit=MAX_QUEUES)
         since, until = self.throughput.window(now, refresh_s)
         completed: dict[str, int] = {}
         self.statements += 1
-        for q in await engine.queue_details(conn, sorted(by_queue), since=since, until=until,
+        # (queue_details adds the configured queues, awa.queue_meta, to those asked for)
+        for q in await engine.queue_details(conn, names, since=since, until=until,
                                             cap=self.count_cap):
             summary = by_queue.setdefault(q.queue, QueueSummary(q.queue))
             summary.oldest_available = q.oldest_available
@@ -370,9 +435,11 @@ class ConsoleReader:
             summary.paused_by = q.paused_by
             completed[q.queue] = q.completed
         self.statements += 1
-        for dlq in await engine.dlq_depths_by_queue(conn, cap=self.count_cap,
-                                                    max_queues=MAX_QUEUES):
-            by_queue.setdefault(dlq.queue, QueueSummary(dlq.queue)).dlq = dlq.count
+        totals = await engine.completed_totals(conn)
+        if totals is not None:
+            deltas = self.throughput.since_last_totals(totals)
+            if deltas is not None:
+                completed = {q: deltas.get(q, 0) for q in completed.keys() | deltas.keys()}
         self.throughput.record(since, until, completed)
         for summary in by_queue.values():
             summary.throughput = self.throughput.of(summary.queue)
@@ -380,7 +447,10 @@ class ConsoleReader:
 
     async def _runtimes(self, engine: StorageEngine) -> list[RuntimeSummary]:
         self.statements += 1
-        instances = await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT)
+        return self._runtime_summaries(
+            await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT))
+
+    def _runtime_summaries(self, instances: list[RuntimeInstance]) -> list[RuntimeSummary]:
         return [RuntimeSummary(
             instance_id=r.instance_id, hostname=r.hostname, pid=r.pid, version=r.version,
             started_at=r.started_at, last_seen_at=r.last_seen_at,
@@ -388,7 +458,8 @@ class ConsoleReader:
             postgres_connected=r.postgres_connected, poll_loop_alive=r.poll_loop_alive,
             heartbeat_alive=r.heartbeat_alive, maintenance_alive=r.maintenance_alive,
             leader=r.leader, shutting_down=r.shutting_down, queues=list(r.queues),
-            stale_after_s=self.stale_after_s) for r in instances]
+            stale_after_s=self.stale_after_s, heartbeat_interval_ms=r.heartbeat_interval_ms,
+            heartbeat_staleness_ms=r.heartbeat_staleness_ms) for r in instances]
 
     # -- running ----------------------------------------------------------------
     async def running(self, min_age_s: float = 0.0) -> RunningSnapshot:
@@ -403,12 +474,16 @@ class ConsoleReader:
         attempts = []
         by_id = {rt.instance_id: rt for rt in runtimes}
         for r in rows:
-            live = [rt.label() for rt in runtimes
-                    if rt.live(now) and not rt.shutting_down and rt.serves(r["queue"])]
+            serving = [rt for rt in runtimes if rt.serves(r["queue"])]
+            live = [rt.label() for rt in serving if rt.live(now) and not rt.shutting_down]
             owner: str | None = None
             gone: str | None = None
+            claimer = by_id.get(r["claimed_by"]) if r["claimed_by"] is not None else None
+            timing = judging_timing(
+                [claimer] if claimer is not None else
+                [rt for rt in serving if rt.live(now)] or serving,
+                stale_after_s=self.stale_after_s)
             if r["claimed_by"] is not None:
-                claimer = by_id.get(r["claimed_by"])
                 if claimer is None:  # pruned from the registry long ago
                     gone = f"runtime {r['claimed_by'][:8]}"
                 elif claimer.live(now):
@@ -428,7 +503,8 @@ class ConsoleReader:
                 max_attempts=r["max_attempts"], run_lease=r["run_lease"],
                 attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
                 deadline_at=r["deadline_at"], servers=live, gone=gone,
-                claimed_by=r["claimed_by"], owner=owner))
+                claimed_by=r["claimed_by"], owner=owner, stale_after_s=timing.stale_after_s,
+                grace_s=timing.grace_s))
         return RunningSnapshot(now, attempts, truncated=len(rows) >= self.row_limit)
 
     # -- jobs ---------------------------------------------------------------------
@@ -448,7 +524,8 @@ class ConsoleReader:
         async with self.session.read() as cur:
             now = await self._now(cur)
             self.statements += 1
-            record = await engine.job_record(self.session.conn, job_id)
+            record = await engine.job_record(self.session.conn, job_id,
+                                             cap_bytes=self.value_cap)
             if record is None:
                 return None
             holder = None
@@ -467,7 +544,7 @@ class ConsoleReader:
                     claimer.last_seen_at = found[0].last_seen_at
         row = job_row(record)
         row["claimed_by"] = record.claimed_by
-        return JobDetail(now, row, record.in_dlq, holder, claimer)
+        return JobDetail(now, row, record.in_dlq, holder, claimer, dict(record.oversized))
 
     # -- diagnostics ---------------------------------------------------------------
     async def diagnostics(self, min_age_s: float = 0.0) -> list[CheckResult]:
@@ -531,8 +608,40 @@ def operator_name() -> str:
     return f"{config.APP_NAME_TUI} {user}@{socket.gethostname()}"
 
 
-class ConsoleActions(AdminMixin):
-    """The CLI's admin functions (awa.admin), run on the console's own session.
+# Filter-wide retry / cancel: the states each applies to (as the REST API's previews).
+RETRYABLE_STATES = ("failed", "cancelled", "waiting_external")
+CANCELLABLE_STATES = ("scheduled", "available", "running", "retryable", "waiting_external")
+
+
+@dataclass(frozen=True)
+class FilterPreview:
+    """What a filter-wide action would touch now: at most ``cap`` ids, newest first."""
+
+    ids: list[int]
+    truncated: bool
+
+
+def batch_filter(flt: JobFilter) -> dict[str, Any]:
+    """A jobs-screen filter as a batch operation's filter (awa.batch.FILTER_KEYS)."""
+    return {"state": flt.state, "kind": flt.kind, "queue": flt.queue, "tag": flt.tag}
+
+
+def describe_batch_operation(op: dict[str, Any]) -> str:
+    """One line: what an operation does, its state and its progress."""
+    spec = op["spec"]
+    what = (f"priority -> {spec['priority']}" if op["op_kind"] == "set_priority" else
+            f"queue -> {spec['queue']}" + (f" priority {spec['priority']}"
+                                            if spec.get("priority") else ""))
+    done = op["processed"] + op["skipped"] + op["errored"]
+    total = op["total_matched"]
+    flt = " ".join(f"{k}={v}" for k, v in op["filter"].items() if v) or "all jobs"
+    return (f"{str(op['id'])[:8]} {op['state']:<10} {what} [{flt}]: "
+            f"{done}/{'?' if total is None else total} ({op['processed']} changed, "
+            f"{op['skipped']} skipped, {op['errored']} errored)")
+
+
+class ConsoleActions(AdminMixin, BatchMixin):
+    """The CLI's admin functions (awa.admin, awa.batch), run on the console's own session.
 
     Each action is one bounded write transaction (``OpsSession.write``), so a
     bulk action applies to all tagged rows or to none; on a ``--read-only``
@@ -556,6 +665,58 @@ class ConsoleActions(AdminMixin):
         async with self.session.write():
             done = [i for i in ids if await self._retry_job(i) is not None]
         return _outcome("retried", done, ids, "not failed or cancelled")
+
+    async def matching_ids(self, states: tuple[str, ...], flt: JobFilter,
+                           cap: int = config.SERVE_BULK_PREVIEW_MAX) -> FilterPreview:
+        """The jobs in ``states`` the filter (state, kind, queue, tag) matches now, newest
+        first, keyset-paged in one read transaction: a filter-wide action confirms and
+        then acts on exactly these, never on what matches only later."""
+        wanted = (flt.state,) if flt.state else states
+        ids: list[int] = []
+        async with self.session.read():
+            for state in wanted:
+                before: int | None = None
+                while len(ids) <= cap:
+                    limit = min(config.SERVE_JOBS_MAX_LIMIT, cap + 1 - len(ids))
+                    page = await self.list_jobs(state=state, kind=flt.kind, queue=flt.queue,
+                                                tag=flt.tag, limit=limit, before_id=before)
+                    ids += [j.id for j in page]
+                    if len(page) < limit:
+                        break
+                    before = page[-1].id
+        ids = sorted(ids, reverse=True)
+        return FilterPreview(ids[:cap], len(ids) > cap)
+
+    async def batch_preview(self, op_kind: str, flt: JobFilter,
+                            spec: dict[str, Any]) -> tuple[int, list[int]]:
+        """How many jobs the batch operation would change now, and the first ids."""
+        async with self.session.read():
+            count, sample = await self.preview_batch_operation(op_kind, batch_filter(flt), spec)
+        return count, [j.id for j in sample]
+
+    async def batch_submit(self, op_kind: str, flt: JobFilter, spec: dict[str, Any]) -> str:
+        async with self.session.write():
+            op = await self.submit_batch_operation(op_kind, batch_filter(flt), spec,
+                                                   submitted_by=operator_name())
+        return (f"submitted batch operation {op['id']}: the workers' maintenance leader "
+                "runs it (B shows its progress)")
+
+    async def batch_operations(self, limit: int = 20) -> list[str]:
+        """The newest operations, one line each (active ones first)."""
+        async with self.session.read():
+            ops = await self.list_batch_operations(limit=limit)
+        active = [o for o in ops if o["state"] in ("pending", "scanning", "running",
+                                                   "cancelling")]
+        return [describe_batch_operation(o) for o in active + [o for o in ops
+                                                               if o not in active]]
+
+    async def batch_cancel(self, op_id: str) -> str:
+        """Cancel by id, or by a prefix of one (as the list shows them) naming exactly one."""
+        async with self.session.write():
+            known = [str(o["id"]) for o in await self.list_batch_operations(limit=1000)]
+            chosen = [i for i in known if i.startswith(op_id.strip().lower())]
+            op = await self.cancel_batch_operation(chosen[0] if len(chosen) == 1 else op_id)
+        return f"batch operation {op['id']}: cancelling (the runner stops at its next chunk)"
 
     async def pause(self, queue: str) -> str:
         async with self.session.write():

@@ -16,15 +16,20 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, lifecycle, metrics
-from awa.storage.engine import QueueDepth, RingState, RuntimeInstance, WedgedClaims
+from awa.storage.engine import RingState, RuntimeInstance
 from awa_ops.diagnose.dead_tuples import churn_query
-from awa_ops.runtimes import runtime_live
+from awa_ops.queues import CONFIGURED_QUEUES, known_queues
+from awa_ops.replication import STANDBYS_WORST
+from awa_ops.replication import STATE as REPLICATION_STATE
+from awa_ops.replication import from_row as replication_from_row
+from awa_ops.runtimes import LEADER_LOCK_HELD, judging_timing, queue_servers, runtime_live
 from awa_ops.session import OpsSession
 from awa_ops.storage import Engine, column_exists, detect_engine, storage_engine
 
@@ -38,11 +43,15 @@ DEPTH_CAP = 1_000_000
 # Runtimes read per scrape, most recently seen first: more than ever live at once.
 RUNTIME_LIMIT = 1_000
 
-TRANSACTIONS = """
+# Not counted: a leader behind a transaction pooler holds its lock in an open transaction
+# with no xid and, idle, no snapshot (awa.runtime.leader): it pins nothing.
+TRANSACTIONS = f"""
 SELECT coalesce(state, 'unknown') AS state,
        max(EXTRACT(EPOCH FROM (now() - xact_start)))::float8 AS oldest_s
 FROM pg_stat_activity
 WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+  AND NOT (application_name = '{config.APP_NAME_LEADER}' AND backend_xid IS NULL
+           AND state = 'idle in transaction')
 GROUP BY 1
 """
 HORIZON = """
@@ -67,9 +76,13 @@ SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::floa
 """
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 # Queues an operator configured (paused, sharded): known even while empty.
-QUEUE_META_QUEUES = "SELECT queue FROM awa.queue_meta ORDER BY queue LIMIT %(limit)s"
-# Per-queue series are emitted, zeros included, for at most this many known queues.
-KNOWN_QUEUE_LIMIT = 1_000
+QUEUE_META_QUEUES = CONFIGURED_QUEUES
+# Per-queue series are emitted, zeros included, for every known queue
+# (awa_ops.queues.known_queues), at most this many.
+KNOWN_QUEUE_LIMIT = config.OPS_KNOWN_QUEUE_LIMIT
+DB_NOW = "SELECT now() AS now"
+# The dlq_reason label of a queue's zero DLQ series (and of an entry without a reason).
+NO_REASON = "none"
 
 
 def _spec(name: str) -> metrics.MetricSpec:
@@ -84,14 +97,18 @@ def _family(name: str) -> tuple[GaugeMetricFamily, metrics.MetricSpec]:
 class DatabaseCollector(Collector):
     """Computes every DATABASE metric of the catalogue, per scrape."""
 
-    def __init__(self, url: str,
-                 heartbeat_staleness_s: float = config.HEARTBEAT_STALENESS_MS / 1000):
+    def __init__(self, url: str, heartbeat_staleness_s: float | None = None):
         self.url = url
+        # None: each queue's attempts are judged by the staleness its runtimes publish.
         self.staleness = heartbeat_staleness_s
         self._session: OpsSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._engine_checked_at = 0.0
+        # (database now, completions per queue) of the previous scrape, where the engine
+        # keeps lifetime totals: the rate is then their difference, exact even for
+        # completions whose rows were folded away between two scrapes.
+        self._last_totals: tuple[datetime, dict[str, int]] | None = None
 
     # --- the async core (usable directly from tests and benchmarks) --------
     async def _ensure_session(self) -> OpsSession:
@@ -132,15 +149,20 @@ class DatabaseCollector(Collector):
         # One short read-only transaction: the catalogue queries, then the job reads.
         async with session.read() as cur:
             catalogue = []
-            for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine)):
+            for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine),
+                          REPLICATION_STATE):
                 await cur.execute(query)
                 catalogue.append(await cur.fetchall())
-            txns, horizon, notify, tables = catalogue
-            running = [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue)
-                       for c in await reads.running_counts(session.conn,
-                                                           stale_after_s=self.staleness)]
+            txns, horizon, notify, tables, replication_rows = catalogue
+            standbys_worst: dict[str, Any] | None = None
+            if replication_rows and not replication_rows[0]["standby"]:
+                await cur.execute(STANDBYS_WORST)
+                standbys_worst = await cur.fetchone()
             dlq = [(d.queue, d.reason, d.count) for d in await reads.dlq_depths(session.conn)]
             runtimes = await reads.runtime_instances(session.conn, limit=RUNTIME_LIMIT)
+            running = await self._running_counts(session, reads, runtimes)
+            await cur.execute(LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
+            lock_held = bool((await cur.fetchone() or {}).get("held"))
             depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
             wedged_rows = await reads.wedged_claims(session.conn)
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
@@ -148,10 +170,21 @@ class DatabaseCollector(Collector):
             if with_meta:
                 await cur.execute(QUEUE_META_QUEUES, {"limit": KNOWN_QUEUE_LIMIT})
                 configured = [r["queue"] for r in await cur.fetchall()]
+            queues = known_queues(
+                holding=({d.queue for d in depths} | {q for q, _, _ in dlq}
+                         | {r[0] for r in running} | {w.queue for w in wedged_rows}),
+                configured=configured, descriptors=await reads.descriptors(session.conn),
+                runtimes=runtimes, limit=KNOWN_QUEUE_LIMIT)
+            await cur.execute(DB_NOW)
+            until = (await cur.fetchall())[0]["now"]
+            since = until - timedelta(seconds=config.OPS_COMPLETED_WINDOW_S)
+            details = await reads.queue_details(session.conn, queues, since=since, until=until,
+                                                cap=DEPTH_CAP)
+            totals = await reads.completed_totals(session.conn)
         out: list[Metric] = []
-        live_runtimes = [r for r in runtimes
-                         if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms, self.staleness)]
-        queues = known_queues(configured, depths, dlq, running, wedged_rows, live_runtimes)
+        live_runtimes = [r for r in runtimes if runtime_live(
+            r.last_seen_age_s, r.snapshot_interval_ms, self.staleness if self.staleness
+            is not None else judging_timing([r]).stale_after_s)]
 
         # Every known queue gets its per-queue series, zeros included: a queue whose jobs
         # all finished still has depth 0 (the dashboards' queue picker lists it, and an
@@ -168,6 +201,17 @@ class DatabaseCollector(Collector):
                 if state not in lifecycle.DEPTH_STATES:
                     depth.add_metric([queue, state], n)
             lag.add_metric([queue], (d.lag_s if d is not None else None) or 0.0)
+        completed, _ = _family("awa.db.queue.completed_rate")
+        rate_by_queue = {d.queue: d.completed / config.OPS_COMPLETED_WINDOW_S for d in details}
+        previous, self._last_totals = self._last_totals, (
+            None if totals is None else (until, totals))
+        if totals is not None and previous is not None and until > previous[0]:
+            seconds = (until - previous[0]).total_seconds()
+            rate_by_queue = {q: max(n - previous[1].get(q, 0), 0) / seconds
+                             for q, n in totals.items()}
+        for queue in queues:
+            completed.add_metric([queue], rate_by_queue.get(queue, 0.0))
+        out.append(completed)
         wedged, _ = _family("awa.db.unique.wedged")
         wedged_by_queue = {w.queue: w.wedged for w in wedged_rows}
         for queue in queues:
@@ -180,26 +224,29 @@ class DatabaseCollector(Collector):
         running_by_queue = {r[0]: r for r in running}
         for queue in queues:
             _, oldest_s, stale_n, overdue_n = running_by_queue.get(queue, (queue, 0.0, 0, 0))
-            oldest.add_metric([queue], oldest_s or 0.0)
+            oldest.add_metric([queue], max(oldest_s or 0.0, 0.0))  # clocks differ: never < 0
             stale.add_metric([queue], stale_n)
             overdue.add_metric([queue], overdue_n)
         live, _ = _family("awa.db.runtimes.live")
         leader, _ = _family("awa.db.leader.present")
         live.add_metric([], len([r for r in live_runtimes if not r.shutting_down]))
-        leader.add_metric([], 1.0 if any(r.leader for r in live_runtimes) else 0.0)
+        # The lock as well as the flags: a new leader's flag reaches the registry only with
+        # its next snapshot, while it holds the lock already.
+        leader.add_metric([], 1.0 if lock_held or any(r.leader for r in live_runtimes) else 0.0)
         dlq_depth, _ = _family("awa.db.dlq.depth")
         for queue, reason, n in dlq:
-            dlq_depth.add_metric([queue, reason or ""], n)
+            dlq_depth.add_metric([queue, reason or NO_REASON], n)
         for queue in sorted(set(queues) - {q for q, _, _ in dlq}):
-            dlq_depth.add_metric([queue, ""], 0)  # an empty DLQ is a 0, not a missing series
+            # An empty DLQ is a 0, not a missing series; no label value is ever empty.
+            dlq_depth.add_metric([queue, NO_REASON], 0)
         txn, _ = _family("awa.db.transaction.oldest_age")
         for r in txns:
-            txn.add_metric([r["state"]], r["oldest_s"] or 0.0)
+            txn.add_metric([r["state"] or "unknown"], max(r["oldest_s"] or 0.0, 0.0))
         horizon_age, _ = _family("awa.db.xmin_horizon.age")
         horizon_xids, _ = _family("awa.db.xmin_horizon.xid_age")
         for r in horizon:
             if r["age_s"] is not None:
-                horizon_age.add_metric([r["source"]], r["age_s"])
+                horizon_age.add_metric([r["source"]], max(r["age_s"], 0.0))
             horizon_xids.add_metric([r["source"]], r["xid_age"] or 0)
         dead, _ = _family("awa.db.table.dead_tuples")
         live_t, _ = _family("awa.db.table.live_tuples")
@@ -209,12 +256,36 @@ class DatabaseCollector(Collector):
             live_t.add_metric([r["relname"]], r["n_live_tup"])
             if r["last_autovacuum"] is not None:
                 vacuum_age.add_metric([r["relname"]],
-                                      time.time() - r["last_autovacuum"].timestamp())
+                                      max(time.time() - r["last_autovacuum"].timestamp(), 0.0))
         usage, _ = _family("awa.db.notification_queue.usage")
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
                 dead, live_t, vacuum_age, usage]
         out += _ring_families(rings)
+        out += _replication_families(replication_rows[0] if replication_rows else None,
+                                     standbys_worst)
+        return out
+
+    async def _running_counts(self, session: OpsSession, reads: Any,
+                              runtimes: list[RuntimeInstance]
+                              ) -> list[tuple[str, float | None, int, int]]:
+        """(queue, oldest heartbeat, stale, overdue) per queue with running attempts, each
+        queue's attempts judged by the staleness its own runtimes publish (the flag
+        overrides): one read per distinct cutoff in use, rarely more than one."""
+        if self.staleness is not None:
+            counts = await reads.running_counts(session.conn, stale_after_s=self.staleness)
+            return [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue) for c in counts]
+        by_cutoff: dict[float, list[Any]] = {}
+        first = judging_timing(runtimes).stale_after_s
+        by_cutoff[first] = await reads.running_counts(session.conn, stale_after_s=first)
+        out = []
+        for c in by_cutoff[first]:
+            cutoff = judging_timing(queue_servers(runtimes, c.queue)).stale_after_s
+            if cutoff not in by_cutoff:
+                by_cutoff[cutoff] = await reads.running_counts(session.conn,
+                                                               stale_after_s=cutoff)
+            own = next((o for o in by_cutoff[cutoff] if o.queue == c.queue), c)
+            out.append((c.queue, own.oldest_heartbeat_s, own.stale, own.overdue))
         return out
 
     async def close(self) -> None:
@@ -237,6 +308,25 @@ class DatabaseCollector(Collector):
             return future.result()
 
 
+def _replication_families(row: dict[str, Any] | None,
+                          standbys_worst: dict[str, Any] | None) -> list[Metric]:
+    """A standby's own lag; on a primary, its furthest-behind standby's (0 with none)."""
+    state = replication_from_row(row)
+    standby, _ = _family("awa.db.replication.standby")
+    standby.add_metric([], 1.0 if state.standby else 0.0)
+    lag, _ = _family("awa.db.replication.replay_lag")
+    lag_bytes, _ = _family("awa.db.replication.replay_lag_bytes")
+    source: Any = state if state.standby else None
+    lag_s = source.replay_lag_s if source else (standbys_worst or {}).get("replay_lag_s")
+    behind = (source.replay_lag_bytes if source
+              else (standbys_worst or {}).get("replay_lag_bytes"))
+    if lag_s is not None:
+        lag.add_metric([], lag_s)
+    if behind is not None:
+        lag_bytes.add_metric([], behind)
+    return [standby, lag, lag_bytes]
+
+
 def _ring_families(rings: list[RingState]) -> list[Metric]:
     """Ring position and occupancy per ring (families without samples on canonical)."""
     current, _ = _family("awa.db.ring.current_slot")
@@ -252,20 +342,6 @@ def _ring_families(rings: list[RingState]) -> list[Metric]:
         age.add_metric([r.ring], max(r.rotated_age_s, 0.0))
     return [current, generation, slots, occupied, age]
 
-def known_queues(configured: Iterable[str], depths: Iterable[QueueDepth],
-                 dlq: Iterable[tuple[str, str | None, int]],
-                 running: Iterable[tuple[str, Any, Any, Any]], wedged: Iterable[WedgedClaims],
-                 live_runtimes: Iterable[RuntimeInstance]) -> list[str]:
-    """Every queue worth a series: configured in ``queue_meta``, holding jobs (depth,
-    DLQ, running, wedged), or served by a live runtime; sorted, at most
-    ``KNOWN_QUEUE_LIMIT`` (the ones holding jobs first)."""
-    holding = ({d.queue for d in depths} | {q for q, _, _ in dlq} | {r[0] for r in running}
-               | {w.queue for w in wedged})
-    others = set(configured) | {q for r in live_runtimes for q in r.queues}
-    ordered = sorted(holding) + sorted(others - holding)
-    return sorted(ordered[:KNOWN_QUEUE_LIMIT])
-
-
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
@@ -274,8 +350,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def build_registry(url: str,
-                   heartbeat_staleness_s: float) -> tuple[CollectorRegistry, DatabaseCollector]:
+def build_registry(url: str, heartbeat_staleness_s: float | None = None
+                   ) -> tuple[CollectorRegistry, DatabaseCollector]:
     registry = CollectorRegistry(auto_describe=False)
     collector = DatabaseCollector(url, heartbeat_staleness_s)
     collector.start_loop()
@@ -287,7 +363,7 @@ def build_registry(url: str,
     return registry, collector
 
 
-def serve(url: str, host: str, port: int, heartbeat_staleness_s: float) -> None:
+def serve(url: str, host: str, port: int, heartbeat_staleness_s: float | None = None) -> None:
     from prometheus_client import start_http_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")

@@ -127,7 +127,13 @@ def plain(value: Any) -> Any:
 
 
 def to_json(results: list[CheckResult]) -> str:
+    """One shape for one check and for ``all``: ``status``, ``exit_code``, ``checks`` (one
+    object per check) and ``findings`` (every check's, each naming its ``check``); one
+    check's own fields stay at the top level too."""
+    checks = [r.to_dict() for r in results]
+    findings = [{**f, "check": c["check"]} for c in checks for f in c.get("findings") or []]
+    top = {"status": worst(results).label, "exit_code": int(worst(results)), "checks": checks,
+           "findings": findings}
     if len(results) == 1:
-        return json.dumps(results[0].to_dict(), indent=2)
-    return json.dumps({"status": worst(results).label, "exit_code": int(worst(results)),
-                       "checks": [r.to_dict() for r in results]}, indent=2)
+        top = {**checks[0], **top, "findings": checks[0].get("findings") or []}
+    return json.dumps(top, indent=2)

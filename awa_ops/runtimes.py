@@ -14,6 +14,7 @@ closest to the attempt's last heartbeat (``inferred_owner``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -79,6 +80,47 @@ async def leader_lock_held(session: OpsSession) -> bool:
     return bool(row and row["held"])
 
 
+# --- each runtime's own heartbeat timing ----------------------------------------
+
+DEFAULT_STALENESS_S = config.HEARTBEAT_STALENESS_MS / 1000
+DEFAULT_INTERVAL_S = config.HEARTBEAT_INTERVAL_MS / 1000
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The heartbeat staleness cutoff and the overdue grace (one heartbeat interval) to
+    judge an attempt by."""
+
+    stale_after_s: float
+    grace_s: float
+
+
+def judging_timing(published: Iterable[Any], *, stale_after_s: float | None = None,
+                   interval_s: float | None = None, fallback: Timing | None = None) -> Timing:
+    """The timing to judge attempts run by these runtimes (anything carrying the registry's
+    ``heartbeat_staleness_ms`` / ``heartbeat_interval_ms``): values given (flags) override;
+    else the largest the runtimes published (a job they run is only stale by the most
+    patient of their cutoffs); else ``fallback``, else the config defaults (a runtime that
+    publishes none, e.g. awa-pg 0.6.9)."""
+    published = list(published)
+    staleness = [r.heartbeat_staleness_ms for r in published if r.heartbeat_staleness_ms]
+    intervals = [r.heartbeat_interval_ms for r in published if r.heartbeat_interval_ms]
+    fallback = fallback or Timing(DEFAULT_STALENESS_S, DEFAULT_INTERVAL_S)
+    return Timing(
+        stale_after_s if stale_after_s is not None
+        else max(staleness) / 1000 if staleness else fallback.stale_after_s,
+        interval_s if interval_s is not None
+        else max(intervals) / 1000 if intervals else fallback.grace_s)
+
+
+def queue_servers(instances: list[RuntimeInstance], queue: str) -> list[RuntimeInstance]:
+    """The runtimes that serve ``queue`` (an empty queue list serves any), live ones first
+    considered: when none is live, every registered one that served it."""
+    serving = [r for r in instances if not r.queues or queue in r.queues]
+    live = [r for r in serving if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms)]
+    return live or serving
+
+
 # --- the one running-attempt classifier ---------------------------------------
 
 # Running-attempt classes, worst first.
@@ -90,15 +132,18 @@ REPORT_NAMES = {OVERDUE: "deadline overdue", ORPHANED: "orphaned", STALE: "stale
 
 
 def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: float | None,
-                     stale_after_s: float, owner_gone: bool, served: bool) -> str:
+                     stale_after_s: float, owner_gone: bool, served: bool,
+                     overdue_grace_s: float = 0.0) -> str:
     """The class of a running attempt.
 
-    overdue: past its hard deadline (deadline rescue takes it); orphaned: its
+    overdue: past its hard deadline by more than ``overdue_grace_s`` (one heartbeat
+    interval: the runtime ends an attempt at its deadline on its next beat, so a job
+    a moment past it is not news; deadline rescue takes it); orphaned: its
     heartbeat is stale and a runtime that served its queue is gone, or no live
     runtime serves the queue at all; stale: heartbeat older than the cutoff
     while its runtime lives; alive otherwise.
     """
-    if deadline_remaining_s is not None and deadline_remaining_s < 0:
+    if deadline_remaining_s is not None and deadline_remaining_s < -overdue_grace_s:
         return OVERDUE
     stale = heartbeat_age_s is not None and heartbeat_age_s > stale_after_s
     if (stale and owner_gone) or not served:
@@ -148,6 +193,15 @@ class Runtime:
         return self.age_s > self.interval_s + SNAPSHOT_SLACK_S
 
     @property
+    def heartbeat_staleness_ms(self) -> int | None:
+        """Its own staleness cutoff, as its snapshot published it (None: it did not)."""
+        return self.row.get("heartbeat_staleness_ms")
+
+    @property
+    def heartbeat_interval_ms(self) -> int | None:
+        return self.row.get("heartbeat_interval_ms")
+
+    @property
     def draining(self) -> bool:
         """Stopping cleanly (``shutting_down``): finishing its jobs, claiming no more."""
         return bool(self.row["shutting_down"])
@@ -169,13 +223,33 @@ class Runtime:
         where = f"{host}:{pid}" if host else f"pid {pid if pid is not None else '?'}"
         return f"{where} ({self.instance_id[:8]})"
 
+    @property
+    def status(self) -> str:
+        """``live``, ``draining`` (stopping cleanly), ``stopped`` (shut down cleanly: its
+        last snapshot said so) or ``gone`` (vanished: crash, OOM kill, SIGKILL)."""
+        if self.live:
+            return "draining" if self.draining else "live"
+        return "stopped" if self.draining else "gone"
+
+    def bad_flags(self) -> list[str]:
+        flags = ["healthy", "postgres_connected", "poll_loop_alive", "heartbeat_alive"]
+        if self.leader:
+            flags.append("maintenance_alive")
+        return [f for f in flags if not self.row[f]]
+
     def evidence(self) -> dict[str, Any]:
-        keep = ("instance_id", "hostname", "pid", "last_seen_at", "healthy", "postgres_connected",
-                "poll_loop_alive", "heartbeat_alive", "maintenance_alive", "leader",
-                "shutting_down")
-        out = {k: self.row[k] for k in keep}
-        out["last_seen_age_s"] = round(self.age_s, 1)
-        out["live"] = self.live
+        """One compact row: who, whether it lives, and -- only while it does -- its flags
+        and leadership (a dead runtime's last flags are history, not news)."""
+        out: dict[str, Any] = {"runtime": self.label(), "status": self.status,
+                               "last_seen_age_s": round(max(self.age_s, 0.0), 1)}
+        if self.live:
+            bad = self.bad_flags()
+            out["flags"] = "ok" if not bad else " ".join(f"!{f}" for f in bad)
+            out["leader"] = self.leader
+        else:
+            out["flags"] = "-"
+            out["leader"] = "was leader" if self.leader else "-"
+        out["instance_id"] = self.instance_id
         return out
 
 

@@ -1,4 +1,4 @@
-"""The only way the ops layer talks to a database (DESIGN §8).
+"""The only way the ops layer talks to a database (docs/architecture.md §10).
 
 Every read runs in its own short ``READ ONLY`` transaction with
 ``statement_timeout`` and ``lock_timeout`` set locally, under an
@@ -48,12 +48,18 @@ class OpsSession:
                    read_only: bool = False,
                    statement_timeout_ms: int = config.OPS_STATEMENT_TIMEOUT_MS,
                    lock_timeout_ms: int = config.OPS_LOCK_TIMEOUT_MS) -> OpsSession:
-        conn = await db.connect(url, application_name)
+        conn = await db.connect(url, application_name, pooled=True)
+        # Through a transaction pooler (PgBouncer) the session is not ours: nothing is
+        # prepared server-side, and read-only is set per transaction instead of on a
+        # server connection the pooler hands to others next.
+        pooled = (await db.server_identity(conn)).pooled
+        if not pooled:
+            conn.prepare_threshold = db.DEFAULT_PREPARE_THRESHOLD
         # Numbers at the SQL boundary: a bare EXTRACT(EPOCH ...) is numeric, and a Decimal
         # next to a float is a TypeError in the middle of an incident.  Every numeric
         # this layer reads is an age, a ratio or a count: a float.
         conn.adapters.register_loader("numeric", FloatLoader)
-        if read_only:
+        if read_only and not pooled:
             await conn.execute("SET default_transaction_read_only = on")
         return cls(conn, url, statement_timeout_ms, lock_timeout_ms, read_only)
 
@@ -69,6 +75,8 @@ class OpsSession:
     async def write(self) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
         """An operator action; still bounded by the timeouts, refused when read-only."""
         async with self.conn.transaction():
+            if self.read_only:  # PostgreSQL refuses the write, pooler or not
+                await self.conn.execute("SET TRANSACTION READ ONLY")
             await self._set_timeouts()
             async with self.conn.cursor(row_factory=dict_row) as cur:
                 yield cur
@@ -95,10 +103,12 @@ class OpsSession:
     async def _set_timeouts(self) -> None:
         await self.conn.execute(
             # Parallel workers would only add start-up latency and load to these
-            # small index-backed reads.
+            # small index-backed reads; so would JIT, whose cost estimate the queue-storage
+            # ``awa.jobs`` view inflates: it compiled for 3 s before an empty read.
             "SELECT set_config('statement_timeout', %s, true),"
             " set_config('lock_timeout', %s, true),"
-            " set_config('max_parallel_workers_per_gather', '0', true)",
+            " set_config('max_parallel_workers_per_gather', '0', true),"
+            " set_config('jit', 'off', true)",
             (f"{self.statement_timeout_ms}ms", f"{self.lock_timeout_ms}ms"))
 
     async def close(self) -> None:

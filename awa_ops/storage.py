@@ -27,12 +27,15 @@ QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"
 
-# Tables that move with the queue-storage schema; everything else the seed
-# names (runtime_instances, queue_meta, descriptors...) stays in ``awa``.
+# The tables of our queue-storage layout (awa/schema/queue_storage.sql) that move with its
+# schema; everything else the seed names (runtime_instances, queue_meta, descriptors...)
+# stays in ``awa``.
 QUEUE_STORAGE_TABLES = ("leases", "lease_claims", "lease_claim_closures",
                         "lease_claim_closure_batches", "attempt_state", "deferred_jobs",
-                        "ready_entries", "done_entries", "ready_segments", "ready_tombstones",
-                        "queue_terminal_count_deltas", "job_id_seq")
+                        "ready_entries", "done_entries", "ready_tombstones")
+# Relations only the Rust-core awa 0.6's queue-storage layout has (ours has none of them): the
+# guide's queries name them, and they are read on a database that layout serves.
+RUST_CORE_QUEUE_STORAGE_TABLES = ("ready_segments", "queue_terminal_count_deltas", "job_id_seq")
 
 PROBE = load_sql("engine_probe")
 ACTIVE_SCHEMA = load_sql("active_queue_storage_schema")
@@ -69,7 +72,7 @@ class Engine:
 
 async def detect_engine(session: OpsSession) -> Engine:
     """The engine in use, asked once per session."""
-    cached = session.cache.get("engine")
+    cached: Engine | None = session.cache.get("engine")
     if cached is not None:
         return cached
     probe = await session.fetch_one(PROBE)
@@ -111,7 +114,7 @@ async def storage_engine(session: OpsSession) -> StorageEngine:
     Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
     every read there is of that layout, and every write is refused.
     """
-    cached = session.cache.get("storage_engine")
+    cached: StorageEngine | None = session.cache.get("storage_engine")
     if cached is None:
         cached = read_engine_for(await describe_layout(session.conn))
         session.cache["storage_engine"] = cached
@@ -126,7 +129,8 @@ def literal(value: Any) -> str:
     return sql.Literal(value).as_string(None)
 
 
-_QUALIFIED = re.compile(r"\bawa\.(" + "|".join(QUEUE_STORAGE_TABLES) + r")\b")
+_QUALIFIED = re.compile(
+    r"\bawa\.(" + "|".join(QUEUE_STORAGE_TABLES + RUST_CORE_QUEUE_STORAGE_TABLES) + r")\b")
 
 
 def render(name: str, *, schema: str = CONTROL_SCHEMA, literals: dict[str, Any] | None = None,
@@ -147,7 +151,8 @@ async def relation_exists(session: OpsSession, qualified: str) -> bool:
     if key not in session.cache:
         row = await session.fetch_one(RELATION_EXISTS, (qualified,))
         session.cache[key] = bool(row and row["present"])
-    return session.cache[key]
+    present: bool = session.cache[key]
+    return present
 
 
 async def column_exists(session: OpsSession, schema: str, table: str, column: str) -> bool:
@@ -156,4 +161,5 @@ async def column_exists(session: OpsSession, schema: str, table: str, column: st
         row = await session.fetch_one(load_sql("column_exists"),
                                       {"schema": schema, "table": table, "column": column})
         session.cache[key] = bool(row and row["present"])
-    return session.cache[key]
+    present: bool = session.cache[key]
+    return present

@@ -21,6 +21,7 @@ from typing import Any, cast
 import click
 import psycopg
 from psycopg import errors as pg_errors
+from rich.markup import escape
 from textual._files import generate_datetime_filename
 from textual.app import App
 from textual.binding import Binding
@@ -28,8 +29,11 @@ from textual.timer import Timer
 from textual.worker import WorkType
 
 from awa import config, db
+from awa.cli.options import OneLineCommand
 from awa.job import AwaError, DatabaseError, SchemaNotMigrated
 from awa_ops.console import ConsoleActions, ConsoleReader, JobFilter
+from awa_ops.replication import CACHE_KEY as REPLICATION_CACHE_KEY
+from awa_ops.replication import ReplicationState, replication_state
 from awa_ops.session import OpsSession
 from awa_tui.screens.base import MUTATING_ACTIONS, ConsoleScreen
 from awa_tui.screens.detail import JobDetailScreen
@@ -42,6 +46,13 @@ from awa_tui.screens.running import RunningScreen
 
 REFRESH_STEPS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 Action = Callable[[ConsoleActions], Awaitable[str]]
+# A filter-wide action's preview: (question, action), or (notice, None) when nothing to do.
+Preview = Callable[[ConsoleActions], Awaitable[tuple[str, Action | None]]]
+BATCH_HELP = """
+
+Start one from the Jobs screen: filter it, then b (set a priority or move to a queue);
+cancel one with x on the Jobs screen and its id (or the first characters shown here).
+The workers' maintenance leader runs them in chunks; what changed stays changed."""
 
 GLOBAL_HELP = """
 [b]Everywhere[/b]
@@ -57,6 +68,8 @@ functions as the `awa` CLI, ask before they change anything, and are refused
 by the database itself when the console runs with --read-only.
 """
 READ_ONLY = "not available: the console is read-only (--read-only)"
+READ_ONLY_STANDBY = ("not available: the console is read-only (a hot standby; point it at the "
+                     "primary to act)")
 
 
 def _ids(ids: list[int]) -> str:
@@ -73,7 +86,7 @@ def describe_database(url: str) -> str:
     return f"{parts.get('dbname', '?')}@{parts.get('host', 'localhost')}"
 
 
-class AwaConsole(App):
+class AwaConsole(App[None]):
     CSS_PATH = "awa_tui.tcss"
     TITLE = "awa-tui"
     MODES = {"overview": OverviewScreen, "running": RunningScreen, "jobs": JobsScreen,
@@ -94,7 +107,7 @@ class AwaConsole(App):
 
     def __init__(self, database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
                  read_only: bool = False, min_age_s: float = 0.0,
-                 stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000,
+                 stale_after_s: float | None = None,
                  clock: Callable[[], datetime] | None = None, label: str | None = None,
                  live: bool = True, exit_after_s: float | None = None) -> None:
         super().__init__()
@@ -103,11 +116,13 @@ class AwaConsole(App):
         self.refresh_s = refresh_s
         self.read_only = read_only
         self.min_age_s = min_age_s
-        self.stale_after_s = stale_after_s
+        self.stale_after_s = stale_after_s  # None: each runtime's own, as it publishes it
         self.clock = clock
         self.label = label or describe_database(database_url)
         self.live = live
         self.session: OpsSession | None = None
+        # Primary or hot standby (and the standby's lag), read at connect and each refresh.
+        self.replication: ReplicationState | None = None
         self.actions: ConsoleActions | None = None
         self.reader = ConsoleReader(None, clock=clock, stale_after_s=stale_after_s)  # type: ignore[arg-type]
         self.problem: str | None = None
@@ -190,6 +205,8 @@ class AwaConsole(App):
             if self.session is None:
                 await self._connect()
             result = await fetch(self.reader)
+            if self.replication is not None and self.replication.standby and self.session:
+                self.replication = await replication_state(self.session, fresh=True)
         except SchemaNotMigrated as exc:
             self.problem = f"{db.one_line(exc)} — checking again every {self._every()}"
             await self._disconnect()
@@ -220,6 +237,19 @@ class AwaConsole(App):
     async def _connect(self) -> None:
         session = await OpsSession.open(self.database_url, application_name=config.APP_NAME_TUI,
                                         read_only=self.read_only)
+        try:
+            self.replication = await replication_state(session)
+            if self.replication.standby and not self.read_only:
+                # A standby refuses every write: the console is read-only on its own.
+                await session.close()
+                self.read_only = True
+                session = await OpsSession.open(self.database_url,
+                                                application_name=config.APP_NAME_TUI,
+                                                read_only=True)
+                session.cache[REPLICATION_CACHE_KEY] = self.replication
+        except BaseException:
+            await session.close()
+            raise
         self.reader.session = session
         try:
             await self.reader.check_schema()
@@ -249,21 +279,29 @@ class AwaConsole(App):
         if not self.findings:
             return None
         worst = max(r.severity for r in self.findings)
-        return worst.label.upper()
+        label: str = worst.label.upper()
+        return label
 
     # -- status ------------------------------------------------------------------
     def _every(self) -> str:
         return f"{self.refresh_s:g}s"
 
     def status_text(self, title: str) -> str:
-        parts = [f"[b]awa-tui[/b] {title}", self.label, f"every {self._every()}"]
+        # What must survive an 80-column terminal comes first: the modes, then the data's
+        # age; the database label and the cadence last (they are cut first).
+        parts = [f"[b]awa-tui[/b] {title}"]
+        if self.read_only:
+            parts.append("[b reverse] READ-ONLY [/]")
+        if self.frozen:
+            parts.append("[b reverse] FROZEN [/]")
         if self.anchor is not None or self.clock is not None:
             parts.append("updated " + self.display_now().astimezone(UTC)
                          .strftime("%H:%M:%S UTC"))
-        if self.frozen:
-            parts.append("[b reverse] FROZEN [/]")
-        if self.read_only:
-            parts.append("[b reverse] READ-ONLY [/]")
+        if self.replication is not None and self.replication.standby:
+            lag = self.replication.replay_lag_s
+            parts.append("[b reverse] STANDBY [/] replay lag "
+                         + ("unknown" if lag is None else f"{lag:.1f}s"))
+        parts += [self.label, f"every {self._every()}"]
         return " │ ".join(parts)
 
     def sync_screen(self) -> None:
@@ -275,6 +313,11 @@ class AwaConsole(App):
         self.sync_screen()
 
     # -- navigation ----------------------------------------------------------------
+    def switch_mode(self, mode: str) -> Any:
+        """A notice is about the screen it was said on: a new screen starts without it."""
+        self.notice = ""
+        return super().switch_mode(mode)
+
     def action_help(self) -> None:
         screen = self.screen
         if isinstance(screen, ConsoleScreen):
@@ -295,7 +338,8 @@ class AwaConsole(App):
     def refused_read_only(self, description: str) -> bool:
         """True (and one line saying so) when the console is read-only: nothing is asked."""
         if self.read_only:
-            self.say(f"{description}: {READ_ONLY}")
+            standby = self.replication is not None and self.replication.standby
+            self.say(f"{description}: {READ_ONLY_STANDBY if standby else READ_ONLY}")
         return self.read_only
 
     def action_jump(self) -> None:
@@ -358,13 +402,23 @@ class AwaConsole(App):
 
     async def perform(self, description: str, action: Action) -> None:
         """Run one action under the session lock; its outcome becomes the notice line."""
+        outcome = await self._guarded(description, action)
+        if outcome is not None:
+            self.notice = outcome
+        self.sync_screen()
+        await self.refresh_now()
+
+    async def _guarded(self, description: str,
+                       call: Callable[[ConsoleActions], Awaitable[Any]]) -> Any:
+        """``call`` under the session lock; on a failure the notice says so (one line)
+        and None comes back."""
         assert self.db_lock is not None
         async with self.db_lock:
             try:
                 if self.session is None:
                     await self._connect()
                 assert self.actions is not None
-                self.notice = await action(self.actions)
+                return await call(self.actions)
             except pg_errors.ReadOnlySqlTransaction as exc:
                 self.notice = f"{description} refused by the read-only session: {db.one_line(exc)}"
             except AwaError as exc:
@@ -376,8 +430,40 @@ class AwaConsole(App):
                     await self._disconnect()
                 else:  # e.g. lock_timeout behind a long transaction: nothing was changed
                     self.notice = f"{description} failed, nothing changed: {db.one_line(exc)}"
-        self.sync_screen()
-        await self.refresh_now()
+        return None
+
+    def preview_then_confirm(self, description: str, preview: Preview) -> None:
+        """Read what a filter-wide action would touch, ask with that in the question, then
+        act on exactly what was previewed (``preview`` returns the question and the action,
+        or a notice and None when there is nothing to do)."""
+        if self.refused_read_only(description):
+            return
+
+        async def run() -> None:
+            found = await self._guarded(f"{description} preview", preview)
+            if found is None:
+                self.sync_screen()
+                return
+            question, action = found
+            if action is None:
+                self.say(question)
+            else:
+                self.confirm_then(question, description, action)
+
+        self.run_worker(run(), group="action")
+
+    def show_batch_operations(self) -> None:
+        """The newest batch operations and their progress, in a box (B again refreshes)."""
+        async def run() -> None:
+            lines = await self._guarded("batch operations", lambda a: a.batch_operations())
+            if lines is None:
+                self.sync_screen()
+                return
+            # Indented: kept as written (not reflowed); escaped: a filter is not markup.
+            text = "\n".join(f"  {escape(line)}" for line in lines) or "no batch operations"
+            self.push_screen(HelpScreen("Batch operations (newest first)", text + BATCH_HELP))
+
+        self.run_worker(run(), group="action")
 
     def confirm_cancel(self, ids: list[int]) -> None:
         self.confirm_then(f"Cancel job(s) {_ids(ids)}? Running handlers are told to stop.",
@@ -401,6 +487,12 @@ class AwaConsole(App):
                           lambda a: a.dlq_move(queue, reason))
 
 
+# Set by textual-serve (`awa serve`) for the console it runs per browser over pipes.
+WEB_DRIVER_ENV = "TEXTUAL_DRIVER"
+NOT_A_TERMINAL = ("standard output is not a terminal (piped or redirected): awa-tui draws a "
+                  "live screen; for text use `awa queue stats` or `awa-ops diagnose all "
+                  "--watch 5`")
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -416,13 +508,20 @@ def parse_seconds(value: str, option: str) -> float:
 
 def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
             read_only: bool = False, min_age_s: float = 0.0, exit_after_s: float | None = None,
-            stale_after_s: float = config.HEARTBEAT_STALENESS_MS / 1000) -> None:
+            stale_after_s: float | None = None) -> None:
     """Run the console in this terminal (``awa serve`` runs this same function per browser)."""
     AwaConsole(database_url, refresh_s=refresh_s, read_only=read_only, min_age_s=min_age_s,
                stale_after_s=stale_after_s, exit_after_s=exit_after_s).run()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+class TuiCommand(OneLineCommand):
+    """`awa-tui`'s mistakes are one ``error:`` line; a database it cannot reach exits 3."""
+
+    error_exit_code = 3
+
+
+@click.command(cls=TuiCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="awa-py", prog_name="awa-tui")
 @click.option("--database-url", default=None, metavar="URL",
               help="PostgreSQL URL (default: $DATABASE_URL, else the embedded server).")
 @click.option("--refresh", "refresh", default=str(config.TUI_REFRESH_SECONDS), metavar="SECONDS",
@@ -431,25 +530,30 @@ def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,
               help="Open a read-only database session: actions are refused by PostgreSQL.")
 @click.option("--min-age", "min_age", default="0", metavar="SECONDS",
               help="Running screen: hide attempts younger than this (e.g. 30s, 5m).")
-@click.option("--stale-after", "stale_after", metavar="SECONDS",
-              default=str(config.HEARTBEAT_STALENESS_MS / 1000), show_default=True,
-              help="Heartbeat age after which a running attempt shows as stale.")
+@click.option("--stale-after", "stale_after", metavar="SECONDS", default=None,
+              help="Heartbeat age after which a running attempt shows as stale "
+                   "[default: each runtime's own, as its snapshot publishes it, else "
+                   f"{config.HEARTBEAT_STALENESS_MS / 1000:g}s].")
 def main(database_url: str | None, refresh: str, read_only: bool, min_age: str,
-         stale_after: str) -> None:
+         stale_after: str | None) -> None:
     """awa-tui: the live console for an awa database."""
     refresh_s = parse_seconds(refresh, "--refresh")
     if not config.TUI_MIN_REFRESH_SECONDS <= refresh_s <= config.TUI_MAX_REFRESH_SECONDS:
         raise click.BadParameter(
             f"must be between {config.TUI_MIN_REFRESH_SECONDS:g} and "
             f"{config.TUI_MAX_REFRESH_SECONDS:g} seconds", param_hint="--refresh")
+    min_age_s = parse_seconds(min_age, "--min-age")
+    stale_after_s = None if stale_after is None else parse_seconds(stale_after, "--stale-after")
+    if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
+        # Piped or redirected, the live screen would be control codes in a file.
+        raise click.UsageError(NOT_A_TERMINAL)
     try:
         url = db.resolve_database_url(database_url)
     except AwaError as exc:
         click.echo(f"awa-tui: {db.one_line(exc)}", err=True)
         sys.exit(3)
-    run_app(url, refresh_s=refresh_s, read_only=read_only,
-            min_age_s=parse_seconds(min_age, "--min-age"),
-            stale_after_s=parse_seconds(stale_after, "--stale-after"))
+    run_app(url, refresh_s=refresh_s, read_only=read_only, min_age_s=min_age_s,
+            stale_after_s=stale_after_s)
 
 
 if __name__ == "__main__":  # pragma: no cover

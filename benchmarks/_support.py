@@ -5,17 +5,27 @@ DATABASE_URL, else the local PostgreSQL at 127.0.0.1:5432.  Most benchmarks
 measure in a scratch database (created, migrated, dropped afterwards); the
 big ones (ops.py, tui.py) build a named database once and reuse it, because
 filling a million rows takes minutes.
+
+A benchmark can also measure another build of awa -- a git ref of this repository --
+beside this checkout's (``baseline_build``): the ref's tree in a cached virtualenv under
+``~/.cache/awa-bench/<sha>``, and ``import awa`` in a benchmark run under that venv's python
+with ``AWA_BENCH_CODE`` set to the tree (``Build.env``) is that ref's awa, while the
+measuring code stays this checkout's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
+import io
 import math
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -26,8 +36,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from any checkout
-    sys.path.insert(0, str(ROOT))
+# The tree ``import awa`` is to come from: this checkout, or a baseline build's
+# (``Build.env``); the benchmark scripts themselves are always this checkout's.
+CODE_ENV = "AWA_BENCH_CODE"
+CODE = os.environ.get(CODE_ENV) or str(ROOT)
+if CODE not in sys.path:  # run as `python benchmarks/x.py` from any checkout
+    sys.path.insert(0, CODE)
 
 from awa import storage  # noqa: E402 (after the sys.path line above)
 
@@ -65,11 +79,25 @@ def create_database(admin: str, name: str, engine: str | None = None) -> str:
     url = make_conninfo(admin, dbname=name)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            storage.migrate_sync(conn, engine)
+            migrate(conn, engine)
     except BaseException:
         drop_database(admin, name)
         raise
     return url
+
+
+def migrate(conn: psycopg.Connection, engine: str | None) -> None:
+    """Lay ``conn``'s database out for ``engine`` with the awa being measured: a baseline
+    build from before the storage engines (no ``storage.migrate_sync``) knows only the
+    canonical layout, through ``awa.schema.migrate_sync``."""
+    if hasattr(storage, "migrate_sync"):
+        storage.migrate_sync(conn, engine)
+        return
+    if engine not in (None, "canonical"):
+        raise SystemExit(f"the awa of {CODE} has no storage engine {engine!r}: it predates "
+                         "the engines and lays out the canonical tables only")
+    from awa import schema
+    schema.migrate_sync(conn)
 
 
 def recreate_database(admin: str, name: str, engine: str | None = None) -> str:
@@ -80,9 +108,11 @@ def recreate_database(admin: str, name: str, engine: str | None = None) -> str:
 
 @contextlib.contextmanager
 def scratch_database(prefix: str = "awa_bench", engine: str | None = None) -> Iterator[str]:
-    """A fresh migrated database for one benchmark run, dropped however the run ends."""
+    """A fresh migrated database for one benchmark run, dropped however the run ends
+    (``AWA_BENCH_DB_PREFIX``, when set, goes before its name: whose benchmark it is, on
+    a server several people share)."""
     admin = admin_url()
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    name = f"{os.environ.get('AWA_BENCH_DB_PREFIX', '')}{prefix}_{uuid.uuid4().hex[:8]}"
     url = create_database(admin, name, engine)
     try:
         yield url
@@ -255,3 +285,83 @@ async def read_body(receive) -> bytes:
         raw += message.get("body", b"")
         if not message.get("more_body"):
             return raw
+
+
+# --- baseline builds: another git ref of this repository, measured beside this checkout --
+BENCH_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "awa-bench"
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One build of awa a benchmark runs: its label, its python, the tree its ``awa`` is."""
+
+    label: str
+    python: str
+    code: str | None = None  # None: this checkout
+
+    def env(self) -> dict[str, str]:
+        """The environment a benchmark process of this build runs in."""
+        env = {k: v for k, v in os.environ.items() if k != CODE_ENV}
+        if self.code is not None:
+            env[CODE_ENV] = self.code
+        return env
+
+
+CURRENT = Build("current", sys.executable)
+
+
+def resolve_ref(ref: str) -> str:
+    """The commit sha of a git ref of this repository (a sha, a branch, ``HEAD~3``...)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
+                           f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--baseline {ref}: not a commit of {ROOT}")
+    return done.stdout.strip()
+
+
+def baseline_build(ref: str) -> Build:
+    """The build of git ref ``ref``: its tree (``git archive``) and a virtualenv with that
+    tree installed (``pip install -e``, its own dependencies), made once per commit under
+    ``~/.cache/awa-bench/<sha>`` and reused; a file lock keeps two benchmarks from building
+    the same one at once."""
+    sha = resolve_ref(ref)
+    home = BENCH_CACHE / sha
+    src, venv = home / "src", home / "venv"
+    marker = home / ".installed"
+    if not marker.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        with open(home / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not marker.exists():
+                print(f"building the baseline {ref} ({sha[:12]}) in {home} ...", flush=True)
+                archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha],
+                                         capture_output=True, check=True).stdout
+                if src.exists():
+                    subprocess.run(["rm", "-rf", str(src)], check=True)
+                with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                    tar.extractall(src, filter="data")
+                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+                with open(home / "pip.log", "w") as log:  # the index's chatter, kept aside
+                    pip = subprocess.run(
+                        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                         "--disable-pip-version-check", "-e", str(src)],
+                        stdout=log, stderr=subprocess.STDOUT, timeout=900)
+                if pip.returncode != 0:
+                    raise SystemExit(f"installing {ref} failed; see {home / 'pip.log'}")
+                marker.write_text(f"{ref}\n")
+    return Build(ref, str(venv / "bin" / "python"), str(src))
+
+
+def tree_build(ref: str) -> Build:
+    """Git ref ``ref``'s ``awa/`` tree, extracted once under ``~/.cache/awa-bench/trees/<sha>``,
+    run on this checkout's python and venv (``CODE_ENV`` puts the tree first on the path):
+    no install, so a bisect costs seconds per commit -- valid while the refs' dependencies
+    are those of this venv."""
+    sha = resolve_ref(ref)
+    tree = BENCH_CACHE / "trees" / sha
+    if not (tree / "awa").exists():
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "awa"],
+                                 capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tree, filter="data")
+    return Build(ref, sys.executable, str(tree))

@@ -37,11 +37,13 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -50,7 +52,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import awa  # noqa: E402 - the checkout's awa, whatever the venv has
-from awa import storage  # noqa: E402 - as above
+from awa import config, storage  # noqa: E402 - as above
 from support.pgcluster import PrivateCluster  # noqa: E402 - tests/ put on sys.path above
 from support.processes import WorkerProcess, start_worker  # noqa: E402 - likewise
 
@@ -365,6 +367,235 @@ SCENARIOS: dict[str, Callable[[Run], None]] = {
 }
 
 
+# --- load: a deep backlog fed while the workers run ----------------------------------------
+# The runtime timings of the load scenarios: ``short`` as the issue that found the
+# double runs measured them (rescue every 500 ms, 2 s staleness), ``default`` the SDK's.
+LOAD_TIMINGS: dict[str, dict[str, int]] = {
+    "short": {"heartbeat_interval_ms": 300, "heartbeat_staleness_ms": 2_000,
+              "heartbeat_rescue_interval_ms": 500, "deadline_rescue_interval_ms": 500,
+              "callback_rescue_interval_ms": 500, "snapshot_interval_ms": 500,
+              "leader_election_interval_ms": 500, "poll_interval_ms": 200,
+              "promote_interval_ms": 250},
+    "default": {"heartbeat_interval_ms": config.HEARTBEAT_INTERVAL_MS,
+                "heartbeat_staleness_ms": config.HEARTBEAT_STALENESS_MS,
+                "heartbeat_rescue_interval_ms": config.HEARTBEAT_RESCUE_INTERVAL_MS,
+                "deadline_rescue_interval_ms": config.DEADLINE_RESCUE_INTERVAL_MS,
+                "callback_rescue_interval_ms": config.CALLBACK_RESCUE_INTERVAL_MS,
+                "snapshot_interval_ms": config.SNAPSHOT_INTERVAL_MS,
+                "leader_election_interval_ms": config.LEADER_ELECTION_INTERVAL_MS,
+                "poll_interval_ms": config.POLL_INTERVAL_MS,
+                "promote_interval_ms": config.PROMOTE_INTERVAL_MS},
+}
+# Open attempts as the database counts them: claimed and not yet closed.
+OPEN_ATTEMPTS = "SELECT count(*) FROM awa.jobs WHERE state = 'running'"
+DUPLICATED_ROWS = "SELECT count(*) FROM (SELECT id FROM awa.jobs GROUP BY id HAVING count(*) > 1) d"
+# The slowest claim statement the server ran (pg_stat_statements, loaded by the cluster).
+CLAIM_STATEMENTS = """
+SELECT COALESCE(max(max_exec_time), 0), COALESCE(sum(calls), 0) FROM pg_stat_statements
+ WHERE query ILIKE '%%qs_claim(%%' OR query ILIKE '%%FOR UPDATE SKIP LOCKED%%jobs_hot%%'
+    OR query ILIKE '%%UPDATE awa.jobs_hot%%running%%'"""
+TOP_STATEMENTS = """
+SELECT calls, round(total_exec_time)::bigint AS total_ms,
+       round(mean_exec_time::numeric, 2) AS mean_ms, round(max_exec_time::numeric, 1) AS max_ms,
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 70)
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ ORDER BY total_exec_time DESC LIMIT 12"""
+LOAD_SETTLE_S = 60.0
+
+
+@dataclass
+class LoadResult:
+    scenario: str
+    engine: str
+    timings: str
+    jobs: int
+    processes: int
+    slots: int
+    lost: int = 0
+    stuck: int = 0
+    same_lease_twice: int = 0
+    completed_twice: int = 0
+    duplicated_rows: int = 0
+    open_max: int = 0
+    open_bound: int = 0
+    drain_s: float = 0.0
+    jobs_per_s: float = 0.0
+    claim_max_ms: float = 0.0
+    warnings: int = 0
+    notes: list[str] = field(default_factory=list)
+    top_statements: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.lost == 0 and self.stuck == 0 and self.same_lease_twice == 0
+                and self.completed_twice == 0 and self.duplicated_rows == 0
+                and self.open_max <= self.open_bound)
+
+
+class LoadRun:
+    """A producer COPYing ``--jobs`` no-op jobs in batches while the workers drain them;
+    the verdict comes from the handlers' own log, the open-attempt samples and the rows."""
+
+    def __init__(self, cluster: PrivateCluster, name: str, args: argparse.Namespace) -> None:
+        self.cluster, self.name, self.args = cluster, name, args
+        self.db_name = f"load_{name}"
+        self.url = cluster.url(self.db_name)
+        self.log_dir = Path(tempfile.mkdtemp(prefix=f"awa-load-{name}-"))
+        many = name == "many_queues"
+        self.queues = ([f"q{i}" for i in range(args.queues)] if many else ["default"])
+        self.per_queue = args.queue_workers if many else args.concurrency
+        self.processes = 1 if many else args.workers
+        self.batch = args.batch or (2_000 if many else 5_000)
+        self.workers: list[WorkerProcess] = []
+        slots = self.processes * len(self.queues) * self.per_queue
+        self.result = LoadResult(name, args.engine or config.DEFAULT_STORAGE_ENGINE, args.timings,
+                                 args.jobs, self.processes, slots,
+                                 open_bound=slots + self.processes
+                                 * config.COMPLETION_FLUSH_MAX_ROWS)
+        self.produced = 0
+        self._offsets: dict[Path, int] = {}
+        self._done = 0
+
+    def prepare(self) -> None:
+        with psycopg.connect(self.cluster.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{self.db_name}"')
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            storage.migrate_sync(conn, self.args.engine)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        spec = ",".join(f"{q}:{self.per_queue}" for q in self.queues)
+        for _ in range(self.processes):
+            self.workers.append(start_worker(
+                self.url, spec, settings=dict(LOAD_TIMINGS[self.args.timings]),
+                log_dir=self.log_dir, ready_timeout=60))
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+
+    def produce(self) -> None:
+        """The producer, in a thread of its own: batches round robin over the queues."""
+        async def insert() -> None:
+            async with awa.AsyncClient(self.url) as client:
+                left, i = self.args.jobs, 0
+                while left > 0:
+                    n = min(self.batch, left)
+                    await client.enqueue_many_copy([{}] * n, kind=self.args.kind,
+                                                   queue=self.queues[i % len(self.queues)])
+                    left -= n
+                    i += 1
+                    self.produced += n
+        asyncio.run(insert())
+
+    def run(self) -> None:
+        began = time.monotonic()
+        producer = threading.Thread(target=self.produce, name="producer", daemon=True)
+        producer.start()
+        deadline = began + self.args.load_timeout_s
+        completed = 0
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                time.sleep(self.args.sample_s)
+                opened = int(conn.execute(OPEN_ATTEMPTS).fetchone()[0])  # type: ignore[index]
+                self.result.open_max = max(self.result.open_max, opened)
+                completed = self.done_count()
+                if completed >= self.args.jobs and not producer.is_alive():
+                    break
+        self.result.drain_s = round(time.monotonic() - began, 1)
+        self.result.jobs_per_s = round(completed / max(self.result.drain_s, 1e-9), 1)
+        producer.join(timeout=5)
+
+    def done_count(self) -> int:
+        """Completions logged so far, read incrementally (the log only grows)."""
+        for path in self.log_dir.glob("*.log"):
+            with path.open("rb") as f:
+                f.seek(self._offsets.get(path, 0))
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            self._offsets[path] = self._offsets.get(path, 0) + end
+            self._done += chunk[:end].count(b"done ")
+        return self._done
+
+    def judge(self) -> None:
+        settle = time.monotonic() + LOAD_SETTLE_S
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while True:
+                states: dict[str, int] = dict(conn.execute(COUNT_STATES).fetchall())
+                if states.get("completed", 0) >= self.args.jobs or time.monotonic() > settle:
+                    break
+                time.sleep(0.5)
+            self.result.duplicated_rows = int(conn.execute(DUPLICATED_ROWS).fetchone()[0])  # type: ignore[index]
+            claim_max, _calls = conn.execute(CLAIM_STATEMENTS).fetchone()  # type: ignore[misc]
+            self.result.claim_max_ms = round(float(claim_max), 1)
+            self.result.top_statements = [list(map(_plain, row))
+                                          for row in conn.execute(TOP_STATEMENTS).fetchall()]
+        missing = self.args.jobs - sum(states.values())
+        self.result.stuck = sum(n for s, n in states.items()
+                                if s not in ("completed", "failed", "cancelled"))
+        self.result.lost = (states.get("failed", 0) + states.get("cancelled", 0)
+                            + max(missing, 0))
+        if self.result.stuck or self.result.lost:
+            self.result.notes.append(f"final states: {states}")
+        starts: dict[tuple[int, int], int] = defaultdict(int)
+        done_leases: dict[int, set[int]] = defaultdict(set)
+        for path in self.log_dir.glob("*.log"):
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if len(parts) < 6:
+                    continue
+                key = (int(parts[2]), int(parts[4]))
+                if parts[0] == "start":
+                    starts[key] += 1
+                elif parts[0] == "done":
+                    done_leases[key[0]].add(key[1])
+        self.result.same_lease_twice = sum(1 for n in starts.values() if n > 1)
+        self.result.completed_twice = sum(1 for s in done_leases.values() if len(s) > 1)
+        never_done = self.args.jobs - len(done_leases)
+        if never_done > self.result.stuck + self.result.lost:
+            self.result.lost += never_done - self.result.stuck - self.result.lost
+            self.result.notes.append(f"{never_done} job(s) never completed by a handler")
+        for worker in self.workers:
+            said = [ln for ln in worker.stderr().splitlines()
+                    if " WARNING " in ln or " ERROR " in ln]
+            self.result.warnings += len(said)
+            self.result.notes.extend(dict.fromkeys(ln.split(": ", 1)[-1][:160]
+                                                   for ln in said[:3]))
+
+    def close(self) -> None:
+        for worker in self.workers:
+            if worker.alive:
+                worker.kill()
+
+
+LOAD_SCENARIOS = ("deep_backlog", "many_queues")
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready value (pg_stat_statements' numerics are Decimals)."""
+    return value if isinstance(value, (int, str)) else float(value)
+
+
+def run_load(cluster: PrivateCluster, name: str, args: argparse.Namespace) -> LoadResult:
+    run = LoadRun(cluster, name, args)
+    try:
+        run.prepare()
+        run.run()
+        run.judge()
+    finally:
+        run.close()
+    return run.result
+
+
+def format_load(r: LoadResult) -> str:
+    notes = f"  [{'; '.join(r.notes)}]" if r.notes else ""
+    return (f"{'ok  ' if r.ok else 'FAIL'} {r.scenario:<13} engine={r.engine} "
+            f"timings={r.timings} jobs={r.jobs} processes={r.processes} slots={r.slots} "
+            f"lost={r.lost} stuck={r.stuck} same_lease_twice={r.same_lease_twice} "
+            f"completed_twice={r.completed_twice} duplicated_rows={r.duplicated_rows} "
+            f"open_max={r.open_max}/{r.open_bound} drain={r.drain_s}s "
+            f"jobs_per_s={r.jobs_per_s} claim_max_ms={r.claim_max_ms} "
+            f"warnings={r.warnings}{notes}")
+
+
 def run_scenario(cluster: PrivateCluster, name: str, args: argparse.Namespace) -> Result:
     run = Run(cluster, name, args)
     began = time.monotonic()
@@ -380,24 +611,47 @@ def run_scenario(cluster: PrivateCluster, name: str, args: argparse.Namespace) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
-                        help="run only these (repeatable); default: all")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS)
+                        + list(LOAD_SCENARIOS),
+                        help="run only these (repeatable); default: the fault scenarios")
     parser.add_argument("--engine", choices=sorted(storage.ENGINES), default=None,
                         help="storage engine of the scenario databases (default: the default)")
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=3,
+                        help="worker processes (deep_backlog: 2 is the measured shape)")
     parser.add_argument("--concurrency", type=int, default=16, help="handlers per worker")
     parser.add_argument("--job-ms", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=6, help="kills in worker_sigkill")
     parser.add_argument("--staleness-ms", type=int, default=2_500,
                         help="heartbeat staleness of the workers (the test suite's 1 s is too "
                              "tight for a loaded 2-core machine after a restart)")
+    load = parser.add_argument_group("load scenarios (deep_backlog, many_queues)")
+    load.add_argument("--timings", choices=sorted(LOAD_TIMINGS), default="short",
+                      help="runtime timings of the workers")
+    load.add_argument("--batch", type=int, default=0,
+                      help="jobs per COPY batch (default 5,000; many_queues 2,000)")
+    load.add_argument("--kind", choices=("fast", "logged"), default="logged",
+                      help="the handler: logged also inserts a row per job into a table "
+                           "through a pool of its own (a handler that writes, as most do)")
+    load.add_argument("--queues", type=int, default=50, help="many_queues: queues")
+    load.add_argument("--queue-workers", type=int, default=32,
+                      help="many_queues: max_workers of each queue")
+    load.add_argument("--load-timeout-s", type=float, default=900.0,
+                      help="give up draining after this long")
+    load.add_argument("--sample-s", type=float, default=3.0,
+                      help="how often the open attempts are counted (through awa.jobs: on "
+                           "queue storage at depth a count costs the server ~0.3 s)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     names = args.scenario or list(SCENARIOS)
-    results = []
-    with PrivateCluster() as cluster:
+    results: list[Result | LoadResult] = []
+    with PrivateCluster("-c", "shared_preload_libraries=pg_stat_statements") as cluster:
         for name in names:
+            if name in LOAD_SCENARIOS:
+                loaded = run_load(cluster, name, args)
+                results.append(loaded)
+                print(format_load(loaded), flush=True)
+                continue
             result = run_scenario(cluster, name, args)
             results.append(result)
             print(format_result(result), flush=True)

@@ -5,6 +5,10 @@
     .venv/bin/python benchmarks/throughput.py --engines canonical,queue_storage --workers 64,256
     .venv/bin/python benchmarks/throughput.py --engines canonical,queue_storage --workers 256 \
         --repeat 6 --contend disk                                # on a machine a neighbour shares
+    .venv/bin/python benchmarks/throughput.py --baseline 713f60c --baseline-engines canonical \
+        --engines canonical,queue_storage --workers 64,256 --repeat 3   # against an older build
+    .venv/bin/python benchmarks/throughput.py --baseline 9823414,865058a,738a1c6 \
+        --baseline-tree-only --baseline-engines canonical --workers 256 --repeat 2  # bisecting
     (or: python3 dev.py bench benchmarks/throughput.py ...)
 
 For each W a fresh worker *process* runs one queue with max_workers=W and a
@@ -33,6 +37,16 @@ through the ``awa.jobs`` view, so every engine is measured the same way.
 Maintenance is off in the worker.  ``--contend cpu`` keeps one core busy for the
 whole series, ``--contend disk`` keeps the disk flushing (256 MiB written and fsynced
 again and again): how each engine holds up on a server it shares.
+
+``--baseline REF[,REF...]`` measures the awa of those git refs beside this checkout's,
+in the same run: each ref's tree is installed once into a virtualenv cached under
+``~/.cache/awa-bench/<sha>`` (``_support.baseline_build``), and its runs (with the
+engines of ``--baseline-engines``, default those of ``--engines``) join the alternation
+as ``REF:engine`` next to ``current:engine`` -- A B B A ... within each W, so each
+build meets the same machine.  The first ``REF:engine`` is then what the medians and
+the per-round ratios are taken against.  Every run, this checkout's included, is a
+process of its own (``--one-run``) under its build's python: the measuring code is
+this script for every build, only ``import awa`` differs.
 """
 
 from __future__ import annotations
@@ -46,7 +60,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import cast
+from typing import Any, cast
 
 import _support
 import psycopg
@@ -223,6 +237,28 @@ async def pickup_latencies(url: str, proc: subprocess.Popen, samples: int = 100)
     return out
 
 
+def run_in_build(build: _support.Build, engine: str, n: int, workers: int, claim_batch: int,
+                 profile: str | None) -> dict:
+    """One ``run_throughput`` in a process of its own under ``build``'s python and awa
+    (``--one-run``); its result is the process's last line."""
+    spec = {"engine": engine, "jobs": n, "workers": workers, "claim_batch": claim_batch,
+            "profile": profile}
+    done = subprocess.run([build.python, __file__, "--one-run", json.dumps(spec)],
+                          stdout=subprocess.PIPE, text=True, env=build.env())
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"the {build.label} run ({engine}, W={workers}) failed "
+                         f"(exit status {done.returncode}): {done.stdout[-2000:]}")
+    return cast(dict, json.loads(lines[-1]))
+
+
+def one_run(spec: dict[str, Any]) -> None:
+    """``--one-run``: a single run, its result printed as one JSON line."""
+    result = run_throughput(spec["engine"], spec["jobs"], spec["workers"], spec["claim_batch"],
+                            spec["profile"])
+    print(json.dumps(result), flush=True)
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -240,6 +276,9 @@ def main() -> None:
         claimers = int(os.environ.get("AWA_BENCH_CLAIMERS", "0")) or None
         asyncio.run(worker_main(url, workers, claim_batch, profile, claimers))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--one-run":
+        one_run(json.loads(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", default="16,64,256")
@@ -253,55 +292,87 @@ def main() -> None:
     parser.add_argument("--contend", choices=sorted(_support.COMPETING_LOADS),
                         help="a neighbour competing for the machine throughout: one busy "
                              "core, or a disk kept flushing")
+    parser.add_argument("--baseline", default="", metavar="REF[,REF...]",
+                        help="git refs whose awa is measured beside this checkout's, "
+                             "alternated in the same run (venvs cached in ~/.cache/awa-bench)")
+    parser.add_argument("--baseline-engines", default=None,
+                        help="the engines the baseline builds run (default: --engines)")
+    parser.add_argument("--baseline-tree-only", action="store_true",
+                        help="run each ref's awa/ tree on this checkout's venv instead of a "
+                             "venv of its own: seconds per ref, for bisecting between commits "
+                             "with the same dependencies")
     args = parser.parse_args()
+    build = _support.tree_build if args.baseline_tree_only else _support.baseline_build
+    builds = [build(ref) for ref in args.baseline.split(",") if ref]
+    variants = {f"{b.label}:{e}": (b, e) for b in builds
+                for e in (args.baseline_engines or args.engines).split(",")}
+    variants.update({(f"current:{e}" if builds else e): (_support.CURRENT, e)
+                     for e in args.engines.split(",")})
     print(f"N={args.jobs} no-op async jobs, one worker process, claim_batch_size="
           f"{args.claim_batch}, COPY enqueue alongside; machine: {os.cpu_count()} cores "
-          f"(shared with other work while measuring; load {os.getloadavg()[0]:.1f})"
+          f"(shared with other work while measuring; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})"
           + (f"; competing load: {args.contend}" if args.contend else ""))
+    for b in builds:
+        print(f"baseline {b.label}: {b.code} ({b.python})")
     with _support.competing_load(args.contend):
-        run_series(args)
+        run_series(args, variants)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
-def run_series(args: argparse.Namespace) -> None:
-    """Every W and engine of the run, alternated, then the medians (``--repeat``)."""
-    print(f"{'engine':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-          f"{'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
+def run_series(args: argparse.Namespace,
+               variants: dict[str, tuple[_support.Build, str]]) -> None:
+    """Every W and (build, engine) of the run, alternated, then the medians (``--repeat``)."""
+    width = max(14, *(len(label) for label in variants))
+    print(f"{'engine':>{width}} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} "
+          f"{'CPU ms/job':>11} {'server ms/job':>14} {'pickup p50':>11} {'pickup p95':>11}")
     results: dict[tuple[int, str], list[dict]] = {}
-    for w, engine in _support.alternation(args.workers, args.repeat, args.engines):
-        profile_path = (f"/tmp/awa-throughput-{engine}-W{w}.prof"
+    for w, label in _support.alternation(args.workers, args.repeat, ",".join(variants)):
+        build, engine = variants[label]
+        profile_path = (f"/tmp/awa-throughput-{label.replace(':', '-')}-W{w}.prof"
                         if args.profile == w else None)
-        r = run_throughput(engine, args.jobs, w, args.claim_batch, profile_path)
+        r = run_in_build(build, engine, args.jobs, w, args.claim_batch, profile_path)
         assert r["max_attempt"] == 1, "a job was claimed twice"
-        results.setdefault((w, engine), []).append(r)
-        print(f"{engine:>14} {w:>5} {r['enqueue_per_s']:>10.0f} "
+        results.setdefault((w, label), []).append(r)
+        print(f"{label:>{width}} {w:>5} {r['enqueue_per_s']:>10.0f} "
               f"{r['processed_per_s']:>12.0f} {r['cpu_ms_per_job']:>11.3f} "
               f"{_ms(r['server_cpu_ms_per_job']):>14} "
               f"{r['pickup_p50_ms']:>9.1f}ms {r['pickup_p95_ms']:>9.1f}ms", flush=True)
         if profile_path:
-            print(f"\nprofile of the worker process, {engine} W={w} "
+            print(f"\nprofile of the worker process, {label} W={w} "
                   f"(top functions by own time):")
             print_profile(profile_path)
     if args.repeat > 1:
-        print_medians(results, args.engines.split(",")[0])
+        print_medians(results, next(iter(variants)), width)
 
 
-def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str) -> None:
-    """Per W and engine, the medians over the rounds; processed/s also as a share of the
-    first engine's median (the comparison the rounds were alternated for), then each other
-    engine's processed/s round by round against the first's (``_support.paired_ratio``)."""
-    print(f"\nmedians over the rounds\n{'engine':>14} {'W':>5} {'processed/s':>12} "
-          f"{'of ' + baseline:>16} {'pickup p50':>11}")
-    for (w, engine), runs in results.items():
+def print_medians(results: dict[tuple[int, str], list[dict]], baseline: str,
+                  width: int = 14) -> None:
+    """Per W and variant, the medians over the rounds; processed/s and enqueue/s also as a
+    share of the first variant's medians (the comparison the rounds were alternated for),
+    then each other variant's processed/s, enqueue/s and worker CPU per job round by round
+    against the first's (``_support.paired_ratio``)."""
+    print(f"\nmedians over the rounds\n{'engine':>{width}} {'W':>5} {'enqueue/s':>10} "
+          f"{'of first':>9} {'processed/s':>12} {'of first':>9} {'CPU ms/job':>11} "
+          f"{'pickup p50':>11} (first: {baseline})")
+    for (w, label), runs in results.items():
+        base_runs = results[(w, baseline)]
         rate = statistics.median(r["processed_per_s"] for r in runs)
-        base = statistics.median(r["processed_per_s"] for r in results[(w, baseline)])
+        base = statistics.median(r["processed_per_s"] for r in base_runs)
+        enq = statistics.median(r["enqueue_per_s"] for r in runs)
+        base_enq = statistics.median(r["enqueue_per_s"] for r in base_runs)
         pickup = statistics.median(r["pickup_p50_ms"] for r in runs)
-        print(f"{engine:>14} {w:>5} {rate:>12.0f} {100 * rate / base:>15.1f}% "
-              f"{pickup:>9.1f}ms")
-    for (w, engine), runs in results.items():
-        if engine != baseline:
-            print(f"{engine} / {baseline} processed/s, W={w}, " + _support.paired_ratio(
-                [r["processed_per_s"] for r in runs],
-                [r["processed_per_s"] for r in results[(w, baseline)]]))
+        cpu = statistics.median(r["cpu_ms_per_job"] for r in runs)
+        print(f"{label:>{width}} {w:>5} {enq:>10.0f} {100 * enq / base_enq:>8.1f}% "
+              f"{rate:>12.0f} {100 * rate / base:>8.1f}% {cpu:>11.4f} {pickup:>9.1f}ms")
+    # Worker CPU per job as well: on a loaded machine it moves less than the rates do.
+    for measure in ("processed_per_s", "enqueue_per_s", "cpu_ms_per_job"):
+        for (w, label), runs in results.items():
+            if label != baseline:
+                name = measure.replace("_per_s", "/s").replace("cpu_ms_per_job", "CPU/job")
+                print(f"{label} / {baseline} {name}, W={w}, "
+                      + _support.paired_ratio([r[measure] for r in runs],
+                                              [r[measure] for r in results[(w, baseline)]]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Test databases: every test gets its own, created from a migrated template.
 
 The server comes from AWA_TEST_DATABASE_URL / DATABASE_URL, else a local
-PostgreSQL on 127.0.0.1:5432, else the embedded server (DESIGN §9).
+PostgreSQL on 127.0.0.1:5432, else the embedded server (docs/architecture.md §12).
 
 A test database is laid out the way `awa migrate` lays out a new one
 (``config.DEFAULT_STORAGE_ENGINE``); ``AWA_TEST_ENGINE`` overrides it for a
@@ -106,3 +106,13 @@ async def client(database_url: str):
     c = awa.AsyncClient(database_url)
     yield c
     await c.close()
+
+
+@pytest.fixture(scope="module")
+def replica_pair():
+    """A private primary + hot standby (``pg_basebackup -R``) with a migrated database
+    ``awa`` on both (``support.standby.ReplicaPair``): ``.primary_url``, ``.standby_url``,
+    ``.wait_replayed()``.  One pair per test module (it takes a few seconds to build)."""
+    from support.standby import ReplicaPair
+    with ReplicaPair(engine=TEST_ENGINE) as pair:
+        yield pair

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from awa import callback_contract, config
+from awa import callback_contract, config, extras
 from awa.callback_server import CallbackApp, load_secret, parse_listen, serve_forever
 from awa.callbacks import ResolveResult
 from awa.cli.options import (
@@ -137,6 +137,7 @@ def resolve_cmd(callback_id: str, payload: str | None, default_action: str,
 def serve_cmd(listen: str, secret_file: str | None, secret_env: str | None,
               allow_unsigned: bool, max_body_bytes: int, path_prefix: str) -> None:
     """Serve POST <prefix>/<callback_id>/complete|fail|heartbeat|resume over HTTP."""
+    extras.require("callbacks", "awa callbacks serve")
     host, port = parse_listen(listen)
     run_client(lambda client: client.check_database())  # unreachable/unmigrated: fail now
     app = CallbackApp(database_url=resolved_database_url(),

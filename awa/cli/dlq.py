@@ -9,6 +9,8 @@ import click
 from rich.table import Table
 
 from awa import config
+from awa.bulk import DLQ, FAILED, BulkFilter
+from awa.cli.bulk import fingerprint_option, preview_or_confirm, safety_options
 from awa.cli.db import apply_admin, run_admin
 from awa.cli.options import (
     database_url_option,
@@ -91,25 +93,35 @@ def dlq_retry(job_id: int, queue: str | None, priority: int | None) -> None:
 def _bulk_filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed((
             click.option("--kind"), click.option("--queue"), click.option("--tag"),
+            fingerprint_option,
             click.option("--all", "allow_all", is_flag=True,
-                         help="Required to act on every entry when no filter is given."))):
+                         help="Required to act on every entry when no filter is given."),
+            safety_options)):
         command = option(command)
     return command
 
 
 def _require_filter(allow_all: bool, *filters: str | None) -> None:
     if not allow_all and all(f is None for f in filters):
-        raise click.UsageError("give a filter (--kind/--queue/--tag) or --all to act on every "
-                               "entry")
+        raise click.UsageError("give a filter (--kind/--queue/--tag/--fingerprint) or --all to "
+                               "act on every entry")
 
 
 @dlq.command("retry-bulk")
 @database_url_option
 @_bulk_filter_options
 def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
-                   allow_all: bool) -> None:
+                   fingerprint: str | None, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Redrive many DLQ jobs (after the fix shipped)."""
-    _require_filter(allow_all, kind, queue, tag)
+    _require_filter(allow_all, kind, queue, tag, fingerprint)
+    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, fingerprint=fingerprint)
+    targets = preview_or_confirm(flt, "retry", dry_run=dry_run, yes=yes)
+    if targets is None:
+        return
+    if fingerprint is not None:  # one cause: exactly the entries selected, one by one
+        done, skipped = run_admin(lambda c: c.apply_bulk("retry-dlq", targets))
+        click.echo(f"retried {done} DLQ job(s)" + (f"; {skipped} skipped" if skipped else ""))
+        return
     count = run_admin(lambda c: c.bulk_retry_from_dlq(kind=kind, queue=queue, tag=tag,
                                                        allow_all=allow_all))
     click.echo(f"retried {count} DLQ job(s)")
@@ -118,11 +130,19 @@ def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
 @dlq.command("purge")
 @database_url_option
 @_bulk_filter_options
-def dlq_purge(kind: str | None, queue: str | None, tag: str | None, allow_all: bool) -> None:
+def dlq_purge(kind: str | None, queue: str | None, tag: str | None, fingerprint: str | None,
+              allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Delete DLQ entries for good."""
-    _require_filter(allow_all, kind, queue, tag)
-    count = run_admin(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,
-                                             allow_all=allow_all))
+    _require_filter(allow_all, kind, queue, tag, fingerprint)
+    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, fingerprint=fingerprint)
+    targets = preview_or_confirm(flt, "purge", dry_run=dry_run, yes=yes)
+    if targets is None:
+        return
+    if fingerprint is not None:
+        count, _ = run_admin(lambda c: c.apply_bulk("purge-dlq", targets))
+    else:
+        count = run_admin(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,
+                                                 allow_all=allow_all))
     click.echo(f"purged {count} DLQ entr{'y' if count == 1 else 'ies'}")
 
 
@@ -131,21 +151,35 @@ def dlq_purge(kind: str | None, queue: str | None, tag: str | None, allow_all: b
 @click.argument("job_id", type=click.IntRange(min=1), required=False, metavar="[JOB_ID]")
 @click.option("--kind")
 @click.option("--queue")
+@fingerprint_option
 @click.option("--reason", default=DLQ_MANUAL, show_default=True,
               help="Recorded as the entries' dlq_reason.")
 @click.option("--all", "allow_all", is_flag=True,
               help="Required to move every failed job when no filter is given.")
-def dlq_move(job_id: int | None, kind: str | None, queue: str | None, reason: str,
-             allow_all: bool) -> None:
+@safety_options
+def dlq_move(job_id: int | None, kind: str | None, queue: str | None, fingerprint: str | None,
+             reason: str, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Move failed jobs (one by id, or by filter) into the DLQ."""
     if job_id is not None:
         one = job_id
+        if dry_run:
+            click.echo(f"dry run: would move job {one} to the DLQ if it is failed "
+                       "(nothing changed)")
+            return
         apply_admin(one, lambda c: c.move_failed_to_dlq(one, reason),
                      "moved to the DLQ", "failed")
         click.echo(f"moved job {job_id} to the DLQ ({reason})")
         return
-    if not allow_all and kind is None and queue is None:
-        raise click.UsageError("give a JOB_ID, a filter (--kind/--queue) or --all")
-    count = run_admin(lambda c: c.bulk_move_failed_to_dlq(kind=kind, queue=queue,
-                                                          reason=reason, allow_all=allow_all))
+    if not allow_all and kind is None and queue is None and fingerprint is None:
+        raise click.UsageError("give a JOB_ID, a filter (--kind/--queue/--fingerprint) or --all")
+    flt = BulkFilter(FAILED, kind=kind, queue=queue, fingerprint=fingerprint)
+    targets = preview_or_confirm(flt, "move to the DLQ", dry_run=dry_run, yes=yes)
+    if targets is None:
+        return
+    if fingerprint is not None:
+        count, _ = run_admin(lambda c: c.apply_bulk("move-failed", targets, reason=reason))
+    else:
+        count = run_admin(lambda c: c.bulk_move_failed_to_dlq(kind=kind, queue=queue,
+                                                              reason=reason,
+                                                              allow_all=allow_all))
     click.echo(f"moved {count} failed job(s) to the DLQ ({reason})")

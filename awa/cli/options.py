@@ -163,8 +163,8 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-class OneLineErrors(click.Group):
-    """A command group whose expected failures are one ``error:`` line, never a traceback.
+class OneLineMain:
+    """A click command whose expected failures are one ``error:`` line, never a traceback.
 
     ``usage_exit_code`` / ``error_exit_code`` are what a usage mistake and any
     other expected failure exit with (``awa-ops`` exits "could not run" for
@@ -179,8 +179,9 @@ class OneLineErrors(click.Group):
              **extra: Any) -> Any:
         code = self.error_exit_code
         try:
-            result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                                  standalone_mode=False, **extra)
+            result = super().main(  # type: ignore[misc]  # click.Command's, via the MRO
+                args=args, prog_name=prog_name, complete_var=complete_var,
+                standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
@@ -201,6 +202,14 @@ class OneLineErrors(click.Group):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+class OneLineErrors(OneLineMain, click.Group):
+    """A command group whose expected failures are one ``error:`` line (``OneLineMain``)."""
+
+
+class OneLineCommand(OneLineMain, click.Command):
+    """A single command whose expected failures are one ``error:`` line (``OneLineMain``)."""
 
 
 class AwaGroup(OneLineErrors):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 from rich.table import Table
 
+from awa.cli.bulk import safety_options
 from awa.cli.db import run_admin
 from awa.cli.options import database_url_option, json_option, print_json, print_table
 
@@ -59,7 +62,20 @@ def queue_resume(name: str) -> None:
 @queue.command("drain")
 @database_url_option
 @click.argument("name")
-def queue_drain(name: str) -> None:
+@safety_options
+def queue_drain(name: str, dry_run: bool, yes: bool) -> None:
     """Cancel every job of a queue that is still waiting to run."""
+    if dry_run or (not yes and sys.stdin.isatty() and sys.stdout.isatty()):
+        stats = {s.queue: s for s in run_admin(lambda c: c.queue_stats())}
+        waiting = stats[name].total_queued + stats[name].waiting_external \
+            if name in stats else 0
+        if dry_run:
+            click.echo(f"dry run: would cancel {waiting} waiting job(s) of queue {name} "
+                       "(available, scheduled, retryable, waiting_external; nothing changed)")
+            return
+        if not click.confirm(f"cancel {waiting} waiting job(s) of queue {name}?",
+                             default=False):
+            click.echo("nothing changed")
+            return
     count = run_admin(lambda c: c.drain_queue(name))
     click.echo(f"drained queue {name}: cancelled {count} waiting job(s)")

@@ -53,7 +53,9 @@ class CancelListener(BackgroundLoop):
         return True
 
     async def _run(self) -> None:
-        await listen_forever(self.runtime.database_url, [config.CANCEL_CHANNEL],
+        # The direct URL when there is one (a pooler's LISTEN reaches nobody).
+        url = self.runtime.session_url or self.runtime.database_url
+        await listen_forever(url, [config.CANCEL_CHANNEL],
                              on_listening=self.listening.set,
                              on_notify=self._notified,
                              on_lost=self._lost, log=log, connect_failed=CREATE_FAILED,

@@ -2,7 +2,13 @@
 
 Handlers hand their outcome to ``submit`` and return at once; one flusher
 writes everything pending with one engine call (one statement) per outcome
-kind, guarded by ``(id, run_lease)`` and ``state = 'running'``.  Rows the
+kind, guarded by ``(id, run_lease)`` and ``state = 'running'``.
+
+An outcome not yet written is an attempt still open in the database, so the
+outcomes waiting here are bounded: while a whole batch (``max_rows``) waits,
+``backlogged`` holds the dispatchers' claims back (``wait_for_room``).  With
+every slot busy and a batch waiting, a runtime holds at most its slots plus
+one batch of attempts open, however far the flushers fall behind.  Rows the
 guard rejects are stale (the attempt was cancelled, rescued or re-claimed
 meanwhile): counted and ignored.  Hooks and metrics fire only
 for rows whose write committed.
@@ -11,7 +17,6 @@ for rows whose write committed.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,54 +25,17 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa import config
-from awa.job import JobState
 from awa.runtime import recording
 from awa.runtime.loops import stop_tasks
+from awa.runtime.outcome import Finished, Outcome
 from awa.storage.engine import AppliedBatch, AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.context import JobContext
     from awa.runtime.runtime import Runtime
 
 log = logging.getLogger("awa.runtime.completion")
 
 FLUSHERS = 2
-
-
-class Outcome(enum.Enum):
-    # value: (event name for hooks, state the job ends in)
-    COMPLETED = ("completed", JobState.Completed)
-    RETRY = ("retried", JobState.Retryable)
-    SNOOZE = ("snoozed", JobState.Scheduled)
-    CANCEL = ("cancelled", JobState.Cancelled)
-    FAIL = ("failed", JobState.Failed)
-    DLQ = ("dead_lettered", JobState.Failed)
-    WAIT = ("waiting", JobState.WaitingExternal)
-
-    @property
-    def event(self) -> str:
-        return self.value[0]
-
-    @property
-    def state(self) -> JobState:
-        return self.value[1]
-
-
-class Finished:
-    """One attempt's outcome waiting to be written."""
-
-    __slots__ = ("ctx", "outcome", "delay_s", "error", "reason", "callback_id", "result")
-
-    def __init__(self, ctx: JobContext, outcome: Outcome, *, delay_s: float = 0.0,
-                 error: dict[str, Any] | None = None, reason: str | None = None,
-                 callback_id: str | None = None, result: Any = None) -> None:
-        self.ctx = ctx
-        self.outcome = outcome
-        self.delay_s = delay_s
-        self.error = error
-        self.reason = reason
-        self.callback_id = callback_id
-        self.result = result
 
 
 def _job_id(f: Finished) -> int:
@@ -85,16 +53,52 @@ class CompletionBatcher:
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._flushing = 0
+        self._batches_in_write: list[list[Finished]] = []  # taken by a flusher, not yet committed
+        self._room = asyncio.Event()
+        self._room.set()
 
     # -- producer side -------------------------------------------------------
     def submit(self, finished: Finished) -> None:
         self._pending.append(finished)
         self._idle.clear()
         self._wake.set()
+        if self.unflushed >= self.max_rows:
+            self._room.clear()
 
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def unflushed(self) -> int:
+        """Outcomes whose attempts are still open in the database: waiting or being written."""
+        return len(self._pending) + sum(len(b) for b in self._batches_in_write)
+
+    def unflushed_attempts(self) -> list[tuple[int, int]]:
+        """(job id, run_lease) of every outcome not yet committed: its attempt is still
+        open in the database, and the heartbeat keeps it alive until it is written (a
+        flush that waits longer than the heartbeat staleness must not have its attempts
+        rescued and run again)."""
+        return [(f.ctx.job.id, f.ctx.job.run_lease)
+                for batch in (self._pending, *self._batches_in_write) for f in batch]
+
+    @property
+    def backlogged(self) -> bool:
+        """A whole batch waits unwritten: claim no more until it is written."""
+        return self.unflushed >= self.max_rows
+
+    async def wait_for_room(self, timeout: float) -> None:
+        """Until fewer than a batch of outcomes wait (or ``timeout``)."""
+        try:
+            await asyncio.wait_for(self._room.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def _update_room(self) -> None:
+        if self.backlogged:
+            self._room.clear()
+        else:
+            self._room.set()
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -134,6 +138,7 @@ class CompletionBatcher:
             batch = self._pending[: self.max_rows]
             del self._pending[: len(batch)]
             self._flushing += 1
+            self._batches_in_write.append(batch)
             try:
                 await self._flush(batch)
                 failures = 0
@@ -152,6 +157,8 @@ class CompletionBatcher:
                               len(batch))
             finally:
                 self._flushing -= 1
+                self._batches_in_write.remove(batch)
+                self._update_room()
 
     # -- the writes ----------------------------------------------------------
     async def _flush(self, batch: list[Finished]) -> None:

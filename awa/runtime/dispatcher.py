@@ -3,6 +3,10 @@
 A dispatcher takes permits first, then claims up to
 ``min(permits, tokens, claim_batch_size)`` rows in one statement, hands
 them to the executor and goes again at once while claims come back full.
+It claims nothing while a whole completion batch waits to be written
+(``CompletionBatcher.backlogged``): an unwritten outcome is an attempt still
+open in the database, so a runtime never holds more attempts open than its
+slots plus one completion batch.
 Otherwise it sleeps until a ``NOTIFY "awa:<queue>"``, freed capacity, or
 the poll interval (the fallback when notifications are lost or the
 listener connection is down).
@@ -61,6 +65,7 @@ class Dispatcher:
         self.last_loop_at = time.monotonic()
         self.tasks: list[asyncio.Task[None]] = []
         self.woken_at: float | None = None  # metrics: first wake since the last claim
+        self._claiming: set[asyncio.Task[Any]] = set()  # tasks with a claim statement out
 
     @property
     def alive(self) -> bool:
@@ -75,9 +80,16 @@ class Dispatcher:
                       for i in range(self.claimers)]
 
     async def stop(self) -> None:
+        """Claim no more.  A claim already sent is let finish and its jobs are started
+        (the shutdown then runs them as it runs every handler in flight): cancelled, its
+        statement may still have committed, leaving attempts open that nobody runs until
+        rescue finds them.  Loops that are only waiting are cancelled at once."""
         self._stopping = True
         self._wake.set()
         self.permits.notify_freed()
+        claiming = [t for t in self.tasks if t in self._claiming]
+        if claiming:
+            await asyncio.wait(claiming, timeout=config.CLAIM_STOP_GRACE_MS / 1000.0)
         await stop_tasks(self.tasks)
 
     async def _run(self) -> None:
@@ -92,6 +104,11 @@ class Dispatcher:
                     await asyncio.sleep(min(self.bucket.seconds_until_token(), self.poll_interval))
                     continue
                 wanted = min(wanted, tokens)
+            if self.runtime.completion.backlogged:
+                # Back-pressure: the flushers are behind; claiming more would only add
+                # attempts that are open in the database and waiting on them.
+                await self.runtime.completion.wait_for_room(self.poll_interval)
+                continue
             recording.capacity(self.name, self.permits)
             granted = self.permits.try_acquire(wanted)
             if granted == 0:
@@ -103,10 +120,7 @@ class Dispatcher:
             self._wake.clear()
             started = time.perf_counter()
             try:
-                jobs = await self._claim(granted)
-                took_s = time.perf_counter() - started
-                if jobs and took_s * 1000 >= self._paused_claim_ms:
-                    jobs = await self._still_ours(jobs, took_s)
+                jobs = await self._claim_checked(granted, started)
                 failures = 0
                 self.runtime.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -139,6 +153,22 @@ class Dispatcher:
                 recording.wakeup(self.name, REASON_NOTIFY)
             except TimeoutError:
                 recording.wakeup(self.name, REASON_POLL)
+
+    async def _claim_checked(self, n: int, started: float) -> list[Job[Any]]:
+        """The claim, and after a slow one the check of which attempts are still ours;
+        the task counts as claiming meanwhile (``stop`` lets it finish)."""
+        me = asyncio.current_task()
+        if me is not None:
+            self._claiming.add(me)
+        try:
+            jobs = await self._claim(n)
+            took_s = time.perf_counter() - started
+            if jobs and took_s * 1000 >= self._paused_claim_ms:
+                jobs = await self._still_ours(jobs, took_s)
+            return jobs
+        finally:
+            if me is not None:
+                self._claiming.discard(me)
 
     async def _still_ours(self, jobs: list[Job[Any]], took_s: float) -> list[Job[Any]]:
         """The claimed jobs whose attempt is still ours, after a claim that took so long
@@ -192,7 +222,7 @@ class QueueListener(BackgroundLoop):
         self.connected = asyncio.Event()
 
     async def _run(self) -> None:
-        await listen_forever(self.runtime.database_url, self.by_channel,
+        await listen_forever(self.runtime.session_url or self.runtime.database_url, self.by_channel,
                              on_listening=self._listening, on_notify=self._notified,
                              on_lost=self._lost, log=log,
                              application_name=config.APP_NAME_QUEUE_LISTENER)

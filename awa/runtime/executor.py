@@ -1,4 +1,4 @@
-"""Runs handlers and maps what they return (or raise) to an outcome (DESIGN §4).
+"""Runs handlers and maps what they return (or raise) to an outcome (docs/architecture.md §4).
 
 Async handlers run as tasks on the loop; plain ``def`` handlers run in a
 bounded thread pool so a blocking handler never stalls heartbeats, claims
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as otel_trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 
 from awa import lifecycle, telemetry
 from awa.job import (
@@ -33,8 +34,8 @@ from awa.job import (
     WaitForCallback,
 )
 from awa.runtime import recording
-from awa.runtime.completion import Finished, Outcome
 from awa.runtime.context import JobContext
+from awa.runtime.outcome import Finished, Outcome
 from awa.serialization import decode_args
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,8 +77,19 @@ def _traceback_tail(exc: BaseException) -> str:
     return "\n".join(tail)[-ERROR_TEXT_MAX_CHARS:]
 
 
+# Whether the environment names a tracer provider for OpenTelemetry to load on first use.
+_PROVIDER_FROM_ENV = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+
+
 def _tracing_installed() -> bool:
-    """Spans only cost something to build: skip them until a real provider is set."""
+    """Spans only cost something to build: skip them until a real provider is set.
+
+    Asked once per job: ``get_tracer_provider()`` looks ``os.environ`` up on every call
+    until a provider is set (a key encoded and a mapping probed, per job), so while none
+    is set in code (``_TRACER_PROVIDER``, OpenTelemetry's global) nor named in the
+    environment at start, the answer is no without asking it."""
+    if otel_trace._TRACER_PROVIDER is None and not _PROVIDER_FROM_ENV:  # noqa: SLF001 - the global set_tracer_provider sets; read, never written
+        return False
     return not isinstance(otel_trace.get_tracer_provider(),
                           (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider))
 
@@ -154,7 +166,7 @@ class Executor:
             result = await result
         return result
 
-    # -- outcome mapping (DESIGN §4) ----------------------------------------------
+    # -- outcome mapping (docs/architecture.md §4) ----------------------------------------------
     def _map_result(self, ctx: JobContext, result: Any) -> Finished:
         job = ctx.job
         if isinstance(result, RetryAfter):

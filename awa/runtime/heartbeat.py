@@ -51,20 +51,28 @@ class Heartbeat(BackgroundLoop):
             self.runtime.health.postgres_connected = False
 
     async def beat(self) -> int:
-        """Write one heartbeat for all in-flight attempts; returns rows matched."""
+        """Write one heartbeat for all in-flight attempts, and for those whose outcomes
+        wait to be written; returns rows matched."""
         self.last_beat_at = time.monotonic()
         contexts = sorted(self.runtime.in_flight.values(), key=lambda c: c.job.id)
-        if not contexts:
+        running = {c.key for c in contexts}
+        finished = sorted(a for a in self.runtime.completion.unflushed_attempts()
+                          if a not in running)
+        if not contexts and not finished:
             return 0
-        beats: list[AttemptWrite] = []
+        handlers: list[AttemptWrite] = []
         for c in contexts:
             progress, meta = c.take_buffered()
-            beats.append(AttemptWrite(c.job.id, c.job.run_lease, progress, meta))
+            handlers.append(AttemptWrite(c.job.id, c.job.run_lease, progress, meta))
+        # An outcome's own write ends the attempt: a beat that finds it ended matches nothing.
+        # One order by job id for all, as the heartbeat always took its rows.
+        beats = sorted([*handlers, *(AttemptWrite(job_id, lease, None, None)
+                                     for job_id, lease in finished)], key=lambda b: b.id)
         try:
             async with self.runtime.pool.connection() as conn:
                 matched = set(await self.runtime.engine.heartbeat_batch(conn, beats))
         except BaseException:
-            for c, b in zip(contexts, beats):
+            for c, b in zip(contexts, handlers):
                 c.restore_buffered(b.progress, b.metadata)
             raise
         recording.heartbeat_batch()

@@ -15,6 +15,20 @@ intervals): a leader that stops pinging loses its session, and with it the
 lock, without operator action or superuser rights.  A woken former leader
 sees that its last confirmation is older than the bound and pings before it
 runs another maintenance step (``confirmed()``).
+
+Behind a transaction pooler (PgBouncer ``pool_mode = transaction``) with no
+direct URL there is no session to hold a lock in: a session lock taken through
+the pooler stays on whichever server connection ran it, owned by nobody.  The
+elector then holds the same key as a *transaction* lock
+(``pg_try_advisory_xact_lock``) in a transaction it keeps open for as long as it
+leads -- a pooler never hands a server connection to anyone else while its
+transaction is open -- and pings inside it.  The fence is
+``idle_in_transaction_session_timeout``, set with ``set_config(..., true)`` (local
+to that transaction).  A crashed leader's client connection closes, the pooler
+ends its transaction, and the lock goes with it.  Both kinds of lock on one key
+exclude each other, so runtimes with and without a direct URL share one election.
+The open transaction has no transaction id and, between pings, no snapshot: it
+does not hold the xmin horizon back.
 """
 
 from __future__ import annotations
@@ -39,6 +53,13 @@ LEADER_PING = "SELECT 1"
 # The server ends the lock session once it idles this long (milliseconds).
 SET_FENCE = "SELECT set_config('idle_session_timeout', %(ms)s, false)"
 
+# The same lock held in a transaction kept open (a pooled connection has no session).
+TRY_LEADER_XACT_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s) AS acquired"
+SET_XACT_FENCE = "SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true)"
+
+SESSION_LOCK = "session"
+TRANSACTION_LOCK = "transaction"
+
 
 def fence_ms(ping_interval_ms: int) -> int:
     """How long a leader may go without pinging before the server fences it off."""
@@ -49,8 +70,14 @@ def fence_ms(ping_interval_ms: int) -> int:
 class LeaderElector:
     def __init__(self, database_url: str, *, lock_key: int = config.ADVISORY_LOCK_LEADER,
                  application_name: str = config.APP_NAME_LEADER,
-                 ping_interval_ms: int = config.LEADER_PING_MAX_INTERVAL_MS) -> None:
+                 ping_interval_ms: int = config.LEADER_PING_MAX_INTERVAL_MS,
+                 lock_scope: str = SESSION_LOCK) -> None:
+        """``lock_scope``: ``SESSION_LOCK`` (``database_url`` reaches PostgreSQL itself)
+        or ``TRANSACTION_LOCK`` (it goes through a transaction pooler)."""
+        if lock_scope not in (SESSION_LOCK, TRANSACTION_LOCK):
+            raise ValueError(f"lock_scope must be {SESSION_LOCK!r} or {TRANSACTION_LOCK!r}")
         self.database_url = database_url
+        self.lock_scope = lock_scope
         self.lock_key = lock_key
         self.application_name = application_name
         self.fence_ms = fence_ms(ping_interval_ms)
@@ -61,16 +88,19 @@ class LeaderElector:
         # When an election attempt first succeeded again after the database was lost.
         self.database_back_at: float | None = None
 
+    def use(self, database_url: str, lock_scope: str) -> None:
+        """Elect through another URL / lock scope (before the first attempt)."""
+        if lock_scope not in (SESSION_LOCK, TRANSACTION_LOCK):
+            raise ValueError(f"lock_scope must be {SESSION_LOCK!r} or {TRANSACTION_LOCK!r}")
+        self.database_url = database_url
+        self.lock_scope = lock_scope
+
     async def try_acquire(self) -> bool:
         """One election attempt; True when this elector holds (or already held) the lock."""
         if self.is_leader:
             return await self.still_leader()
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await db.connect(self.database_url, self.application_name)
-                await self._conn.execute(SET_FENCE, {"ms": str(self.fence_ms)})
-            row = await (await self._conn.execute(TRY_LEADER_LOCK,
-                                                  {"key": self.lock_key})).fetchone()
+            row = await self._try_lock()
         except (psycopg.Error, DatabaseError, OSError) as exc:
             log.warning("leader election attempt failed: %s", db.one_line(exc))
             self._lost_database = True
@@ -86,6 +116,22 @@ class LeaderElector:
             # Followers do not keep an idle connection open between attempts.
             await self._drop_connection()
         return self.is_leader
+
+    async def _try_lock(self) -> Any:
+        if self.lock_scope == SESSION_LOCK:
+            if self._conn is None or self._conn.closed:
+                self._conn = await db.connect(self.database_url, self.application_name)
+                await self._conn.execute(SET_FENCE, {"ms": str(self.fence_ms)})
+            return await (await self._conn.execute(TRY_LEADER_LOCK,
+                                                   {"key": self.lock_key})).fetchone()
+        # A fresh transaction per attempt (a follower holds no connection between them):
+        # not autocommit, so the lock lives until this transaction ends.
+        await self._drop_connection()
+        self._conn = await db.connect(self.database_url, self.application_name,
+                                      autocommit=False, pooled=True)
+        await self._conn.execute(SET_XACT_FENCE, {"ms": str(self.fence_ms)})
+        return await (await self._conn.execute(TRY_LEADER_XACT_LOCK,
+                                               {"key": self.lock_key})).fetchone()
 
     async def still_leader(self) -> bool:
         """Ping the lock's connection; a lost connection means the lock is gone."""
@@ -127,7 +173,10 @@ class LeaderElector:
         """Give up leadership (graceful shutdown): unlock, then close."""
         if self.is_leader and self._conn is not None and not self._conn.closed:
             try:
-                await self._conn.execute(RELEASE_LEADER_LOCK, {"key": self.lock_key})
+                if self.lock_scope == SESSION_LOCK:
+                    await self._conn.execute(RELEASE_LEADER_LOCK, {"key": self.lock_key})
+                else:
+                    await self._conn.rollback()  # ends the transaction, and its lock
             except (psycopg.Error, OSError) as exc:
                 log.warning("could not release the leader lock cleanly: %s", db.one_line(exc))
         self.is_leader = False

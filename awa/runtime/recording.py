@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from awa import metrics
+from awa.job import job_datetime
 from awa.metrics import METRICS
+from awa.runtime.outcome import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.job import Job
-    from awa.runtime.completion import Finished, Outcome
+    from awa.runtime.outcome import Finished
 
 _NOTIFY = metrics.DISPATCH_REASON_NOTIFY
 # Bound once: the per-batch and per-job calls skip two attribute lookups each.
@@ -65,7 +67,9 @@ def claimed(queue: str, jobs: list[Job[Any]], seconds: float) -> None:
     for job in jobs:
         kind = job.kind
         counts[kind] = counts.get(kind, 0) + 1
-        attempted, run_at, created = job.attempted_at, job.run_at, job.created_at
+        # The plain datetimes: reading job.attempted_at would build a Timestamp string.
+        attempted, run_at, created = (job_datetime(job, "attempted_at"),
+                                      job_datetime(job, "run_at"), job_datetime(job, "created_at"))
         runnable = run_at if run_at and (created is None or run_at > created) else created
         if attempted is not None and runnable is not None:
             waited = (attempted - runnable).total_seconds()
@@ -102,6 +106,20 @@ def untrack_in_flight(source: Callable[[], dict[tuple[str], int]]) -> None:
     METRICS.job_in_flight.remove_source(source)
 
 
+def track_open_attempts(count: Callable[[], int]) -> Callable[[], dict[tuple[()], int]]:
+    """``awa.job.open_attempts`` of a runtime, read from ``count`` at collection.
+    Returns the source to pass to ``untrack_open_attempts`` at shutdown."""
+    def source() -> dict[tuple[()], int]:
+        return {(): count()}
+
+    METRICS.job_open_attempts.add_source(source)
+    return source
+
+
+def untrack_open_attempts(source: Callable[[], dict[tuple[()], int]]) -> None:
+    METRICS.job_open_attempts.remove_source(source)
+
+
 def capacity(queue: str, permits: Any) -> None:
     """The dispatcher is about to ask ``permits`` (a QueuePermits) for slots: how many are free."""
     free = permits.capacity - permits.in_use
@@ -131,7 +149,6 @@ def wake_to_claim(queue: str, woken: float | None) -> float | None:
 
 def outcomes(outcome: Outcome, applied: list[Finished]) -> None:
     """Transitions the completion batcher just committed (one outcome kind)."""
-    from awa.runtime.completion import Outcome
 
     by_key = Counter((f.ctx.job.kind, f.ctx.job.queue) for f in applied)
     if outcome is Outcome.COMPLETED:

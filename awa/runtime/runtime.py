@@ -1,7 +1,7 @@
 """The runtime: wires dispatchers, executor, completion batcher, heartbeat,
 listeners, snapshot and maintenance together, and takes them down again.
 
-Maintenance (issue: maintenance) reads these attributes: ``pool``,
+Maintenance (``awa.runtime.maintenance``) reads these attributes: ``pool``,
 ``engine`` (the storage engine every job-table write goes through),
 ``database_url``, ``settings``, ``queues``, ``instance_id``, ``health``,
 ``in_flight``, ``dlq_enabled(queue)`` and ``client``.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import time
 import uuid
@@ -20,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from awa import db, telemetry
+from awa import db, metrics, telemetry
 from awa.config import QueueConfig, RuntimeSettings
+from awa.job import DatabaseError
 from awa.runtime import recording
 from awa.runtime.cancel_listener import CancelListener
 from awa.runtime.completion import CompletionBatcher
@@ -30,9 +30,12 @@ from awa.runtime.dispatcher import Dispatcher, QueueListener
 from awa.runtime.events import EventHooks
 from awa.runtime.executor import Executor, HandlerSpec
 from awa.runtime.heartbeat import Heartbeat
+from awa.runtime.leader import SESSION_LOCK, TRANSACTION_LOCK
+from awa.runtime.maintenance import MaintenanceService
 from awa.runtime.permits import QueuePermits, WeightedPool
 from awa.runtime.snapshot import Snapshot
 from awa.storage.engine import AttemptWrite, Engine
+from awa.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.client import AsyncClient
@@ -48,6 +51,28 @@ LISTENER_READY_TIMEOUT_S = 5.0
 # many queues a runtime serves (their dispatchers rarely all claim at once).
 WARM_UP_TIMEOUT_S = 1.0
 WARM_UP_MAX_CONNECTIONS = 4
+
+POLL_ONLY_NOTICE = (
+    "database_url goes through a connection pooler and no direct_database_url / "
+    f"{db.DIRECT_DATABASE_URL_ENV} is set: poll-only dispatch (every %d ms, no LISTEN "
+    "wake-ups), no early notice of admin cancels, and the maintenance leader holds its lock "
+    "in an open transaction; set a direct URL to PostgreSQL itself for LISTEN and a lock session")
+
+
+def connection_budget(pool_max: int, *, listening: bool, leader: bool) -> dict[str, int]:
+    """The most server connections one runtime opens, by use (``total``: their sum).
+
+    ``pool``: claims, completions, heartbeats, snapshots, maintenance branches (through the
+    pooler when there is one); ``queue_listener`` and ``cancel_listener``: one LISTEN
+    connection each, on the direct URL, none when poll-only; ``leader``: the lock session
+    (or, behind a pooler with no direct URL, the server connection its open transaction
+    holds) -- one while this runtime takes part in elections.  A handler waiting in
+    ``wait_for_callback`` adds one shared LISTEN connection (``awa-callback-listener``).
+    """
+    budget = {"pool": pool_max, "queue_listener": int(listening),
+              "cancel_listener": int(listening), "leader": int(leader)}
+    budget["total"] = sum(budget.values())
+    return budget
 
 
 class Health:
@@ -99,34 +124,58 @@ class Health:
 
 
 class Runtime:
+    """One worker runtime, built with its parts: ``connect`` opens the client's pool and
+    storage engine first, so every part exists (and is typed) from construction on, and
+    ``start`` only starts them."""
+
     def __init__(self, client: AsyncClient, settings: RuntimeSettings,
                  queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
-                 events: EventHooks) -> None:
+                 events: EventHooks, *, pool: AsyncConnectionPool, engine: Engine) -> None:
         self.client = client
         self.settings = settings
         self.queues = queues
         self.handlers = handlers
         self.events = events
+        self.pool = pool
+        self.engine = engine  # every job-table write goes through it
+        self.database_url = client.database_url  # resolved by the pool: may be the embedded one
         self.instance_id = uuid.uuid4()
         self.health = Health()
         self.in_flight: dict[tuple[int, int], JobContext] = {}
-        self.pool: AsyncConnectionPool = None  # type: ignore[assignment]
-        self.engine: Engine = None  # type: ignore[assignment]  # set in start()
-        self.database_url: str = ""  # resolved in start(): may start the embedded server
+        # Where the connections that need a session go (leader lock, LISTEN): the direct
+        # URL, else database_url unless it goes through a pooler (None: poll-only).
+        self.session_url: str | None = None
+        self.behind_pooler = False
+        self.connections: dict[str, int] = {}
         self.permits = self._build_permits()
-        self.dispatchers: dict[str, Dispatcher] = {}
-        self.executor: Executor = None  # type: ignore[assignment]
-        self.completion: CompletionBatcher = None  # type: ignore[assignment]
-        self.heartbeat: Heartbeat = None  # type: ignore[assignment]
-        self.snapshot: Snapshot = None  # type: ignore[assignment]
+        self.executor = Executor(self)
+        self.completion = CompletionBatcher(self)
+        self.heartbeat = Heartbeat(self)
+        self.snapshot = Snapshot(self)
+        self.dispatchers = {name: Dispatcher(self, q, self.permits[name])
+                            for name, q in queues.items()}
+        # The LISTEN connections, made in start() once it knows there is a session URL.
         self.listener: QueueListener | None = None
         self.cancel_listener: CancelListener | None = None
-        self.maintenance: Any = None
+        self.maintenance: MaintenanceService | None = None
         self._maintenance_task: asyncio.Task[Any] | None = None
         self._watchdog_task: asyncio.Task[None] | None = None
+        self._running = False  # start() got past its checks and started parts
         self._stopped = False
         self.metrics_endpoint: Any = None
         self._in_flight_source: Any = None  # awa.job.in_flight, counted from in_flight
+        self._open_attempts_source: Any = None  # awa.job.open_attempts, from open_attempts()
+        self.health_server: Any = None  # awa.runtime.health_server, when an address is set
+
+    @classmethod
+    async def connect(cls, client: AsyncClient, settings: RuntimeSettings,
+                      queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
+                      events: EventHooks) -> Runtime:
+        """A runtime on the client's pool and engine (opened here: the schema check and the
+        foreign-layout refusal happen before any part exists)."""
+        pool = await client._get_pool()
+        engine = await client._get_engine()
+        return cls(client, settings, queues, handlers, events, pool=pool, engine=engine)
 
     def _build_permits(self) -> dict[str, QueuePermits]:
         gmw = self.settings.global_max_workers
@@ -138,6 +187,13 @@ class Runtime:
                                    pool=pool)
                 for name, q in self.queues.items()}
 
+    def open_attempts(self) -> int:
+        """Attempts this runtime holds open in the database: every slot taken (claims in
+        flight and running handlers) plus the outcomes not yet written.  The dispatchers'
+        back-pressure keeps it at most the slots plus one completion batch."""
+        taken = sum(p.in_use for p in self.permits.values())
+        return taken + self.completion.unflushed
+
     def dlq_enabled(self, queue: str) -> bool:
         q = self.queues.get(queue)
         if q is not None and q.dlq_enabled is not None:
@@ -147,30 +203,29 @@ class Runtime:
     # -- start ---------------------------------------------------------------
     async def start(self) -> None:
         telemetry.init_telemetry_from_env()
-        self.pool = await self.client._get_pool()
-        self.engine = await self.client._get_engine()
-        self.database_url = self.client.database_url  # resolved by the pool by now
-        self.executor = Executor(self)
-        self.completion = CompletionBatcher(self)
-        self.heartbeat = Heartbeat(self)
-        self.snapshot = Snapshot(self)
-        self.dispatchers = {name: Dispatcher(self, q, self.permits[name])
-                            for name, q in self.queues.items()}
-        self.listener = QueueListener(self, self.dispatchers)
-        self.cancel_listener = CancelListener(self)
+        await self._choose_session_url()
+        from awa.runtime import health_server  # /healthz, /readyz: bound first, or start fails
+        self.health_server = await health_server.start_for(self)
+        self._running = True
+        if self.session_url is not None:
+            self.listener = QueueListener(self, self.dispatchers)
+            self.cancel_listener = CancelListener(self)
         # The runtime's series first: a scrape during the warm-up already sees this runtime.
         self._start_metrics_endpoint()
+        # Every queue/kind series of the catalogue from the start, zeros included.
+        metrics.METRICS.seed_zeros(list(self.queues), list(self.handlers))
         await self._warm_connections()
         self.completion.start()
-        self.listener.start()
-        self.cancel_listener.start()
-        try:
-            await asyncio.wait_for(asyncio.gather(self.listener.connected.wait(),
-                                                  self.cancel_listener.listening.wait()),
-                                   LISTENER_READY_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("LISTEN connections not ready after %.0fs; polling meanwhile",
-                        LISTENER_READY_TIMEOUT_S)
+        if self.listener is not None and self.cancel_listener is not None:
+            self.listener.start()
+            self.cancel_listener.start()
+            try:
+                await asyncio.wait_for(asyncio.gather(self.listener.connected.wait(),
+                                                      self.cancel_listener.listening.wait()),
+                                       LISTENER_READY_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("LISTEN connections not ready after %.0fs; polling meanwhile",
+                            LISTENER_READY_TIMEOUT_S)
         for d in self.dispatchers.values():
             d.start()
         self.heartbeat.start()
@@ -180,6 +235,50 @@ class Runtime:
                                                   name="awa-deadline-watchdog")
         self._start_maintenance()
         log.info("runtime %s started: queues %s", self.instance_id, ", ".join(self.queues))
+
+    async def _choose_session_url(self) -> None:
+        """Decide where the session work goes; refuse a direct URL that cannot be right.
+
+        Each refusal is one line: a direct URL through a pooler (no session there either),
+        to a standby, or to another server or database than ``database_url``; and a
+        ``database_url`` that reaches a standby (workers write).
+        """
+        server = getattr(self.pool, "server", None)
+        if server is not None and server.standby:
+            raise DatabaseError(f"database_url {db.redact(self.database_url)} reaches a hot "
+                                "standby (read-only); point workers at the primary")
+        self.behind_pooler = db.behind_pooler(self.pool)
+        direct = self.client.direct_database_url
+        if direct is not None:
+            conn = await db.connect(direct, self.client.application_name, pooled=True)
+            try:
+                found = await db.server_identity(conn)
+            finally:
+                await conn.close()
+            what = f"direct_database_url ({db.DIRECT_DATABASE_URL_ENV}) {db.redact(direct)}"
+            if found.pooled:
+                raise DatabaseError(f"{what} goes through a connection pooler; point it at "
+                                    "PostgreSQL itself (the leader lock and LISTEN need a session)")
+            if found.standby:
+                raise DatabaseError(f"{what} reaches a hot standby; point it at the primary")
+            if server is not None and not found.same_database(server):
+                raise DatabaseError(f"{what} reaches database {found.database!r} of another "
+                                    f"server or database than database_url "
+                                    f"({server.database!r}); both must reach the same one")
+            self.session_url = direct
+        elif not self.behind_pooler:
+            self.session_url = self.database_url
+        else:
+            self.session_url = None
+            log.warning(POLL_ONLY_NOTICE, self.settings.poll_interval_ms)
+        self.connections = connection_budget(
+            self.pool.max_size, listening=self.session_url is not None,
+            leader=self.settings.run_maintenance)
+
+    @property
+    def leader_lock_scope(self) -> str:
+        """A session lock on a direct connection, else one held in an open transaction."""
+        return SESSION_LOCK if self.session_url is not None else TRANSACTION_LOCK
 
     async def _warm_connections(self) -> None:
         """Open the connections the hot path is about to use (each claimer, the completion
@@ -203,22 +302,20 @@ class Runtime:
     def _start_maintenance(self) -> None:
         if not self.settings.run_maintenance:
             return
-        # TODO(maintenance landing): the service arrives with the maintenance issue.
-        if importlib.util.find_spec("awa.runtime.maintenance") is None:
-            return
-        from awa.runtime.maintenance import MaintenanceService
         self.maintenance = MaintenanceService(self)
+        self.maintenance.elector.use(self.session_url or self.database_url,
+                                     self.leader_lock_scope)
         self._maintenance_task = asyncio.create_task(self.maintenance.run(),
                                                      name="awa-maintenance")
 
     def _start_metrics_endpoint(self) -> None:
-        from awa import __version__
         if self.settings.metrics_addr:
             self.metrics_endpoint = telemetry.serve_prometheus(self.settings.metrics_addr)
             log.info("serving metrics on %s", self.metrics_endpoint.url)
         # After the exporters exist: a gauge set while OTel has no provider is dropped.
         recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
         self._in_flight_source = recording.track_in_flight(self.in_flight)
+        self._open_attempts_source = recording.track_open_attempts(self.open_attempts)
 
     async def _deadline_watchdog(self) -> None:
         grace = self.settings.deadline_drop_grace_ms / 1000.0
@@ -256,7 +353,8 @@ class Runtime:
         if self._stopped:
             return
         self._stopped = True
-        if self.executor is None:  # start() failed before anything ran
+        if not self._running:  # start() failed before anything ran
+            self.executor.shutdown()  # its threads (none started yet)
             return
         deadline = time.monotonic() + timeout_ms / 1000.0
         self.health.shutting_down = True
@@ -300,6 +398,11 @@ class Runtime:
         if self._in_flight_source is not None:
             recording.untrack_in_flight(self._in_flight_source)
             self._in_flight_source = None
+        if self._open_attempts_source is not None:
+            recording.untrack_open_attempts(self._open_attempts_source)
+            self._open_attempts_source = None
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
+        if self.health_server is not None:
+            await self.health_server.close()
         log.info("runtime %s stopped", self.instance_id)

@@ -15,11 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 from awa.runtime.loops import BackgroundLoop, every
 from awa.storage.engine import RuntimeSnapshot
+from awa.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.runtime import Runtime
 
 log = logging.getLogger("awa.runtime.snapshot")
+
+
+# The runtime's own heartbeat timing, published with each queue it serves (the registry's
+# ``queues`` json), so awa-ops and the console judge staleness by this runtime's values.
+TIMING_KEYS = ("heartbeat_interval_ms", "heartbeat_staleness_ms", "heartbeat_rescue_interval_ms",
+               "deadline_rescue_interval_ms")
+
+
+def runtime_timing(runtime: Runtime) -> dict[str, int]:
+    return {key: int(getattr(runtime.settings, key)) for key in TIMING_KEYS
+            if getattr(runtime.settings, key, None) is not None}
 
 
 def queue_descriptions(runtime: Runtime) -> list[dict[str, Any]]:
@@ -37,6 +49,10 @@ def queue_descriptions(runtime: Runtime) -> list[dict[str, Any]]:
                            if q.rate_limit else None),
             "deadline_duration_ms": q.deadline_duration_ms,
             "dlq_enabled": runtime.dlq_enabled(name),
+            # The runtime's server-connection budget by use (``Runtime.connections``); the
+            # same on every queue of the runtime (the row has no column of its own for it).
+            "server_connections": runtime.connections,
+            **runtime_timing(runtime),
         })
     return out
 
@@ -56,8 +72,6 @@ class Snapshot(BackgroundLoop):
         await every(self.interval, self.write, log=log, failed="runtime snapshot failed (%s)")
 
     async def write(self) -> None:
-        from awa import __version__
-
         rt = self.runtime
         h = rt.health
         h.refresh(rt)

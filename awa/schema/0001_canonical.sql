@@ -1,4 +1,4 @@
--- 0001: the canonical storage engine (DESIGN §3).
+-- 0001: the canonical storage engine (docs/architecture.md §6).
 -- Idempotent: every object is created only when missing.
 
 CREATE SCHEMA IF NOT EXISTS awa;

@@ -1,78 +1,38 @@
 """Numbered, idempotent SQL migrations and the version check.
 
-Each ``NNNN_description.sql`` file beside this module is one migration.  They
-run under a transaction-scoped advisory lock, so several processes migrating
-at once serialise and all but the first find nothing left to do.
+Each ``NNNN_description.sql`` file beside this module is one migration (``catalogue``).  They
+run under a transaction-scoped advisory lock, so several processes migrating at once serialise
+and all but the first find nothing left to do.  ``layout`` tells whose layout a database has,
+so a foreign one is refused before anything is written.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from awa import config
 from awa.job import SchemaNotMigrated
+from awa.schema.catalogue import (
+    CREATE_VERSION_TABLE,
+    Migration,
+    current_migration_version,
+    migration_sql,
+    migrations,
+    migrations_range,
+)
+from awa.schema.layout import StorageLayout, describe_layout, describe_layout_sync
 
-if TYPE_CHECKING:
-    from awa.storage import StorageLayout
+__all__ = ["CREATE_VERSION_TABLE", "Migration", "current_migration_version", "migration_sql",
+           "migrations", "migrations_range", "migrate", "migrate_sync", "not_migrated_error",
+           "ensure_migrated", "ensure_migrated_sync"]
 
-_FILE_NAME = re.compile(r"^(\d{4})_(\w+)\.sql$")
-
-CREATE_VERSION_TABLE = """
-CREATE SCHEMA IF NOT EXISTS awa;
-CREATE TABLE IF NOT EXISTS awa.schema_version (
-    version     integer PRIMARY KEY,
-    description text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
-)"""
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 APPLIED_VERSIONS = "SELECT version FROM awa.schema_version"
 RECORD_VERSION = """
 INSERT INTO awa.schema_version (version, description) VALUES (%s, %s)
 ON CONFLICT (version) DO NOTHING"""
-VERSION_TABLE_EXISTS = "SELECT to_regclass('awa.schema_version') IS NOT NULL"
-CURRENT_VERSION_QUERY = "SELECT max(version) FROM awa.schema_version"
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    sql: str
-
-
-@cache
-def migrations() -> tuple[Migration, ...]:
-    found = []
-    for entry in resources.files(__package__).iterdir():
-        match = _FILE_NAME.match(entry.name)
-        if match:
-            found.append(Migration(int(match.group(1)), match.group(2).replace("_", " "),
-                                   entry.read_text()))
-    return tuple(sorted(found, key=lambda m: m.version))
-
-
-def current_migration_version() -> int:
-    return migrations()[-1].version
-
-
-def migrations_range(from_version: int, to_version: int) -> list[Migration]:
-    return [m for m in migrations() if from_version < m.version <= to_version]
-
-
-def migration_sql() -> str:
-    """Every migration as one script, for ``awa migrate --sql``."""
-    parts = [CREATE_VERSION_TABLE + ";"]
-    for m in migrations():
-        parts.append(f"-- migration {m.version}: {m.description}\n{m.sql}")
-        parts.append(f"INSERT INTO awa.schema_version (version, description) "
-                     f"VALUES ({m.version}, '{m.description}') ON CONFLICT (version) DO NOTHING;")
-    return "\n".join(parts)
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
@@ -82,8 +42,6 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
     before anything is written (the advisory lock is taken first, so the check
     and the migration see the same schema).
     """
-    from awa.storage import describe_layout  # awa.storage builds on this module's catalogue
-
     async with conn.transaction():
         await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
         _refuse_foreign(await describe_layout(conn))
@@ -102,8 +60,6 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
 
 def migrate_sync(conn: psycopg.Connection[Any]) -> list[int]:
     """``migrate`` on a synchronous connection."""
-    from awa.storage import describe_layout_sync  # awa.storage builds on this module's catalogue
-
     with conn.transaction():
         conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
         _refuse_foreign(describe_layout_sync(conn))
@@ -146,15 +102,11 @@ async def ensure_migrated(conn: psycopg.AsyncConnection[Any], *,
     ``accept_foreign=True`` is for read-only ops tools that read such a layout
     through the troubleshooting guide's own queries: they get its version.
     """
-    from awa.storage import describe_layout  # awa.storage builds on this module's catalogue
-
     return _checked(await describe_layout(conn), accept_foreign)
 
 
 def ensure_migrated_sync(conn: psycopg.Connection[Any], *, accept_foreign: bool = False) -> int:
     """``ensure_migrated`` on a synchronous connection."""
-    from awa.storage import describe_layout_sync  # awa.storage builds on this module's catalogue
-
     return _checked(describe_layout_sync(conn), accept_foreign)
 
 

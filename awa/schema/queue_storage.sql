@@ -1,4 +1,4 @@
--- The queue-storage engine (DESIGN §10): append-only, vacuum-aware job storage.
+-- The queue-storage engine (docs/architecture.md §7): append-only, vacuum-aware job storage.
 --
 -- Installed on top of the canonical migrations by
 -- awa.storage.queue_storage.install_queue_storage(); idempotent.  Not a
@@ -319,6 +319,106 @@ DROP FUNCTION IF EXISTS awa.qs_notify_ready();
 -- The one rule for "this ready entry can still be claimed": at or past its
 -- lane's claim head, not tombstoned, no receipt for its next attempt.  Every
 -- reader of available jobs (the view, counts, admin, aging, prune) uses it.
+-- The open receipts: those no closure covers.  Closures name receipt-id ranges, so the
+-- ids no range covers between the claim ring's oldest and newest receipt are found by
+-- subtracting the merged ranges from that span; only the receipts in those gaps (the
+-- attempts open now, and ids a rolled-back claim never used) are then probed, by
+-- receipt id.  Its cost follows the closures and the open attempts, never the receipts
+-- a busy ring holds: read by rescue, prune, the depth counts and awa.jobs.
+CREATE INDEX IF NOT EXISTS idx_lease_claims_receipt ON awa.lease_claims (receipt_id);
+-- Receipt ids below closed_below are all covered by closures (closures are appended and
+-- leave only with their receipts' whole claim slot), so the gap search starts there and
+-- merges only the closures since.  Advanced by the maintenance leader at each rescue
+-- (awa.qs_advance_receipt_watermark): one small row, updated in place.  A hole no receipt
+-- will ever fill (the ids of a claim that rolled back) is passed once no transaction of
+-- this database that was running when the hole was first seen (hole_seen_at) is left: a
+-- claim takes its receipt ids inside its transaction, so by then its receipts are
+-- visible, or never will be.
+CREATE TABLE IF NOT EXISTS awa.qs_receipt_watermark (
+    singleton    boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    closed_below bigint NOT NULL DEFAULT 0,
+    hole_below   bigint,
+    hole_seen_at timestamptz
+);
+INSERT INTO awa.qs_receipt_watermark DEFAULT VALUES ON CONFLICT DO NOTHING;
+
+-- The gaps: PL/pgSQL with a row estimate, so that a plan reading them is costed as the
+-- few index probes it is (as inline SQL the planner guesses a thousand gaps, and a plan
+-- that dear is JIT-compiled at every call).  The closures since the watermark are found
+-- by each slot's GiST index (the exclusion constraint's).
+CREATE OR REPLACE FUNCTION awa.qs_open_receipt_gaps() RETURNS SETOF int8range
+LANGUAGE plpgsql STABLE ROWS 4 AS $$
+DECLARE
+    lo bigint := greatest((SELECT min(x.receipt_id) FROM awa.lease_claims x),
+                          (SELECT w.closed_below FROM awa.qs_receipt_watermark w));
+    hi bigint := (SELECT max(x.receipt_id) FROM awa.lease_claims x);
+BEGIN
+    IF lo IS NULL OR hi IS NULL OR lo > hi THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT unnest(int8multirange(int8range(lo, hi, '[]'))
+                  - COALESCE((SELECT range_agg(g) FROM awa.lease_claim_closure_batches cb
+                               CROSS JOIN LATERAL unnest(cb.receipt_ranges) g
+                               WHERE cb.receipt_ranges && int8range(lo, NULL)),
+                             '{}'::int8multirange));
+END $$;
+
+-- Move the watermark to the first gap that holds a receipt (an open attempt), or to a
+-- hole not yet proven dead; returns where it stands.
+CREATE OR REPLACE FUNCTION awa.qs_advance_receipt_watermark() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    w awa.qs_receipt_watermark%ROWTYPE;
+    gap int8range;
+    target bigint;
+BEGIN
+    SELECT * INTO w FROM awa.qs_receipt_watermark FOR UPDATE;
+    target := (SELECT max(x.receipt_id) + 1 FROM awa.lease_claims x);
+    IF target IS NULL THEN
+        RETURN w.closed_below;
+    END IF;
+    FOR gap IN SELECT g FROM awa.qs_open_receipt_gaps() g ORDER BY lower(g) LOOP
+        IF EXISTS (SELECT 1 FROM awa.lease_claims x
+                    WHERE x.receipt_id >= lower(gap) AND x.receipt_id < upper(gap)) THEN
+            target := lower(gap);  -- an open receipt
+            EXIT;
+        END IF;
+        -- Seen empty before, and every transaction of that time has ended (one this
+        -- role may not look at counts as still running): dead ids.
+        IF w.hole_below = upper(gap) AND NOT EXISTS (
+               SELECT 1 FROM pg_stat_activity a
+                WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                  AND (a.query = '<insufficient privilege>'
+                       OR (a.backend_xid IS NOT NULL AND a.xact_start <= w.hole_seen_at))) THEN
+            CONTINUE;
+        END IF;
+        target := lower(gap);
+        IF w.hole_below IS DISTINCT FROM upper(gap) THEN
+            w.hole_below := upper(gap);
+            w.hole_seen_at := clock_timestamp();
+        END IF;
+        EXIT;
+    END LOOP;
+    UPDATE awa.qs_receipt_watermark
+       SET closed_below = greatest(closed_below, target), hole_below = w.hole_below,
+           hole_seen_at = w.hole_seen_at
+     WHERE (closed_below, hole_below, hole_seen_at)
+           IS DISTINCT FROM (greatest(closed_below, target), w.hole_below, w.hole_seen_at);
+    RETURN greatest(w.closed_below, target);
+END $$;
+CREATE OR REPLACE VIEW awa.qs_open_receipts AS
+    SELECT c.*
+      FROM awa.qs_open_receipt_gaps() AS gap
+     -- OFFSET 0 keeps this a probe per gap: flattened into a join, the planner scans
+     -- every receipt and tests each against the gaps.
+     CROSS JOIN LATERAL (SELECT x.* FROM awa.lease_claims x
+                          WHERE x.receipt_id >= lower(gap) AND x.receipt_id < upper(gap)
+                         OFFSET 0) c
+     WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures cx
+                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
+                          AND cx.run_lease = c.run_lease);
+
 CREATE OR REPLACE VIEW awa.qs_ready_live AS
     SELECT r.*
       FROM awa.ready_entries r
@@ -624,16 +724,26 @@ DECLARE
     low bigint;
     moved int := 0;
 BEGIN
-    FOR lane IN SELECT h.queue, h.priority, h.shard FROM awa.queue_claim_heads h
+    FOR lane IN SELECT h.queue, h.priority, h.shard, h.claim_seq FROM awa.queue_claim_heads h
                  ORDER BY h.queue, h.priority, h.shard FOR UPDATE SKIP LOCKED LOOP
         -- The first live entry; with none, the lane's end (past gaps a tombstone or
         -- a skipped entry left, which would keep claims counting receipts): a
         -- producer yet to commit holds the enqueue head, so its entries land there
         -- or later.  An empty lane (NULL) stays where it is.
+        -- The walk starts at the head (an index bound, not a filter) and stops at the
+        -- first live entry: it holds the lane's lock, and claims wait for it.  (Through
+        -- awa.qs_ready_live the head is a join filter: every entry of the lane since
+        -- the last prune is read.)
         SELECT COALESCE(
-                   (SELECT min(r.lane_seq) FROM awa.qs_ready_live r
+                   (SELECT r.lane_seq FROM awa.ready_entries r
                      WHERE r.queue = lane.queue AND r.priority = lane.priority
-                       AND r.shard = lane.shard),
+                       AND r.shard = lane.shard AND r.lane_seq >= lane.claim_seq
+                       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                        WHERE t.ready_id = r.ready_id)
+                       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                                        WHERE c.job_id = r.job_id
+                                          AND c.run_lease = r.run_lease + 1)
+                     ORDER BY r.lane_seq LIMIT 1),
                    greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
                               WHERE r.queue = lane.queue AND r.priority = lane.priority
                                 AND r.shard = lane.shard),
@@ -652,11 +762,7 @@ BEGIN
 END $$;
 
 -- The operator read surface: canonical rows plus every live queue-storage row.
--- A receipt's batch closure is looked up in every closed range of the claim ring,
--- merged once per query (receipt ids are unique across claim slots): a scan of the
--- running attempts then costs a binary search per receipt, where a GiST probe per
--- receipt costs ten times more -- or, planned as a scan of the closures, seconds.
--- (execution.OPEN_RECEIPT_IN_RANGES is the same test, for rescue and prune.)
+-- Running attempts are the open receipts (awa.qs_open_receipts) and the leases.
 CREATE OR REPLACE VIEW awa.jobs AS
     SELECT * FROM awa.jobs_hot
     UNION ALL
@@ -677,16 +783,10 @@ CREATE OR REPLACE VIEW awa.jobs AS
            r.created_at, r.errors, r.metadata || COALESCE(a.metadata, '{}'::jsonb), r.tags,
            r.unique_key, r.unique_states, NULL, NULL, NULL, NULL, NULL, NULL,
            c.run_lease, COALESCE(a.progress, r.progress), c.claimed_by
-      FROM awa.lease_claims c
+      FROM awa.qs_open_receipts c
       JOIN awa.ready_entries r
         ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
-     WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures cx
-                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                          AND cx.run_lease = c.run_lease)
-       AND NOT COALESCE(c.receipt_id <@ (
-               SELECT range_agg(x) FROM awa.lease_claim_closure_batches cb
-                CROSS JOIN LATERAL unnest(cb.receipt_ranges) x), false)
     UNION ALL
     SELECT l.job_id, r.kind, r.queue, r.args, l.state, r.priority, l.attempt, r.max_attempts,
            r.run_at, l.heartbeat_at, l.deadline_at, l.claimed_at, NULL, r.created_at, r.errors,
@@ -732,42 +832,62 @@ CREATE INDEX IF NOT EXISTS idx_done_entries_callback ON awa.done_entries (callba
 -- and terminal rows are deleted or updated in place.
 
 -- End job p_id's live queue-storage row, wherever it is; false when it has none.
-CREATE OR REPLACE FUNCTION awa.qs_remove_live(p_id bigint, p_reason text) RETURNS boolean
+-- Remove what is live of a job; with p_state, only from where that state lives, so an
+-- update read as one state does not remove the job from another it moved to meanwhile
+-- (an available entry a claim took while the update waited for the lane lock: closing
+-- that claim's receipt would leave its handler running while the update re-places the
+-- job, to run again).
+DROP FUNCTION IF EXISTS awa.qs_remove_live(bigint, text);
+CREATE OR REPLACE FUNCTION awa.qs_remove_live(p_id bigint, p_reason text,
+                                              p_state awa.job_state DEFAULT NULL)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     r record;
     found_any boolean := false;
 BEGIN
-    FOR r IN SELECT DISTINCT e.queue, e.priority, e.shard FROM awa.qs_ready_live e
-              WHERE e.job_id = p_id LOOP
-        PERFORM 1 FROM awa.queue_claim_heads h
-         WHERE h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard FOR UPDATE;
-    END LOOP;
-    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
-    SELECT e.ready_slot, e.ready_id, e.job_id, p_reason FROM awa.qs_ready_live e
-     WHERE e.job_id = p_id;
-    found_any := FOUND;
-    -- An open receipt (one at most) is closed; a concurrent closer wins or loses
-    -- on the closure guard.
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')), p_reason
-      FROM awa.lease_claims c
-     WHERE c.job_id = p_id
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                        WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                          AND x.run_lease = c.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                        WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)
-     ORDER BY c.claim_slot
-    ON CONFLICT DO NOTHING;
-    found_any := found_any OR FOUND;
-    DELETE FROM awa.leases WHERE job_id = p_id;
-    found_any := found_any OR FOUND;
-    DELETE FROM awa.attempt_state WHERE job_id = p_id;
-    DELETE FROM awa.deferred_jobs WHERE id = p_id;
-    found_any := found_any OR FOUND;
-    DELETE FROM awa.done_entries WHERE id = p_id;
-    found_any := found_any OR FOUND;
+    IF p_state IS NULL OR p_state = 'available' THEN
+        FOR r IN SELECT DISTINCT e.queue, e.priority, e.shard FROM awa.qs_ready_live e
+                  WHERE e.job_id = p_id LOOP
+            PERFORM 1 FROM awa.queue_claim_heads h
+             WHERE h.queue = r.queue AND h.priority = r.priority AND h.shard = r.shard
+               FOR UPDATE;
+        END LOOP;
+        -- A new statement, a new snapshot: a claim that held the lane is seen.
+        INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
+        SELECT e.ready_slot, e.ready_id, e.job_id, p_reason FROM awa.qs_ready_live e
+         WHERE e.job_id = p_id;
+        found_any := FOUND;
+    END IF;
+    IF p_state IS NULL OR p_state IN ('running', 'waiting_external') THEN
+        -- An open receipt (one at most) is closed; a concurrent closer wins or loses
+        -- on the closure guard.
+        INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+        SELECT c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')),
+               p_reason
+          FROM awa.lease_claims c
+         WHERE c.job_id = p_id
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                              AND x.run_lease = c.run_lease)
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                            WHERE b.claim_slot = c.claim_slot
+                              AND b.receipt_ranges @> c.receipt_id)
+         ORDER BY c.claim_slot
+        ON CONFLICT DO NOTHING;
+        found_any := found_any OR FOUND;
+        DELETE FROM awa.leases WHERE job_id = p_id;
+        found_any := found_any OR FOUND;
+        DELETE FROM awa.attempt_state WHERE job_id = p_id;
+    END IF;
+    IF p_state IS NULL OR p_state IN ('scheduled', 'retryable') THEN
+        DELETE FROM awa.deferred_jobs WHERE id = p_id AND (p_state IS NULL OR state = p_state);
+        found_any := found_any OR FOUND;
+    END IF;
+    IF p_state IS NULL OR p_state IN ('completed', 'failed', 'cancelled') THEN
+        DELETE FROM awa.done_entries WHERE id = p_id AND (p_state IS NULL OR state = p_state);
+        found_any := found_any OR FOUND;
+    END IF;
     RETURN found_any;
 END $$;
 
@@ -901,7 +1021,7 @@ BEGIN
     IF NEW.state = 'running' OR NEW.state = 'waiting_external' THEN
         PERFORM awa.qs_place(NEW);  -- raises: only a claim starts an attempt
     END IF;
-    IF NOT awa.qs_remove_live(OLD.id, 'updated') THEN
+    IF NOT awa.qs_remove_live(OLD.id, 'updated', OLD.state) THEN
         RETURN NULL;
     END IF;
     IF OLD.unique_key IS NOT NULL THEN

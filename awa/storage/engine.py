@@ -444,7 +444,8 @@ class Descriptor:
     owner: str | None = None
     docs_url: str | None = None
     tags: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Any = field(default_factory=dict)  # JSON; awa-pg 0.6.9 took any value
+    sync_interval_ms: int | None = None  # how often its runtime re-publishes it
 
 
 @dataclass(frozen=True)
@@ -762,7 +763,7 @@ class AdminOps(Protocol):
     when the caller holds one), so it applies all or nothing.  A move into a
     state of a job's unique mask that collides with a live holder raises
     ``UniqueConflict`` for a single job; bulk moves leave the colliding jobs
-    where they were (``awa.storage.canonical.collisions.apply_batch_or_each``).
+    where they were (``awa.storage.common.collisions.apply_batch_or_each``).
     """
 
     # -- jobs --
@@ -776,8 +777,8 @@ class AdminOps(Protocol):
     async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
                         state: JobState | None = None, kind: str | None = None,
                         queue: str | None = None, tag: str | None = None,
-                        limit: int = 100) -> list[Job[Any]]:
-        """Newest first."""
+                        limit: int = 100, before_id: int | None = None) -> list[Job[Any]]:
+        """Newest first; ``before_id`` pages on: only ids below it (keyset)."""
         ...
 
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
@@ -1108,6 +1109,10 @@ class RuntimeInstance:
     """Names of the queues it serves (empty: it did not say, so any)."""
     last_seen_age_s: float
     uptime_s: float | None
+    heartbeat_interval_ms: int | None = None
+    heartbeat_staleness_ms: int | None = None
+    """The runtime's own heartbeat timing, as its snapshot published it (None: it did not,
+    e.g. an older runtime or awa-pg 0.6.9)."""
 
 
 @dataclass(frozen=True)
@@ -1215,6 +1220,25 @@ class JobSummary:
     attempted_at: datetime | None
     finalized_at: datetime | None
     tags: list[str]
+    last_error: str | None = None
+    """The newest error's message (its first 500 characters), if any."""
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A value too big to fetch whole: its first ``len(head)`` characters as JSON text and
+    its full size in bytes."""
+
+    head: str
+    total_bytes: int
+
+    @property
+    def more_bytes(self) -> int:
+        return max(0, self.total_bytes - len(self.head.encode()))
+
+
+# The job values a capped read may leave out (``JobRecord.oversized``).
+CAPPED_VALUES = ("args", "metadata", "errors", "progress")
 
 
 @dataclass(frozen=True)
@@ -1227,6 +1251,9 @@ class JobRecord:
     claimed_by: str | None = None
     """The runtime instance that claimed its current (or last, once it ended in place)
     attempt; None when not recorded."""
+    oversized: dict[str, Oversized] = field(default_factory=dict)
+    """With ``job_record(cap_bytes=...)``: each of ``CAPPED_VALUES`` bigger than the cap,
+    by name; the job's own value is then empty (``{}``, ``[]`` or None)."""
 
     @property
     def in_dlq(self) -> bool:
@@ -1309,6 +1336,25 @@ class RuntimeDescriptorHashes:
     """As the runtime wrote it (json)."""
 
 
+@dataclass(frozen=True)
+class StateBucket:
+    """Jobs created in one minute that are now in one state."""
+
+    bucket: datetime
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class KindCount:
+    """One job kind: its jobs, the queues they sit in, completions in the last hour."""
+
+    kind: str
+    job_count: int
+    queue_count: int
+    completed_last_hour: int
+
+
 class OpsReads(Protocol):
     """Bounded, index-backed reads for operators; never a write.
 
@@ -1321,6 +1367,12 @@ class OpsReads(Protocol):
                             since: datetime | None = None, until: datetime | None = None,
                             cap: int) -> list[QueueDetail]:
         """``queues`` and every queue_meta queue: lag, completions in the window, pause."""
+        ...
+
+    async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
+        """Completions per queue since the database began, where the engine keeps that count
+        (a rate is then the difference of two reads, exact even for completions whose rows
+        are gone between them); None where retention deletes rows uncounted."""
         ...
 
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
@@ -1371,9 +1423,11 @@ class OpsReads(Protocol):
         """Newest jobs first matching the filter, at most ``query.page``."""
         ...
 
-    async def job_record(self, conn: psycopg.AsyncConnection[Any],
-                         job_id: int) -> JobRecord | None:
-        """The job, or its DLQ entry, or None."""
+    async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                         cap_bytes: int | None = None) -> JobRecord | None:
+        """The job, or its DLQ entry, or None.  With ``cap_bytes``, args, metadata,
+        errors and progress bigger than that (as JSON text) are not fetched: the record
+        carries their head and size instead (``JobRecord.oversized``)."""
         ...
 
     async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
@@ -1401,10 +1455,84 @@ class OpsReads(Protocol):
         engine without rings.  One probe per partition (``LIMIT 1``), never a count."""
         ...
 
+    async def state_counts(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        """Jobs per state, DLQ entries counted as failed; a full count (cache it)."""
+        ...
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *,
+                                 minutes: int) -> list[StateBucket]:
+        """Jobs created in the last ``minutes``, per minute and current state, oldest first."""
+        ...
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any]) -> list[KindCount]:
+        """Per kind: jobs, distinct queues, completions in the last hour; a full count."""
+        ...
+
+
+# ============================================================================
+# durable batch operations (awa.batch): set_priority / move_queue over a filter
+# ============================================================================
+class BatchOps(Protocol):
+    """The operation rows, their items, and the chunked change of matched jobs.
+
+    Only ``available`` and ``scheduled`` jobs are ever matched or changed.
+    ``filter`` is the operation's filter document (kind, queue, tag, state, ids,
+    created_at_gte, created_at_lt; absent or null = unset).  The caller owns
+    every transaction: one scan page, or one chunk with its outcomes, per transaction.
+    """
+
+    async def batch_insert(self, conn: psycopg.AsyncConnection[Any], *, op_kind: str,
+                           filter: dict[str, Any], spec: dict[str, Any],
+                           submitted_by: str | None) -> dict[str, Any]:
+        ...
+
+    async def batch_list(self, conn: psycopg.AsyncConnection[Any], *, state: str | None,
+                         limit: int) -> list[dict[str, Any]]:
+        ...
+
+    async def batch_get(self, conn: psycopg.AsyncConnection[Any],
+                        op_id: uuid.UUID) -> dict[str, Any] | None:
+        ...
+
+    async def batch_request_cancel(self, conn: psycopg.AsyncConnection[Any],
+                                   op_id: uuid.UUID) -> dict[str, Any] | None:
+        """pending/scanning/running -> cancelling; None when not cancellable (or unknown)."""
+        ...
+
+    async def batch_preview(self, conn: psycopg.AsyncConnection[Any], filter: dict[str, Any],
+                            *, sample: int) -> tuple[int, list[Job[Any]]]:
+        """How many jobs match now, and the ``sample`` lowest ids of them."""
+        ...
+
+    async def batch_next_active(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, Any] | None:
+        """The oldest active operation, locked (``SKIP LOCKED``) for the transaction."""
+        ...
+
+    async def batch_start_scan(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
+                               runner: uuid.UUID) -> dict[str, int]:
+        ...
+
+    async def batch_scan_page(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
+                              cursor: dict[str, int], runner: uuid.UUID,
+                              page: int) -> dict[str, int] | None:
+        ...
+
+    async def batch_scanned(self, conn: psycopg.AsyncConnection[Any], op_id: uuid.UUID) -> None:
+        ...
+
+    async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
+                                limit: int) -> tuple[int, int, int] | None:
+        """(processed, skipped, errored) of the next chunk; None when nothing is pending."""
+        ...
+
+    async def batch_finish(self, conn: psycopg.AsyncConnection[Any], op_id: uuid.UUID, *,
+                           cancelled: bool, retention_days: float) -> dict[str, Any]:
+        ...
+
 
 # ============================================================================
 class Engine(EnqueueOps, ExecutionOps, MaintenanceOps, AdminOps, CallbackOps, CronAdminOps,
-             OpsReads, Protocol):
+             OpsReads, BatchOps, Protocol):
     """A storage engine: every group above."""
 
     name: str

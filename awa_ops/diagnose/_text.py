@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-DB = '"$DATABASE_URL"'
+import os
+from contextvars import ContextVar
+
+from awa import db
+
+ENV_REF = '"$DATABASE_URL"'
+# The database the running check reads (``diagnose.run_check`` sets it): suggested commands
+# name it, so they act on the database the tool used, not whatever $DATABASE_URL says.
+USING: ContextVar[str | None] = ContextVar("awa_ops_database_url", default=None)
+
+
+def db_ref() -> str:
+    """``"$DATABASE_URL"`` when that is the database in use, else the URL in use, quoted,
+    its password redacted (``***``: put it back, or use a .pgpass file)."""
+    url = USING.get()
+    if url is None or os.environ.get(db.DATABASE_URL_ENV) == url:
+        return ENV_REF
+    return shell_quote(db.redact(url))
 
 
 def secs(value: float | None) -> str:
@@ -19,15 +36,15 @@ def secs(value: float | None) -> str:
 
 
 def awa(command: str) -> str:
-    return f"awa --database-url {DB} {command}"
+    return f"awa --database-url {db_ref()} {command}"
 
 
 def ops(command: str) -> str:
-    return f"awa-ops diagnose {command} --database-url {DB}"
+    return f"awa-ops diagnose {command} --database-url {db_ref()}"
 
 
 def psql(statement: str) -> str:
-    return f"psql {DB} -c {shell_quote(statement)}"
+    return f"psql {db_ref()} -c {shell_quote(statement)}"
 
 
 def shell_quote(text: str) -> str:

@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import TYPE_CHECKING
 
 from psycopg import sql
 
 from awa import config
-from awa_ops.diagnose._text import plural, secs
+from awa_ops.diagnose._text import db_ref, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
 from awa_ops.session import OpsSession
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.storage import Engine
+
+
 NAME = "cancel-listener"
 RUNBOOK = runbook("cancel-listener")
+# On a hot standby this check runs on --primary-url, or names the command for the primary.
+NEEDS_PRIMARY = "the LISTEN sessions and NOTIFY (a standby cannot NOTIFY)"
 
 LISTENERS = """
 SELECT pid, usename, application_name, client_addr, state, backend_start,
@@ -65,7 +73,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
         await listener.close()
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s)
                 if r.live and not r.row["shutting_down"]]
     listeners = await session.fetch_all(LISTENERS, {"app": config.APP_NAME_LISTENER})
@@ -78,7 +86,7 @@ async def check(session, engine, options) -> list[Finding]:
             f"{secs(config.OPS_NOTIFY_PROBE_TIMEOUT_S)}",
             "LISTEN/NOTIFY is how admin cancels and new-job wake-ups reach workers; without it "
             "cancels wait for heartbeat or deadline rescue and dispatch falls back to polling",
-            "psql \"$DATABASE_URL\" -c 'LISTEN \"awa:cancel\";' and, from a second session, "
+            f"psql {db_ref()} -c 'LISTEN \"awa:cancel\";' and, from a second session, "
             "SELECT pg_notify('awa:cancel', '{}');", runbook=RUNBOOK))
     if usage >= config.OPS_NOTIFY_QUEUE_WARNING:
         findings.append(Finding(

@@ -9,16 +9,24 @@ mvcc-horizon; dead rows no vacuum has visited for long point at autovacuum.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa import config
 from awa_ops.diagnose import mvcc_horizon
-from awa_ops.diagnose._text import ops, plural, secs
+from awa_ops.diagnose._text import db_ref, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import literal, render
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
+
 NAME = "dead-tuples"
 RUNBOOK = runbook("dead-tuples")
+# On a hot standby this check runs on --primary-url, or names the command for the primary.
+NEEDS_PRIMARY = "table statistics and vacuum history"
 
 # Wraps the churn query (kept verbatim in sql/) with each table's trigger inputs.
 # The schema is bound as a quoted literal: the seed text carries LIKE '..%' patterns.
@@ -58,7 +66,7 @@ def guide_table(relname: str) -> bool:
     return relname in GUIDE_TABLES or relname.startswith(GUIDE_PREFIXES)
 
 
-def churn_query(engine) -> str:
+def churn_query(engine: Engine) -> str:
     if engine.is_queue_storage:
         churn = QUEUE_STORAGE_CHURN.replace("'<schema>'", literal(engine.schema)).strip()
     else:
@@ -79,8 +87,8 @@ def trigger(row: dict[str, Any]) -> float:
     """Dead tuples at which autovacuum visits this table."""
     base = _reloption(row["reloptions"], "autovacuum_vacuum_threshold")
     scale = _reloption(row["reloptions"], "autovacuum_vacuum_scale_factor")
-    return (float(base) if base else row["base_threshold"]) + \
-        (float(scale) if scale else row["base_scale_factor"]) * row["reltuples"]
+    return (float(base) if base else float(row["base_threshold"])) + \
+        (float(scale) if scale else float(row["base_scale_factor"])) * float(row["reltuples"])
 
 
 def autovacuum_enabled(row: dict[str, Any]) -> bool:
@@ -88,14 +96,15 @@ def autovacuum_enabled(row: dict[str, Any]) -> bool:
     return row["autovacuum_on"] and (own is None or own.lower() in ("true", "on", "1"))
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     tables = await session.fetch_all(churn_query(engine))
     pinning = [f for f in mvcc_horizon.holders(await mvcc_horizon.gather(session), options)
                if f.severity > Severity.OK]
     return assess(tables, pinning, options)
 
 
-def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> list[Finding]:
+def assess(tables: list[dict[str, Any]], pinning: list[Finding],
+           options: Options) -> list[Finding]:
     findings: list[Finding] = []
     for t in tables:
         limit = trigger(t)
@@ -123,7 +132,7 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
             findings.append(Finding(
                 Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
                                   f"for it", "nothing will reclaim them; the table bloats",
-                f"psql \"$DATABASE_URL\" -c 'VACUUM (VERBOSE) {t['relname']}'", evidence, RUNBOOK))
+                f"psql {db_ref()} -c 'VACUUM (VERBOSE) {t['relname']}'", evidence, RUNBOOK))
         elif (dead > 2 * limit and dead >= config.OPS_DEAD_TUPLES_MIN
               and (since is None or since > config.OPS_VACUUM_STALE_S)):
             findings.append(Finding(
@@ -133,7 +142,7 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding], options) -> lis
                 "autovacuum is not keeping up with queue churn (autovacuum_count flat): check "
                 "autovacuum_max_workers, cost limits and naptime, or lower this table's "
                 "scale factor",
-                f"psql \"$DATABASE_URL\" -c \"ALTER TABLE <schema>.{t['relname']} SET "
+                f"psql {db_ref()} -c \"ALTER TABLE <schema>.{t['relname']} SET "
                 f"(autovacuum_vacuum_scale_factor = 0.01)\"", evidence, RUNBOOK))
     if not findings:
         worst = max(tables, key=lambda t: t["n_dead_tup"], default=None)

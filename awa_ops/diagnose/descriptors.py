@@ -4,12 +4,18 @@ and drifted (live runtimes report different hashes for the same key)."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_ops.diagnose._text import plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
 from awa_ops.storage import column_exists, storage_engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
 
 NAME = "descriptors"
 RUNBOOK = runbook("descriptors")
@@ -40,7 +46,7 @@ def split_hashes(value: Any) -> dict[tuple[str, str], str]:
     return out
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     live = [r for r in runtimes if r.live]
     window = max((r.window_s for r in live), default=None)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.conninfo import conninfo_to_dict
 
@@ -24,10 +25,17 @@ from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.fingerprint import fingerprint, normalize
 from awa_ops.storage import column_exists, storage_engine
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
+
 NAME = "dlq"
 RUNBOOK = runbook("dlq")
 
-async def _canonical_dlq(session, options) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+async def _canonical_dlq(session: OpsSession, options: Options
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Depth by queue and reason, and the repeated last errors: one read transaction."""
     engine = await storage_engine(session)
     # The Rust-core layout keeps errors in each entry's payload (its engine reads them).
@@ -81,6 +89,24 @@ def group_by_cause(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                   g["pattern"]))
 
 
+def redrive_commands(group: dict[str, Any]) -> list[str]:
+    """The commands that redrive exactly one cause's jobs, each matching where they sit
+    (``dlq retry-bulk`` for DLQ entries, ``job retry-failed`` for failed jobs), scoped by
+    its error fingerprint (and its queue and kind when it has one of each)."""
+    scope = f" --fingerprint {group['fingerprint']}"
+    if len(group["queues"]) == 1:
+        scope += f" --queue {shlex.quote(group['queues'][0])}"
+    if len(group["kinds"]) == 1:
+        scope += f" --kind {shlex.quote(group['kinds'][0])}"
+    places = set(group["places"])
+    commands = []
+    if "dlq" in places:
+        commands.append(awa(f"dlq retry-bulk{scope}"))
+    if places - {"dlq"}:
+        commands.append(awa(f"job retry-failed{scope}"))
+    return commands
+
+
 def state_file(state_dir: Path | None, url: str) -> Path:
     base = state_dir or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     parts = conninfo_to_dict(url)
@@ -91,7 +117,8 @@ def state_file(state_dir: Path | None, url: str) -> Path:
 
 def _load_previous(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        previous: dict[str, Any] = json.loads(path.read_text())
+        return previous
     except (OSError, ValueError):
         return None
 
@@ -110,7 +137,7 @@ def _ago(ts: datetime, now: datetime) -> str:
     return f"{secs(max(0.0, (now - ts).total_seconds()))} ago"
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     depth_rows, errors = await _canonical_dlq(session, options)
     now = datetime.now(UTC)
     by_queue: dict[str, int] = {}
@@ -174,7 +201,7 @@ async def check(session, engine, options) -> list[Finding]:
             "the same error on every attempt means retries cannot help: a poison job "
             "(bad args, a missing dependency, a code bug), not a transient fault",
             awa(f"job dump {e['sample_job_ids'][0]}") + "  # fix the cause, then: "
-            + awa(f"dlq retry-bulk --queue {e['queues'][0]}"),
+            + " ; ".join(redrive_commands(e)),
             [e], RUNBOOK))
 
     if not findings:

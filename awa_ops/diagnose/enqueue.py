@@ -6,6 +6,7 @@ WAL-related waits sampled from pg_stat_activity.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -15,8 +16,16 @@ from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.promtext import histogram_summary
 from awa_ops.storage import render
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
+
 NAME = "enqueue"
 RUNBOOK = runbook("enqueue")
+# On a hot standby this check runs on --primary-url, or names the command for the primary.
+NEEDS_PRIMARY = "the enqueue sessions and the WAL position"
 
 SHARDS = render("all_enqueue_shards")
 # The guide's LWLock:WALWrite / LWLock:WALSync waits, of this database's backends
@@ -33,7 +42,7 @@ WHERE datname = current_database()
 WAL_CONTENDED = 2
 
 
-async def sample_wal_waits(session) -> tuple[int, list[dict]]:
+async def sample_wal_waits(session: OpsSession) -> tuple[int, list[dict[str, Any]]]:
     """How many of a few quick samples saw a backend waiting on WAL, and who."""
     hits, seen = 0, []
     for i in range(config.OPS_WAL_SAMPLES):
@@ -46,7 +55,7 @@ async def sample_wal_waits(session) -> tuple[int, list[dict]]:
     return hits, seen
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     shards = await session.fetch_all(SHARDS)
     if options.queue:
         shards = [s for s in shards if s["queue"] == options.queue] or \
@@ -80,10 +89,12 @@ async def check(session, engine, options) -> list[Finding]:
     return findings
 
 
-async def _histograms(options) -> list[Finding]:
+async def _histograms(options: Options) -> list[Finding]:
+    url = options.metrics_url
+    assert url is not None  # check() asks only when --metrics-url is given
     try:
         async with httpx.AsyncClient(timeout=5) as http:
-            response = await http.get(options.metrics_url)
+            response = await http.get(url)
             response.raise_for_status()
     except httpx.HTTPError as exc:
         return [Finding(Severity.WARNING, f"could not read {options.metrics_url}: {exc}",

@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
 from awa_ops.storage import storage_engine
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
+
 NAME = "heartbeats"
 RUNBOOK = runbook("heartbeats")
 
-async def check(session, engine, options) -> list[Finding]:
-    params = {"staleness": options.heartbeat_staleness_s, "queue": options.queue}
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     reads = await storage_engine(session)
     async with session.read():
-        counts = await reads.running_counts(session.conn, stale_after_s=params["staleness"],
+        counts = await reads.running_counts(session.conn, stale_after_s=options.staleness_s,
                                             queue=options.queue)
     queues: list[dict[str, Any]] = [{"queue": c.queue, "running": c.running,
                "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     findings: list[Finding] = []
     limit = options.evidence_limit
-    overdue = options.heartbeat_staleness_s + 2 * options.rescue_interval_s
+    overdue = options.staleness_s + 2 * options.rescue_interval_s
     for q in queues:
         if q["stale"]:
             critical = q["oldest_heartbeat_s"] > overdue

@@ -9,15 +9,23 @@ vacuum_defer_cleanup_age where the server still has it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa import config
-from awa_ops.diagnose._text import plural, psql, secs
+from awa_ops.diagnose._text import db_ref, plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import render
 
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
+
 NAME = "mvcc-horizon"
 RUNBOOK = runbook("mvcc-horizon")
+# On a hot standby this check runs on --primary-url, or names the command for the primary.
+NEEDS_PRIMARY = "its sessions, replication slots, standby feedback and xmin horizon"
 RUNS_WITHOUT_SCHEMA = True
 
 # The guide's long-transaction query, joined to the horizon columns.
@@ -68,7 +76,7 @@ SELECT current_setting('vacuum_defer_cleanup_age', true) AS vacuum_defer_cleanup
 """
 
 
-def thresholds(options) -> tuple[float, float]:
+def thresholds(options: Options) -> tuple[float, float]:
     warn = options.min_age_s if options.min_age_s is not None else config.OPS_XACT_WARNING_S
     return warn, max(config.OPS_XACT_CRITICAL_S, warn)
 
@@ -81,7 +89,7 @@ def _severity(age_s: float | None, xid_age: int | None, warn: float, crit: float
     return Severity.OK
 
 
-async def gather(session) -> dict[str, list[dict[str, Any]]]:
+async def gather(session: OpsSession) -> dict[str, list[dict[str, Any]]]:
     sessions, slots, feedback, prepared, settings = await session.fetch_sets(
         (SESSIONS, None), (SLOTS, None), (STANDBY_FEEDBACK, None), (PREPARED, None),
         (SETTINGS, None))
@@ -89,7 +97,7 @@ async def gather(session) -> dict[str, list[dict[str, Any]]]:
             "prepared": prepared, "settings": settings}
 
 
-def holders(found: dict[str, list[dict[str, Any]]], options) -> list[Finding]:
+def holders(found: dict[str, list[dict[str, Any]]], options: Options) -> list[Finding]:
     """One finding per horizon holder old enough to matter (and OK ones for context)."""
     warn, crit = thresholds(options)
     out: list[Finding] = []
@@ -105,6 +113,8 @@ def holders(found: dict[str, list[dict[str, Any]]], options) -> list[Finding]:
             sev = Severity.WARNING  # long, but holds no snapshot: locks, not the horizon
         if sev == Severity.OK:
             continue  # young: shown in the summary's evidence only
+        if not pins and s["application_name"] == config.APP_NAME_LEADER:
+            continue  # behind a pooler the leader holds its lock in a snapshot-less transaction
         holds = ", ".join(part for part in (
             f"xid {s['backend_xid']}" if s["backend_xid"] else "",
             f"xmin {s['backend_xmin']} ({s['xmin_age']} xids old)" if s["backend_xmin"] else "")
@@ -148,7 +158,7 @@ def holders(found: dict[str, list[dict[str, Any]]], options) -> list[Finding]:
             f"prepared {secs(p['age_s'])} ago, holding xid {p['xid']}",
             "a prepared transaction survives restarts and holds its xid (and locks) until "
             "someone commits or rolls it back; its coordinator may be gone",
-            f"psql \"$DATABASE_URL\" -c \"ROLLBACK PREPARED '{p['gid']}'\"  "
+            f"psql {db_ref()} -c \"ROLLBACK PREPARED '{p['gid']}'\"  "
             f"# or COMMIT PREPARED, after asking its coordinator; run in database {p['database']}",
             [p], RUNBOOK))
     settings = found["settings"][0] if found["settings"] else {}
@@ -180,7 +190,7 @@ def _end_command(s: dict[str, Any], kind: str) -> str:
     return psql(f"SELECT pg_terminate_backend({s['pid']})") + "  # rolls back its transaction"
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     found = await gather(session)
     findings = holders(found, options)
     if not any(f.severity > Severity.OK for f in findings):

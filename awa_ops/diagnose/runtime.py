@@ -14,22 +14,36 @@ that is shutting down is draining, not unhealthy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from awa import config
-from awa_ops.diagnose._text import ops, plural, secs
+from awa_ops.diagnose._text import db_ref, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import Runtime, leader_lock_held, load_runtimes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
 
 NAME = "runtime"
 RUNBOOK = runbook("runtime")
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
-    lock_held = await leader_lock_held(session) if runtimes else False
+    # The leader's lock lives in the primary's pg_locks: on a standby it is asked of
+    # --primary-url, or left unknown (the runtime rows are replicated, the locks are not).
+    from awa_ops.diagnose import primary_or_none
+    lock_source = await primary_or_none(session, options) if runtimes else None
+    lock_held = await leader_lock_held(lock_source) if lock_source is not None else (
+        False if not runtimes else None)
     return assess(runtimes, options, lock_held)
 
 
-def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> list[Finding]:
+def assess(runtimes: list[Runtime], options: Options,
+           lock_held: bool | None = None) -> list[Finding]:
     findings: list[Finding] = []
     live = [r for r in runtimes if r.live]
     active = [r for r in live if not r.draining]
@@ -116,25 +130,36 @@ def assess(runtimes: list[Runtime], options, lock_held: bool | None = None) -> l
     return findings
 
 
-def _failover(leader: Runtime, former: list[Runtime], options) -> Finding:
-    """A new leader reports while an older snapshot still says another runtime led."""
+def _failover(leader: Runtime, former: list[Runtime], options: Options) -> Finding:
+    """A new leader reports while an older snapshot still says another runtime led.
+
+    Once the former leader is gone (or stopped), the failover is over: an OK finding that
+    names both and stays the same from run to run (no figure that keeps growing).  While
+    the former one still reports, two snapshots claim leadership: a warning.
+    """
     last = former[0]
-    # The lock passed between the former leader's last snapshot and the new one's.
-    window = max(0.0, last.age_s - leader.age_s)
-    state = ("gone" if not last.live else "draining" if last.draining else
-             "silent" if last.snapshot_overdue else "still reporting")
+    evidence = [leader.evidence(), *(r.evidence() for r in former[:options.evidence_limit])]
+    if not last.live:
+        return Finding(
+            Severity.OK,
+            f"leader failover completed: {leader.label()} leads; the former leader "
+            f"{last.label()} is {last.status}",
+            "the former leader's flag is from its last snapshot; the leader lock is exclusive",
+            ops("stuck-running") + "  # the former leader's running jobs await rescue",
+            evidence, RUNBOOK)
+    state = "draining" if last.draining else "silent" if last.snapshot_overdue else \
+        "still reporting"
     return Finding(
         Severity.WARNING,
         f"leader failover: {leader.label()} is the leader now; the former leader "
-        f"{last.label()} is {state} (last seen {secs(last.age_s)} ago); leaderless for at "
-        f"most {secs(window)}",
+        f"{last.label()} is {state} (last seen {secs(max(last.age_s, 0.0))} ago)",
         "the former leader's flag is from an older snapshot; the leader lock is exclusive, "
         "so the newest snapshot saying leader wins",
-        ops("stuck-running") + "  # the former leader's running jobs await rescue",
-        [leader.evidence(), *(r.evidence() for r in former[:options.evidence_limit])], RUNBOOK)
+        ops("runtime") + " --watch 5", evidence, RUNBOOK)
 
 
-def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runtime], options,
+def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runtime],
+                options: Options,
                 lock_held: bool | None) -> Finding:
     if former:
         last = former[0]
@@ -166,7 +191,7 @@ def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runti
             "or cleans up; running jobs accumulate",
             "verify Postgres connectivity from the workers and that the pool is not exhausted; "
             "see who holds the leader lock: " +
-            "psql \"$DATABASE_URL\" -c \"SELECT l.pid, a.application_name, a.client_addr, "
+            f"psql {db_ref()} -c \"SELECT l.pid, a.application_name, a.client_addr, "
             "a.state FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
             "WHERE l.locktype = 'advisory' AND l.granted\"",
             evidence, RUNBOOK)

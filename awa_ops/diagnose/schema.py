@@ -3,10 +3,18 @@ the storage engine in use."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from awa import schema as migrations
-from awa_ops.diagnose._text import awa
+from awa_ops.diagnose._text import awa, db_ref
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import quote
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.session import OpsSession
+    from awa_ops.storage import Engine
+
 
 NAME = "schema"
 RUNBOOK = runbook("schema")
@@ -34,7 +42,7 @@ REQUIRED_TRIGGERS = ("awa_unique_claim_ins", "awa_unique_claim_upd", "awa_unique
                      "awa_notify_available")
 
 
-def required_objects(engine) -> list[tuple[str, str]]:
+def required_objects(engine: Engine) -> list[tuple[str, str]]:
     if engine.foreign_layout:
         # Laid out by the Rust core: check the objects the guide names for it.
         objects = [("table", "awa.runtime_instances"), ("table", "awa.queue_meta"),
@@ -57,7 +65,7 @@ def required_objects(engine) -> list[tuple[str, str]]:
     return objects
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     needed = migrations.current_migration_version()
     fix = awa("migrate")
     if not engine.installed:
@@ -104,7 +112,7 @@ async def check(session, engine, options) -> list[Finding]:
              "a partial or hand-edited schema: producers or workers fail with "
              "'relation ... does not exist'"),
             (fix + "; then let one worker boot to completion before resuming producers; check "
-             "the schema the runtime uses: psql \"$DATABASE_URL\" -c "
+             f"the schema the runtime uses: psql {db_ref()} -c "
              "'SELECT awa.active_queue_storage_schema()'") if qs_seq else fix,
             [*missing, *triggers], RUNBOOK))
     if not any(f.severity > Severity.OK for f in findings) and not engine.foreign_layout:

@@ -8,7 +8,7 @@ unhealthy); cancelled but possibly still running (cancel is cooperative).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa import config
 from awa_ops import runtimes as runtimes_
@@ -16,13 +16,21 @@ from awa_ops.diagnose._text import awa, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import (
     REPORT_NAMES,
+    Runtime,
+    Timing,
     classify_attempt,
     inferred_owner,
+    judging_timing,
     live_servers,
     load_runtimes,
 )
 from awa_ops.session import OpsSession
 from awa_ops.storage import render, storage_engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.storage import Engine
+
 
 NAME = "stuck-running"
 RUNBOOK = runbook("stuck-running")
@@ -48,7 +56,7 @@ ALIVE, STALE, OVERDUE, ORPHANED = (REPORT_NAMES[c] for c in (
 CANCELLED = "cancelled but still running"
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
               "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
@@ -110,10 +118,16 @@ async def _engine_attempts(session: OpsSession, params: dict[str, Any]
     return attempts, [asdict(c) for c in cancelled]
 
 
-def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], runtimes,
-             options) -> list[Finding]:
-    staleness = options.heartbeat_staleness_s
-    rescue_overdue = staleness + 2 * options.rescue_interval_s
+def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
+             runtimes: list[Runtime], options: Options) -> list[Finding]:
+    staleness = options.staleness_s
+    # "Overdue" needs a grace of one heartbeat interval.  Each attempt is judged by the
+    # timing its own runtime publishes (the one that claimed it, else those serving its
+    # queue); flags override; the timing resolved for the whole run is the fallback.
+    grace = (options.heartbeat_interval_s if options.heartbeat_interval_s is not None
+             else config.HEARTBEAT_INTERVAL_MS / 1000)
+    fallback = Timing(staleness, grace)
+    cutoffs: dict[Any, float] = {}  # job id -> the staleness cutoff it was judged by
     leader_alive = any(r.live and r.leader and r.row["maintenance_alive"] for r in runtimes)
     groups: dict[str, list[dict[str, Any]]] = {}
     owners: dict[Any, str] = {}  # job id -> the gone runtime that held it
@@ -121,7 +135,14 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
-        stale = hb is not None and hb > staleness
+        claimer = by_id.get(str(a["claimed_by"])) if a.get("claimed_by") else None
+        serving = [r for r in runtimes if r.serves(a["queue"])]
+        timing = judging_timing([claimer] if claimer is not None else
+                                [r for r in serving if r.live] or serving,
+                                stale_after_s=options.flagged_staleness_s,
+                                interval_s=options.flagged_interval_s, fallback=fallback)
+        cutoffs[a["job_id"]] = timing.stale_after_s
+        stale = hb is not None and hb > timing.stale_after_s
         servers = live_servers(runtimes, a["queue"])
         row: dict[str, Any] = {k: a.get(k) for k in ("job_id", "kind", "queue", "attempt",
                                                      "run_lease", "heartbeat_at", "deadline_at")
@@ -157,7 +178,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         cls = REPORT_NAMES[classify_attempt(
             heartbeat_age_s=None if hb is None else float(hb),
             deadline_remaining_s=None if remaining is None else float(remaining),
-            stale_after_s=staleness, owner_gone=gone is not None, served=bool(servers))]
+            stale_after_s=timing.stale_after_s, owner_gone=gone is not None,
+            served=bool(servers), overdue_grace_s=timing.grace_s)]
         row["class"] = cls
         groups.setdefault(cls, []).append(row)
 
@@ -168,6 +190,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         if not rows:
             continue
         oldest = max((r["heartbeat_age_s"] or 0) for r in rows)
+        cutoff = max(cutoffs[r["job_id"]] for r in rows)
+        rescue_overdue = cutoff + 2 * options.rescue_interval_s
         first = rows[0]["job_id"]
         if cls == OVERDUE:
             worst = min(r["deadline_remaining_s"] for r in rows)
@@ -183,7 +207,7 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
                 sorted({r["runtime"] for r in rows if r.get("runtime")})
             critical = oldest > rescue_overdue or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} orphaned: heartbeat {secs(oldest)} old "
-                       f"(stale after {secs(staleness)}) and the runtime that ran "
+                       f"(stale after {secs(cutoff)}) and the runtime that ran "
                        f"{'it' if len(rows) == 1 else 'them'} is gone"
                        + (f": {dead[0]}" if dead else ""))
             why = ("the worker stopped (crash, OOM kill, SIGKILL); stale-heartbeat rescue moves "
@@ -192,7 +216,7 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]], ru
         else:
             critical = oldest > rescue_overdue or not leader_alive
             summary = (f"{plural(len(rows), 'running job')} with a stale heartbeat "
-                       f"(oldest {secs(oldest)}, cutoff {secs(staleness)}); "
+                       f"(oldest {secs(oldest)}, cutoff {secs(cutoff)}); "
                        "rescue due at next scan")
             why = ("the runtime serving the queue is alive but these attempts stopped "
                    "heartbeating: its heartbeat loop or its connections are starved")

@@ -14,13 +14,18 @@ duplicate).
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa import config
 from awa_ops.diagnose._text import awa, plural, psql, secs
 from awa_ops.findings import Finding, Severity, plain, runbook
 from awa_ops.session import OpsSession
 from awa_ops.storage import render, storage_engine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from awa_ops.diagnose import Options
+    from awa_ops.storage import Engine
+
 
 NAME = "unique-wedge"
 RUNBOOK = runbook("unique-wedge")
@@ -37,7 +42,7 @@ LIMIT %(limit)s
 """
 
 
-async def _wedged(session: OpsSession, options) -> list[dict[str, Any]]:
+async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
     engine = await storage_engine(session)
     limit = config.OPS_EVIDENCE_LIMIT * 20
     async with session.read() as cur:
@@ -64,14 +69,14 @@ async def _wedged(session: OpsSession, options) -> list[dict[str, Any]]:
     return rows
 
 
-async def check(session, engine, options) -> list[Finding]:
+async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     rows = await _wedged(session, options)
     if not rows:
         return [Finding(Severity.OK, "no running job is wedged behind another job's unique claim",
                         runbook=RUNBOOK)]
     findings = []
     # Rescue should have moved a stale attempt twice over by now.
-    overdue = options.heartbeat_staleness_s + 2 * options.rescue_interval_s
+    overdue = options.staleness_s + 2 * options.rescue_interval_s
     stuck = [r for r in rows if r["heartbeat_age_s"] is not None and r["heartbeat_age_s"] > overdue]
     transient = [r for r in rows if r not in stuck]
     if transient:

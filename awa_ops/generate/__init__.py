@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -28,11 +29,11 @@ DASHBOARDS_DIR = "dashboards"
 ALERTS_DIR = "alerts"
 
 
-class _BlockStyleDumper(yaml.SafeDumper):
+class _BlockStyleDumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types
     """Multi-line strings (PromQL) as readable literal blocks."""
 
 
-def _represent_str(dumper: yaml.SafeDumper, value: str):
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> Any:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
@@ -40,9 +41,10 @@ def _represent_str(dumper: yaml.SafeDumper, value: str):
 _BlockStyleDumper.add_representer(str, _represent_str)
 
 
-def dump_yaml(document: dict) -> str:
-    return yaml.dump(document, Dumper=_BlockStyleDumper, sort_keys=False, width=1_000_000,
-                     allow_unicode=True)
+def dump_yaml(document: dict[str, Any]) -> str:
+    text: str = yaml.dump(document, Dumper=_BlockStyleDumper, sort_keys=False,
+                          width=1_000_000, allow_unicode=True)
+    return text
 
 
 def render(thresholds: Thresholds | None = None,

@@ -157,7 +157,7 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
     return Thresholds(**values)
 
 
-def _parse_for(path, value) -> dict[str, str]:
+def _parse_for(path: str | Path, value: Any) -> dict[str, str]:
     names = {rule.name for rule in build_rules(Thresholds())}
     if not isinstance(value, dict):
         raise ThresholdsError(f"{path}: 'for' must map alert names to durations like 5m")
@@ -807,7 +807,7 @@ def runbook_url(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + "/" + path if base_url else path
 
 
-def rules_document(rules: list[AlertRule], base_url: str) -> dict:
+def rules_document(rules: list[AlertRule], base_url: str) -> dict[str, Any]:
     return {"groups": [{
         "name": GROUP_NAME,
         "rules": [{
@@ -825,7 +825,7 @@ def rules_document(rules: list[AlertRule], base_url: str) -> dict:
 
 
 def unit_tests_document(rules: list[AlertRule], base_url: str,
-                        rules_file: str = RULES_FILE) -> dict:
+                        rules_file: str = RULES_FILE) -> dict[str, Any]:
     tests = []
     for rule in rules:
         for case in rule.cases(rule):

@@ -355,6 +355,12 @@ def workers(t: Thresholds) -> DashboardSpec:
         PanelSpec("In flight per runtime", "Handlers running now in each scraped runtime.",
                   (Target(f"sum by (instance) ({q('awa.job.in_flight')})", "{{instance}}"),),
                   stacked=True),
+        PanelSpec("Open attempts per runtime", "Attempts a runtime holds open in the database: "
+                  "running handlers plus outcomes waiting for the next completion flush. It "
+                  "stays at or below the runtime's slots plus one completion batch; above that, "
+                  "claims outrun the flusher.",
+                  (Target(f"sum by (instance) ({q('awa.job.open_attempts')})", "{{instance}}"),),
+                  runbooks=(diagnostic("stuck-running"),)),
         PanelSpec("Callbacks resolved", "External callbacks applied, by outcome.",
                   (Target(f"sum by ({CALLBACK_OUTCOME}) ({rate('awa.callback.resolved')})",
                           "{{awa_callback_outcome}}"),), unit="ops"),
@@ -515,6 +521,14 @@ def postgres(t: Thresholds) -> DashboardSpec:
                           "{{awa_db_xmin_source}}"),), unit="s",
                   thresholds=warn_at(t.xmin_horizon_age_seconds),
                   runbooks=(alert_runbook("AwaXminHorizonPinned"), diagnostic("mvcc-horizon"))),
+        PanelSpec("Standby replay lag", "When the exporter reads a hot standby (standby = 1): "
+                  "seconds and bytes of WAL received and not yet replayed, so how old what "
+                  "these dashboards show may be.",
+                  (Target(f"max({m('awa.db.replication.standby')})", "standby"),
+                   Target(f"max({m('awa.db.replication.replay_lag')})", "replay lag (s)"),
+                   Target(f"max({m('awa.db.replication.replay_lag_bytes')})",
+                          "received, not replayed (bytes)")),
+                  runbooks=(diagnostic("replication"),)),
         PanelSpec("xmin horizon xid age by source", "age() in transactions of the oldest xmin "
                   "each source holds; replication slots only show here.",
                   (Target(f"max by ({XMIN_SOURCE}) ({m('awa.db.xmin_horizon.xid_age')})",
@@ -588,6 +602,10 @@ def postgres(t: Thresholds) -> DashboardSpec:
                   (Target(f"max by ({Q}) ({q('awa.db.queue.lag')})", "{{awa_job_queue}}"),),
                   unit="s", thresholds=warn_at(t.queue_lag_seconds),
                   runbooks=(alert_runbook("AwaQueueLagHigh"),)),
+        PanelSpec("Completions per second (database)", "Jobs completed per second per queue "
+                  "over the last minute, counted by the exporter; 0 for a known idle queue.",
+                  (Target(f"sum by ({Q}) ({q('awa.db.queue.completed_rate')})",
+                          "{{awa_job_queue}}"),), unit="ops"),
         PanelSpec("DLQ depth by reason", "Dead-letter entries per queue and reason.",
                   (Target(f"sum by ({Q}, {DLQ_REASON}) ({q('awa.db.dlq.depth')})",
                           "{{awa_job_queue}} {{awa_dlq_reason}}"),), stacked=True,
@@ -657,7 +675,8 @@ def _render(spec: DashboardSpec, base_url: str) -> str:
     return json.dumps(builder.build(), cls=JSONEncoder, indent=2) + "\n"
 
 
-def _panel(spec: PanelSpec, panel_id: int, base_url: str):
+def _panel(spec: PanelSpec, panel_id: int,
+           base_url: str) -> stat.Panel | bargauge.Panel | timeseries.Panel:
     builder: stat.Panel | bargauge.Panel | timeseries.Panel
     if spec.kind == "stat":
         builder = (stat.Panel()

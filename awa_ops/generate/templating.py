@@ -16,7 +16,7 @@ _TEMPLATE = re.compile(r"\{\{\s*(\$labels\.(\w+)|\$value(?:\s*\|\s*(\w+))?)\s*\}
 
 def render_template(text: str, labels: dict[str, str], value: float) -> str:
     """``text`` as Prometheus renders an annotation for an alert with ``labels`` and ``value``."""
-    def replace(match: re.Match) -> str:
+    def replace(match: re.Match[str]) -> str:
         if match.group(2):
             return labels.get(match.group(2), "")
         function = match.group(3)

@@ -34,7 +34,9 @@ PINNED_KEYS = ("question_mark", "q")
 # line, without a confirmation) when the console runs with --read-only.
 MUTATING_ACTIONS = {"cancel_jobs": "cancel", "cancel_job": "cancel", "retry_jobs": "retry",
                     "retry_job": "retry", "retry": "DLQ retry", "purge": "DLQ purge",
-                    "move": "DLQ move", "pause_resume": "pause / resume"}
+                    "move": "DLQ move", "pause_resume": "pause / resume",
+                    "retry_matching": "retry by filter", "cancel_matching": "cancel by filter",
+                    "batch_start": "batch operation", "batch_cancel": "cancel batch operation"}
 SCROLLBAR = 2  # a table keeps room for its vertical scrollbar
 
 
@@ -101,7 +103,7 @@ def clip(value: Any, width: int) -> Any:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-class ResponsiveTable(DataTable):
+class ResponsiveTable(DataTable[Any]):
     """A DataTable that shows the columns fitting the terminal, by priority.
 
     Rows are given with a cell for every declared column; the table keeps the
@@ -179,7 +181,7 @@ class ConsoleFooter(Footer):
         yield from (w for w in keys if w not in pinned)
 
 
-class ConsoleScreen(Screen):
+class ConsoleScreen(Screen[Any]):
     TITLE = ""
     HELP = ""
     FILTER_HINT = "filter"

@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from awa import config
 from awa.job import Timestamp
 from awa_ops.console import ConsoleReader, JobDetail
 from awa_tui.screens.base import ConsoleScreen
@@ -38,8 +39,36 @@ CALLBACK_FIELDS = (("callback_id", "id"), ("callback_timeout_at", "times out"),
                    ("callback_on_fail", "on fail"), ("callback_transform", "transform"))
 
 
-def _json(value: Any) -> str:
-    return escape(json.dumps(value, indent=2, sort_keys=True, default=str))
+def size_text(n: int) -> str:
+    """``512 B``, ``64.0 KiB``, ``9.9 MiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024 or unit == "MiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover (the loop returns at MiB)
+
+
+def literal(text: str) -> str:
+    """``text`` shown as is in Textual's markup: every ``[`` escaped (rich's ``escape``
+    leaves ``[{`` alone, which Textual then reads as an unclosed tag)."""
+    return text.replace("[", "\\[")
+
+
+def capped(text: str, cap: int, more_bytes: int = 0, save: str = "") -> str:
+    """At most ``cap`` characters of ``text`` (escaped), then ``… 9.9 MiB more`` and how
+    to get the whole value."""
+    if len(text) > cap:
+        more_bytes += len(text[cap:].encode())
+        text = text[:cap]
+    if not more_bytes:
+        return literal(text)
+    how = f" (the full value: [b]{literal(save)}[/b])" if save else ""
+    return literal(text) + f"\n[b yellow]… {size_text(more_bytes)} more[/]{how}"
+
+
+def _json(value: Any, cap: int = config.TUI_VALUE_CAP_BYTES, save: str = "") -> str:
+    return capped(json.dumps(value, indent=2, sort_keys=True, default=str), cap, save=save)
 
 
 def column_is_time(value: Any) -> bool:
@@ -78,7 +107,13 @@ def describe_error(err: Any) -> str:
     if err.get("traceback"):
         lines.append("    [dim]traceback:[/]")
         lines += [f"      [dim]{escape(line)}[/]" for line in str(err["traceback"]).splitlines()]
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    # One attempt's error never floods the screen (its markup is ours: cut at a line).
+    if len(text) > config.TUI_VALUE_CAP_BYTES:
+        cut = text.rfind("\n", 0, config.TUI_VALUE_CAP_BYTES)
+        more = len(text[cut:].encode())
+        text = text[:cut] + f"\n    [b yellow]… {size_text(more)} more[/]"
+    return text
 
 
 class JobDetailScreen(ConsoleScreen):
@@ -131,14 +166,27 @@ class JobDetailScreen(ConsoleScreen):
             if job.get(column) is not None:
                 when = _as_datetime(job[column])
                 lines.append(f"  {column:<20} {stamp(when)}  ({relative(when, now)})")
-        lines.append("\n[b]Args[/b]\n" + _json(job["args"]))
-        lines.append("\n[b]Metadata[/b]\n" + (_json(job["metadata"]) if job.get("metadata")
-                                              else "-"))
-        lines.append("\n[b]Progress[/b]\n" + describe_progress(job.get("progress")))
-        errors = job.get("errors") or []
+        save = f"awa job dump {job['id']} --json > job-{job['id']}.json"
+        big = data.oversized
+
+        def whole_or_head(name: str, shown: str) -> str:
+            if name in big:  # not fetched whole: its head as stored, and what is left
+                return capped(big[name].head, config.TUI_VALUE_CAP_BYTES,
+                              big[name].more_bytes, save)
+            return shown
+
+        lines.append("\n[b]Args[/b]\n" + whole_or_head("args", _json(job["args"], save=save)))
+        lines.append("\n[b]Metadata[/b]\n" + whole_or_head(
+            "metadata", _json(job["metadata"], save=save) if job.get("metadata") else "-"))
+        lines.append("\n[b]Progress[/b]\n" + whole_or_head("progress",
+                                                   describe_progress(job.get("progress"))))
+        if "errors" in big:
+            lines.append("\n[b]Errors[/b] (too big to show whole, oldest first)\n"
+                         + whole_or_head("errors", ""))
+        errors = [] if "errors" in big else job.get("errors") or []
         lines.append(f"\n[b]Errors[/b] ({len(errors)}, oldest first)" if errors
                      else "\n[b]Errors[/b]")
-        if not errors:
+        if not errors and "errors" not in big:
             lines.append("  none")
         for err in errors:
             lines.append(describe_error(err))

@@ -1,12 +1,27 @@
-"""Jobs: the newest jobs matching a filter (state, kind, queue, tag); enter opens one."""
+"""Jobs: the newest jobs matching a filter (state, kind, queue, tag); enter opens one.
+
+Tagged rows are cancelled or retried with c / r; every job the filter matches with C / R
+(previewed, confirmed, then exactly the previewed ids); b starts a durable batch operation
+(set_priority / move_queue, awa.batch) over the filter, B shows them, x cancels one.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from textual.binding import Binding
 
 from awa import config
-from awa_ops.console import ConsoleReader, JobFilter, JobsPage
+from awa_ops.console import (
+    CANCELLABLE_STATES,
+    RETRYABLE_STATES,
+    ConsoleActions,
+    ConsoleReader,
+    JobFilter,
+    JobsPage,
+)
 from awa_tui.screens.base import (
     Column,
     JobTableScreen,
@@ -15,7 +30,11 @@ from awa_tui.screens.base import (
     parse_filter,
     sorted_rows,
 )
+from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
+
+if TYPE_CHECKING:
+    from awa_tui.app import Action
 
 COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),
            Column("kind", "Kind", 0, min_width=12, max_width=32),
@@ -41,6 +60,11 @@ The newest jobs matching the filter, newest first.
   space    tag a row for bulk actions
   c        cancel the tagged jobs / the one under the cursor (asks first)
   r        retry them (failed, cancelled, retryable jobs run again; asks first)
+  C / R    cancel / retry EVERY job the filter (state, kind, queue, tag) matches:
+           shows how many and which, asks, then acts on exactly those
+  b        batch operation over the filter's available and scheduled jobs: [b]priority N[/b],
+           or [b]queue NAME[/b] optionally followed by [b]priority N[/b]; previews, asks, submits
+  B        batch operations and their progress;  x  cancel one (by id)
 
 State and queue filters use indexes and are exact; kind, tag and args text
 look through the newest rows of each state and queue.
@@ -55,7 +79,12 @@ class JobsScreen(JobTableScreen):
     FILTER_HINT = "state=... kind=... queue=... tag=... or args text   (empty: all jobs)"
     SORTABLE = tuple(SORT_FIELDS)
     BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
-                Binding("c", "cancel_jobs", "Cancel"), Binding("r", "retry_jobs", "Retry")]
+                Binding("c", "cancel_jobs", "Cancel"), Binding("r", "retry_jobs", "Retry"),
+                Binding("C", "cancel_matching", "Cancel all matching", show=False),
+                Binding("R", "retry_matching", "Retry all matching", show=False),
+                Binding("b", "batch_start", "Batch operation", show=False),
+                Binding("B", "batch_show", "Batch operations", show=False),
+                Binding("x", "batch_cancel", "Cancel batch operation", show=False)]
 
     def __init__(self) -> None:
         super().__init__("id", reverse=True)
@@ -106,3 +135,114 @@ class JobsScreen(JobTableScreen):
 
     def action_retry_jobs(self) -> None:
         self.act_on_selection(self.console.confirm_retry)
+
+    # -- filter-wide actions and batch operations ---------------------------------------
+    def _filter_for_bulk(self, what: str) -> JobFilter | None:
+        """The filter a filter-wide action uses; None (and why, in one line) when it
+        cannot: args text is not a column filter, and an empty filter is every job."""
+        if self.flt.args:
+            self.console.say(f"{what}: filter by state, kind, queue or tag only (args text "
+                             "is not an exact filter)")
+            return None
+        if not (self.flt.state or self.flt.kind or self.flt.queue or self.flt.tag):
+            self.console.say(f"{what}: set a filter first (/): state, kind, queue or tag")
+            return None
+        return self.flt
+
+    def _matching(self, verb: str, states: tuple[str, ...],
+                  act: Callable[[ConsoleActions, list[int]], Awaitable[str]]) -> None:
+        flt = self._filter_for_bulk(f"{verb} by filter")
+        if flt is None:
+            return
+        if flt.state and flt.state not in states:
+            self.console.say(f"{verb} by filter applies to {', '.join(states)} jobs, "
+                             f"not {flt.state}")
+            return
+
+        async def preview(a: ConsoleActions) -> tuple[str, Action | None]:
+            found = await a.matching_ids(states, flt)
+            if not found.ids:
+                return f"{verb} by filter: no job matches {flt.describe()}", None
+            ids = found.ids
+            more = " (the first of more: run it again for the rest)" if found.truncated else ""
+            shown = ", ".join(str(i) for i in ids[:10]) + (" ..." if len(ids) > 10 else "")
+            return (f"{verb.capitalize()} {len(ids)} job(s) matching {flt.describe()}{more}? "
+                    f"{shown}", lambda b: act(b, ids))
+
+        self.console.preview_then_confirm(f"{verb} by filter", preview)
+
+    def action_cancel_matching(self) -> None:
+        self._matching("cancel", CANCELLABLE_STATES, lambda a, ids: a.cancel_jobs(ids))
+
+    def action_retry_matching(self) -> None:
+        self._matching("retry", RETRYABLE_STATES, lambda a, ids: a.retry_jobs(ids))
+
+    def action_batch_start(self) -> None:
+        if self.console.refused_read_only("batch operation"):
+            return
+        flt = self._filter_for_bulk("batch operation")
+        if flt is None:
+            return
+
+        def answered(text: str | None) -> None:
+            if not text:
+                return
+            parsed = parse_batch_spec(text)
+            if isinstance(parsed, str):
+                self.console.say(parsed)
+                return
+            op_kind, spec = parsed
+
+            async def preview(a: ConsoleActions) -> tuple[str, Action | None]:
+                count, sample = await a.batch_preview(op_kind, flt, spec)
+                if not count:
+                    return f"batch operation: no available or scheduled job matches " \
+                           f"{flt.describe()}", None
+                shown = ", ".join(str(i) for i in sample)
+                return (f"{text}: {count} available/scheduled job(s) match "
+                        f"{flt.describe()} now (e.g. {shown}). Submit the batch operation?",
+                        lambda b: b.batch_submit(op_kind, flt, spec))
+
+            self.console.preview_then_confirm("batch operation", preview)
+
+        self.app.push_screen(PromptScreen(
+            f"Batch operation over {escape(self.flt.describe())}: priority N, or queue NAME "
+            "optionally followed by priority N"), answered)
+
+    def action_batch_show(self) -> None:
+        self.console.show_batch_operations()
+
+    def action_batch_cancel(self) -> None:
+        if self.console.refused_read_only("cancel batch operation"):
+            return
+
+        def answered(text: str | None) -> None:
+            if text:
+                self.console.confirm_then(
+                    f"Cancel batch operation {text}? What it changed stays changed.",
+                    "cancel batch operation", lambda a: a.batch_cancel(text))
+
+        self.app.push_screen(PromptScreen("Cancel which batch operation (id, or its first "
+                                          "characters as B shows them)?"), answered)
+
+
+def parse_batch_spec(text: str) -> tuple[str, dict[str, Any]] | str:
+    """``priority N`` -> set_priority; ``queue NAME [priority N]`` -> move_queue; else the
+    one-line reason it is not understood."""
+    words = text.split()
+    usage = (f"not understood: {text!r}; write priority N (1-4), or queue NAME optionally "
+             "followed by priority N")
+    fields: dict[str, str] = {}
+    while len(words) >= 2 and words[0] in ("priority", "queue") and words[0] not in fields:
+        fields[words[0]] = words[1]
+        words = words[2:]
+    if words or not fields:
+        return usage
+    priority: int | None = None
+    if "priority" in fields:
+        if not fields["priority"].isdigit() or not 1 <= int(fields["priority"]) <= 4:
+            return usage
+        priority = int(fields["priority"])
+    if "queue" in fields:
+        return "move_queue", {"queue": fields["queue"], "priority": priority}
+    return "set_priority", {"priority": priority}

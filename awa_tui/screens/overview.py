@@ -18,15 +18,16 @@ from awa_tui.screens.base import Column, ConsoleScreen, ResponsiveTable
 from awa_tui.widgets import TextLine, duration, relative, spark
 from awa_tui.widgets.chart import QueueChart
 
-# Priority 0 survives an 80-column terminal; the rest give way, highest number first.
+# Priority 0 survives an 80-column terminal; the rest give way, highest number first
+# (Done/s stays at 80 columns: a drained queue's throughput is the point of its row).
 QUEUE_COLUMNS = (Column("queue", "Queue", 0, min_width=10, max_width=28),
                  Column("available", "Avail", 0, min_width=5),
-                 Column("scheduled", "Sched", 1, min_width=5),
-                 Column("retryable", "Retry", 1, min_width=5),
+                 Column("scheduled", "Sched", 2, min_width=5),
+                 Column("retryable", "Retry", 2, min_width=5),
                  Column("running", "Run", 0, min_width=5),
                  Column("waiting_external", "Wait", 2, min_width=5),
                  Column("failed", "Failed", 0, min_width=6), Column("dlq", "DLQ", 0, min_width=5),
-                 Column("lag", "Lag", 0, min_width=6), Column("rate", "Done/s", 2, min_width=6),
+                 Column("lag", "Lag", 0, min_width=6), Column("rate", "Done/s", 1, min_width=6),
                  Column("spark", "Throughput", 3, min_width=16, max_width=16),
                  Column("paused", "Paused", 0, min_width=8, max_width=40))
 RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8),
@@ -93,7 +94,7 @@ class OverviewScreen(ConsoleScreen):
         if not live:
             return ("NO LIVE RUNTIME: no worker has reported recently, so nothing is being "
                     "processed or rescued. Start a worker (awa worker) and check its logs.")
-        if self.data.leader() is None:
+        if self.data.leader() is None and not self.data.leader_lock_held:
             return ("NO LEADER: no live runtime holds leadership, so maintenance (rescue, "
                     "promotion, cleanup) is not running. A new leader is elected within the "
                     "election interval; if none appears, check the workers' database connectivity.")
@@ -126,13 +127,14 @@ class OverviewScreen(ConsoleScreen):
         runtimes = self.query_one("#runtimes", ResponsiveTable)
         runtimes.clear()
         # Live runtimes first; the gone ones after them, greyed, with how long ago they reported.
+        leader = data.leader()
         for r in sorted(data.runtimes, key=lambda r: not r.live(now)):
             live = r.live(now)
             dim = "" if live else "dim"
-            if r.leader and live:
+            if r is leader:
                 role = Text("★ LEADER", style="bold green")
-            elif not live:
-                role = Text("gone", style="dim")
+            elif not live:  # stopped cleanly (its last snapshot said so), or vanished
+                role = Text("stopped" if r.shutting_down else "gone", style="dim")
             else:
                 role = Text("worker")
             bad = r.bad_flags()
@@ -141,16 +143,17 @@ class OverviewScreen(ConsoleScreen):
             if r.shutting_down:
                 health = Text("shutting down", style="yellow")
             if not live:
-                health = Text("gone", style="dim")
+                health = Text("stopped" if r.shutting_down else "gone", style="dim")
             runtimes.put_row(role, Text(r.hostname or "?", style=dim),
                              Text(str(r.pid or "?"), style=dim), Text(r.version or "?", style=dim),
                              Text(relative(r.last_seen_at, now), style=dim), health,
                              Text(",".join(r.queues), style=dim), key=r.instance_id)
-        leader = data.leader()
         diag = self.console.diagnostic_status
         parts = [f"DLQ depth [b]{data.dlq_total}{'+' if data.dlq_capped else ''}[/b]",
                  f"live runtimes [b]{len(data.live_runtimes())}[/b]",
-                 f"leader [b]{leader.label() if leader else 'NONE'}[/b]"]
+                 f"leader [b]{leader.label() if leader else 'NONE'}[/b]" if leader
+                 or not data.leader_lock_held else
+                 "leader [b]lock held[/b] (reports at its next snapshot)"]
         if diag:
             parts.append(f"diagnostics [b]{diag}[/b]")
         self.query_one("#summary", TextLine).set("   ".join(parts))

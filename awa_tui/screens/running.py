@@ -10,14 +10,11 @@ from rich.text import Text
 from textual.binding import Binding
 
 from awa_ops.console import (
-    ALIVE,
-    ORPHANED,
-    OVERDUE,
-    STALE,
     ConsoleReader,
     RunningAttempt,
     RunningSnapshot,
 )
+from awa_ops.runtimes import ALIVE, ORPHANED, OVERDUE, STALE
 from awa_tui.screens.base import Column, JobTableScreen, SortableScreen, TaggableTable
 from awa_tui.widgets import TextLine, duration
 
@@ -38,18 +35,17 @@ COLUMNS = (Column("tag", " ", 0, width=1), Column("status", "Status", 0, width=8
 _LAST = float("inf")
 
 
-def _sort_keys(stale_after: float) -> dict[str, Callable[[RunningAttempt, datetime], Any]]:
-    return {
-        "status": lambda a, now: STATUS_RANK[a.status(now, stale_after)],
-        "id": lambda a, now: a.id,
-        "kind": lambda a, now: a.kind,
-        "queue": lambda a, now: a.queue,
-        "attempt": lambda a, now: a.attempt,
-        "runtime": lambda a, now: a.runtime(now, stale_after),
-        "running": lambda a, now: -(a.running_for(now) or 0),
-        "heartbeat": lambda a, now: -(a.heartbeat_age(now) or _LAST),
-        "deadline": lambda a, now: a.deadline_remaining(now) if a.deadline_at else _LAST,
-    }
+SORT_KEYS: dict[str, Callable[[RunningAttempt, datetime], Any]] = {
+    "status": lambda a, now: STATUS_RANK[a.status(now)],
+    "id": lambda a, now: a.id,
+    "kind": lambda a, now: a.kind,
+    "queue": lambda a, now: a.queue,
+    "attempt": lambda a, now: a.attempt,
+    "runtime": lambda a, now: a.runtime(now),
+    "running": lambda a, now: -(a.running_for(now) or 0),
+    "heartbeat": lambda a, now: -(a.heartbeat_age(now) or _LAST),
+    "deadline": lambda a, now: a.deadline_remaining(now) if a.deadline_at else _LAST,
+}
 
 
 SORTABLE = tuple(c.key for c in COLUMNS if c.key != "tag")
@@ -57,11 +53,11 @@ SORTABLE = tuple(c.key for c in COLUMNS if c.key != "tag")
 HELP = """\
 Every running attempt, oldest heartbeat first. Ages tick every second between
 refreshes. Status, worst first:
-  [bold white on red]overdue[/]   past its deadline: deadline rescue will take it
+  [bold white on red]overdue[/]   past deadline + one heartbeat interval: deadline rescue takes it
   [bold magenta]orphaned[/]  its runtime is gone (or none serves the queue): heartbeat rescue
             moves it back to retryable once its heartbeat is stale
-  [bold red]stale[/]     heartbeat older than --stale-after while its runtime lives:
-            rescue is due at the next scan
+  [bold red]stale[/]     heartbeat past its runtime's cutoff (or --stale-after), the runtime
+            alive: rescue is due at the next scan
   [green]alive[/]     heartbeating normally
 Same classes as `awa-ops diagnose stuck-running`. Runtime: who claimed it.
 
@@ -92,23 +88,21 @@ class RunningScreen(JobTableScreen):
 
     def visible_attempts(self, now: datetime) -> list[RunningAttempt]:
         assert self.data is not None
-        stale_after = self.console.stale_after_s
         needle = self.filter_text.lower()
         rows = [a for a in self.data.attempts
                 if not needle or needle in " ".join(
-                    (str(a.id), a.kind, a.queue, a.runtime(now, stale_after),
-                     a.status(now, stale_after))).lower()]
-        rows.sort(key=lambda a: _sort_keys(stale_after)[self.sort_key](a, now),
+                    (str(a.id), a.kind, a.queue, a.runtime(now),
+                     a.status(now))).lower()]
+        rows.sort(key=lambda a: SORT_KEYS[self.sort_key](a, now),
                   reverse=self.reverse)
         return rows
 
     def cells(self, a: RunningAttempt, now: datetime) -> list[Any]:
-        stale_after = self.console.stale_after_s
-        status = a.status(now, stale_after)
+        status = a.status(now)
         remaining = a.deadline_remaining(now)
         return [Text(status, style=STATUS_STYLE[status]), str(a.id), a.kind, a.queue,
                 f"{a.attempt}/{a.max_attempts}" if a.max_attempts else str(a.attempt),
-                a.runtime(now, stale_after), duration(a.running_for(now)),
+                a.runtime(now), duration(a.running_for(now)),
                 duration(a.heartbeat_age(now)),
                 Text(duration(remaining), style="bold red") if remaining is not None
                 and remaining < 0 else duration(remaining)]
@@ -138,10 +132,9 @@ class RunningScreen(JobTableScreen):
 
     def summarize(self, now: datetime, shown_rows: int) -> None:
         assert self.data is not None
-        stale_after = self.console.stale_after_s
         counts = {OVERDUE: 0, ORPHANED: 0, STALE: 0, ALIVE: 0}
         for a in self.visible_attempts(now):
-            counts[a.status(now, stale_after)] += 1
+            counts[a.status(now)] += 1
         shown = ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "none"
         more = f" (oldest {len(self.data.attempts)} only)" if self.data.truncated else ""
         filt = f"   filter: {self.filter_text!r}" if self.filter_text else ""

@@ -11,9 +11,10 @@ import pytest
 import awa
 from awa import callbacks
 from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
+from awa.storage.canonical.callbacks import PARK_FOR_WAIT
 from support.rows import job_row
 
-# These drive canonical's own statements (awa.callbacks re-exports them) against
+# These drive canonical's own statements against
 # canonical rows; tests/storage/test_callbacks.py is where every engine is checked.
 pytestmark = pytest.mark.engine("canonical")
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.engine("canonical")
 async def park(pool, job_id: int, run_lease: int, token) -> bool:
     """The runtime's WaitForCallback write: guarded by lease, state and callback id."""
     async with pool.connection() as conn:
-        cur = await conn.execute(callbacks.PARK_FOR_WAIT, {
+        cur = await conn.execute(PARK_FOR_WAIT, {
             "job_id": job_id, "run_lease": run_lease, "callback_id": uuid.UUID(token.id)})
         return cur.rowcount == 1
 

@@ -21,7 +21,8 @@ from support.processes import SHORT_INTERVALS
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "benchmarks" / "chaos.py"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# One worker runs them all: chaos_results is one run of benchmarks/chaos.py per process.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("chaos")]
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,15 @@ def raises(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
         return raised(exc)
 
 
+def raises_msg(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``raises``, with the message too (users' tests assert on 0.6.9's wording)."""
+    try:
+        fn(*args, **kwargs)
+        return "ok"
+    except Exception as exc:
+        return [raised(exc), str(exc)]
+
+
 async def araises(awaitable: Any) -> str:
     try:
         await awaitable
@@ -217,6 +226,69 @@ def callback_contract_url(ctx: Any) -> Any:
     cc = awa.callback_contract
     return [cc.build_callback_url("https://x.test", "/api/callbacks", "abc", "complete"),
             cc.build_callback_url("https://x.test/", "/api/callbacks/", "abc", "fail")]
+
+
+KEY32 = bytes(range(1, 33))
+
+
+def _cc(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return [raised(exc), str(exc)]
+
+
+@scenario
+def callback_contract_sign_edges(ctx: Any) -> Any:
+    cc = awa.callback_contract
+    cid = "0191a7a0-0000-7000-8000-000000000001"
+    return {"empty_secret": _cc(cc.sign, b"", cid),
+            "long_secret": _cc(cc.sign, b"k" * 200, cid),
+            "empty_id": _cc(cc.sign, KEY32, ""),
+            "unicode_id": _cc(cc.sign, KEY32, "zürich"),
+            "not_uuid": _cc(cc.sign, KEY32, "not-a-uuid"),
+            "hex_secret": _cc(cc.sign, KEY32.hex(), cid),
+            "short_secret": _cc(cc.sign, b"k", cid),
+            "bytearray": _cc(cc.sign, bytearray(b"k"), cid),
+            "memoryview": _cc(cc.sign, memoryview(b"k"), cid),
+            "int_secret": _cc(cc.sign, 5, cid),
+            "none_id": _cc(cc.sign, KEY32, None),
+            "bytes_id": _cc(cc.sign, KEY32, b"abc")}
+
+
+@scenario
+def callback_contract_verify_edges(ctx: Any) -> Any:
+    cc = awa.callback_contract
+    cid = "0191a7a0-0000-7000-8000-000000000001"
+    sig = cc.sign(KEY32, cid)
+    return {"upper": _cc(cc.verify, KEY32, cid, sig.upper()),
+            "prefixed": _cc(cc.verify, KEY32, cid, "sha256=" + sig),
+            "short": _cc(cc.verify, KEY32, cid, sig[:10]),
+            "not_hex": _cc(cc.verify, KEY32, cid, "zz" * 32),
+            "empty": _cc(cc.verify, KEY32, cid, ""),
+            "spaces": _cc(cc.verify, KEY32, cid, " " + sig + " "),
+            "other_id": _cc(cc.verify, KEY32, cid.replace("1", "2"), sig),
+            "other_secret": _cc(cc.verify, bytes(32), cid, sig),
+            "none_sig": _cc(cc.verify, KEY32, cid, None),
+            "str_secret": _cc(cc.verify, "k", cid, sig)}
+
+
+@scenario
+def callback_contract_url_edges(ctx: Any) -> Any:
+    cc = awa.callback_contract
+    url = cc.build_callback_url
+    return {"no_slash_prefix": _cc(url, "https://x.test", "api/cb", "abc", "complete"),
+            "empty_prefix": _cc(url, "https://x.test", "", "abc", "complete"),
+            "root_prefix": _cc(url, "https://x.test", "/", "abc", "complete"),
+            "base_path": _cc(url, "https://x.test/base", "/cb", "abc", "heartbeat"),
+            "base_path_slash": _cc(url, "https://x.test/base/", "/cb", "abc", "resume"),
+            "double_slash": _cc(url, "https://x.test//", "//cb//", "abc", "complete"),
+            "unknown_action": _cc(url, "https://x.test", "/cb", "abc", "explode"),
+            "empty_action": _cc(url, "https://x.test", "/cb", "abc", ""),
+            "space_id": _cc(url, "https://x.test", "/cb", "a b/c", "complete"),
+            "empty_base": _cc(url, "", "/cb", "abc", "complete"),
+            "query_base": _cc(url, "https://x.test/?a=1", "/cb", "abc", "complete"),
+            "default_prefix": _cc(url, "https://x.test", cc.DEFAULT_PATH_PREFIX, "abc", "fail")}
 
 
 # === item 3: exception classes =================================================
@@ -346,6 +418,71 @@ def insert_dict_kind(ctx: Any) -> Any:
 @scenario
 def insert_args_type(ctx: Any) -> Any:
     return tn(ctx.client.insert(SendEmail(to="a@b.c"), queue=ctx.q).args)
+
+
+class ModelLike:
+    """A pydantic model as both SDKs see one (``model_dump``): pydantic is in neither venv."""
+
+    def __init__(self, to: str, n: int) -> None:
+        self.to, self.n = to, n
+
+    def model_dump(self, mode: str = "python") -> dict[str, Any]:
+        return {"to": self.to, "n": self.n, "when": "2026-01-01T00:00:00Z"}
+
+
+def _args_of(j: Any) -> Any:
+    """What user code does right after an insert: index the args, read their type."""
+    try:
+        return {"type": tn(j.args), "to": j.args["to"], "args": j.args}
+    except Exception as exc:
+        return raised(exc)
+
+
+@scenario
+def insert_args_index(ctx: Any) -> Any:
+    return _args_of(ctx.client.insert(SendEmail(to="a@b.c"), queue=ctx.q))
+
+
+@scenario
+def insert_args_model(ctx: Any) -> Any:
+    return _args_of(ctx.client.insert(ModelLike("m@b.c", 3), kind="compat_model", queue=ctx.q))
+
+
+@scenario
+def insert_args_dict_copy(ctx: Any) -> Any:
+    mine = {"to": "d@b.c", "nested": {"x": [1, 2]}}
+    j = ctx.client.insert(mine, kind="compat_dict", queue=ctx.q)
+    return {"seen": _args_of(j), "same_object": j.args is mine}
+
+
+@scenario
+def insert_many_copy_args_index(ctx: Any) -> Any:
+    jobs = ctx.client.insert_many_copy([SendEmail(to="1@b.c"), ModelLike("2@b.c", 1)],
+                                       kind="compat_mixed", queue=ctx.q)
+    return [_args_of(j) for j in jobs]
+
+
+@scenario
+def tx_sync_insert_args_index(ctx: Any) -> Any:
+    with ctx.client.transaction() as tx:
+        j = tx.insert(SendEmail(to="t@b.c"), queue=ctx.q)
+        many = tx.insert_many([SendEmail(to="u@b.c")], queue=ctx.q)
+    return [_args_of(j)] + [_args_of(m) for m in many]
+
+
+@scenario
+async def ainsert_args_index(ctx: Any) -> Any:
+    j = await ctx.client.insert(SendEmail(to="a@b.c"), queue=ctx.q)
+    m = await ctx.client.insert(ModelLike("m@b.c", 2), kind="compat_model", queue=ctx.q)
+    many = await ctx.client.insert_many_copy([SendEmail(to="x@b.c")], queue=ctx.q)
+    return [_args_of(j), _args_of(m)] + [_args_of(x) for x in many]
+
+
+@scenario
+async def tx_async_insert_args_index(ctx: Any) -> Any:
+    async with await ctx.client.transaction() as tx:
+        j = await tx.insert(SendEmail(to="t@b.c"), queue=ctx.q)
+    return _args_of(j)
 
 
 @scenario
@@ -940,6 +1077,72 @@ def admin_retry_failed_job(ctx: Any) -> Any:
     return job(ctx.client.retry(a.id))
 
 
+def _fail_by_sql(ctx: Any, where: str = "queue = %s", *params: Any) -> None:
+    """Set jobs failed the way a user does it: an UPDATE of ``awa.jobs``, state alone."""
+    ctx.sql(f"UPDATE awa.jobs SET state = 'failed' WHERE {where}", *(params or (ctx.q,)))
+
+
+@scenario
+def admin_failed_by_state_only(ctx: Any) -> Any:
+    """UPDATE awa.jobs SET state = 'failed' (nothing else), then every admin call on it."""
+    a = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
+    b = ctx.client.insert(CompatPing(n=2), queue=ctx.q, run_at=future())
+    c = ctx.client.insert({"x": 1}, kind="compat_failed_only", queue=ctx.q)
+    _fail_by_sql(ctx)
+    states = sorted(str(ctx.client.get_job(j.id).state) for j in (a, b, c))
+    failed = sorted(str(j.id == a.id) for j in ctx.client.list_jobs(state="failed",
+                                                                   queue=ctx.q))
+    retried = job(ctx.client.retry(a.id))
+    discarded = ctx.client.discard_failed("compat_failed_only")
+    r = ctx.client.retry_failed(queue=ctx.q)
+    return {"states": states, "listed": failed, "retried": retried, "discarded": discarded,
+            "retry_failed": r.matched, "jobs": [job(j) for j in r.jobs]}
+
+
+@scenario
+def admin_failed_running_by_sql(ctx: Any) -> Any:
+    """A job claimed by SQL (running), then failed by SQL: retry() finds it."""
+    a = ctx.client.insert(CompatPing(n=1), queue=ctx.q)
+    ctx.sql("UPDATE awa.jobs SET state = 'running', attempt = 1, heartbeat_at = now() "
+            "WHERE id = %s", a.id)
+    _fail_by_sql(ctx, "id = %s", a.id)
+    return {"state": str(ctx.client.get_job(a.id).state), "retried": job(ctx.client.retry(a.id))}
+
+
+@scenario
+def admin_discard_failed_by_sql(ctx: Any) -> Any:
+    for n in range(3):
+        ctx.client.insert({"n": n}, kind="compat_discard_sql", queue=ctx.q)
+    ctx.client.insert({"n": 9}, kind="compat_discard_sql", queue=ctx.q, run_at=future())
+    _fail_by_sql(ctx)
+    return [ctx.client.discard_failed("compat_discard_sql"),
+            ctx.client.discard_failed("compat_discard_sql")]
+
+
+@scenario
+def admin_retry_failed_by_kind_sql(ctx: Any) -> Any:
+    for n in range(2):
+        ctx.client.insert({"n": n}, kind="compat_retry_kind_sql", queue=ctx.q)
+    ctx.client.insert({"n": 5}, kind="compat_retry_kind_sql", queue=ctx.q, run_at=future())
+    _fail_by_sql(ctx)
+    r = ctx.client.retry_failed(kind="compat_retry_kind_sql")
+    return {"matched": r.matched, "jobs": sorted(j.args["n"] for j in r.jobs),
+            "left": ctx.client.retry_failed(kind="compat_retry_kind_sql").matched}
+
+
+@scenario
+async def aadmin_failed_by_sql(ctx: Any) -> Any:
+    a = await ctx.client.insert(CompatPing(n=1), queue=ctx.q)
+    await ctx.client.insert({"n": 2}, kind="compat_afailed", queue=ctx.q)
+    await ctx.client.insert({"n": 3}, kind="compat_afailed", queue=ctx.q, run_at=future())
+    _fail_by_sql(ctx)
+    retried = job(await ctx.client.retry(a.id))
+    r = await ctx.client.retry_failed(kind="compat_afailed")
+    _fail_by_sql(ctx, "kind = %s", "compat_afailed")
+    return {"retried": retried, "retry_failed": r.matched,
+            "discarded": await ctx.client.discard_failed("compat_afailed")}
+
+
 @scenario
 def admin_health_check(ctx: Any) -> Any:
     h = ctx.client.health_check()
@@ -1362,6 +1565,61 @@ def bridge_sync_with_async_conn(ctx: Any) -> Any:
     return raises(insert_job_sync, Fake(), CompatPing(), queue=ctx.q)
 
 
+def _bridge_try(ctx: Any, args: Any, **kwargs: Any) -> Any:
+    """insert_job_sync on a fresh psycopg connection (committed): the row's salient values,
+    or what it raised and its message."""
+    import psycopg
+
+    from awa.bridge import insert_job_sync
+    with psycopg.connect(ctx.url) as conn:
+        try:
+            row = insert_job_sync(conn, args, **{"queue": ctx.q, **kwargs})
+        except Exception as exc:
+            return [raised(exc), str(exc)]
+    return {k: row[k] for k in ("kind", "args", "state", "priority", "tags", "metadata")}
+
+
+@scenario
+def bridge_edges(ctx: Any) -> Any:
+    return {
+        "dict_kind_key": _bridge_try(ctx, {"kind": "compat_bk", "x": 1}),
+        "dict_no_kind": _bridge_try(ctx, {"x": 1}),
+        "model": _bridge_try(ctx, ModelLike("b@c", 1), kind="compat_bmodel"),
+        "list_args": _bridge_try(ctx, [1, 2], kind="compat_blist"),
+        "null_byte": _bridge_try(ctx, {"s": "a\x00b"}, kind="compat_bnull"),
+        "null_byte_key": _bridge_try(ctx, {"a\x00": 1}, kind="compat_bnull"),
+        "null_byte_meta": _bridge_try(ctx, {"s": 1}, kind="compat_bnull",
+                                      metadata={"m": "x\x00"}),
+        "run_at_iso": _bridge_try(ctx, CompatPing(), run_at="2000-01-01T00:00:00"),
+        "run_at_int": _bridge_try(ctx, CompatPing(), run_at=5),
+        "run_at_garbage": _bridge_try(ctx, CompatPing(), run_at="soon"),
+        "ordering_key_int": _bridge_try(ctx, CompatPing(), ordering_key=5),
+        "tags_none": _bridge_try(ctx, CompatPing(), tags=None),
+        "datetime_arg": _bridge_try(ctx, {"when": dt.datetime(2026, 1, 2, 3, 4, 5)},
+                                    kind="compat_bdt"),
+    }
+
+
+@scenario
+async def bridge_edges_async(ctx: Any) -> Any:
+    import psycopg
+
+    from awa.bridge import insert_job
+    out: dict[str, Any] = {}
+    async with await psycopg.AsyncConnection.connect(ctx.url) as conn:
+        for label, args, kw in (("no_kind", {"x": 1}, {}),
+                                ("null_byte", {"s": "\x00"}, {"kind": "compat_ban"}),
+                                ("run_at_int", CompatPing(), {"run_at": 5})):
+            try:
+                row = await insert_job(conn, args, queue=ctx.q, **kw)
+                out[label] = {"kind": row["kind"], "state": str(row["state"])}
+            except Exception as exc:
+                out[label] = [raised(exc), str(exc)]
+                await conn.rollback()
+        await conn.commit()
+    return out
+
+
 # === PartitionedQueue (item 4) ====================================================
 def _pq_attempt(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` as JSON, or what it raised (args passed through, not bound in a lambda)."""
@@ -1477,6 +1735,116 @@ for _case, _queues in START_CASES.items():
     scenario(_start, name=f"start_{_case}")
 
 
+async def _start_message(ctx: Any, queues: Any, queue_names: tuple[str, ...] = (),
+                         **kwargs: Any) -> Any:
+    """start() with handlers on ``queue_names`` (default ctx.q): "started", or what it
+    raised and its message (users' tests assert on 0.6.9's wording)."""
+    c = awa.AsyncClient(ctx.url)
+    for i, queue in enumerate(queue_names or (ctx.q,)):
+        @c.task(CompatPing if i == 0 else dict, kind=f"compat_msg_{i}", queue=queue)
+        async def handle(job: Any) -> None:
+            return None
+    try:
+        await c.start(queues, **kwargs)
+    except Exception as exc:
+        await c.close()
+        return [raised(exc), str(exc)]
+    await c.shutdown(500)
+    await c.close()
+    return "started"
+
+
+START_MESSAGE_CASES: dict[str, Callable[[Any], tuple[Any, dict[str, Any]]]] = {
+    "tuple_global": lambda ctx: ([(ctx.q, 2)], {"global_max_workers": 4}),
+    "hard_max_and_min": lambda ctx: ([_q(ctx, max_workers=2, min_workers=1)], {}),
+    "weighted_max_and_min": lambda ctx: ([_q(ctx, max_workers=2, min_workers=1)],
+                                         {"global_max_workers": 4}),
+    "weighted_max_only": lambda ctx: ([_q(ctx, max_workers=2)], {"global_max_workers": 4}),
+    "weighted_weight0": lambda ctx: ([_q(ctx, min_workers=1, weight=0)],
+                                     {"global_max_workers": 4}),
+    "weighted_weight_negative": lambda ctx: ([_q(ctx, min_workers=1, weight=-1)],
+                                             {"global_max_workers": 4}),
+    "weighted_weight_str": lambda ctx: ([_q(ctx, min_workers=1, weight="2")],
+                                        {"global_max_workers": 4}),
+    "hard_weight0": lambda ctx: ([_q(ctx, max_workers=2, weight=0)], {}),
+    "hard_weight2": lambda ctx: ([_q(ctx, max_workers=2, weight=2)], {}),
+    "hard_min_only": lambda ctx: ([_q(ctx, min_workers=1)], {}),
+    "min_over_global": lambda ctx: ([_q(ctx, min_workers=5)], {"global_max_workers": 4}),
+    "global_negative": lambda ctx: ([_q(ctx, min_workers=0)], {"global_max_workers": -1}),
+    "global_str": lambda ctx: ([_q(ctx, min_workers=1)], {"global_max_workers": "4"}),
+    "min_negative": lambda ctx: ([_q(ctx, min_workers=-1)], {"global_max_workers": 4}),
+    "rate_limit_str": lambda ctx: ([_q(ctx, max_workers=2, rate_limit="fast")], {}),
+    "rate_limit_bool": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=True)], {}),
+    "rate_limit_triple": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(5.0, 2, 1))], {}),
+    "rate_limit_str_rate": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=("a", 2))], {}),
+    "rate_limit_float_burst": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(5.0, 2.5))],
+                                           {}),
+    "rate_limit_negative_burst": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(5.0, -1))],
+                                              {}),
+    "rate_limit_zero_rate": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(0.0, 2))], {}),
+    "rate_limit_negative_rate": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(-1.0, 2))],
+                                             {}),
+    "rate_limit_int_tuple": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(5, 2))], {}),
+    "rate_limit_zero_burst": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=(5.0, 0))], {}),
+    "rate_limit_none": lambda ctx: ([_q(ctx, max_workers=2, rate_limit=None)], {}),
+    "duplicate_dict": lambda ctx: ([_q(ctx, max_workers=2), _q(ctx, max_workers=3)], {}),
+    "duplicate_tuple": lambda ctx: ([(ctx.q, 2), (ctx.q, 3)], {}),
+    "aging_zero": lambda ctx: ([_q(ctx, max_workers=2, priority_aging_interval_ms=0)], {}),
+    "aging_negative": lambda ctx: ([_q(ctx, max_workers=2, priority_aging_interval_ms=-1)], {}),
+    "aging_float": lambda ctx: ([_q(ctx, max_workers=2, priority_aging_interval_ms=1.5)], {}),
+    "aging_too_big": lambda ctx: ([_q(ctx, max_workers=2, priority_aging_interval_ms=2 ** 64)],
+                                  {}),
+    "max_negative": lambda ctx: ([_q(ctx, max_workers=-1)], {}),
+    "max_str": lambda ctx: ([_q(ctx, max_workers="2")], {}),
+    "max_float": lambda ctx: ([_q(ctx, max_workers=2.0)], {}),
+    "tuple_negative": lambda ctx: ([(ctx.q, -1)], {}),
+    "tuple_one": lambda ctx: ([(ctx.q,)], {}),
+    "tuple_three": lambda ctx: ([(ctx.q, 1, 2)], {}),
+    "tuple_name_int": lambda ctx: ([(5, 1)], {}),
+    "item_int": lambda ctx: ([5], {}),
+    "dict_no_name": lambda ctx: ([{"max_workers": 2}], {}),
+    "dict_name_int": lambda ctx: ([{"name": 5, "max_workers": 1}], {}),
+    "queues_string": lambda ctx: (ctx.q, {}),
+    "queues_empty": lambda ctx: ([], {}),
+    "claimers_zero": lambda ctx: ([_q(ctx, max_workers=2, claimers=0)], {}),
+    "claim_batch_zero": lambda ctx: ([_q(ctx, max_workers=2, claim_batch_size=0)], {}),
+    "none_weighted": lambda ctx: (None, {"global_max_workers": 4}),
+    "descriptor_retention_zero": lambda ctx: ([(ctx.q, 1)], {"descriptor_retention_days": 0}),
+    "bool_max": lambda ctx: ([_q(ctx, max_workers=True)], {}),
+    "global_zero": lambda ctx: ([_q(ctx, min_workers=0)], {"global_max_workers": 0}),
+    "poll_zero": lambda ctx: ([(ctx.q, 1)], {"poll_interval_ms": 0}),
+    "deadline_zero": lambda ctx: ([_q(ctx, max_workers=1, deadline_duration_ms=0)], {}),
+}
+for _case, _make in START_MESSAGE_CASES.items():
+    async def _start_msg(ctx: Any, _make: Callable[[Any], Any] = _make) -> Any:
+        queues, kwargs = _make(ctx)
+        return await _start_message(ctx, queues, **kwargs)
+    scenario(_start_msg, name=f"startmsg_{_case}")
+
+
+@scenario
+async def startmsg_partitioned_duplicate(ctx: Any) -> Any:
+    pq = awa.PartitionedQueue(ctx.q, 2)
+    return await _start_message(ctx, pq.queue_configs(2) + pq.queue_configs(2),
+                                tuple(pq.physical_queues))
+
+
+@scenario
+async def startmsg_partitioned_plus_tuple(ctx: Any) -> Any:
+    pq = awa.PartitionedQueue(ctx.q, 2)
+    return await _start_message(ctx, pq.queue_configs(2) + [(pq.physical_queues[0], 1)],
+                                tuple(pq.physical_queues))
+
+
+@scenario
+async def startmsg_partitioned(ctx: Any) -> Any:
+    pq = awa.PartitionedQueue(ctx.q, 2)
+    return [pq.physical_queues, await _start_message(ctx, pq.queue_configs(2),
+                                                     tuple(pq.physical_queues)),
+            await _start_message(ctx, pq.queue_configs(min_workers_per_partition=1),
+                                 tuple(pq.physical_queues), global_max_workers=4)]
+
+
 @scenario
 async def start_global_max_with_min(ctx: Any) -> Any:
     return await _start_attempt(ctx, [_q(ctx, min_workers=2, max_workers=4)],
@@ -1550,10 +1918,258 @@ async def descriptor_after_start(ctx: Any) -> Any:
         return None
     await c.start([(ctx.q, 1)])
     try:
-        return raises(c.queue_descriptor, ctx.q, display_name="late")
+        return [raises_msg(c.queue_descriptor, ctx.q, display_name="late"),
+                raises_msg(c.job_kind_descriptor, "compat_late", display_name="late")]
     finally:
         await c.shutdown(500)
         await c.close()
+
+
+DESCRIPTOR_COLUMNS = ("display_name", "description", "owner", "docs_url", "tags", "extra",
+                      "descriptor_hash")
+
+
+def _descriptor_rows(ctx: Any, queue: str, kind: str) -> dict[str, Any]:
+    """The catalogue rows of one queue and one kind, values as stored, and their ages."""
+    out: dict[str, Any] = {}
+    for table, key, name in (("queue_descriptors", "queue", queue),
+                             ("job_kind_descriptors", "kind", kind)):
+        rows = ctx.sql(f"SELECT *, last_seen_at AS seen FROM awa.{table} WHERE {key} = %s",
+                       name)
+        out[table] = [{c: r.get(c) for c in DESCRIPTOR_COLUMNS} for r in rows]
+        out[table + "_seen"] = [tn(r["seen"]) for r in rows]
+    return out
+
+
+async def _start_described(ctx: Any, kind: str, **queue_fields: Any) -> Any:
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    c.queue_descriptor(ctx.q, **queue_fields)
+    c.job_kind_descriptor(kind, display_name="Kind " + kind, description="what it does",
+                          owner="team-k", docs_url="https://k.example/doc", tags=["k1", "k2"],
+                          extra={"sla": {"p99_ms": 250}, "n": 1.5, "flag": True})
+    await c.start([(ctx.q, 1)])
+    return c
+
+
+@scenario
+async def descriptor_synced_at_start(ctx: Any) -> Any:
+    """Declared descriptors are in the catalogue once start() returned (values, hash)."""
+    kind = "compat_desc_kind"
+    c = await _start_described(ctx, kind, display_name="Queue Q", description="the queue",
+                               owner="team-q", docs_url="https://q.example", tags=["b", "a"],
+                               extra={"tier": 1, "z": None, "list": [3, 1]})
+    try:
+        return _descriptor_rows(ctx, ctx.q, kind)
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+@scenario
+async def descriptor_hash_minimal(ctx: Any) -> Any:
+    """The hash of a descriptor with nothing but its name, and with only some fields."""
+    kind = "compat_desc_min"
+    c = await _start_described(ctx, kind)
+    try:
+        bare = _descriptor_rows(ctx, ctx.q, kind)["queue_descriptors"]
+    finally:
+        await c.shutdown(500)
+        await c.close()
+    c = await _start_described(ctx, kind, description="only this", tags=[])
+    try:
+        some = _descriptor_rows(ctx, ctx.q, kind)["queue_descriptors"]
+    finally:
+        await c.shutdown(500)
+        await c.close()
+    return {"bare": bare, "some": some}
+
+
+@scenario
+async def descriptor_unicode_hash(ctx: Any) -> Any:
+    kind = "compat_desc_uni"
+    c = await _start_described(ctx, kind, display_name="Zürich ✓", description="a\nb \"q\"",
+                               extra={"ü": "é", "emoji": "🚀", "big": 12345678901234,
+                                      "neg": -0.5, "nested": {"b": 1, "a": [True, None]}})
+    try:
+        return _descriptor_rows(ctx, ctx.q, kind)["queue_descriptors"]
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+def _descriptor_times(ctx: Any, queue: str) -> dict[str, Any]:
+    r = ctx.sql("SELECT display_name, created_at, updated_at, last_seen_at, sync_interval_ms "
+                "FROM awa.queue_descriptors WHERE queue = %s", queue)
+    return r[0] if r else {}
+
+
+@scenario
+async def descriptor_last_seen_moves(ctx: Any) -> Any:
+    """Restarts refresh last_seen_at; updated_at moves only when the declaration changed."""
+    kind = "compat_desc_seen"
+    seen = []
+    for name in ("first", "first", "second"):
+        c = await _start_described(ctx, kind, display_name=name)
+        seen.append(_descriptor_times(ctx, ctx.q))
+        await c.shutdown(500)
+        await c.close()
+        await asyncio.sleep(0.3)
+
+    def moved(col: str, i: int) -> Any:
+        return seen[i + 1].get(col) != seen[i].get(col)
+    return {"display_name": [s.get("display_name") for s in seen],
+            "sync_interval_ms": [s.get("sync_interval_ms") for s in seen],
+            "last_seen_moved": [moved("last_seen_at", 0), moved("last_seen_at", 1)],
+            "updated_moved": [moved("updated_at", 0), moved("updated_at", 1)],
+            "created_moved": [moved("created_at", 0), moved("created_at", 1)]}
+
+
+@scenario
+async def descriptor_bare_for_every_queue_and_kind(ctx: Any) -> Any:
+    """start() with no declaration at all still catalogues its queues and kinds."""
+    c = awa.AsyncClient(ctx.url)
+
+    @dataclasses.dataclass
+    class CompatBareKind:
+        n: int = 0
+
+    @c.task(CompatBareKind, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    await c.start([(ctx.q, 1)])
+    try:
+        return _descriptor_rows(ctx, ctx.q, "compat_bare_kind")
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+@scenario
+async def descriptor_runtime_hashes(ctx: Any) -> Any:
+    """The runtime's row in runtime_instances names the hashes it declared."""
+    kind = "compat_desc_rt"
+    c = await _start_described(ctx, kind, display_name="rt")
+    try:
+        rows = _descriptor_rows(ctx, ctx.q, kind)
+        want = {"queues": {ctx.q: rows["queue_descriptors"][0]["descriptor_hash"]},
+                "kinds": {kind: rows["job_kind_descriptors"][0]["descriptor_hash"]}}
+        found = None
+        for _ in range(40):
+            # Either layout: 0.6.9 has two columns, ours one (runtime_instances_columns).
+            got = [{"queues": r.get("queue_descriptor_hashes"),
+                    "kinds": r.get("job_kind_descriptor_hashes")}
+                   if "queue_descriptor_hashes" in r else r.get("descriptor_hashes")
+                   for r in (x["r"] for x in ctx.sql(
+                       "SELECT to_jsonb(i) AS r FROM awa.runtime_instances i"))]
+            found = [g for g in got if isinstance(g, dict)
+                     and (g.get("queues") or {}).get(ctx.q) is not None]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        return {"matches": bool(found) and all(
+            (f.get("queues") or {}).get(ctx.q) == want["queues"][ctx.q]
+            and (f.get("kinds") or {}).get(kind) == want["kinds"][kind] for f in found or ()),
+            "shape": sorted(found[0]) if found else None}
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+@scenario
+def runtime_instances_columns(ctx: Any) -> Any:
+    return sorted(r["column_name"] for r in ctx.sql(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = 'awa' AND table_name = 'runtime_instances'"))
+
+
+@scenario
+async def descriptor_kind_only(ctx: Any) -> Any:
+    """A kind descriptor for a kind with no handler in this client."""
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    c.job_kind_descriptor("compat_desc_nohandler", display_name="x")
+    try:
+        await c.start([(ctx.q, 1)])
+    except Exception as exc:
+        await c.close()
+        return raised(exc)
+    try:
+        return _descriptor_rows(ctx, ctx.q, "compat_desc_nohandler")["job_kind_descriptors"]
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+@scenario
+async def descriptor_bad_values(ctx: Any) -> Any:
+    c = awa.AsyncClient(ctx.url)
+    out = [raises_msg(c.queue_descriptor, ctx.q, display_name=1),
+           raises_msg(c.queue_descriptor, ctx.q, tags=["a", 1]),
+           raises_msg(c.queue_descriptor, ctx.q, tags="ab"),
+           raises_msg(c.queue_descriptor, ctx.q, extra={"d": dt.datetime(2026, 1, 1)}),
+           raises_msg(c.queue_descriptor, "", display_name="x"),
+           raises_msg(c.job_kind_descriptor, "", display_name="x"),
+           raises_msg(c.queue_descriptor, ctx.q, extra=[1]),
+           raises_msg(c.queue_descriptor, ctx.q, display_name="twice"),
+           raises_msg(c.queue_descriptor, ctx.q, display_name="twice")]
+    await c.close()
+    return out
+
+
+@scenario
+async def descriptor_limits_at_start(ctx: Any) -> Any:
+    """What the catalogue refuses when start() publishes it (0.6.9: its CHECK constraints)."""
+    out: list[Any] = []
+    decls: list[dict[str, Any]] = [
+        {"queue": {"display_name": "x" * 201}}, {"kind": {"description": "x" * 2001}},
+        {"queue": {"tags": [str(i) for i in range(21)]}}, {"kind_name": "k" * 201},
+        {"kind_name": ""}, {"queue": {"docs_url": "u" * 2049, "owner": "o" * 201}},
+        {"queue": {"display_name": "x" * 200, "tags": ["t"] * 20}}]
+    for decl in decls:
+        c = awa.AsyncClient(ctx.url)
+
+        @c.task(CompatPing, queue=ctx.q)
+        async def handle(job: Any) -> None:
+            return None
+        if "queue" in decl:
+            c.queue_descriptor(ctx.q, **decl["queue"])
+        if "kind" in decl:
+            c.job_kind_descriptor("compat_limits", **decl["kind"])
+        if "kind_name" in decl:
+            c.job_kind_descriptor(decl["kind_name"])
+        try:
+            await c.start([(ctx.q, 1)])
+            out.append("started")
+            await c.shutdown(500)
+        except Exception as exc:
+            out.append([raised(exc), str(exc)])
+        await c.close()
+    return out
+
+
+@scenario
+async def descriptor_undeclared_message(ctx: Any) -> Any:
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    c.queue_descriptor("compat_not_run", display_name="x")
+    try:
+        await c.start([(ctx.q, 1)])
+    except Exception as exc:
+        await c.close()
+        return [raised(exc), str(exc)]
+    await c.shutdown(500)
+    await c.close()
+    return "started"
 
 
 @scenario
@@ -1780,6 +2396,30 @@ async def run_return_value_ignored(ctx: Any) -> Any:
         return {"some": "value"}
     seen, final = await _run_one(ctx, h)
     return str(final.state)
+
+
+@scenario
+async def run_completed_then_failed_by_sql(ctx: Any) -> Any:
+    """A job a worker completed, then set failed through awa.jobs: the admin calls see it."""
+    async def ok(job: Any, seen: dict[str, Any]) -> None:
+        return None
+    _, done = await _run_one(ctx, ok)
+    _fail_by_sql(ctx, "id = %s", done.id)
+    state = str((await ctx.client.get_job(done.id)).state)
+    retried = job(await ctx.client.retry(done.id))
+    _fail_by_sql(ctx, "id = %s", done.id)
+    r = await ctx.client.retry_failed(queue=ctx.q)
+    return {"state": state, "retried": retried, "retry_failed": r.matched}
+
+
+@scenario
+async def run_failed_terminal_then_admin(ctx: Any) -> Any:
+    """A job failed by its handler (TerminalError): retry_failed / discard_failed count it."""
+    async def fail(job: Any, seen: dict[str, Any]) -> None:
+        raise awa.TerminalError("no")
+    _, failed = await _run_one(ctx, fail)
+    r = await ctx.client.retry_failed(queue=ctx.q)
+    return {"state": str(failed.state), "retry_failed": r.matched}
 
 
 async def _waiting(ctx: Any, timeout: float = 3600.0) -> Any:
@@ -2107,3 +2747,110 @@ def periodic_registration(ctx: Any) -> Any:
            raises(c.periodic, "compat_policy", "0 9 * * *", CompatPing, CompatPing(),
                   missed_fire_policy="whatever")]
     return out
+
+
+def _cron_rows(ctx: Any, prefix: str) -> list[dict[str, Any]]:
+    rows = ctx.sql("SELECT to_jsonb(c) AS r FROM awa.cron_jobs c WHERE name LIKE %s "
+                   "ORDER BY name", prefix + "%")
+    out = []
+    for r in (x["r"] for x in rows):
+        out.append({k: (tn(v) if k.endswith("_at") else v) for k, v in r.items()})
+    return out
+
+
+@scenario
+async def cron_synced_at_start(ctx: Any) -> Any:
+    """A fresh database: periodic schedules are stored by start(), with every column."""
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    c.periodic("compat_cron_a", "0 9 * * *", CompatPing, CompatPing(n=3), queue=ctx.q,
+               priority=3, max_attempts=5, tags=["t"], metadata={"m": 1},
+               timezone="Europe/Berlin")
+    c.periodic("compat_cron_b", "*/5 * * * *", CompatPing, CompatPing(), queue=ctx.q,
+               missed_fire_policy="coalesce")
+    await c.start([(ctx.q, 1)])
+    try:
+        at_return = len(_cron_rows(ctx, "compat_cron_"))
+        found: list[dict[str, Any]] = []
+        for _ in range(50):
+            found = _cron_rows(ctx, "compat_cron_")
+            if len(found) == 2:
+                break
+            await asyncio.sleep(0.1)
+        return {"rows": found, "at_return": at_return}
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+@scenario
+async def cron_list_after_start(ctx: Any) -> Any:
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        return None
+    c.periodic("compat_cronlist", "0 0 1 1 *", CompatPing, CompatPing(n=1), queue=ctx.q)
+    await c.start([(ctx.q, 1)])
+    try:
+        listed: Any = []
+        for _ in range(50):
+            listed = ctx.client.list_cron_jobs()
+            if inspect.isawaitable(listed):
+                listed = await listed
+            listed = [x for x in listed if "compat_cronlist" in str(x)]
+            if listed:
+                break
+            await asyncio.sleep(0.1)
+        return [tn(x) for x in listed]
+    finally:
+        await c.shutdown(500)
+        await c.close()
+
+
+# === the CLI (python -m awa), run by each side's own interpreter ===================
+def _cli(ctx: Any, *args: str, env_url: bool = False) -> Any:
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PYTHONPATH")}
+    if env_url:
+        env["DATABASE_URL"] = ctx.url
+    proc = subprocess.run([sys.executable, "-m", "awa", *args], capture_output=True, text=True,
+                          timeout=60, env=env, cwd="/")
+    return proc
+
+
+@scenario
+def cli_migrate_sql_without_url(ctx: Any) -> Any:
+    proc = _cli(ctx, "migrate", "--sql")
+    return {"rc": proc.returncode, "sql": "CREATE" in proc.stdout}
+
+
+@scenario
+def cli_url_before_command(ctx: Any) -> Any:
+    ctx.client.insert(CompatPing(), queue=ctx.q)
+    proc = _cli(ctx, "--database-url", ctx.url, "queue-stats")
+    return {"rc": proc.returncode, "queue_listed": ctx.q in proc.stdout}
+
+
+@scenario
+def cli_url_from_environment(ctx: Any) -> Any:
+    """0.6.9 read no $DATABASE_URL: --database-url was required."""
+    proc = _cli(ctx, "queue-stats", env_url=True)
+    return {"rc": proc.returncode}
+
+
+@scenario
+def cli_job_dump_missing(ctx: Any) -> Any:
+    proc = _cli(ctx, "--database-url", ctx.url, "job", "dump", "987654321")
+    return {"rc": proc.returncode}
+
+
+@scenario
+def cli_bad_command(ctx: Any) -> Any:
+    return {"rc": _cli(ctx, "no-such-command").returncode}
+

@@ -32,7 +32,8 @@ HERE = Path(__file__).parent
 RUNNER = HERE / "runner.py"
 COMPAT_DOC = HERE.parent.parent / "docs" / "compat.md"
 
-pytestmark = pytest.mark.slow
+# One worker runs them all: compat_results runs every scenario on both sides once per process.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compat")]
 
 ROWS = """
 SELECT queue, kind, state::text AS state, priority, attempt, max_attempts, args, metadata, tags,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import awa
-from awa import admin
+from awa.storage.canonical import admin as ca  # canonical's own admin statements
 from support.arrange import insert_job
 
 from .conftest import SendEmail, count_jobs
@@ -153,12 +153,11 @@ async def test_queue_stats(client, db, make_job):
 
 
 @pytest.mark.parametrize("sql, params", [
-    (admin.QUEUE_STATS, None),
-    (admin.LIST_JOBS + " WHERE " + admin.STATE_FILTER + " AND " + admin.QUEUE_FILTER
-     + admin.LIST_JOBS_ORDER, {"state": "failed", "queue": "q", "limit": 10}),
-    (admin.LIST_JOBS + " WHERE " + admin.KIND_FILTER + admin.LIST_JOBS_ORDER,
-     {"kind": "k", "limit": 10}),
-    (admin.GET_JOB, {"id": 1}),
+    (ca.QUEUE_STATS, None),
+    (ca.LIST_JOBS + " WHERE " + ca.STATE_FILTER + " AND " + ca.QUEUE_FILTER + ca.LIST_JOBS_ORDER,
+     {"state": "failed", "queue": "q", "limit": 10}),
+    (ca.LIST_JOBS + " WHERE " + ca.KIND_FILTER + ca.LIST_JOBS_ORDER, {"kind": "k", "limit": 10}),
+    (ca.GET_JOB, {"id": 1}),
 ])
 @pytest.mark.engine("canonical")  # EXPLAINs canonical's admin statements
 def test_admin_reads_have_an_index_path(db, sql, params):

@@ -71,9 +71,9 @@ async def test_bulk_paths_skip_duplicates_and_report(client, db):
     await client.insert(SendEmail("taken"), unique_opts={})
     batch = [SendEmail("taken"), SendEmail("new"), SendEmail("new"), SendEmail("other")]
     jobs = await client.insert_many(batch, unique_opts={})
-    assert [j.args.to for j in jobs] == ["new", "other"] and jobs.skipped == 2
+    assert [j.args["to"] for j in jobs] == ["new", "other"] and jobs.skipped == 2
     copied = await client.insert_many_copy(batch + [SendEmail("fresh")], unique_opts={})
-    assert [j.args.to for j in copied] == ["fresh"] and copied.skipped == 4
+    assert [j.args["to"] for j in copied] == ["fresh"] and copied.skipped == 4
     count = await client.enqueue_many_copy(batch + [SendEmail("fresh2")] * 2, unique_opts={})
     assert count == 1 and count.skipped == 5
     assert count_jobs(db) == 5

@@ -173,7 +173,7 @@ async def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
             await client.start(
                 [{"name": "default", "max_workers": 8},
                  {"name": "email", "max_workers": 4, "dlq_enabled": True,
-                  "rate_limit": {"max_rate": 20, "burst": 2}}],
+                  "rate_limit": (20, 2)}],
                 metrics_addr=f"127.0.0.1:{runtime_port}", **SHORT_INTERVALS)
             exporter, crashing, _ = [await asyncio.wrap_future(f) for f in started]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from awa.config import QueueConfig, RetentionPolicy, RuntimeSettings
 from awa.runtime.maintenance import aging, retention
 
@@ -46,6 +48,9 @@ async def test_per_queue_retention_override(db, pool):
     assert job(db, default) is not None
 
 
+# Canonical rewrites waiting rows; queue storage ages at claim time and moves nothing
+# (tests/storage/test_maintenance.py checks both).
+@pytest.mark.engine("canonical")
 async def test_waiting_jobs_rise_one_step_per_interval_and_keep_their_original(db, pool):
     waited_2 = insert_job(db, state="available", priority=4, run_at_offset_s=-2.5,
                           attempt=0)
@@ -62,6 +67,9 @@ async def test_waiting_jobs_rise_one_step_per_interval_and_keep_their_original(d
     assert await aging.age_priorities(pool, default_interval_ms=1_000) == 0
 
 
+# Canonical rewrites waiting rows; queue storage ages at claim time and moves nothing
+# (tests/storage/test_maintenance.py checks both).
+@pytest.mark.engine("canonical")
 async def test_aging_uses_the_queue_interval_and_zero_disables(db, pool):
     slow = insert_job(db, state="available", queue="slow", priority=4, run_at_offset_s=-5,
                       attempt=0)

@@ -265,7 +265,8 @@ async def test_mixed_workload_metrics_match_the_database(client, db, database_ur
         assert job_metric("awa_job_inserted_total", kind, q) == n, (kind, q)
     inserted_series = {(s.labels["awa_job_kind"], s.labels["awa_job_queue"])
                        for s in series["awa_job_inserted_total"]
-                       if s.labels["awa_job_queue"] in (queue, dlq_queue)}
+                       if s.labels["awa_job_queue"] in (queue, dlq_queue)
+                       and s.value > 0}  # (every kind x queue has its 0 series from the start)
     assert inserted_series == set(written)
 
     # dispatch: the free slots seen last; idle, every slot is free but those the queue's
@@ -309,3 +310,46 @@ async def test_mixed_workload_metrics_match_the_database(client, db, database_ur
     (hashes,) = _rows(db, "SELECT descriptor_hashes FROM awa.runtime_instances "
                           "WHERE instance_id = %s", instance)
     assert hashes["descriptor_hashes"]["queues"][queue] == info.labels["awa_descriptor_hash"]
+
+
+async def test_every_queue_series_is_there_from_the_start_at_zero(client, database_url,
+                                                                   prometheus_endpoint):
+    """A worker that has run nothing yet still exports its queue's and kinds' counters (each
+    small closed set of label values included: terminal, dispatch reason, rescue kind), the
+    in-flight gauge and its queues' histograms (count 0) at 0: dashboards and alerts read 0,
+    not "no data"."""
+    queue = _queue("idle")
+
+    @client.task(dict, kind="z_kind", queue=queue)
+    async def handler(job):
+        return None
+
+    await client.start([{"name": queue, "max_workers": 2}], **SHORT)
+    try:
+        series = await asyncio.to_thread(scrape, prometheus_endpoint.url)
+    finally:
+        await client.shutdown()
+    seedable = {metrics.ATTR_QUEUE, metrics.ATTR_KIND, *metrics.SEEDED_VALUES}
+    checked = 0
+    for entry in metrics.RUNTIME_METRICS:
+        if entry.kind == "gauge" or metrics.ATTR_QUEUE not in entry.attributes or not set(
+                entry.attributes) <= seedable:
+            continue
+        if entry.kind == "histogram" and metrics.ATTR_KIND in entry.attributes:
+            continue  # not seeded: kind x queue x bucket
+        if entry.kind == "histogram":
+            name = entry.prometheus + "_count"
+        else:
+            name = entry.prometheus + ("_total" if entry.kind == "counter"
+                                       and not entry.prometheus.endswith("_total") else "")
+        got = [s for s in series.get(name, []) if s.labels.get("awa_job_queue") == queue]
+        assert got, name  # present from the start
+        for attribute, values in metrics.SEEDED_VALUES.items():
+            if attribute in entry.attributes:  # every value of the closed set
+                label = metrics.prometheus_label(attribute)
+                assert {s.labels[label] for s in got} == {
+                    str(v).lower() for v in values}, (name, got)
+        if entry.name.startswith("awa.job."):  # nothing ran: every job series reads 0
+            assert all(s.value == 0 for s in got), (name, got)
+        checked += 1
+    assert checked >= 15, checked  # the seeded catalogue, not a handful

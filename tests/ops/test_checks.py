@@ -92,7 +92,7 @@ def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
                               now() - interval '10 seconds', now() - interval '3 seconds')
                               RETURNING id""").fetchone()["id"]
     # A generous cutoff keeps the fresh heartbeats fresh however slow this machine is.
-    flags = ("--heartbeat-staleness", "30")
+    flags = ("--heartbeat-staleness", "30", "--heartbeat-interval", "1")
     result = ops("stuck-running", *flags)
     classes = {row["job_id"]: row["class"] for f in result.findings() for row in f["evidence"]}
     assert classes[overdue] == "deadline overdue"

@@ -4,6 +4,10 @@ as libxml."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -13,14 +17,20 @@ from awa_ops.session import OpsSession
 
 
 @pytest.fixture
-def embedded_url(tmp_path):
+def embedded_url():
     pgserver = pytest.importorskip("pgserver")
-    server = pgserver.get_server(str(tmp_path / "pgdata"), cleanup_mode="stop")
+    # Not under pytest's tmp dir: as root, pgserver runs the server as its own OS user, which
+    # must reach the data directory, and every pytest session that starts on this machine
+    # makes /tmp/pytest-of-<user> private again (0700), even while our initdb runs.
+    base = Path(tempfile.mkdtemp(prefix="awa-embedded-"))
+    base.chmod(0o755)
+    server = pgserver.get_server(str(base / "pgdata"), cleanup_mode="stop")
     try:
         server.psql("CREATE DATABASE awa_embedded")
         yield server.get_uri("awa_embedded")
     finally:
         server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 async def test_every_check_runs_on_the_embedded_server(embedded_url):

@@ -124,4 +124,4 @@ async def test_exporter_emits_zero_series_for_every_known_queue(database_url, db
         got = {dict(k)["awa_job_queue"] for k in series(name)}
         assert got >= {"mail", "paused-only", "busy"}, (name, got)
     dlq = series("awa_db_dlq_depth")
-    assert dlq[(("awa_dlq_reason", ""), ("awa_job_queue", "busy"))] == 0
+    assert dlq[(("awa_dlq_reason", "none"), ("awa_job_queue", "busy"))] == 0

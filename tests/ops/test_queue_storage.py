@@ -10,50 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from ops.ops_helpers import run_ops, summaries
+from support.rust_awa import rust_awa, rust_awa_binary
 
-AWA_CLI_VERSION = "0.6.9"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "awa-ops-tests"
 QS_SCHEMA = "awa_qs"
 
 
 @pytest.fixture(scope="session")
 def awa_cli() -> Path:
-    venv = CACHE / f"awa-cli-{AWA_CLI_VERSION}"
-    binary = venv / "bin" / "awa"
-    if not binary.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"awa-cli=={AWA_CLI_VERSION}"],
-                       check=True, timeout=600)
-    return binary
-
-
-def as_url(conninfo: str) -> str:
-    """The Rust CLI takes only URL-form connection strings."""
-    from urllib.parse import quote
-
-    p = conninfo_to_dict(conninfo)
-    auth = quote(str(p.get("user", "postgres")))
-    if p.get("password"):
-        auth += f":{quote(str(p['password']))}"
-    return f"postgresql://{auth}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
-
-
-def rust_awa(binary: Path, url: str, *args: str) -> str:
-    url = as_url(url)
-    proc = subprocess.run([str(binary), "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "RUST_LOG": "warn"})
-    assert proc.returncode == 0, f"awa {' '.join(args)}: {proc.stderr[-2000:]}"
-    return proc.stdout
-
+    """The Rust-core CLI, installed once per machine under a file lock (parallel workers)."""
+    return rust_awa_binary()
 
 
 def route_to_queue_storage(binary: Path, url: str) -> dict:

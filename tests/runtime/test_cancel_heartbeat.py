@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import awa
+from support.polling import eventually
 from support.processes import start_worker
 
 from .conftest import job_row, wait_until
@@ -272,3 +273,84 @@ def test_awa_worker_mistakes_are_one_line_errors(database_url, tmp_path):
         assert out.returncode != 0
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and text in lines[0], out.stderr
+
+
+async def test_a_claim_in_flight_at_shutdown_runs_its_jobs_instead_of_leaving_them_open(
+        client, db):
+    """The claim statement has committed when shutdown begins, its answer still on the
+    way (held here by a delay after the real claim): its jobs run to completion, none is
+    left open in the database for rescue to find later."""
+    @dataclass
+    class Quick:
+        n: int
+
+    @client.task(Quick)
+    async def quick(job):
+        return None
+
+    returned = asyncio.Event()
+    claims_seen: list[int] = []
+    await client.start([("default", 8)], poll_interval_ms=50, run_maintenance=False)
+    engine = client.runtime.engine
+    real_claim = engine.claim_batch
+
+    async def slow_answer(*args, **kwargs):
+        jobs = await real_claim(*args, **kwargs)
+        if jobs:
+            claims_seen.append(len(jobs))
+            returned.set()
+            await asyncio.sleep(0.5)  # committed server-side; the rows not yet handled
+        return jobs
+
+    engine_type = type(engine)
+    engine.claim_batch = slow_answer  # this runtime's engine object only
+    try:
+        ids = [(await client.insert(Quick(i))).id for i in range(4)]
+        await asyncio.wait_for(returned.wait(), 10)
+        await client.shutdown(timeout_ms=3_000)
+    finally:
+        del engine.claim_batch
+    assert engine.claim_batch.__func__ is engine_type.claim_batch  # restored
+    states = [job_row(db, i)["state"] for i in ids]
+    assert claims_seen and "running" not in states, states
+    assert states.count("completed") >= claims_seen[0]
+
+
+async def test_an_outcome_waiting_longer_than_the_staleness_is_not_rescued(client, db):
+    """The handler has finished, its outcome waits for a slow completion write (held here
+    by a delay before the real write): the heartbeat keeps the attempt alive meanwhile, so
+    rescue does not take it and the job runs once (it ran twice when only running
+    handlers were heartbeated)."""
+    @dataclass
+    class Once:
+        n: int
+
+    runs: list[int] = []
+
+    @client.task(Once)
+    async def once(job):
+        runs.append(job.id)
+
+    await client.start([("default", 2)], poll_interval_ms=50, heartbeat_interval_ms=100,
+                       heartbeat_staleness_ms=400, heartbeat_rescue_interval_ms=100,
+                       leader_election_interval_ms=100)
+    engine = client.runtime.engine
+    real_complete = engine.complete_batch
+    held = asyncio.Event()
+
+    async def slow_write(*args, **kwargs):
+        held.set()
+        await asyncio.sleep(1.5)  # well past the staleness, rescue running every 100 ms
+        return await real_complete(*args, **kwargs)
+
+    engine.complete_batch = slow_write  # this runtime's engine object only
+    try:
+        job = await client.insert(Once(1))
+        await asyncio.wait_for(held.wait(), 10)
+        await eventually(lambda: job_row(db, job.id)["state"] == "completed", timeout=10)
+    finally:
+        del engine.complete_batch
+        await client.shutdown(timeout_ms=3_000)
+    row = job_row(db, job.id)
+    assert runs == [job.id], runs
+    assert (row["state"], row["attempt"]) == ("completed", 1), row

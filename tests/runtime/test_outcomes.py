@@ -1,4 +1,4 @@
-"""Each handler outcome's state, attempt, run_at and errors (DESIGN §4)."""
+"""Each handler outcome's state, attempt, run_at and errors (docs/architecture.md §4)."""
 
 from __future__ import annotations
 
@@ -238,12 +238,13 @@ async def test_start_errors_are_one_line(client, test_engine):
     async def work(job):
         return None
 
-    with pytest.raises(awa.ValidationError, match="^weighted mode requires explicit queue "
-                                                  "configs$"):
+    with pytest.raises(awa.ValidationError, match=r"^weighted mode requires explicit queue "
+                                                  r"configs \(global_max_workers set but "
+                                                  r"queues=None\)$"):
         await client.start(global_max_workers=4)
     for bad, text in [
         ([("default", 0)], "max_workers must be a positive integer"),
-        ([{"name": "q", "min_workers": 1}], "need global_max_workers"),
+        ([{"name": "q", "max_workers": 1, "min_workers": 1}], "not both"),
         ([{"name": "q", "max_workers": 1, "rate_limit": (0, 1)}], "rate_limit"),
         ([{"name": "q", "max_workers": 1, "colour": "red"}], "unknown option"),
         ([("x" * 70, 1)], "longer than"),

@@ -4,11 +4,6 @@ A test takes ``engine`` (the engine under test) and ``engine_url`` (a fresh
 database laid out for it); behaviour differences between engines are bugs.
 Queue storage runs twice: in schema ``awa`` and, as ``queue_storage@awa_qs``,
 with its tables in a schema of their own (``awa migrate --queue-storage-schema``).
-
-Queue storage lands in steps: the tests it does not pass yet are listed in
-``QUEUE_STORAGE_XFAIL`` and marked ``xfail(strict=True)`` for that engine
-only, so the list is exactly what is missing (a test that starts passing
-fails the run until it leaves the list).
 """
 
 from __future__ import annotations
@@ -27,22 +22,6 @@ OWN_SCHEMA = "awa_qs"
 ENGINES: dict[str, Callable[[], Engine]] = {
     "canonical": CanonicalEngine, "queue_storage": QueueStorageEngine,
     f"queue_storage@{OWN_SCHEMA}": lambda: QueueStorageEngine(OWN_SCHEMA)}
-
-# Test function names (or full node names, "name[params]") queue storage does not pass yet.
-QUEUE_STORAGE_XFAIL: dict[str, str] = {}
-
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is None or not str(callspec.params.get("engine_name")).startswith(
-                "queue_storage"):
-            continue
-        original = getattr(item, "originalname", item.name)
-        reason = QUEUE_STORAGE_XFAIL.get(item.name) or QUEUE_STORAGE_XFAIL.get(original)
-        if reason:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"queue storage: {reason}"))
 
 
 @pytest.fixture(autouse=True)

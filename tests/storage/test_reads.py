@@ -338,3 +338,24 @@ async def test_runtime_list_and_liveness(engine, aconn, arrange):
     # issue 13: live within 2 x the runtime's own snapshot interval (was 3 x)
     assert live_window_s(10_000) == 20.0
     assert live_window_s(200) == 2.0 and live_window_s(200, stale_after_s=1.0) == 0.75
+
+
+async def test_capped_job_record_leaves_big_values_out(engine, engine_url, aconn, arrange):
+    """``job_record(cap_bytes=...)``: values over the cap arrive as their head and size."""
+    import awa
+
+    async with awa.AsyncClient(engine_url) as client:
+        big = (await client.insert({"blob": "x" * 50_000}, kind="blob",
+                                   metadata={"small": True})).id
+        small = (await client.insert({"n": 1}, kind="blob")).id
+    record = await engine.job_record(aconn, big, cap_bytes=1_000)
+    assert record is not None and set(record.oversized) == {"args"}
+    args = record.oversized["args"]
+    assert args.head.startswith('{"blob": "xxx') and len(args.head) == 1_000
+    assert args.total_bytes > 50_000 and args.more_bytes == args.total_bytes - 1_000
+    assert record.job.args == {} and record.job.metadata == {"small": True}
+    whole = await engine.job_record(aconn, small, cap_bytes=1_000)
+    assert whole is not None and whole.oversized == {} and whole.job.args == {"n": 1}
+    await arrange.dead_letter(778, kind="gone", reason="terminal_error")
+    dead = await engine.job_record(aconn, 778, cap_bytes=1_000)
+    assert dead is not None and dead.in_dlq and dead.oversized == {}

@@ -7,6 +7,7 @@ Canonical routes each row to ``jobs_hot`` / ``scheduled_jobs`` (migration
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,3 +103,25 @@ async def test_a_running_attempt_keeps_running_when_its_heartbeat_is_set(engine,
     rescued = await engine.rescue_stale_heartbeats(aconn, staleness_s=60, limit=10,
                                                    dlq_enabled=lambda queue: False)
     assert [r.id for r in rescued.rescued] == [job.id]
+
+
+async def test_an_update_read_before_a_claim_commits_leaves_the_claimed_attempt_alone(
+        engine, client, aconn, engine_url):
+    """An UPDATE through the view that saw the job available, then waited for a claim of
+    it to commit, updates nothing: it neither re-places the job (to run a second time
+    while the claimed attempt runs) nor writes the available row back over the claim."""
+    job = await client.insert({"n": 1}, kind="k", queue="race")
+    async with await psycopg.AsyncConnection.connect(engine_url) as claimer, \
+            await psycopg.AsyncConnection.connect(engine_url, autocommit=True) as updater:
+        [claimed] = await engine.claim_batch(claimer, "race", 1, 60_000)  # not committed
+        update = asyncio.create_task(updater.execute(
+            "UPDATE awa.jobs SET priority = 1 WHERE id = %s", (job.id,)))
+        await asyncio.sleep(0.5)
+        assert not update.done()  # waiting for the claim's locks
+        await claimer.commit()
+        cur = await asyncio.wait_for(update, 10)
+    assert cur.rowcount == 0
+    rows = await _rows(aconn, "SELECT state::text AS state, run_lease, attempt FROM awa.jobs "
+                              "WHERE id = %s", (job.id,))
+    assert rows == [{"state": "running", "run_lease": claimed.run_lease, "attempt": 1}]
+    assert await engine.claim_batch(aconn, "race", 10, 60_000) == []

@@ -1,7 +1,7 @@
 """Per-test databases on the test server: created from a template, dropped afterwards.
 
 The server comes from AWA_TEST_DATABASE_URL / DATABASE_URL, else a local
-PostgreSQL on 127.0.0.1:5432, else the embedded server (DESIGN §9).  Shared by
+PostgreSQL on 127.0.0.1:5432, else the embedded server (docs/architecture.md §12).  Shared by
 tests/conftest.py and the conformance suite's engine-specific templates.
 """
 

@@ -34,7 +34,33 @@ def postgres_bin_dir() -> Path:
     return Path(initdb).parent
 
 
+# "LOW-HIGH": the loopback ports private servers (clusters, PgBouncer) may take; unset, any
+# free port.  On a machine shared by several test runs each run gets a range of its own.
+PRIVATE_PORTS_ENV = "AWA_TEST_PRIVATE_PORTS"
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
+    """A free loopback port (within ``AWA_TEST_PRIVATE_PORTS`` when set), not handed out
+    before by this process."""
+    span = os.environ.get(PRIVATE_PORTS_ENV)
+    if span:
+        low, _, high = span.partition("-")
+        candidates = [p for p in range(int(low), int(high) + 1) if p not in _handed_out]
+        # Spread the pytest-xdist workers over the range so they rarely race for a port.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        shift = (int(worker[2:]) if worker[2:].isdigit() else 0) * 7
+        candidates = candidates[shift % max(len(candidates), 1):] + candidates[
+            :shift % max(len(candidates), 1)]
+        for port in candidates:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+        raise RuntimeError(f"no free port left in {PRIVATE_PORTS_ENV}={span}")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -43,7 +69,8 @@ def free_port() -> int:
 class PrivateCluster:
     """initdb'd on construction's ``start()``; removed on ``close()``."""
 
-    def __init__(self, *settings: str) -> None:
+    def __init__(self, *settings: str, init: bool = True) -> None:
+        """``init=False``: leave ``self.data`` empty for the caller to fill (a base backup)."""
         self.bin = postgres_bin_dir()
         self.base = Path(tempfile.mkdtemp(prefix="awa-pg-"))
         self.data = self.base / "data"
@@ -53,7 +80,9 @@ class PrivateCluster:
         if os.geteuid() == 0:
             shutil.chown(self.base, "postgres")
             self._as_postgres = ["runuser", "-u", "postgres", "--"]
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        if init:
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                      "--no-sync")
 
     def _run(self, tool: str, *args: str) -> None:
         subprocess.run([*self._as_postgres, str(self.bin / tool), *args], check=True,

@@ -66,6 +66,26 @@ def log_line(word: str, job: awa.Job) -> None:
     _log_file.write(f"{word} {job.kind} {job.id} {job.attempt} {job.run_lease} {time.time():.3f}\n")
 
 
+# The ``logged`` kind's own record of what ran, written through a pool of the worker's
+# own (not the runtime's): a handler that does a database write per job, as most do.
+EXECUTION_LOG_TABLE = ("CREATE TABLE IF NOT EXISTS chaos_execution_log "
+                       "(job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL, "
+                       "at timestamptz NOT NULL DEFAULT clock_timestamp())")
+EXECUTION_LOG_INSERT = ("INSERT INTO chaos_execution_log (job_id, run_lease, pid) "
+                        "VALUES (%s, %s, %s)")
+_log_pool = None
+
+
+def log_pool():
+    global _log_pool
+    if _log_pool is None:
+        from psycopg_pool import AsyncConnectionPool
+
+        _log_pool = AsyncConnectionPool(os.environ["AWA_WORKER_DATABASE_URL"], min_size=4,
+                                        max_size=8, kwargs={"autocommit": True}, open=False)
+    return _log_pool
+
+
 def build_client(database_url: str) -> awa.AsyncClient:
     client = awa.AsyncClient(database_url)
 
@@ -75,6 +95,13 @@ def build_client(database_url: str) -> awa.AsyncClient:
     @handler("fast")
     async def fast(job):
         log_line("start", job)
+        log_line("done", job)
+
+    @handler("logged")
+    async def logged(job):
+        log_line("start", job)
+        async with log_pool().connection() as conn:
+            await conn.execute(EXECUTION_LOG_INSERT, (job.id, job.run_lease, os.getpid()))
         log_line("done", job)
 
     @handler("sleep")
@@ -180,6 +207,10 @@ async def main() -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if LOG_DIR:
+        await log_pool().open()
+        async with log_pool().connection() as conn:
+            await conn.execute(EXECUTION_LOG_TABLE)
     await client.start(queues, **settings)
     print(f"READY pid={os.getpid()} instance={client.runtime.instance_id}", flush=True)
     await stop.wait()

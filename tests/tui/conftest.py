@@ -46,7 +46,9 @@ def at(seconds: float) -> datetime:
 def add_runtime(db, *, host: str = "worker-a", pid: int = 101, leader: bool = False,
                 last_seen: datetime | None = None, queues: list[str] | None = None,
                 snapshot_interval_ms: int = 10_000, instance_id: str | None = None,
-                **flags: bool) -> str:
+                timing: dict[str, int] | None = None, **flags: bool) -> str:
+    """A registry row; ``timing`` (heartbeat_interval_ms, heartbeat_staleness_ms) is
+    published with each queue, as a runtime's snapshot does (awa.runtime.snapshot)."""
     instance_id = instance_id or str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host}:{pid}"))
     columns = {"healthy": True, "postgres_connected": True, "poll_loop_alive": True,
                "heartbeat_alive": True, "maintenance_alive": leader, "shutting_down": False,
@@ -56,7 +58,8 @@ def add_runtime(db, *, host: str = "worker-a", pid: int = 101, leader: bool = Fa
                 last_seen_at, snapshot_interval_ms, leader, queues, {", ".join(columns)})
             VALUES (%s, %s, %s, '0.1.0', %s, %s, %s, %s, %s, {", ".join(["%s"] * len(columns))})""",
         [instance_id, host, pid, at(-3600), last_seen or at(-1), snapshot_interval_ms, leader,
-         json.dumps(queues or ["default"]), *columns.values()])
+         json.dumps([{"queue": q, **timing} for q in queues or ["default"]] if timing
+                    else queues or ["default"]), *columns.values()])
     return instance_id
 
 
@@ -102,9 +105,10 @@ def add_dlq(db, job_id: int, *, kind: str = "send_email", queue: str = "default"
 def seed_system(db) -> dict[str, Any]:
     """A small, busy-looking system: two queues, a leader and a worker, every running class."""
     ids: dict[str, Any] = {}
+    timing = {"heartbeat_interval_ms": 5_000, "heartbeat_staleness_ms": 90_000}
     ids["leader"] = add_runtime(db, host="worker-a", pid=101, leader=True,
-                                queues=["default", "email"])
-    ids["worker"] = add_runtime(db, host="worker-b", pid=202, queues=["email"])
+                                queues=["default", "email"], timing=timing)
+    ids["worker"] = add_runtime(db, host="worker-b", pid=202, queues=["email"], timing=timing)
     ids["gone"] = add_runtime(db, host="worker-c", pid=303, queues=["email"],
                               last_seen=at(-600))
     for i in range(3):

@@ -53,8 +53,14 @@ def test_demo_serves_metrics_and_writes_prometheus_yml(database_url, db):
             assert url.split("//")[1].removesuffix("/metrics") in text
         assert "job_name: awa-workers" in text and "job_name: awa-exporter" in text
         seen: dict[str, str] = {}
-        deadline = time.monotonic() + 15
-        while len(seen) < 3 and time.monotonic() < deadline:
+
+        def served() -> bool:  # every endpoint answers, with the exporter's and a worker's series
+            return (len(seen) == 3 and "awa_" in seen[urls[-1]]
+                    and any("awa_" in seen[u] for u in urls[:2]))
+
+        # A worker serves /metrics before its first measurement: poll until the series appear.
+        deadline = time.monotonic() + 60
+        while not served() and time.monotonic() < deadline:
             for url in urls:
                 try:
                     seen[url] = httpx.get(url, timeout=2).text

@@ -79,3 +79,37 @@ async def test_runtimes_live_first_then_gone_greyed_with_last_seen_age(database_
             assert "ok" not in [str(c) for c in row]
         seen = table.shown_keys().index("seen")
         assert str(rows[2][seen]) == "2m05s ago" and str(rows[3][seen]).startswith("3h")
+
+
+async def test_no_banner_while_a_runtime_holds_the_leader_lock(database_url, db):
+    """A new leader's flag reaches the registry only with its next snapshot; the lock is
+    held already, so the console raises no false NO LEADER alarm, and the only live runtime
+    (the only one that can hold it) reads LEADER, not worker."""
+    import psycopg
+
+    from awa import config
+
+    def roles(app) -> dict[str, str]:
+        table = app.screen.query_one("#runtimes")
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        return {str(r[1]): str(r[0]) for r in rows}
+
+    add_runtime(db, host="worker-a", pid=101, leader=False)
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [config.ADVISORY_LOCK_LEADER])
+        async with running_console(database_url) as (app, pilot):
+            text = screen_text(app)
+            assert "NO LEADER" not in text and app.problem is None
+            assert "leader worker-a:101" in text
+            assert roles(app) == {"worker-a": "★ LEADER"}
+        # Two live runtimes, neither flagged yet: which one holds the lock is not known, so
+        # neither is named; the summary says the lock is held.
+        add_runtime(db, host="worker-b", pid=202, leader=False)
+        async with running_console(database_url) as (app, pilot):
+            text = screen_text(app)
+            assert "NO LEADER" not in text and "leader lock held" in text
+            assert roles(app) == {"worker-a": "worker", "worker-b": "worker"}
+    db.execute("DELETE FROM awa.runtime_instances WHERE hostname = 'worker-b'")
+    async with running_console(database_url) as (app, pilot):  # the lock released
+        assert "NO LEADER" in screen_text(app)
+        assert roles(app) == {"worker-a": "worker"}

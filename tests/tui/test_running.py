@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui.conftest import press, running_console, screen_text, seed_system
+from tui.conftest import add_running, add_runtime, press, running_console, screen_text, seed_system
 
 
 def column(table, key: str) -> list[str]:
@@ -141,3 +141,42 @@ async def test_space_tags_rows_for_a_bulk_cancel(database_url, db):
             "SELECT id, state::text FROM awa.jobs WHERE state IN ('running', 'cancelled')")}
         assert {states[int(i)] for i in tagged} == {"cancelled"}
         assert sum(1 for s in states.values() if s == "running") == 2
+
+
+async def test_each_attempt_is_judged_by_its_runtimes_own_timing(database_url, db):
+    """Staleness and the overdue grace (one heartbeat interval) are the published values of
+    the runtimes serving the attempt's queue, not one console-wide cutoff; --stale-after
+    overrides the staleness."""
+    add_runtime(db, host="fast-w", pid=1, queues=["fast"], snapshot_interval_ms=60_000,
+                timing={"heartbeat_interval_ms": 1_000, "heartbeat_staleness_ms": 6_000})
+    add_runtime(db, host="slow-w", pid=2, queues=["slow"], snapshot_interval_ms=60_000,
+                timing={"heartbeat_interval_ms": 30_000, "heartbeat_staleness_ms": 90_000})
+    ids = {"fast_silent": add_running(db, queue="fast", heartbeat_age=10),
+           "slow_silent": add_running(db, queue="slow", heartbeat_age=10),
+           "fast_late": add_running(db, queue="fast", heartbeat_age=0.5, deadline_in=-3),
+           "slow_late": add_running(db, queue="slow", heartbeat_age=0.5, deadline_in=-3)}
+    expected = {"fast_silent": "stale", "slow_silent": "alive",
+                "fast_late": "overdue", "slow_late": "alive"}
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "2")
+        status = dict(zip(column(app.screen.query_one("#running"), "id"),
+                          column(app.screen.query_one("#running"), "status")))
+        assert {name: status[str(i)] for name, i in ids.items()} == expected
+        app.clock.advance(25)  # past the slow runtime's grace: its late job is overdue now
+        app.tick()
+        await pilot.pause()
+        status = dict(zip(column(app.screen.query_one("#running"), "id"),
+                          column(app.screen.query_one("#running"), "status")))
+        assert status[str(ids["slow_late"])] == "alive"  # 28 s past: within 30 s
+        app.clock.advance(5)
+        app.tick()
+        await pilot.pause()
+        status = dict(zip(column(app.screen.query_one("#running"), "id"),
+                          column(app.screen.query_one("#running"), "status")))
+        assert status[str(ids["slow_late"])] == "overdue"
+    async with running_console(database_url, stale_after_s=120) as (app, pilot):
+        await press(app, pilot, "2")
+        status = dict(zip(column(app.screen.query_one("#running"), "id"),
+                          column(app.screen.query_one("#running"), "status")))
+        assert status[str(ids["fast_silent"])] == "alive"  # the flag overrides
+        assert status[str(ids["fast_late"])] == "overdue"  # the grace stays its own

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from awa import config, db
+from awa import batch, config, db
 from awa.runtime.leader import LeaderElector
 from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
@@ -103,6 +103,8 @@ class MaintenanceService:
                    lambda: cron.evaluate(pool, engine=engine)),
             Branch("queue_health", s.queue_health_interval_ms,
                    lambda: self.queue_health.publish(pool, engine=engine)),
+            Branch("batch_operations", s.batch_operations_interval_ms,
+                   lambda: batch.run_batch_operations(pool, engine, runner=rt.instance_id)),
         ) if b.interval_ms > 0]
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Descriptor sync: every runtime upserts the descriptors it declares and
-refreshes their ``last_seen_at`` each snapshot tick, so the catalogue shows
-which ones live code still declares (retention drops the unseen ones); and it
-records their hashes in its ``runtime_instances`` row, so runtimes that
-disagree about a descriptor show up as drift.
+"""Descriptor sync: every runtime upserts its catalogue -- the descriptors it declares
+and a bare one for each queue it runs and kind it handles, as awa-pg 0.6.9 did --
+when it starts and again each snapshot tick, refreshing ``last_seen_at`` (so the
+catalogue shows which ones live code still declares; retention drops the unseen
+ones; ``updated_at`` moves only when a descriptor changed); and it records their
+hashes in its ``runtime_instances`` row, so runtimes that disagree about a
+descriptor show up as drift.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa.descriptors import descriptor_hashes
+from awa import config
+from awa.descriptors import catalogue, descriptor_hashes
 from awa.runtime.maintenance import recording
 from awa.storage import open_engine
 from awa.storage.engine import Descriptor, Engine
@@ -21,10 +24,14 @@ from awa.storage.engine import Descriptor, Engine
 async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
                            instance_id: UUID | None = None, *,
                            engine: Engine | None = None) -> int:
-    """Upsert the client's declared descriptors (and this runtime's hashes when
-    ``instance_id`` is given); returns how many descriptors were written."""
-    queues = [Descriptor(**d) for d in client._queue_descriptors.values()]
-    kinds = [Descriptor(**d) for d in client._kind_descriptors.values()]
+    """Upsert the client's catalogue (and this runtime's hashes when ``instance_id`` is
+    given); returns how many descriptors were written."""
+    declared_queues, declared_kinds = catalogue(client)
+    runtime = getattr(client, "_runtime", None)
+    interval = getattr(getattr(runtime, "settings", None), "snapshot_interval_ms",
+                       config.SNAPSHOT_INTERVAL_MS)
+    queues = [Descriptor(**d, sync_interval_ms=interval) for d in declared_queues]
+    kinds = [Descriptor(**d, sync_interval_ms=interval) for d in declared_kinds]
     engine = engine or await open_engine(pool)
     async with pool.connection() as conn:
         async with conn.transaction():
@@ -32,6 +39,5 @@ async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
             if instance_id is not None:
                 await engine.set_runtime_descriptor_hashes(conn, instance_id,
                                                            descriptor_hashes(client))
-    recording.record_descriptors(client._queue_descriptors.values(),
-                                 client._kind_descriptors.values())
+    recording.record_descriptors(declared_queues, declared_kinds)
     return written

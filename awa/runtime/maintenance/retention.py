@@ -99,10 +99,11 @@ async def clean(pool: AsyncConnectionPool, settings: RuntimeSettings,
         await drain("runtime_instances", lambda n: store.purge_unseen_runtimes(
             conn, older_than_s=runtime_age_s, limit=n))
         descriptor_age_s = settings.descriptor_retention_days * DAY_S
-        await drain("queue_descriptors", lambda n: store.purge_unseen_descriptors(
-            conn, catalogue="queues", older_than_s=descriptor_age_s, limit=n))
-        await drain("job_kind_descriptors", lambda n: store.purge_unseen_descriptors(
-            conn, catalogue="kinds", older_than_s=descriptor_age_s, limit=n))
+        if descriptor_age_s > 0:  # 0 keeps the catalogue (managed elsewhere), as in 0.6.9
+            await drain("queue_descriptors", lambda n: store.purge_unseen_descriptors(
+                conn, catalogue="queues", older_than_s=descriptor_age_s, limit=n))
+            await drain("job_kind_descriptors", lambda n: store.purge_unseen_descriptors(
+                conn, catalogue="kinds", older_than_s=descriptor_age_s, limit=n))
         # Engines with partition rings reclaim their history here (TRUNCATE of sealed,
         # provably empty partitions); the row engine has nothing to do.
         pruned = await store.rotate_and_prune(

@@ -7,6 +7,7 @@ constants beside the mixin whose methods run it.
 from __future__ import annotations
 
 from awa.storage.canonical.admin import CanonicalAdmin
+from awa.storage.canonical.adopt import CanonicalAdopt
 from awa.storage.canonical.callbacks import CanonicalCallbacks
 from awa.storage.canonical.cron_admin import CanonicalCronAdmin
 from awa.storage.canonical.enqueue import CanonicalEnqueue
@@ -16,7 +17,7 @@ from awa.storage.canonical.reads import CanonicalReads
 
 
 class CanonicalEngine(CanonicalEnqueue, CanonicalExecution, CanonicalMaintenance, CanonicalAdmin,
-                      CanonicalCallbacks, CanonicalCronAdmin, CanonicalReads):
+                      CanonicalCallbacks, CanonicalCronAdmin, CanonicalReads, CanonicalAdopt):
     """The row-per-job engine behind ``awa.storage.engine.Engine``."""
 
     name = "canonical"

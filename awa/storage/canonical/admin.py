@@ -17,13 +17,14 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.canonical.collisions import apply_batch_or_each
+from awa.storage.canonical.batch import CanonicalBatch
 from awa.storage.canonical.enqueue import unique_error
 from awa.storage.canonical.tables import depth_states_by_table, state_list
+from awa.storage.common.collisions import apply_batch_or_each
+from awa.storage.common.fetch import fetch_all, fetch_one
 from awa.storage.engine import (
     DlqEntry,
     DlqFilter,
@@ -74,6 +75,8 @@ STATE_FILTER = "state = %(state)s::awa.job_state"
 KIND_FILTER = "kind = %(kind)s"
 QUEUE_FILTER = "queue = %(queue)s"
 TAG_FILTER = "tags @> ARRAY[%(tag)s]::text[]"
+# Keyset paging of a newest-first job list: the next page starts below the last id seen.
+JOB_BEFORE_ID_FILTER = "id < %(before_id)s"
 
 CANCEL_LIVE = """
 UPDATE awa.jobs_hot j
@@ -234,7 +237,7 @@ BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM m
                            "GROUP BY kind, queue")  # .format(filter=<constant fragments>)
 
 _FRAGMENTS = {"state": STATE_FILTER, "kind": KIND_FILTER, "queue": QUEUE_FILTER,
-              "tag": TAG_FILTER}
+              "tag": TAG_FILTER, "before_id": JOB_BEFORE_ID_FILTER}
 
 
 def _filters(**values: Any) -> tuple[list[str], dict[str, Any]]:
@@ -285,20 +288,6 @@ def _per_queue(rows: Sequence[dict[str, Any]]) -> list[QueueCount]:
     return [QueueCount(queue, n) for queue, n in counts.items()]
 
 
-async def _rows(conn: psycopg.AsyncConnection[Any], sql: str,
-                params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchall()
-
-
-async def _row(conn: psycopg.AsyncConnection[Any], sql: str,
-               params: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(sql, params)
-        return await cur.fetchone()
-
-
 async def _notify(conn: psycopg.AsyncConnection[Any], channel: str, payload: str = "") -> None:
     await conn.execute(NOTIFY, {"channel": channel, "payload": payload})
 
@@ -309,16 +298,16 @@ async def _notify_queues(conn: psycopg.AsyncConnection[Any], rows: list[dict[str
         await _notify(conn, _queue_channel(queue))
 
 
-class CanonicalAdmin:
+class CanonicalAdmin(CanonicalBatch):
     """The admin group of the Engine protocol on the canonical engine."""
 
     # -- jobs --------------------------------------------------------------
     async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
-        row = await _row(conn, GET_JOB, {"id": job_id})
+        row = await fetch_one(conn, GET_JOB, {"id": job_id})
         return Job.from_row(row) if row else None
 
     async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobDump | None:
-        row = await _row(conn, GET_JOB, {"id": job_id})
+        row = await fetch_one(conn, GET_JOB, {"id": job_id})
         if row is None:
             return None
         return JobDump(Job.from_row(row), row["dlq_reason"], row["dlq_at"])
@@ -326,18 +315,18 @@ class CanonicalAdmin:
     async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
                         state: JobState | None = None, kind: str | None = None,
                         queue: str | None = None, tag: str | None = None,
-                        limit: int = 100) -> list[Job[Any]]:
+                        limit: int = 100, before_id: int | None = None) -> list[Job[Any]]:
         chosen, params = _filters(state=None if state is None else JobState(state).value,
-                                  kind=kind, queue=queue, tag=tag)
+                                  kind=kind, queue=queue, tag=tag, before_id=before_id)
         params["limit"] = limit
-        rows = await _rows(conn, LIST_JOBS + _where(chosen) + LIST_JOBS_ORDER, params)
+        rows = await fetch_all(conn, LIST_JOBS + _where(chosen) + LIST_JOBS_ORDER, params)
         return [Job.from_row(r) for r in rows]
 
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         async with conn.transaction():
-            row = await _row(conn, CANCEL_LIVE, {"id": job_id})
+            row = await fetch_one(conn, CANCEL_LIVE, {"id": job_id})
             if row is None:
-                row = await _row(conn, CANCEL_DEFERRED, {"id": job_id})
+                row = await fetch_one(conn, CANCEL_DEFERRED, {"id": job_id})
             elif row["previous_state"] in ("running", "waiting_external"):
                 payload = json.dumps({"job_id": row["id"], "run_lease": row["run_lease"]})
                 await _notify(conn, config.CANCEL_CHANNEL, payload)
@@ -346,7 +335,7 @@ class CanonicalAdmin:
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         try:
             async with conn.transaction():
-                row = await _row(conn, RETRY_JOB, {"id": job_id})
+                row = await fetch_one(conn, RETRY_JOB, {"id": job_id})
                 if row is not None:
                     await _notify(conn, _queue_channel(row["queue"]))
         except pg_errors.UniqueViolation as exc:
@@ -358,10 +347,10 @@ class CanonicalAdmin:
         chosen, params = _filters(kind=kind, queue=queue)
 
         async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
-            return await _rows(conn, RETRY_FAILED_IDS, {"ids": list(ids)})
+            return await fetch_all(conn, RETRY_FAILED_IDS, {"ids": list(ids)})
 
         async with conn.transaction():
-            ids = [r["id"] for r in await _rows(conn, FAILED_IDS.format(filter=_all_of(chosen)),
+            ids = [r["id"] for r in await fetch_all(conn, FAILED_IDS.format(filter=_all_of(chosen)),
                                                 params)]
             outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
             await _notify_queues(conn, outcome.applied)
@@ -387,43 +376,43 @@ class CanonicalAdmin:
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
-        rows = await _rows(conn, DRAIN_QUEUE, {"queue": queue})
+        rows = await fetch_all(conn, DRAIN_QUEUE, {"queue": queue})
         return [KindQueueCount(r["kind"], r["queue"], int(r["drained"])) for r in rows]
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
-        return [QueueStat(**row) for row in await _rows(conn, QUEUE_STATS)]
+        return [QueueStat(**row) for row in await fetch_all(conn, QUEUE_STATS)]
 
     # -- dead-letter queue ---------------------------------------------------
     async def dlq_depth(self, conn: psycopg.AsyncConnection[Any], *,
                         queue: str | None = None) -> int:
         chosen, params = _filters(queue=queue)
-        row = await _row(conn, DLQ_DEPTH + _where(chosen), params)
+        row = await fetch_one(conn, DLQ_DEPTH + _where(chosen), params)
         return int(row["n"]) if row else 0
 
     async def dlq_depth_by_queue(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueCount]:
-        return _queue_counts(await _rows(conn, DLQ_DEPTH_BY_QUEUE))
+        return _queue_counts(await fetch_all(conn, DLQ_DEPTH_BY_QUEUE))
 
     async def get_dlq_job(self, conn: psycopg.AsyncConnection[Any],
                           job_id: int) -> DlqEntry | None:
-        row = await _row(conn, GET_DLQ, {"id": job_id})
+        row = await fetch_one(conn, GET_DLQ, {"id": job_id})
         return _dlq_entry(row) if row else None
 
     async def list_dlq(self, conn: psycopg.AsyncConnection[Any], where: DlqFilter,
                        limit: int = 100) -> list[DlqEntry]:
         chosen, params = _dlq_filters(where)
         params["limit"] = limit
-        rows = await _rows(conn, LIST_DLQ + _where(chosen) + LIST_DLQ_ORDER, params)
+        rows = await fetch_all(conn, LIST_DLQ + _where(chosen) + LIST_DLQ_ORDER, params)
         return [_dlq_entry(r) for r in rows]
 
     async def purge_dlq(self, conn: psycopg.AsyncConnection[Any],
                         where: DlqFilter) -> list[QueueCount]:
         chosen, params = _dlq_filters(where)
-        return _queue_counts(await _rows(
+        return _queue_counts(await fetch_all(
             conn, PURGE_COUNTED.format(purge=PURGE_DLQ + _where(chosen)), params))
 
     async def purge_dlq_job(self, conn: psycopg.AsyncConnection[Any],
                             job_id: int) -> list[QueueCount]:
-        return _queue_counts(await _rows(conn, PURGE_COUNTED.format(purge=PURGE_DLQ_JOB),
+        return _queue_counts(await fetch_all(conn, PURGE_COUNTED.format(purge=PURGE_DLQ_JOB),
                                          {"id": job_id}))
 
     async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
@@ -431,7 +420,7 @@ class CanonicalAdmin:
                              queue: str | None = None) -> Job[Any] | None:
         params = {"id": job_id, "run_at": run_at, "priority": priority, "queue": queue}
         try:
-            rows = await _rows(conn, RETRY_FROM_DLQ, params)
+            rows = await fetch_all(conn, RETRY_FROM_DLQ, params)
         except pg_errors.UniqueViolation as exc:
             raise (unique_error(exc, f"retry DLQ job {job_id}") or exc) from None
         return Job.from_row(rows[0]) if rows else None
@@ -441,19 +430,19 @@ class CanonicalAdmin:
         chosen, params = _filters(kind=where.kind, queue=where.queue, tag=where.tag)
 
         async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
-            return await _rows(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
+            return await fetch_all(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
                                                          "priority": None, "queue": None})
 
         async with conn.transaction():
-            ids = [r["job_id"] for r in await _rows(conn, DLQ_IDS.format(filter=_all_of(chosen)),
-                                                    params)]
+            found = await fetch_all(conn, DLQ_IDS.format(filter=_all_of(chosen)), params)
+            ids = [r["job_id"] for r in found]
             outcome = await apply_batch_or_each(conn, ids, batch=redrive,
                                                 what="bulk_retry_from_dlq")
         return _per_queue(outcome.applied)
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> DlqEntry | None:
-        row = await _row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
+        row = await fetch_one(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
         return _dlq_entry(row) if row else None
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
@@ -461,7 +450,7 @@ class CanonicalAdmin:
                                       reason: str) -> list[KindQueueCount]:
         chosen, params = _filters(kind=kind, queue=queue)
         params["reason"] = reason
-        rows = await _rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
+        rows = await fetch_all(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:

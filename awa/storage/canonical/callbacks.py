@@ -14,11 +14,11 @@ import uuid
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa import config
 from awa.job import Job
+from awa.storage.common.fetch import fetch_one
 from awa.storage.engine import (
     CALLBACK_RESULT_KEY,
     CALLBACK_RESUME_CHANNEL,
@@ -103,17 +103,9 @@ FIND_CALLBACK = """
 SELECT id, state::text AS state FROM awa.jobs_hot WHERE callback_id = %(callback_id)s"""
 
 
-async def _one(conn: psycopg.AsyncConnection[Any], query: str,
-               params: dict[str, Any]) -> dict[str, Any] | None:
-    """One row as a dict, whatever row factory the caller's connection has."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchone()
-
-
 async def _job(conn: psycopg.AsyncConnection[Any], query: str,
                params: dict[str, Any]) -> Job[Any] | None:
-    row = await _one(conn, query, params)
+    row = await fetch_one(conn, query, params)
     return None if row is None else Job.from_row(row)
 
 
@@ -126,7 +118,7 @@ class CanonicalCallbacks:
 
     async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, spec: CallbackSpec) -> bool:
-        row = await _one(conn, REGISTER_CALLBACK, {
+        row = await fetch_one(conn, REGISTER_CALLBACK, {
             "callback_id": spec.callback_id, "timeout": spec.timeout_s, "filter": spec.filter,
             "on_complete": spec.on_complete, "on_fail": spec.on_fail,
             "transform": spec.transform, "job_id": job_id, "run_lease": run_lease})
@@ -134,13 +126,13 @@ class CanonicalCallbacks:
 
     async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, callback_id: uuid.UUID) -> bool:
-        row = await _one(conn, PARK_FOR_WAIT, {
+        row = await fetch_one(conn, PARK_FOR_WAIT, {
             "job_id": job_id, "run_lease": run_lease, "callback_id": callback_id})
         return row is not None
 
     async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any],
                                  job_id: int) -> CallbackWait | None:
-        row = await _one(conn, POLL_WAIT, {"job_id": job_id, "key": CALLBACK_RESULT_KEY})
+        row = await fetch_one(conn, POLL_WAIT, {"job_id": job_id, "key": CALLBACK_RESULT_KEY})
         if row is None:
             return None
         return CallbackWait(state=row["state"], run_lease=row["run_lease"],
@@ -180,5 +172,5 @@ class CanonicalCallbacks:
 
     async def find_callback(self, conn: psycopg.AsyncConnection[Any],
                             callback_id: uuid.UUID) -> CallbackHolder | None:
-        row = await _one(conn, FIND_CALLBACK, {"callback_id": callback_id})
+        row = await fetch_one(conn, FIND_CALLBACK, {"callback_id": callback_id})
         return None if row is None else CallbackHolder(job_id=row["id"], state=row["state"])

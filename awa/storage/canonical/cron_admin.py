@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa.job import Job
+from awa.storage.common.fetch import fetch_one
 from awa.storage.engine import CronJobInfo, CronSchedule
 
 UPSERT_CRON_JOBS = """
@@ -94,14 +95,6 @@ def _info(row: dict[str, Any]) -> CronJobInfo:
         updated_at=row["updated_at"])
 
 
-async def _one(conn: psycopg.AsyncConnection[Any], query: str,
-               params: dict[str, Any]) -> dict[str, Any] | None:
-    """One row as a dict, whatever row factory the caller's connection has."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchone()
-
-
 class CanonicalCronAdmin:
     """The cron-admin group of the Engine protocol on the canonical engine."""
 
@@ -120,21 +113,21 @@ class CanonicalCronAdmin:
 
     async def get_cron_job(self, conn: psycopg.AsyncConnection[Any],
                            name: str) -> CronJobInfo | None:
-        row = await _one(conn, GET_CRON_JOB, {"name": name})
+        row = await fetch_one(conn, GET_CRON_JOB, {"name": name})
         return None if row is None else _info(row)
 
     async def delete_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
-        return await _one(conn, DELETE_CRON_JOB, {"name": name}) is not None
+        return await fetch_one(conn, DELETE_CRON_JOB, {"name": name}) is not None
 
     async def pause_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str,
                              paused_by: str | None) -> bool:
-        return await _one(conn, PAUSE_CRON_JOB,
+        return await fetch_one(conn, PAUSE_CRON_JOB,
                                {"name": name, "paused_by": paused_by}) is not None
 
     async def resume_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
-        return await _one(conn, RESUME_CRON_JOB, {"name": name}) is not None
+        return await fetch_one(conn, RESUME_CRON_JOB, {"name": name}) is not None
 
     async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any],
                                name: str) -> Job[Any] | None:
-        row = await _one(conn, TRIGGER_CRON_JOB, {"name": name})
+        row = await fetch_one(conn, TRIGGER_CRON_JOB, {"name": name})
         return None if row is None else Job.from_row(row)

@@ -13,7 +13,6 @@ statement, keeping their id.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Sequence
@@ -21,12 +20,14 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import tuple_row
-from psycopg.types.json import Jsonb, JsonbLoader
+from psycopg.types.json import Jsonb
 
 from awa import lifecycle
 from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.canonical.collisions import apply_batch_or_each
-from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
+from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
+from awa.storage.common.collisions import apply_batch_or_each
+from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
+from awa.storage.engine import AppliedBatch, AttemptWrite
 
 log = logging.getLogger("awa.storage")
 
@@ -61,6 +62,8 @@ UPDATE awa.jobs_hot j
 RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
 """
 
+# Arrays of ids, leases, jsonb and uuids are %b placeholders (awa.db.BINARY_ARRAY_TYPES).
+
 # Progress and metadata buffered by the handler ride along with every write
 # of the attempt: progress replaces (NULL keeps), metadata merges (NULL keeps).
 _KEEP_PROGRESS = "COALESCE(u.progress, j.progress)"
@@ -73,7 +76,7 @@ _APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
 COMPLETE_JOBS = """
 UPDATE awa.jobs_hot j
    SET state = 'completed', finalized_at = now(), progress = NULL
-  FROM unnest(%s::bigint[], %s::bigint[]) AS u(id, lease)
+  FROM unnest(%b::bigint[], %b::bigint[]) AS u(id, lease)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
 """
@@ -81,7 +84,7 @@ RETURNING j.id
 COMPLETE_JOBS_WITH_PROGRESS = f"""
 UPDATE awa.jobs_hot j
    SET state = 'completed', finalized_at = now(), progress = NULL, metadata = {_MERGE_METADATA}
-  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[]) AS u(id, lease, progress, meta)
+  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[]) AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
 """
@@ -93,7 +96,7 @@ UPDATE awa.jobs_hot j
    SET state = %s::awa.job_state, finalized_at = now(),
        errors = {_APPEND_ERROR},
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[], %s::jsonb[])
+  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[], %b::jsonb[])
        AS u(id, lease, error, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
@@ -106,7 +109,7 @@ PARK_JOBS = f"""
 UPDATE awa.jobs_hot j
    SET state = 'waiting_external', deadline_at = NULL,
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%s::bigint[], %s::bigint[], %s::uuid[], %s::jsonb[], %s::jsonb[])
+  FROM unnest(%b::bigint[], %b::bigint[], %b::uuid[], %b::jsonb[], %b::jsonb[])
        AS u(id, lease, callback_id, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
    AND j.callback_id = u.callback_id
@@ -121,8 +124,8 @@ def _move_columns(overrides: dict[str, str]) -> str:
 _MOVED = f"""
 WITH moved AS (
     DELETE FROM awa.jobs_hot j
-     USING unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::jsonb[], %s::jsonb[],
-                  %s::jsonb[], %s::text[])
+     USING unnest(%b::bigint[], %b::bigint[], %s::float8[], %b::jsonb[], %b::jsonb[],
+                  %b::jsonb[], %s::text[])
            AS u(id, lease, delay_s, error, progress, meta, reason)
      WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
     RETURNING j.*, u.delay_s AS u_delay_s, u.reason AS u_reason,
@@ -179,7 +182,7 @@ CANCEL_SUPERSEDED = """
 UPDATE awa.jobs_hot j
    SET state = 'cancelled', finalized_at = now(),
        errors = array_append(COALESCE(j.errors, '{}'), u.error)
-  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS u(id, lease, error)
+  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[]) AS u(id, lease, error)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
 """
@@ -191,7 +194,7 @@ HEARTBEAT_JOBS = f"""
 UPDATE awa.jobs_hot j
    SET heartbeat_at = now(),
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[])
+  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[])
        AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
 RETURNING j.id
@@ -201,7 +204,7 @@ RETURNING j.id
 FLUSH_PROGRESS = f"""
 UPDATE awa.jobs_hot j
    SET progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[], %s::jsonb[])
+  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[])
        AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
 RETURNING j.id
@@ -214,51 +217,6 @@ SELECT queue, count(*) FROM awa.jobs_hot
  GROUP BY queue
 """
 
-# Runtime snapshot (every snapshot interval, and at start and shutdown).
-UPSERT_RUNTIME_INSTANCE = """
-INSERT INTO awa.runtime_instances (
-    instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_interval_ms,
-    healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
-    leader, shutting_down, global_max_workers, queues)
-VALUES (%s, %s, %s, %s, %s, now(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (instance_id) DO UPDATE SET
-    last_seen_at = now(),
-    snapshot_interval_ms = EXCLUDED.snapshot_interval_ms,
-    healthy = EXCLUDED.healthy,
-    postgres_connected = EXCLUDED.postgres_connected,
-    poll_loop_alive = EXCLUDED.poll_loop_alive,
-    heartbeat_alive = EXCLUDED.heartbeat_alive,
-    maintenance_alive = EXCLUDED.maintenance_alive,
-    leader = EXCLUDED.leader,
-    shutting_down = EXCLUDED.shutting_down,
-    global_max_workers = EXCLUDED.global_max_workers,
-    queues = EXCLUDED.queues
-"""
-
-
-_RUNNING = JobState.Running
-_decode_json = json.JSONDecoder().decode
-
-
-class ClaimJsonbLoader(JsonbLoader):
-    """jsonb for claimed rows: most metadata is ``{}``, and decoding text skips
-    the encoding sniffing ``json.loads`` does on bytes (measurable per job)."""
-
-    def load(self, data: Any) -> Any:
-        if data == b"{}":
-            return {}
-        return _decode_json(bytes(data).decode())
-
-
-def job_from_claim(row: tuple[Any, ...]) -> Job[Any]:
-    """A claimed tuple row (``CLAIM_COLUMNS``) as a running ``Job``: positional, no dict row."""
-    (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
-     attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
-    return Job(id=id_, kind=kind, queue=queue, args=args, state=_RUNNING, priority=priority,
-               attempt=attempt, max_attempts=max_attempts, run_at=run_at,
-               deadline_at=deadline_at, attempted_at=attempted_at, created_at=created_at,
-               errors=errors or [], metadata=metadata or {}, tags=tags or [],
-               run_lease=run_lease, progress=progress)
 
 
 def _jsonb(value: Any) -> Jsonb | None:
@@ -297,7 +255,7 @@ def _progress_params(attempts: Sequence[AttemptWrite]) -> tuple[Any, ...]:
     return ([a.id for a in attempts], [a.run_lease for a in attempts], progress, meta)
 
 
-class CanonicalExecution:
+class CanonicalExecution(RuntimeSnapshotWrites):
     """The execution group of the Engine protocol on the canonical engine."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
@@ -380,15 +338,6 @@ class CanonicalExecution:
         if not attempts:
             return []
         return await _ids(conn, FLUSH_PROGRESS, _progress_params(attempts))
-
-    async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
-                                      snapshot: RuntimeSnapshot) -> None:
-        s = snapshot
-        await conn.execute(UPSERT_RUNTIME_INSTANCE, (
-            s.instance_id, s.hostname, s.pid, s.version, s.started_at, s.snapshot_interval_ms,
-            s.healthy, s.postgres_connected, s.poll_loop_alive, s.heartbeat_alive,
-            s.maintenance_alive, s.leader, s.shutting_down, s.global_max_workers,
-            Jsonb(s.queues)))
 
     async def available_counts(self, conn: psycopg.AsyncConnection[Any],
                                queues: Sequence[str]) -> dict[str, int]:

@@ -27,8 +27,9 @@ from psycopg.types.json import Jsonb
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical.collisions import lock_then_apply
 from awa.storage.canonical.tables import depth_states_by_table
+from awa.storage.common.collisions import lock_then_apply
+from awa.storage.common.fetch import fetch_all
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
     ActiveCronSchedule,
@@ -310,19 +311,23 @@ RETURNING *
 
 
 def _upsert_descriptors(table: str, key: str) -> str:
-    """Insert or refresh the declared descriptors of one catalogue table."""
+    """Insert or refresh the declared descriptors of one catalogue table (``updated_at``
+    moves only when the descriptor changed, as in awa-pg 0.6.9)."""
     return f"""
 INSERT INTO {table} ({key}, display_name, description, owner, docs_url, tags,
-    extra, descriptor_hash, last_seen_at)
+    extra, descriptor_hash, sync_interval_ms, last_seen_at)
 SELECT name, display_name, description, owner, docs_url, coalesce(tags, '{{}}'),
-       coalesce(extra, '{{}}'), descriptor_hash, now()
+       coalesce(extra, '{{}}'), descriptor_hash, sync_interval_ms, now()
   FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, display_name text,
        description text, owner text, docs_url text, tags text[], extra jsonb,
-       descriptor_hash text)
+       descriptor_hash text, sync_interval_ms bigint)
 ON CONFLICT ({key}) DO UPDATE
    SET display_name = EXCLUDED.display_name, description = EXCLUDED.description,
        owner = EXCLUDED.owner, docs_url = EXCLUDED.docs_url, tags = EXCLUDED.tags,
        extra = EXCLUDED.extra, descriptor_hash = EXCLUDED.descriptor_hash,
+       sync_interval_ms = EXCLUDED.sync_interval_ms,
+       updated_at = CASE WHEN {table}.descriptor_hash IS DISTINCT FROM EXCLUDED.descriptor_hash
+                         THEN now() ELSE {table}.updated_at END,
        last_seen_at = now()
 """
 
@@ -409,14 +414,6 @@ UPDATE awa.runtime_instances
 
 FINALIZED_STATES = ("completed", "cancelled", "failed")
 """What retention may delete from ``awa.jobs_hot``."""
-
-
-async def _fetch(conn: psycopg.AsyncConnection[Any], query: str,
-                 params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Rows as dicts whatever the connection's row factory."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall() if cur.description is not None else []
 
 
 async def _execute(conn: psycopg.AsyncConnection[Any], query: str,
@@ -516,19 +513,19 @@ class CanonicalMaintenance:
         same locked rows and cancels the superseded attempt."""
 
         async def apply(rows: Sequence[dict[str, Any]]) -> list[RescuedAttempt]:
-            moved = await _fetch(conn, APPLY_RESCUE, _rescue_plan(rows, rescue, dlq_enabled))
+            moved = await fetch_all(conn, APPLY_RESCUE, _rescue_plan(rows, rescue, dlq_enabled))
             return [_rescued(r, r["action"]) for r in moved]
 
         async def cancel(row: dict[str, Any]) -> list[RescuedAttempt]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True, cause=rescue.error)
-            cancelled = await _fetch(conn, CANCEL_RUNNING_AS_DUPLICATE, {
+            cancelled = await fetch_all(conn, CANCEL_RUNNING_AS_DUPLICATE, {
                 "id": row["id"], "run_lease": row["run_lease"], "state": rescue.state,
                 "error": Jsonb(error)})
             return [_rescued(r, "cancel") for r in cancelled]
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, rescue.candidates, params), batch=apply,
+            conn, lambda: fetch_all(conn, rescue.candidates, params), batch=apply,
             on_collision=cancel, what=f"rescue of {rescue.name} jobs")
         return RescueBatch(found=found, rescued=done.applied + done.superseded,
                            left=len(done.left), statements=done.statements)
@@ -537,19 +534,20 @@ class CanonicalMaintenance:
     async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
                           limit: int) -> PromoteBatch:
         async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
-            moved = await _fetch(conn, self.sql(self.PROMOTE_SQL), {"ids": [r["id"] for r in rows]})
+            moved = await fetch_all(conn, self.sql(self.PROMOTE_SQL),
+                                    {"ids": [r["id"] for r in rows]})
             return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
 
         async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True)
-            cancelled = await _fetch(conn, self.sql(self.CANCEL_DEFERRED_DUPLICATE_SQL),
+            cancelled = await fetch_all(conn, self.sql(self.CANCEL_DEFERRED_DUPLICATE_SQL),
                                      {"id": row["id"], "error": Jsonb(error)})
             return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
                     for r in cancelled]
 
         found, done = await lock_then_apply(
-            conn, lambda: _fetch(conn, self.sql(self.SELECT_DUE_SQL), {"limit": limit}),
+            conn, lambda: fetch_all(conn, self.sql(self.SELECT_DUE_SQL), {"limit": limit}),
             batch=promote, on_collision=cancel, what="promotion")
         return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
                             statements=done.statements)
@@ -613,19 +611,19 @@ class CanonicalMaintenance:
     # -- cron ----------------------------------------------------------------------------
     async def list_active_cron_jobs(
             self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
-        return [ActiveCronSchedule(**r) for r in await _fetch(conn, SELECT_ACTIVE_CRON_JOBS)]
+        return [ActiveCronSchedule(**r) for r in await fetch_all(conn, SELECT_ACTIVE_CRON_JOBS)]
 
     async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
         if not slots:
             return CronFired(advanced=False)
         async with conn.transaction():
-            advanced = await _fetch(conn, ADVANCE_CRON_JOB, {
+            advanced = await fetch_all(conn, ADVANCE_CRON_JOB, {
                 "name": schedule.name, "slot": slots[-1],
                 "previous": schedule.last_enqueued_at})
             if not advanced:
                 return CronFired(advanced=False)
-            inserted = await _fetch(conn, INSERT_CRON_RUNS, {
+            inserted = await fetch_all(conn, INSERT_CRON_RUNS, {
                 "kind": schedule.kind, "queue": schedule.queue,
                 "args": json.dumps(schedule.args), "priority": schedule.priority,
                 "max_attempts": schedule.max_attempts,
@@ -663,7 +661,7 @@ class CanonicalMaintenance:
                            cap: int | None = None) -> list[QueueDepth]:
         async with conn.transaction():
             await _execute(conn, INDEX_PROBES_ONLY, {})
-            rows = await _fetch(conn, QUEUE_DEPTHS, {
+            rows = await fetch_all(conn, QUEUE_DEPTHS, {
                 **depth_states_by_table(),
                 "cap": cap,
                 "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))})

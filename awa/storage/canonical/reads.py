@@ -9,18 +9,21 @@ caller owns the (short, read-only) transaction; nothing here writes.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.canonical.tables import DEFERRED_STATES
+from awa.storage.common.fetch import fetch_all, float_or_none
 from awa.storage.engine import (
+    CAPPED_VALUES,
     CancelledAttempt,
     DlqCursor,
     DlqDepth,
@@ -30,6 +33,8 @@ from awa.storage.engine import (
     JobListQuery,
     JobRecord,
     JobSummary,
+    KindCount,
+    Oversized,
     QueueDetail,
     RepeatedError,
     RingState,
@@ -37,6 +42,7 @@ from awa.storage.engine import (
     RunningCounts,
     RuntimeDescriptorHashes,
     RuntimeInstance,
+    StateBucket,
     StoredDescriptor,
     UniqueClaimHolder,
     WedgedClaims,
@@ -189,14 +195,18 @@ SELECT j.queue, count(*) AS wedged
 
 # --- job lists and detail --------------------------------------------------------------
 
+# A list row: never the args (nor any other big value); the last error's head, as much
+# of it as an error fingerprint reads (awa.fingerprint.MAX_TEXT).
 JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
-                    "run_at, created_at, attempted_at, finalized_at, tags")
+                    "run_at, created_at, attempted_at, finalized_at, tags, "
+                    "left(t.errors[array_upper(t.errors, 1)] ->> 'error', 500) AS last_error")
 HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
 
-# Whether a row's args contain the text asked for (case-insensitive); a column of the
-# inner selects, so the args filter applies after their window like kind and tag.
-ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.args::text), lower(%(args)s)) > 0)"
-              " AS args_match")
+# Whether a row's kind or args contain the text asked for (case-insensitive: the console's
+# "/" search); a column of the inner selects, so it applies after their window like kind
+# and tag.
+ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.kind), lower(%(args)s)) > 0"
+              " OR strpos(lower(t.args::text), lower(%(args)s)) > 0) AS args_match")
 
 # Jobs list for one table: enumerate its (state, queue) pairs (loose index
 # scan), keep those the filter allows, take the newest rows of each from the
@@ -261,6 +271,49 @@ SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at, {C
 UNION ALL
 SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at, NULL::text FROM awa.dlq_entries WHERE job_id = %(id)s
 LIMIT 1"""
+
+# The same, with args, metadata, errors and progress fetched only when their JSON text is
+# at most %(cap)s characters; otherwise their first %(cap)s characters and their size.
+_TEXTS = {"args": "r.args::text", "metadata": "r.metadata::text",
+          "errors": "array_to_json(r.errors)::text", "progress": "r.progress::text"}
+JOB_RECORD_CAPPED = ("SELECT " + ", ".join(
+    f"CASE WHEN x.{c}_bytes <= %(cap)s THEN r.{c} END AS {c}, "
+    f"CASE WHEN x.{c}_bytes > %(cap)s THEN left(x.{c}_text, %(cap)s) END AS {c}_head, "
+    f"x.{c}_bytes" if c in _TEXTS else f"r.{c}"
+    for c in (*JOB_COLUMNS, "dlq_reason", "dlq_at", "claimed_by")) + f"""
+  FROM ({JOB_RECORD}) r
+ CROSS JOIN LATERAL (SELECT {", ".join(f"{t} AS {c}_text" for c, t in _TEXTS.items())}) y
+ CROSS JOIN LATERAL (SELECT {", ".join(f"y.{c}_text, coalesce(octet_length(y.{c}_text), 0) AS "
+                                       f"{c}_bytes" for c in _TEXTS)}) x""")
+
+
+def capped_record(row: dict[str, Any], **extra: Any) -> JobRecord:
+    """A ``JOB_RECORD_CAPPED`` row as a record: oversized values named, left empty."""
+    oversized = {c: Oversized(row[f"{c}_head"], int(row[f"{c}_bytes"]))
+                 for c in CAPPED_VALUES if row.get(f"{c}_head") is not None}
+    values = {k: v for k, v in row.items() if k in JOB_COLUMNS}
+    values["args"] = {} if "args" in oversized else values.get("args")
+    return JobRecord(Job.from_row(values), row["dlq_reason"], row["dlq_at"], row["claimed_by"],
+                     oversized, **extra)
+
+
+def cap_record(record: JobRecord, cap_bytes: int) -> JobRecord:
+    """The capped form of a record already fetched whole (a layout whose values cannot be
+    capped in SQL): the rendering stays bounded even though the fetch was not."""
+    oversized: dict[str, Oversized] = {}
+    job = record.job
+    empty: dict[str, Any] = {"args": {}, "metadata": {}, "errors": [], "progress": None}
+    for name in CAPPED_VALUES:
+        value = getattr(job, name)
+        if value is None:
+            continue
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+        size = len(text.encode())
+        if size > cap_bytes:
+            oversized[name] = Oversized(text[:cap_bytes], size)
+            setattr(job, name, empty[name])
+    return dataclasses.replace(record, oversized=oversized) if oversized else record
+
 
 # --- DLQ pages and errors ------------------------------------------------------------------
 
@@ -330,12 +383,44 @@ ORDER BY 1, 2
 """
 RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
 
+# --- whole-table summaries (the REST API's /api/stats, /api/kinds; cached by the caller) ----
+# These count every job (the ``awa.jobs`` view covers each engine's tables), so they cost a
+# scan: the API serves them from a TTL cache, never per keystroke.  DLQ entries count as
+# failed (they are failed jobs parked aside).
+STATE_COUNTS = """
+SELECT state::text AS state, count(*) AS n FROM awa.jobs GROUP BY state
+UNION ALL
+SELECT 'failed', count(*) FROM awa.dlq_entries"""
+CREATED_TIMESERIES = """
+SELECT date_trunc('minute', created_at) AS bucket, state::text AS state, count(*) AS n
+  FROM awa.jobs
+ WHERE created_at >= now() - make_interval(mins => %(minutes)s)
+ GROUP BY 1, 2
+ ORDER BY 1, 2"""
+KIND_COUNTS = """
+SELECT kind, count(*) AS job_count, count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (WHERE state = 'completed'
+                          AND finalized_at > now() - interval '1 hour') AS completed_last_hour
+  FROM awa.jobs
+ GROUP BY kind
+ ORDER BY kind"""
+
 
 def job_summary(row: dict[str, Any]) -> JobSummary:
     """A job-list row (the filters' helper columns left out)."""
     values = {k: v for k, v in row.items() if k != "args_match"}
     values["tags"] = list(values["tags"] or [])
     return JobSummary(**values)
+
+
+def published_timing(value: Any) -> dict[str, int]:
+    """The heartbeat timing a runtime published with its queues (awa.runtime.snapshot)."""
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, dict) and item.get("heartbeat_staleness_ms") is not None:
+            return {key: int(item[key]) for key in ("heartbeat_interval_ms",
+                                                    "heartbeat_staleness_ms")
+                    if item.get(key) is not None}
+    return {}
 
 
 def queue_names(value: Any) -> list[str]:
@@ -355,44 +440,37 @@ def queue_names(value: Any) -> list[str]:
     return sorted(names)
 
 
-async def _rows(conn: psycopg.AsyncConnection[Any], query: Any,
-                params: Any = None) -> list[dict[str, Any]]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
 class CanonicalReads:
     """The ``OpsReads`` group on ``awa.jobs_hot`` / ``awa.scheduled_jobs``."""
+
+    async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
+        """None: retention deletes completed rows without counting them."""
+        return None
 
     async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Sequence[str], *,
                             since: datetime | None = None, until: datetime | None = None,
                             cap: int) -> list[QueueDetail]:
-        rows = await _rows(conn, QUEUE_DETAILS, {
+        rows = await fetch_all(conn, QUEUE_DETAILS, {
             "queues": list(queues), "since": since, "until": until, "cap": cap,
             "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))})
-        return [QueueDetail(r["queue"], r["oldest_available"], _float(r["lag_s"]),
+        return [QueueDetail(r["queue"], r["oldest_available"], float_or_none(r["lag_s"]),
                             int(r["completed"]), bool(r["paused"]), r["paused_at"],
                             r["paused_by"]) for r in rows]
 
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
                                   max_queues: int) -> list[DlqDepth]:
-        rows = await _rows(conn, DLQ_DEPTHS_BY_QUEUE, {"cap": cap, "max_queues": max_queues})
+        rows = await fetch_all(conn, DLQ_DEPTHS_BY_QUEUE, {"cap": cap, "max_queues": max_queues})
         return [DlqDepth(r["queue"], None, int(r["n"]), r["n"] >= cap) for r in rows]
 
     async def dlq_depths(self, conn: psycopg.AsyncConnection[Any], *, queue: str | None = None,
                          recent_s: float = 0.0) -> list[DlqDepth]:
-        rows = await _rows(conn, DLQ_DEPTHS, {"queue": queue, "recent": recent_s})
+        rows = await fetch_all(conn, DLQ_DEPTHS, {"queue": queue, "recent": recent_s})
         return [DlqDepth(r["queue"], r["dlq_reason"], int(r["depth"]), False, r["newest"],
                          int(r["recent"])) for r in rows]
 
     async def runtime_instances(self, conn: psycopg.AsyncConnection[Any], *,
                                 limit: int | None = None) -> list[RuntimeInstance]:
-        rows = await _rows(conn, RUNTIME_INSTANCES, {"limit": limit})
+        rows = await fetch_all(conn, RUNTIME_INSTANCES, {"limit": limit})
         return [RuntimeInstance(
             instance_id=str(r["instance_id"]), hostname=r["hostname"], pid=r["pid"],
             version=r["version"], started_at=r["started_at"], last_seen_at=r["last_seen_at"],
@@ -401,7 +479,8 @@ class CanonicalReads:
             poll_loop_alive=bool(r["poll_loop_alive"]), heartbeat_alive=bool(r["heartbeat_alive"]),
             maintenance_alive=bool(r["maintenance_alive"]), leader=bool(r["leader"]),
             shutting_down=bool(r["shutting_down"]), queues=queue_names(r["queues"]),
-            last_seen_age_s=float(r["last_seen_age_s"]), uptime_s=_float(r["uptime_s"]))
+            **published_timing(r["queues"]),
+            last_seen_age_s=float(r["last_seen_age_s"]), uptime_s=float_or_none(r["uptime_s"]))
             for r in rows]
 
     async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
@@ -409,30 +488,31 @@ class CanonicalReads:
                                job_ids: Sequence[int] | None = None,
                                limit: int) -> list[RunningAttemptRead]:
         if job_ids is not None:
-            rows = await _rows(conn, RUNNING_BY_ID, {"ids": list(job_ids), "limit": limit})
+            rows = await fetch_all(conn, RUNNING_BY_ID, {"ids": list(job_ids), "limit": limit})
         else:
-            rows = await _rows(conn, RUNNING, {"started_before": started_before, "limit": limit})
+            rows = await fetch_all(conn, RUNNING,
+                                   {"started_before": started_before, "limit": limit})
         return [RunningAttemptRead(
             id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
             max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
             attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
-            heartbeat_age_s=_float(r["heartbeat_age_s"]),
-            deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
+            heartbeat_age_s=float_or_none(r["heartbeat_age_s"]),
+            deadline_remaining_s=float_or_none(r["deadline_remaining_s"]),
+            running_for_s=float_or_none(r["running_for_s"]), claimed_by=r["claimed_by"])
             for r in rows]
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
-        rows = await _rows(conn, RUNNING_COUNTS, {"staleness": stale_after_s, "queue": queue})
-        return [RunningCounts(r["queue"], int(r["running"]), _float(r["oldest_heartbeat_s"]),
+        rows = await fetch_all(conn, RUNNING_COUNTS, {"staleness": stale_after_s, "queue": queue})
+        return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
                               int(r["stale"]), int(r["overdue"])) for r in rows]
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
                                       window_s: float, stale_after_s: float,
                                       queue: str | None = None,
                                       limit: int) -> list[CancelledAttempt]:
-        rows = await _rows(conn, CANCELLED_WHILE_RUNNING, {
+        rows = await fetch_all(conn, CANCELLED_WHILE_RUNNING, {
             "window": window_s, "staleness": stale_after_s, "queue": queue, "limit": limit})
         return [CancelledAttempt(**r) for r in rows]
 
@@ -440,13 +520,13 @@ class CanonicalReads:
                                    keys: Sequence[bytes]) -> list[UniqueClaimHolder]:
         if not keys:
             return []
-        rows = await _rows(conn, UNIQUE_HOLDERS, {"keys": [bytes(k) for k in keys]})
+        rows = await fetch_all(conn, UNIQUE_HOLDERS, {"keys": [bytes(k) for k in keys]})
         return [UniqueClaimHolder(bytes(r["unique_key"]), r["job_id"], r["state"],
                                   bool(r["in_dlq"])) for r in rows]
 
     async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
         return [WedgedClaims(r["queue"], int(r["wedged"]))
-                for r in await _rows(conn, WEDGED_CLAIMS)]
+                for r in await fetch_all(conn, WEDGED_CLAIMS)]
 
     async def job_page(self, conn: psycopg.AsyncConnection[Any],
                        query: JobListQuery) -> list[JobSummary]:
@@ -459,15 +539,18 @@ class CanonicalReads:
                          else (JOBS_HOT_LIST, SCHEDULED_JOBS_LIST))
         rows: list[dict[str, Any]] = []
         if query.state is None or query.state in HOT_STATES:
-            rows += await _rows(conn, hot, params)
+            rows += await fetch_all(conn, hot, params)
         if query.state is None or query.state in DEFERRED_STATES:
-            rows += await _rows(conn, deferred, params)
+            rows += await fetch_all(conn, deferred, params)
         rows.sort(key=lambda r: r["id"], reverse=True)
         return [job_summary(r) for r in rows[: query.page]]
 
-    async def job_record(self, conn: psycopg.AsyncConnection[Any],
-                         job_id: int) -> JobRecord | None:
-        rows = await _rows(conn, JOB_RECORD, {"id": job_id})
+    async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                         cap_bytes: int | None = None) -> JobRecord | None:
+        if cap_bytes is not None:
+            rows = await fetch_all(conn, JOB_RECORD_CAPPED, {"id": job_id, "cap": cap_bytes})
+            return capped_record(rows[0]) if rows else None
+        rows = await fetch_all(conn, JOB_RECORD, {"id": job_id})
         if not rows:
             return None
         row = rows[0]
@@ -477,7 +560,7 @@ class CanonicalReads:
                        query: DlqPageQuery) -> DlqEntriesPage:
         statement = DLQ_BY_QUEUE if query.queue else DLQ_BY_KIND if query.kind else DLQ_NEWEST
         before = query.before
-        rows = await _rows(conn, statement, {
+        rows = await fetch_all(conn, statement, {
             "queue": query.queue, "kind": query.kind, "reason": query.reason,
             "window": query.window, "page": query.page,
             "before_at": before.dlq_at if before else None,
@@ -489,7 +572,7 @@ class CanonicalReads:
     async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
                               queue: str | None = None, sample: int,
                               limit: int = 10) -> list[RepeatedError]:
-        rows = await _rows(conn, REPEATED_ERRORS, {"queue": queue, "sample": sample,
+        rows = await fetch_all(conn, REPEATED_ERRORS, {"queue": queue, "sample": sample,
                                                    "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
@@ -498,12 +581,28 @@ class CanonicalReads:
 
     async def descriptors(self, conn: psycopg.AsyncConnection[Any]) -> list[StoredDescriptor]:
         return [StoredDescriptor(r["type"], r["key"], r["descriptor_hash"], r["last_seen_at"],
-                           _float(r["age_s"])) for r in await _rows(conn, DESCRIPTORS)]
+                           float_or_none(r["age_s"])) for r in await fetch_all(conn, DESCRIPTORS)]
 
     async def runtime_descriptor_hashes(
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
         return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
-                for r in await _rows(conn, RUNTIME_DESCRIPTOR_HASHES)]
+                for r in await fetch_all(conn, RUNTIME_DESCRIPTOR_HASHES)]
 
     async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
         return []  # rows updated in place: no partition rings
+
+    async def state_counts(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in await fetch_all(conn, STATE_COUNTS):
+            counts[r["state"]] = counts.get(r["state"], 0) + int(r["n"])
+        return counts
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *,
+                                 minutes: int) -> list[StateBucket]:
+        return [StateBucket(r["bucket"], r["state"], int(r["n"]))
+                for r in await fetch_all(conn, CREATED_TIMESERIES, {"minutes": minutes})]
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any]) -> list[KindCount]:
+        rows = await fetch_all(conn, KIND_COUNTS)
+        return [KindCount(r["kind"], int(r["job_count"]), int(r["queue_count"]),
+                          int(r["completed_last_hour"])) for r in rows]

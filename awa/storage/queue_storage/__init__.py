@@ -10,6 +10,36 @@ job; only long attempts materialize into ``leases`` /
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
 unique claims, cron, runtimes, descriptors -- use canonical's statements);
 ``rings`` holds rotation and prune.  The default engine for new databases.
+
+The load invariants (DESIGN §10), and what keeps each on this engine:
+
+1. *Bounded in-flight* -- the runtime's: a dispatcher claims only with permits
+   in hand and not while a whole completion batch waits to be written
+   (``awa.runtime.completion.CompletionBatcher.backlogged``), so a runtime holds
+   at most its slots plus one batch open (``awa.job.open_attempts``).
+2. *One claim per attempt* -- an entry is claimed only by ``awa.qs_claim``
+   holding its lane's claim-head lock, with a snapshot taken after the lock
+   (every earlier claim's receipts visible); every other writer that removes or
+   moves a ready entry (admin, the ``awa.jobs`` triggers) takes the same lock
+   first (so does a batch operation moving a job to another lane: ``batch_ops``).
+   Nothing re-appends a waiting entry behind the claims' back: priority aging
+   is applied at claim time (``awa.qs_aged_priority``), never by moving rows --
+   a pass that did so raced the claims and ran attempts twice under one
+   lease.  A claim that returns late (``Dispatcher._still_ours``) runs exactly
+   the attempts one heartbeat still finds open under its lease; the others were
+   closed by whoever took them.
+3. *Cost independent of depth* -- a claim reads its lanes' frontier (the newest
+   receipt's ``lane_frontier``) and then only the entries it returns; the
+   leader's depth read counts positions from the same frontier without reading
+   entries (``maintenance.QUEUE_DEPTHS``); settling a claim head walks from the
+   head to the first live entry only.  No statement tests every receipt the
+   claim ring holds: the open receipts are read from the gaps between closed
+   ranges (``awa.qs_open_receipts``) by rescue, prune, depth and ``awa.jobs``.
+4. *No attempt left open by a stop* -- a stopping dispatcher lets a claim it
+   already sent finish and runs its jobs (a cancelled claim statement may still
+   commit); only then does shutdown's handling of in-flight handlers apply.
+5. *One copy of history* -- not yet: a completed job's ``done_entries`` row
+   repeats its payload (the open speed issue).
 """
 
 from __future__ import annotations
@@ -18,6 +48,7 @@ from functools import cache
 
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
+from awa.storage.queue_storage.batch_ops import QueueStorageBatch
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
 from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
 from awa.storage.queue_storage.enqueue import QueueStorageEnqueue
@@ -34,9 +65,9 @@ from awa.storage.queue_storage.schema import (
 NAME = "queue_storage"
 
 
-class QueueStorageEngine(QueueStorageEnqueue, QueueStorageExecution, QueueStorageMaintenance,
-                         QueueStorageAdmin, QueueStorageCallbacks, QueueStorageCronAdmin,
-                         QueueStorageReads):
+class QueueStorageEngine(QueueStorageBatch, QueueStorageEnqueue, QueueStorageExecution,
+                         QueueStorageMaintenance, QueueStorageAdmin, QueueStorageCallbacks,
+                         QueueStorageCronAdmin, QueueStorageReads):
     """The append-only engine behind ``awa.storage.engine.Engine``, its tables in ``schema``.
 
     Every statement it sends goes through ``self.sql`` (``schema.InSchema``), which

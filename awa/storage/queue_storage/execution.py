@@ -37,14 +37,12 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from awa import lifecycle
+from awa.db import placeholder_format
 from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.canonical.collisions import apply_batch_or_each
-from awa.storage.canonical.execution import (
-    UPSERT_RUNTIME_INSTANCE,
-    ClaimJsonbLoader,
-    job_from_claim,
-)
-from awa.storage.engine import AppliedBatch, AttemptWrite, RuntimeSnapshot
+from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
+from awa.storage.common.collisions import apply_batch_or_each
+from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
+from awa.storage.engine import AppliedBatch, AttemptWrite
 from awa.storage.queue_storage.schema import InSchema, in_schema
 
 log = logging.getLogger("awa.storage")
@@ -101,7 +99,8 @@ class Procedure:
         # Reads nothing but ids and leases (see ``_params``).
         self.ids_only = "delay" not in types
         self.call = (f"SELECT * FROM awa.{name}("
-                     + ", ".join(f"%({p})s::{t}" for p, t in types.items()) + ")")
+                     + ", ".join(f"%({p}){placeholder_format(t)}::{t}"
+                                 for p, t in types.items()) + ")")
 
     @staticmethod
     def _body(sql: str) -> str:
@@ -121,14 +120,9 @@ OPEN_RECEIPT = f"""({_NO_RECEIPT_CLOSURE}
                AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
-# The same rule for a scan over many receipts (rescue, prune; the awa.jobs view writes
-# it too), where a probe of the closure index per receipt costs ten times more: every
-# closed range merged once per statement (an InitPlan; receipt ids are unique across
-# claim slots) and a binary search of it per receipt.
-OPEN_RECEIPT_IN_RANGES = f"""(NOT COALESCE(c.receipt_id <@ (
-                   SELECT range_agg(x) FROM awa.lease_claim_closure_batches cb
-                    CROSS JOIN LATERAL unnest(cb.receipt_ranges) x), false)
-               AND {_NO_RECEIPT_CLOSURE})"""
+# The same rule for a scan over many receipts (rescue, prune, depth counts, awa.jobs) is
+# the view awa.qs_open_receipts (queue_storage.sql): the gaps between closed ranges, then
+# only the receipts in them.
 
 
 def entry_of(alias: str, job_id: str = "job_id") -> str:
@@ -515,7 +509,7 @@ async def finish(conn: psycopg.AsyncConnection[Any], schema: str, statement: Sta
     return ids
 
 
-class QueueStorageExecution(InSchema):
+class QueueStorageExecution(InSchema, RuntimeSnapshotWrites):
     """The execution group of the Engine protocol on queue storage."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
@@ -601,15 +595,6 @@ class QueueStorageExecution(InSchema):
         if not attempts:
             return []
         return await _ids(conn, self.schema, FLUSH_PROGRESS, _params(attempts, "progress", None))
-
-    async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
-                                      snapshot: RuntimeSnapshot) -> None:
-        s = snapshot
-        await conn.execute(UPSERT_RUNTIME_INSTANCE, (
-            s.instance_id, s.hostname, s.pid, s.version, s.started_at, s.snapshot_interval_ms,
-            s.healthy, s.postgres_connected, s.poll_loop_alive, s.heartbeat_alive,
-            s.maintenance_alive, s.leader, s.shutting_down, s.global_max_workers,
-            Jsonb(s.queues)))
 
     async def available_counts(self, conn: psycopg.AsyncConnection[Any],
                                queues: Sequence[str]) -> dict[str, int]:

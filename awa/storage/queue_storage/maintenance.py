@@ -21,10 +21,9 @@ import psycopg
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical.collisions import lock_then_apply
 from awa.storage.canonical.maintenance import CanonicalMaintenance
+from awa.storage.common.collisions import lock_then_apply
 from awa.storage.engine import (
-    ORIGINAL_PRIORITY_KEY,
     ActiveCronSchedule,
     AttemptWrite,
     CronFired,
@@ -38,7 +37,6 @@ from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import (
     DEAD_LETTER,
     FINALIZE,
-    OPEN_RECEIPT_IN_RANGES,
     RETRY,
     entry_of,
     finish,
@@ -50,6 +48,18 @@ RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 
 _CANDIDATE = """r.kind, r.queue, {attempt} AS attempt, r.max_attempts"""
 
+# The receipt branch of a rescue: the open receipts past a cutoff picked first (from the
+# gaps between closed ranges: never a test of every receipt the claim ring holds), and
+# only then each one's ready entry probed (an index probe apiece).
+_OPEN_RECEIPTS_PAST = f"""
+(SELECT c.job_id, c.run_lease, r.kind, c.queue, c.attempt, r.max_attempts, 'receipt',
+        c.{{since}}
+   FROM (SELECT c.* FROM awa.qs_open_receipts c
+          WHERE c.{{since}} < {{cutoff}}
+          ORDER BY c.{{since}} LIMIT %(limit)s) c
+  CROSS JOIN LATERAL (SELECT r.kind, r.max_attempts FROM awa.ready_entries r
+                       WHERE {entry_of("c")} LIMIT 1) r)"""
+
 STALE_CANDIDATES = f"""
 (SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
         'lease' AS source, l.heartbeat_at AS since
@@ -58,13 +68,8 @@ STALE_CANDIDATES = f"""
   WHERE l.state = 'running' AND l.heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
   ORDER BY l.heartbeat_at LIMIT %(limit)s)
 UNION ALL
-(SELECT c.job_id, c.run_lease, {_CANDIDATE.format(attempt="c.attempt")}, 'receipt',
-        c.claimed_at
-   FROM awa.lease_claims c
-   JOIN awa.ready_entries r ON {entry_of("c")}
-  WHERE c.claimed_at < now() - make_interval(secs => %(staleness_s)s)
-    AND {OPEN_RECEIPT_IN_RANGES}
-  ORDER BY c.claimed_at LIMIT %(limit)s)
+{_OPEN_RECEIPTS_PAST.format(since="claimed_at",
+                            cutoff="now() - make_interval(secs => %(staleness_s)s)")}
 ORDER BY since LIMIT %(limit)s"""
 
 DEADLINE_CANDIDATES = f"""
@@ -75,12 +80,7 @@ DEADLINE_CANDIDATES = f"""
   WHERE l.state = 'running' AND l.deadline_at < now()
   ORDER BY l.deadline_at LIMIT %(limit)s)
 UNION ALL
-(SELECT c.job_id, c.run_lease, {_CANDIDATE.format(attempt="c.attempt")}, 'receipt',
-        c.deadline_at
-   FROM awa.lease_claims c
-   JOIN awa.ready_entries r ON {entry_of("c")}
-  WHERE c.deadline_at < now() AND {OPEN_RECEIPT_IN_RANGES}
-  ORDER BY c.deadline_at LIMIT %(limit)s)
+{_OPEN_RECEIPTS_PAST.format(since="deadline_at", cutoff="now()")}
 ORDER BY since LIMIT %(limit)s"""
 
 CALLBACK_CANDIDATES = f"""
@@ -153,36 +153,6 @@ DELETE_FINALIZED_DEFAULT = DELETE_FINALIZED.format(
     filter="AND queue <> ALL(%(excluded_queues)s::text[]) AND ready_slot = awa.qs_slot('queue')")
 DELETE_FINALIZED_QUEUE = DELETE_FINALIZED.format(filter="AND queue = %(queue)s")
 
-# --- priority aging: an aged job is re-appended one lane up, the old entry tombstoned ---
-AGE_PRIORITIES = """
-WITH settings AS (
-    SELECT * FROM unnest(%(queues)s::text[], %(intervals_ms)s::bigint[]) AS t(queue, interval_ms)
-), waiting AS (
-    SELECT r.*, COALESCE((r.metadata ->> %(meta_key)s)::int, r.priority) AS original,
-           extract(epoch FROM now() - r.run_at) * 1000
-               / nullif(COALESCE(s.interval_ms, %(default_interval_ms)s::bigint), 0) AS steps
-      FROM awa.qs_ready_live r
-      LEFT JOIN settings s ON s.queue = r.queue
-     WHERE r.priority > 1
-       AND r.run_at <= now() - make_interval(secs => %(min_interval_s)s)
-), aged AS MATERIALIZED (
-    SELECT w.*, greatest(1, w.original - floor(w.steps)::int) AS new_priority
-      FROM waiting w
-     WHERE w.steps IS NOT NULL AND w.steps > 0
-       AND greatest(1, w.original - floor(w.steps)::int) < w.priority
-     LIMIT %(limit)s
-), tomb AS (
-    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
-    SELECT ready_slot, ready_id, job_id, 'aged' FROM aged
-), src AS (
-    SELECT job_id AS id, kind, queue, args, new_priority::smallint AS priority, attempt,
-           max_attempts, run_at, attempted_at, created_at, errors,
-           metadata || jsonb_build_object(%(meta_key)s::text, original) AS metadata, tags,
-           unique_key, unique_states, run_lease, progress
-      FROM aged
-)""" + APPEND_READY + """
-SELECT id FROM ready"""
-
 # --- cron: the runs are appended to their lane --------------------------------------
 INSERT_CRON_RUNS = """
 WITH src AS MATERIALIZED (
@@ -198,15 +168,72 @@ WITH src AS MATERIALIZED (
 )""" + APPEND_READY + """
 SELECT id FROM ready"""
 
-# --- queue depths: one grouped read of the view's depth branches --------------------
+# --- queue depths: each state counted where it lives, never through the whole view ----
+# Available: per lane, counted from its claim frontier (awa.qs_lane_progress) without
+# reading the entries: a lane's positions are dense (each append takes the next ones,
+# under the enqueue head's lock), so the waiting entries are the positions from the
+# frontier to the lane's end less those a receipt claimed or a tombstone removed -- two
+# index counts near the frontier and one tombstone join, however deep the backlog
+# (counting the entries themselves took a second a read at 200,000 waiting, every
+# queue-health tick).  The lag is the lane head's: the entry the next claim takes.
+# Running: the open receipts (awa.qs_open_receipts) and the leases.  The rest from
+# their own tables' indexes.
 QUEUE_DEPTHS = """
-SELECT queue, state::text AS state, count(*) AS n,
-       min(run_at) FILTER (WHERE state = 'available') AS oldest_available_at, now() AS db_now
-  FROM awa.jobs
- WHERE state = ANY(%(states)s::awa.job_state[])
- GROUP BY queue, state
+WITH lanes AS MATERIALIZED (
+    SELECT q.queue, p.* FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
+     CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) p
+), waiting AS (
+    SELECT l.queue, greatest(e.lane_end - l.start_seq - k.claimed - t.removed, 0) AS n,
+           f.run_at AS head_run_at
+      FROM lanes l
+      CROSS JOIN LATERAL (
+          SELECT greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
+                            WHERE r.queue = l.queue AND r.priority = l.priority
+                              AND r.shard = l.shard),
+                          l.claimed_max + 1, l.start_seq) AS lane_end) e
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS claimed FROM awa.lease_claims c
+           WHERE c.queue = l.queue AND c.priority = l.priority AND c.shard = l.shard
+             AND c.lane_seq >= l.start_seq) k
+      CROSS JOIN LATERAL (
+          SELECT count(*) AS removed FROM awa.ready_tombstones x
+            JOIN awa.ready_entries r ON r.job_id = x.job_id AND r.ready_id = x.ready_id
+           WHERE r.queue = l.queue AND r.priority = l.priority AND r.shard = l.shard
+             AND r.lane_seq >= l.start_seq) t
+      LEFT JOIN LATERAL (
+          SELECT r.run_at FROM awa.ready_entries r
+           WHERE r.queue = l.queue AND r.priority = l.priority AND r.shard = l.shard
+             AND r.lane_seq >= l.start_seq
+             AND (NOT (SELECT awa.qs_any_tombstone()) OR NOT awa.qs_tombstoned(r.ready_id))
+             AND (r.lane_seq > l.claimed_max OR NOT awa.qs_receipted(r.job_id, r.run_lease + 1))
+           ORDER BY r.lane_seq LIMIT 1) f ON true
+)
+SELECT queue, 'available' AS state, sum(n)::bigint AS n,
+       min(head_run_at) AS oldest_available_at, now() AS db_now
+  FROM waiting WHERE 'available' = ANY(%(states)s::text[])
+ GROUP BY queue HAVING sum(n) > 0
+UNION ALL
+SELECT c.queue, 'running', count(*), NULL, now()
+  FROM awa.qs_open_receipts c
+ WHERE 'running' = ANY(%(states)s::text[])
+ GROUP BY c.queue
+UNION ALL
+SELECT l.queue, l.state::text, count(*), NULL, now()
+  FROM awa.leases l WHERE l.state::text = ANY(%(states)s::text[]) GROUP BY l.queue, l.state
+UNION ALL
+SELECT d.queue, d.state::text, count(*), NULL, now()
+  FROM awa.deferred_jobs d WHERE d.state::text = ANY(%(states)s::text[])
+ GROUP BY d.queue, d.state
+UNION ALL
+SELECT d.queue, 'failed', count(*), NULL, now()
+  FROM awa.done_entries d
+ WHERE d.state = 'failed' AND 'failed' = ANY(%(states)s::text[])
+ GROUP BY d.queue
 UNION ALL
 SELECT queue, NULL, count(*), NULL, now() FROM awa.dlq_entries GROUP BY queue"""
+
+
+ADVANCE_RECEIPT_WATERMARK = "SELECT awa.qs_advance_receipt_watermark()"
 
 
 @dataclass(frozen=True)
@@ -241,6 +268,9 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
     async def rescue_stale_heartbeats(
             self, conn: psycopg.AsyncConnection[Any], *, staleness_s: float, limit: int,
             dlq_enabled: Callable[[str], bool]) -> RescueBatch:
+        # Every reader of open receipts searches from the watermark: moved on here, where
+        # they are looked for most often.
+        await conn.execute(self.sql(ADVANCE_RECEIPT_WATERMARK))
         return await self._qs_rescue(conn, _HEARTBEAT,
                                      {"limit": limit, "staleness_s": staleness_s}, dlq_enabled)
 
@@ -305,18 +335,12 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
     async def age_priorities(self, conn: psycopg.AsyncConnection[Any], *,
                              default_interval_ms: int, queue_intervals_ms: Mapping[str, int],
                              limit: int) -> int:
-        names = list(queue_intervals_ms)
-        intervals = [queue_intervals_ms[n] for n in names]
-        positive = [i for i in intervals + [default_interval_ms] if i > 0]
-        if not positive:
-            return 0
-        async with conn.transaction():
-            rows = await self._rows(conn, AGE_PRIORITIES, {
-                "queues": names, "intervals_ms": intervals,
-                "default_interval_ms": default_interval_ms,
-                "min_interval_s": min(positive) / 1000.0,
-                "meta_key": ORIGINAL_PRIORITY_KEY, "limit": limit})
-        return len(rows)
+        """Nothing to move: on queue storage a waiting job's priority is aged at claim time
+        (``awa.qs_aged_priority`` in ``awa.qs_claim``, one step per interval since run_at),
+        so no pass rewrites the backlog.  A pass that re-appended aged entries one lane up
+        raced the claims of the entries it moved (the same attempt claimed twice, from both
+        lanes) and, under a backlog older than one interval, moved the whole backlog."""
+        return 0
 
     async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
@@ -344,17 +368,21 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
         for r in rows:
             q = by_queue.setdefault(r["queue"], {"queue": r["queue"], "depth": {},
                                                  "capped": set()})
-            n = int(r["n"]) if cap is None else min(int(r["n"]), cap)
-            state = "dlq" if r["state"] is None else r["state"]
             if r["state"] is None:
-                q["dlq_depth"] = n
-            else:
-                q["depth"][state] = n
-            if cap is not None and n >= cap:
-                q["capped"].add(state)
+                q["dlq_depth"] = int(r["n"])
+            else:  # running comes in two rows (receipts, leases): added up
+                q["depth"][r["state"]] = q["depth"].get(r["state"], 0) + int(r["n"])
             if r["oldest_available_at"] is not None:
                 q["oldest_available_at"] = r["oldest_available_at"]
                 q["lag_s"] = max((r["db_now"] - r["oldest_available_at"]).total_seconds(), 0.0)
+        if cap is not None:
+            for q in by_queue.values():
+                q["capped"] = {s for s, n in q["depth"].items() if n >= cap}
+                q["depth"] = {s: min(n, cap) for s, n in q["depth"].items()}
+                if "dlq_depth" in q:
+                    if q["dlq_depth"] >= cap:
+                        q["capped"].add("dlq")
+                    q["dlq_depth"] = min(q["dlq_depth"], cap)
         return [QueueDepth(**{**q, "capped": frozenset(q["capped"])})
                 for _, q in sorted(by_queue.items())]
 

@@ -15,7 +15,9 @@ from typing import Any
 import psycopg
 
 from awa.storage.canonical import reads as canonical
-from awa.storage.canonical.reads import CanonicalReads, _float, _rows
+from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.common.fetch import fetch_all as _rows
+from awa.storage.common.fetch import float_or_none as _float
 from awa.storage.engine import (
     CancelledAttempt,
     JobListQuery,

@@ -44,7 +44,7 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.execution import OPEN_RECEIPT_IN_RANGES, entry_of
+from awa.storage.queue_storage.execution import entry_of
 from awa.storage.queue_storage.schema import DEFAULT_SCHEMA, in_schema
 
 Ring = Literal["queue", "claim", "lease"]
@@ -78,8 +78,7 @@ QUEUE_SLOT_LIVE = f"""
 SELECT CASE
   WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_READY}'
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
-              WHERE c.ready_slot = %(slot)s AND {OPEN_RECEIPT_IN_RANGES})
+  WHEN EXISTS (SELECT 1 FROM awa.qs_open_receipts c WHERE c.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'
@@ -100,8 +99,7 @@ SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.
    AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
 CLAIM_SLOT_LIVE = f"""
 SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
-              WHERE c.claim_slot = %(slot)s AND {OPEN_RECEIPT_IN_RANGES})
+  WHEN EXISTS (SELECT 1 FROM awa.qs_open_receipts c WHERE c.claim_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_RECEIPT}'
   WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
     THEN '{PRUNE_BLOCKER_LEASE}'

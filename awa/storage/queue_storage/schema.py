@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
+from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION as LAYOUT_VERSION
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -46,18 +47,6 @@ SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.schedule
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
-
-
-LAYOUT_VERSION = 3
-"""The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
-has).  Raised with every change to ``queue_storage.sql`` or to a function the engine calls, so
-that a database laid out by older code is refused with `awa migrate` as the fix
-(``awa.schema.ensure_migrated``) instead of failing at its first statement.  0: laid out before
-the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``, the
-short path of ``awa.qs_finalize_plain``; 2: closures in ``lease_claim_closure_batches`` only,
-guarded by each partition's exclusion constraint; 3: dispatchers woken by
-``awa.qs_reserve_lane`` (no trigger on ``ready_entries``), entries found by job id (no
-``ready_id`` index), no ``claimed_at`` index on receipts, ``awa.qs_claimed_run_end``."""
 
 
 def in_schema(statement: str, schema: str) -> str:

@@ -26,10 +26,10 @@ from typing import Any, NoReturn
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
 
-from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState
-from awa.storage.canonical.reads import CanonicalReads
+from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
+from awa.storage.canonical.reads import CanonicalReads, cap_record
+from awa.storage.common.fetch import fetch_all, float_or_none
 from awa.storage.engine import (
     CancelledAttempt,
     DlqCursor,
@@ -80,20 +80,53 @@ class SupersededAttempt:
 # (0.6 writes one at the first heartbeat, well within the staleness cutoff),
 # so its last sign of life is claimed_at -- what the Rust core's own stale
 # rescue of unmaterialized claims keys on (idx_awa_lease_claims_stale).
-_ATTEMPTS = """
-WITH claims AS (
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
-           c.enqueue_shard, c.lane_seq, c.materialized_at
-      FROM {s}.lease_claims c
-     WHERE c.closed_at IS NULL
+# The Rust core's rule for "this receipt (``c``) is still open": not closed in place, no
+# closure row or closure batch names it, and no lease materialized it.  Read by the
+# attempts below and by ``adopt`` (which stages the same receipts).
+OPEN_RECEIPT = """c.closed_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
                         WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
                           AND cx.run_lease = c.run_lease)
        AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
                         WHERE cb.receipt_ranges @> c.receipt_id)
        AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
+                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)"""
+_ATTEMPTS = """
+WITH claims AS (
+    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
+           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
+           c.enqueue_shard, c.lane_seq, c.materialized_at
+      FROM {s}.lease_claims c
+     WHERE """ + OPEN_RECEIPT + """
+    UNION ALL
+    -- Compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a
+    -- queue whose deadline_duration is 0): each item open until closed (a closure row,
+    -- or its receipt in a closure batch), materialized, or finished (done, deferred,
+    -- dead-lettered, or in a compact completion batch) -- 0.6.9's own test, item by item.
+    SELECT i.job_id, b.queue, b.priority, i.attempt, i.max_attempts, i.run_lease,
+           b.claimed_at, b.deadline_at, b.ready_slot, b.ready_generation, b.enqueue_shard,
+           i.lane_seq, NULL::timestamptz
+      FROM {s}.lease_claim_batches b
+     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
+                               b.attempts, b.max_attempts)
+           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
+     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
+                        WHERE cx.claim_slot = b.claim_slot AND cx.job_id = i.job_id
+                          AND cx.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
+                        WHERE cb.claim_slot = b.claim_slot
+                          AND cb.receipt_ranges @> i.receipt_id)
+       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
+                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.done_entries d
+                        WHERE d.job_id = i.job_id AND d.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.deferred_jobs dj
+                        WHERE dj.job_id = i.job_id AND dj.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.dlq_entries q
+                        WHERE q.job_id = i.job_id AND q.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_batches rc
+                        WHERE rc.queue = b.queue AND rc.job_ids @> ARRAY[i.job_id]
+                          AND i.run_lease = ANY(rc.run_leases))
 ), attempts AS (
     SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
            l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
@@ -191,15 +224,45 @@ UNION ALL
 SELECT queue, 'dlq', count(*), NULL FROM (
     SELECT queue FROM {s}.dlq_entries LIMIT %(scan)s) q GROUP BY queue
 """
+# Completions in a window, counted as 0.6.9's own ``queue_stats().completed_last_hour`` counts
+# them (its ``terminal_jobs`` view): completed ``done_entries`` rows, plus each item of a
+# compact completion batch that no ``receipt_completion_tombstones`` row deletes.  When the
+# queue ring comes round to a slot, 0.6.9 truncates the slot's terminal rows and folds their
+# number into ``queue_terminal_rollups.pruned_completed_count`` (per queue and priority,
+# without times): from then on no window of 0.6.9's, nor of ours, holds them.
 COMPLETED_SINCE = """
 SELECT queue, sum(n)::bigint AS n FROM (
     SELECT queue, count(*) AS n FROM {s}.done_entries
      WHERE state = 'completed' AND finalized_at > %(since)s AND finalized_at <= %(until)s
      GROUP BY queue
     UNION ALL
-    SELECT queue, sum(completed_count) FROM {s}.receipt_completion_batches
-     WHERE finalized_at > %(since)s AND finalized_at <= %(until)s
-     GROUP BY queue) c
+    SELECT b.queue, count(*) FROM {s}.receipt_completion_batches b
+     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases) AS i(job_id, run_lease)
+     WHERE b.finalized_at > %(since)s AND b.finalized_at <= %(until)s
+       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_tombstones t
+                        WHERE t.ready_slot = b.ready_slot
+                          AND t.ready_generation = b.ready_generation
+                          AND t.job_id = i.job_id AND t.run_lease = i.run_lease)
+     GROUP BY b.queue) c
+ GROUP BY queue
+"""
+# Every completion 0.6.9 has recorded, per queue, in one snapshot: the completed rows it
+# still keeps (as COMPLETED_SINCE counts them) plus what its ring prune folded into
+# ``queue_terminal_rollups`` (the fold moves a slot's count there in the transaction that
+# truncates the slot, so one snapshot sees each completion exactly once).
+COMPLETED_TOTALS = """
+SELECT queue, sum(n)::bigint AS n FROM (
+    SELECT queue, count(*) AS n FROM {s}.done_entries WHERE state = 'completed' GROUP BY queue
+    UNION ALL
+    SELECT b.queue, count(*) FROM {s}.receipt_completion_batches b
+     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases) AS i(job_id, run_lease)
+     WHERE NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_tombstones t
+                        WHERE t.ready_slot = b.ready_slot
+                          AND t.ready_generation = b.ready_generation
+                          AND t.job_id = i.job_id AND t.run_lease = i.run_lease)
+     GROUP BY b.queue
+    UNION ALL
+    SELECT queue, sum(pruned_completed_count) FROM {s}.queue_terminal_rollups GROUP BY queue) c
  GROUP BY queue
 """
 QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
@@ -360,6 +423,10 @@ RUNTIME_WRITES = (
     # Reads only our runtime, producer and callback receiver make (never on this layout).
     "available_counts", "list_active_cron_jobs", "unique_holder", "unique_holder_sync",
     "poll_callback_wait", "lock_open_callback", "find_callback",
+    # Batch operations: the Rust core keeps and runs its own (its migration v029).
+    "batch_insert", "batch_list", "batch_get", "batch_request_cancel", "batch_preview",
+    "batch_next_active", "batch_start_scan", "batch_scan_page", "batch_scanned",
+    "batch_apply_chunk", "batch_finish",
 )
 
 
@@ -384,17 +451,6 @@ def _refuser(method: str) -> Any:
     fn.__name__ = method
     fn.__doc__ = f"Refused: {WRITE_COMMANDS.get(method, 'the Rust-core runtime does this')}."
     return fn
-
-
-async def _rows(conn: psycopg.AsyncConnection[Any], query: Any,
-                params: Any = None) -> list[dict[str, Any]]:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 class RustCoreEngine(CanonicalReads):
@@ -442,7 +498,7 @@ class RustCoreEngine(CanonicalReads):
                             started_before: datetime | None = None,
                             job_ids: Sequence[int] | None = None,
                             limit: int) -> list[dict[str, Any]]:
-        return await _rows(conn, self._q(RUNNING), {
+        return await fetch_all(conn, self._q(RUNNING), {
             "ids": None if job_ids is None else list(job_ids),
             "started_before": started_before, "limit": limit})
 
@@ -453,17 +509,17 @@ class RustCoreEngine(CanonicalReads):
             max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
             attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
             deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
-            heartbeat_age_s=_float(r["heartbeat_age_s"]),
-            deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"]))
+            heartbeat_age_s=float_or_none(r["heartbeat_age_s"]),
+            deadline_remaining_s=float_or_none(r["deadline_remaining_s"]),
+            running_for_s=float_or_none(r["running_for_s"]))
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
         if not self.queue_storage:
             return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
-        rows = await _rows(conn, self._q(RUNNING_COUNTS),
+        rows = await fetch_all(conn, self._q(RUNNING_COUNTS),
                            {"staleness": stale_after_s, "queue": queue})
-        return [RunningCounts(r["queue"], int(r["running"]), _float(r["oldest_heartbeat_s"]),
+        return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
                               int(r["stale"]), int(r["overdue"])) for r in rows]
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
@@ -483,7 +539,7 @@ class RustCoreEngine(CanonicalReads):
             from awa.storage.canonical import ENGINE
             return await ENGINE.queue_depths(conn, cap=cap)
         limit = cap or self.SCAN_CAP
-        rows = await _rows(conn, self._q(QUEUE_BACKLOG), {"cap": limit, "scan": self.SCAN_CAP})
+        rows = await fetch_all(conn, self._q(QUEUE_BACKLOG), {"cap": limit, "scan": self.SCAN_CAP})
         running = await self.running_counts(conn, stale_after_s=1e9)
         depth: dict[str, dict[str, int]] = {}
         oldest: dict[str, datetime | None] = {}
@@ -498,7 +554,7 @@ class RustCoreEngine(CanonicalReads):
                 oldest[r["queue"]] = r["oldest_available"]
         for c in running:
             depth.setdefault(c.queue, {})["running"] = c.running
-        now = (await _rows(conn, "SELECT now() AS now"))[0]["now"]
+        now = (await fetch_all(conn, "SELECT now() AS now"))[0]["now"]
         out = []
         for queue in sorted(set(depth) | set(dlq)):
             counts = depth.get(queue, {})
@@ -519,9 +575,9 @@ class RustCoreEngine(CanonicalReads):
         depths = {d.queue: d for d in await self.queue_depths(conn, cap=cap)}
         completed: dict[str, int] = {}
         if since is not None:
-            completed = {r["queue"]: int(r["n"]) for r in await _rows(
+            completed = {r["queue"]: int(r["n"]) for r in await fetch_all(
                 conn, self._q(COMPLETED_SINCE), {"since": since, "until": until})}
-        meta = {r["queue"]: r for r in await _rows(conn, QUEUE_META, {"queues": list(queues)})}
+        meta = {r["queue"]: r for r in await fetch_all(conn, QUEUE_META, {"queues": list(queues)})}
         out = []
         for queue in sorted(set(queues) | set(meta)):
             d, m = depths.get(queue), meta.get(queue) or {}
@@ -530,11 +586,17 @@ class RustCoreEngine(CanonicalReads):
                                    bool(m.get("paused")), m.get("paused_at"), m.get("paused_by")))
         return out
 
+    async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
+        """Kept completed rows plus 0.6.9's folded count (``COMPLETED_TOTALS``)."""
+        if not self.queue_storage:
+            return None
+        return {r["queue"]: int(r["n"]) for r in await fetch_all(conn, self._q(COMPLETED_TOTALS))}
+
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
         if not self.queue_storage:
             from awa.storage.canonical import ENGINE
             return await ENGINE.queue_stats(conn)
-        now = (await _rows(conn, "SELECT now() AS now"))[0]["now"]
+        now = (await fetch_all(conn, "SELECT now() AS now"))[0]["now"]
         from datetime import timedelta
         depths = {d.queue: d for d in await self.queue_depths(conn)}
         details = {d.queue: d for d in await self.queue_details(
@@ -556,7 +618,7 @@ class RustCoreEngine(CanonicalReads):
                                   max_queues: int) -> list[DlqDepth]:
         if not self.queue_storage:
             return await super().dlq_depths_by_queue(conn, cap=cap, max_queues=max_queues)
-        rows = await _rows(conn, self._q(DLQ_DEPTHS_BY_QUEUE),
+        rows = await fetch_all(conn, self._q(DLQ_DEPTHS_BY_QUEUE),
                            {"cap": cap, "max_queues": max_queues})
         return [DlqDepth(r["queue"], None, int(r["n"]), r["n"] >= cap) for r in rows]
 
@@ -564,7 +626,7 @@ class RustCoreEngine(CanonicalReads):
                          recent_s: float = 0.0) -> list[DlqDepth]:
         if not self.queue_storage:
             return await super().dlq_depths(conn, queue=queue, recent_s=recent_s)
-        rows = await _rows(conn, self._q(DLQ_DEPTHS), {"queue": queue, "recent": recent_s})
+        rows = await fetch_all(conn, self._q(DLQ_DEPTHS), {"queue": queue, "recent": recent_s})
         return [DlqDepth(r["queue"], r["dlq_reason"], int(r["depth"]), False, r["newest"],
                          int(r["recent"])) for r in rows]
 
@@ -584,7 +646,7 @@ class RustCoreEngine(CanonicalReads):
                         before_id: int | None = None, limit: int) -> list[dict[str, Any]]:
         if not self.queue_storage:
             raise refusal("list_dlq")  # pragma: no cover - canonical Rust layouts: see list_dlq
-        return await _rows(conn, self._q(DLQ_LIST), {
+        return await fetch_all(conn, self._q(DLQ_LIST), {
             "queue": queue, "kind": kind, "reason": reason, "tag": tag,
             "before_at": before_at, "before_id": before_id, "limit": limit})
 
@@ -598,7 +660,7 @@ class RustCoreEngine(CanonicalReads):
         if not self.queue_storage:
             from awa.storage.canonical import ENGINE
             return await ENGINE.get_dlq_job(conn, job_id)
-        rows = await _rows(conn, self._q(DLQ_BY_ID), {"id": job_id})
+        rows = await fetch_all(conn, self._q(DLQ_BY_ID), {"id": job_id})
         return self._dlq_entry(rows[0]) if rows else None
 
     async def list_dlq(self, conn: psycopg.AsyncConnection[Any], where: DlqFilter,
@@ -631,7 +693,7 @@ class RustCoreEngine(CanonicalReads):
                               limit: int = 10) -> list[RepeatedError]:
         if not self.queue_storage:
             return await super().repeated_errors(conn, queue=queue, sample=sample, limit=limit)
-        rows = await _rows(conn, self._q(REPEATED_ERRORS),
+        rows = await fetch_all(conn, self._q(REPEATED_ERRORS),
                            {"queue": queue, "sample": sample, "limit": limit})
         return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
                               int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
@@ -653,14 +715,19 @@ class RustCoreEngine(CanonicalReads):
         record = await self.job_record(conn, job_id)
         return record.job if record else None
 
-    async def job_record(self, conn: psycopg.AsyncConnection[Any],
-                         job_id: int) -> JobRecord | None:
+    async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                         cap_bytes: int | None = None) -> JobRecord | None:
         if not self.queue_storage:
-            return await super().job_record(conn, job_id)
+            return await super().job_record(conn, job_id, cap_bytes=cap_bytes)
+        record = await self._qs_job_record(conn, job_id)
+        return record if record is None or cap_bytes is None else cap_record(record, cap_bytes)
+
+    async def _qs_job_record(self, conn: psycopg.AsyncConnection[Any],
+                             job_id: int) -> JobRecord | None:
         running = await self._running_rows(conn, job_ids=[job_id], limit=1)
         if running:
             return JobRecord(self._running_job(running[0]))
-        rows = await _rows(conn, JOB_BY_ID, {"id": job_id})
+        rows = await fetch_all(conn, JOB_BY_ID, {"id": job_id})
         if rows:
             return JobRecord(Job.from_row(rows[0]))
         dlq = await self.get_dlq_job(conn, job_id)
@@ -673,11 +740,14 @@ class RustCoreEngine(CanonicalReads):
     async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
                         state: JobState | None = None, kind: str | None = None,
                         queue: str | None = None, tag: str | None = None,
-                        limit: int = 100) -> list[Job[Any]]:
+                        limit: int = 100, before_id: int | None = None) -> list[Job[Any]]:
         if not self.queue_storage:
             from awa.storage.canonical import ENGINE
             return await ENGINE.list_jobs(conn, state=state, kind=kind, queue=queue, tag=tag,
-                                          limit=limit)
+                                          limit=limit, before_id=before_id)
+        if before_id is not None:
+            raise ValidationError("paging by before_id is not available on the Rust-core "
+                                  "queue-storage layout (read-only view); narrow the filter")
         wanted = None if state is None else JobState(state).value
         jobs: list[Job[Any]] = []
         if wanted in (None, JobState.Running.value):
@@ -686,7 +756,7 @@ class RustCoreEngine(CanonicalReads):
                 if (kind is None or r["kind"] == kind) and (queue is None or r["queue"] == queue)
                 and (tag is None or tag in (r["tags"] or []))]
         if wanted != JobState.Running.value:
-            rows = await _rows(conn, JOBS, {"state": wanted, "kind": kind, "queue": queue,
+            rows = await fetch_all(conn, JOBS, {"state": wanted, "kind": kind, "queue": queue,
                                             "tag": tag, "limit": limit})
             jobs += [Job.from_row(r) for r in rows if r["state"] != JobState.Running.value]
         jobs.sort(key=lambda j: j.id, reverse=True)
@@ -701,7 +771,9 @@ class RustCoreEngine(CanonicalReads):
                                     limit=query.page)
         return [JobSummary(j.id, j.kind, j.queue, j.state.value, j.priority, j.attempt,
                            j.max_attempts, j.run_at, j.created_at, j.attempted_at,
-                           j.finalized_at, list(j.tags)) for j in jobs]
+                           j.finalized_at, list(j.tags),
+                           str(j.errors[-1].get("error", ""))[:500] if j.errors else None)
+                for j in jobs]
 
     # -- uniqueness ----------------------------------------------------------------------
     async def unique_claim_holders(self, conn: psycopg.AsyncConnection[Any],
@@ -710,7 +782,7 @@ class RustCoreEngine(CanonicalReads):
             return await super().unique_claim_holders(conn, keys)
         if not keys:
             return []
-        rows = await _rows(conn, self._q(UNIQUE_HOLDERS), {"keys": [bytes(k) for k in keys]})
+        rows = await fetch_all(conn, self._q(UNIQUE_HOLDERS), {"keys": [bytes(k) for k in keys]})
         running = {a.id for a in await self.running_attempts(
             conn, job_ids=[r["job_id"] for r in rows], limit=len(rows))}
         return [UniqueClaimHolder(bytes(r["unique_key"]), r["job_id"],
@@ -721,13 +793,13 @@ class RustCoreEngine(CanonicalReads):
         if not self.queue_storage:
             return await super().wedged_claims(conn)
         return [WedgedClaims(r["queue"], int(r["wedged"]))
-                for r in await _rows(conn, self._q(WEDGED))]
+                for r in await fetch_all(conn, self._q(WEDGED))]
 
     async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
                                   queue: str | None = None,
                                   limit: int) -> list[SupersededAttempt]:
         """Running attempts whose unique key another job holds, with the holder's state."""
-        rows = await _rows(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
+        rows = await fetch_all(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
         holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
             conn, list({bytes(r["unique_key"]) for r in rows}))}
         out = []
@@ -741,7 +813,7 @@ class RustCoreEngine(CanonicalReads):
     async def runtime_descriptor_hashes(
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
         return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
-                for r in await _rows(conn, RUNTIME_DESCRIPTOR_HASHES)]
+                for r in await fetch_all(conn, RUNTIME_DESCRIPTOR_HASHES)]
 
 
 for _method in (*WRITE_COMMANDS, *RUNTIME_WRITES):

@@ -1,11 +1,15 @@
-"""``awa-ops generate``: write (or ``--check``) the dashboards and alert rules."""
+"""``awa-ops generate``: write (or ``--check``) the dashboards and alert rules.
+
+Outside the ``awa_ops.generate`` package, which needs the ``ops`` extra
+(grafana-foundation-sdk, pyyaml): ``awa-ops`` lists this command without
+it, and running it says which extra to install.
+"""
 
 from __future__ import annotations
 
 import click
 
-from awa_ops.generate import generate
-from awa_ops.generate.alerts import DEFAULT_RUNBOOK_BASE_URL, ThresholdsError, load_thresholds
+from awa import extras
 
 
 @click.command("generate")
@@ -16,12 +20,22 @@ from awa_ops.generate.alerts import DEFAULT_RUNBOOK_BASE_URL, ThresholdsError, l
               help="Write nothing; exit 1 when a generated file is missing or differs.")
 @click.option("--thresholds", "thresholds_file", type=click.Path(dir_okay=False),
               help="YAML file overriding alert thresholds (and 'for:' durations per alert).")
-@click.option("--runbook-base-url", default=DEFAULT_RUNBOOK_BASE_URL,
+@click.option("--runbook-base-url", default=None,
               help="Prefix of runbook links (runbooks/alerts/<Alert>.md is appended); "
                    "default: none, so links are repository-relative.")
 def generate_command(out_dir: str, check: bool, thresholds_file: str | None,
-                     runbook_base_url: str) -> None:
+                     runbook_base_url: str | None) -> None:
     """Generate Grafana dashboards and Prometheus alert rules from the metric catalogue."""
+    extras.require("ops", "awa-ops generate")
+    from awa_ops.generate import generate
+    from awa_ops.generate.alerts import (
+        DEFAULT_RUNBOOK_BASE_URL,
+        ThresholdsError,
+        load_thresholds,
+    )
+
+    if runbook_base_url is None:
+        runbook_base_url = DEFAULT_RUNBOOK_BASE_URL
     try:
         thresholds = load_thresholds(thresholds_file)
     except ThresholdsError as exc:

@@ -1,0 +1,213 @@
+"""Durable batch operations: ``set_priority`` and ``move_queue`` over a filter.
+
+An operator previews (how many jobs match now, and a sample), submits, and
+watches; the maintenance leader runs the operation in the background:
+
+1. ``pending -> scanning``: the highest matching id is fixed as the upper bound;
+   matching ids are recorded as items, a page (``BATCH_OP_SCAN_PAGE``) per
+   transaction with the cursor moved in the same transaction;
+2. ``running``: chunks of ``BATCH_OP_CHUNK_SIZE`` pending items: each chunk changes its
+   jobs and records their outcomes and the counters in ONE transaction, so a
+   crash (a SIGKILLed leader) resumes at the next chunk and no job is changed twice;
+3. ``completed`` (or ``cancelling -> cancelled``: cooperative, between steps; what
+   changed stays changed; pending items are marked skipped).
+
+Only ``available`` and ``scheduled`` jobs are matched or changed; a job a worker
+claimed meanwhile is skipped.  Names and rules are the Rust-core awa's (ADR-030).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from awa import config
+from awa.job import Job, ValidationError
+from awa.storage.engine import Engine
+
+OP_KINDS = ("set_priority", "move_queue")
+STATES = ("pending", "scanning", "running", "cancelling", "completed", "cancelled", "failed")
+FILTER_KEYS = ("kind", "queue", "ids", "tag", "state", "created_at_gte", "created_at_lt")
+ELIGIBLE_STATES = ("available", "scheduled")
+MAX_QUEUE_NAME = 200
+
+
+def _priority(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not config.MIN_PRIORITY <= value <= config.MAX_PRIORITY:
+        raise ValidationError(f"{what} must be an integer from {config.MIN_PRIORITY} to "
+                              f"{config.MAX_PRIORITY}, got {value!r}")
+    return value
+
+
+def _timestamp(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    try:
+        return datetime.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise ValidationError(f"{what} must be an ISO 8601 timestamp, got {value!r}") from None
+
+
+def normalize_filter(op_kind: str, flt: dict[str, Any] | None) -> dict[str, Any]:
+    """All seven keys (null when unset), checked: unknown keys and bad states refused."""
+    flt = dict(flt or {})
+    unknown = sorted(set(flt) - set(FILTER_KEYS))
+    if unknown:
+        raise ValidationError(f"unknown filter field(s) {', '.join(unknown)}; expected "
+                              f"{', '.join(FILTER_KEYS)}")
+    state = flt.get("state")
+    if state is not None and state not in ELIGIBLE_STATES:
+        raise ValidationError(f"{op_kind} only supports available or scheduled state filters")
+    ids = flt.get("ids")
+    if ids is not None and (not isinstance(ids, list | tuple)
+                            or not all(isinstance(i, int) and not isinstance(i, bool)
+                                       for i in ids)):
+        raise ValidationError("filter ids must be a list of integers")
+    out = {k: flt.get(k) for k in FILTER_KEYS}
+    out["ids"] = list(ids) if ids else None
+    out["created_at_gte"] = _timestamp(flt.get("created_at_gte"), "created_at_gte")
+    out["created_at_lt"] = _timestamp(flt.get("created_at_lt"), "created_at_lt")
+    return out
+
+
+def filter_is_empty(flt: dict[str, Any]) -> bool:
+    return all(not flt.get(k) for k in FILTER_KEYS)
+
+
+def normalize_spec(op_kind: str, spec: dict[str, Any] | None) -> dict[str, Any]:
+    """The stored, internally tagged spec: ``{"op_kind": ..., ...}``."""
+    spec = dict(spec or {})
+    if op_kind == "set_priority":
+        return {"op_kind": op_kind, "priority": _priority(spec.get("priority"), "priority")}
+    if op_kind == "move_queue":
+        queue = spec.get("queue")
+        if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_QUEUE_NAME:
+            raise ValidationError(f"move_queue needs a queue name of 1 to {MAX_QUEUE_NAME} "
+                                  f"characters, got {queue!r}")
+        priority = spec.get("priority")
+        return {"op_kind": op_kind, "queue": queue,
+                "priority": None if priority is None else _priority(priority, "priority")}
+    raise ValidationError(f"unknown op_kind {op_kind!r}; expected one of {', '.join(OP_KINDS)}")
+
+
+def parse_id(op_id: Any) -> uuid.UUID:
+    try:
+        return op_id if isinstance(op_id, uuid.UUID) else uuid.UUID(str(op_id))
+    except ValueError:
+        raise ValidationError(f"batch operation ids are UUIDs, got {op_id!r}") from None
+
+
+class BatchMixin:
+    """Batch operations on the client's pool (the CLI, the API and the console use these)."""
+
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def _get_engine(self) -> Engine:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def preview_batch_operation(self, op_kind: str, filter: dict[str, Any] | None,
+                                      spec: dict[str, Any] | None, *,
+                                      sample: int = config.BATCH_OP_PREVIEW_SAMPLE
+                                      ) -> tuple[int, list[Job[Any]]]:
+        """How many jobs the operation would change now, and the lowest ids of them.
+        Advisory: nothing is locked or stored."""
+        normalize_spec(op_kind, spec)
+        flt = normalize_filter(op_kind, filter)
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            return await engine.batch_preview(conn, flt, sample=sample)
+
+    async def submit_batch_operation(self, op_kind: str, filter: dict[str, Any] | None,
+                                     spec: dict[str, Any] | None, *,
+                                     submitted_by: str | None = None,
+                                     allow_all: bool = False) -> dict[str, Any]:
+        """Store the operation (``pending``); the maintenance leader runs it."""
+        stored_spec = normalize_spec(op_kind, spec)
+        flt = normalize_filter(op_kind, filter)
+        if filter_is_empty(flt) and not allow_all:
+            raise ValidationError("refusing a batch operation over every job without a filter:"
+                                  " give kind/queue/tag/state/ids/created_at, or all=true "
+                                  "(CLI: --all)")
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            return await engine.batch_insert(conn, op_kind=op_kind, filter=flt,
+                                             spec=stored_spec, submitted_by=submitted_by)
+
+    async def list_batch_operations(self, *, state: str | None = None,
+                                    limit: int = 100) -> list[dict[str, Any]]:
+        if state is not None and state not in STATES:
+            raise ValidationError(f"unknown batch operation state {state!r}; expected one of "
+                                  f"{', '.join(STATES)}")
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            return await engine.batch_list(conn, state=state, limit=max(1, min(limit, 1000)))
+
+    async def get_batch_operation(self, op_id: Any) -> dict[str, Any]:
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            found = await engine.batch_get(conn, parse_id(op_id))
+        if found is None:
+            raise ValidationError(f"batch operation not found: {op_id}")
+        return found
+
+    async def cancel_batch_operation(self, op_id: Any) -> dict[str, Any]:
+        engine, pool = await self._get_engine(), await self._get_pool()
+        async with pool.connection() as conn:
+            found = await engine.batch_request_cancel(conn, parse_id(op_id))
+        if found is None:
+            raise ValidationError(f"batch operation cannot be cancelled: {op_id}")
+        return found
+
+
+async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,
+                               runner: uuid.UUID,
+                               chunk: int = config.BATCH_OP_CHUNK_SIZE,
+                               scan_page: int = config.BATCH_OP_SCAN_PAGE,
+                               budget_s: float = config.BATCH_OP_TICK_BUDGET_S,
+                               retention_days: float = config.BATCH_OP_RETENTION_DAYS
+                               ) -> dict[str, int]:
+    """One maintenance tick: steps of the oldest active operation until ``budget_s``
+    is spent (at least one step) or none is left.  Each step is one transaction holding
+    the operation's row lock (so two runners never step the same operation at once)."""
+    done = {"steps": 0, "processed": 0, "skipped": 0, "errored": 0, "finished": 0}
+    deadline = time.monotonic() + budget_s
+    async with pool.connection() as conn:
+        while True:
+            async with conn.transaction():
+                op = await engine.batch_next_active(conn)
+                if op is None:
+                    break
+                done["steps"] += 1
+                state = op["state"]
+                if state == "cancelling":
+                    await engine.batch_finish(conn, op["id"], cancelled=True,
+                                              retention_days=retention_days)
+                    done["finished"] += 1
+                elif state == "pending":
+                    await engine.batch_start_scan(conn, op, runner)
+                elif state == "scanning":
+                    cursor = op["cursor"] or {"after_job_id": 0, "max_job_id": 0}
+                    moved = await engine.batch_scan_page(conn, op, cursor, runner, scan_page)
+                    if moved is None:
+                        await engine.batch_scanned(conn, op["id"])
+                else:  # running
+                    outcome = await engine.batch_apply_chunk(conn, op, chunk)
+                    if outcome is None:
+                        await engine.batch_finish(conn, op["id"], cancelled=False,
+                                                  retention_days=retention_days)
+                        done["finished"] += 1
+                    else:
+                        done["processed"] += outcome[0]
+                        done["skipped"] += outcome[1]
+                        done["errored"] += outcome[2]
+            if time.monotonic() >= deadline:
+                break
+    return done

@@ -1,0 +1,66 @@
+"""The known queues: the one rule deciding which queues every ops view lists.
+
+The console's Overview, ``awa queue stats``, the awa-ops exporter (whose
+``awa_db_queue_depth`` series fill the dashboards' queue picker) all list
+exactly these queues, zeros included, so a queue whose jobs all completed
+does not vanish from one view while another still shows it.  A queue is
+known when any of these names it:
+
+- ``holding``: it holds jobs (depth, running, DLQ, wedged claims);
+- ``configured``: an operator configured it (``awa.queue_meta``: paused, ...);
+- ``declared``: a runtime declared its descriptor (``awa.queue_descriptors``);
+- ``served``: a runtime seen within the history window serves it (its
+  snapshot's ``queues``), live runtimes included by definition;
+- ``recent``: it completed jobs within the history window (the caller's
+  own history: ``queue stats``' hour, the console's throughput window).
+
+It lives in ``awa`` (the bottom layer) so the ``awa`` CLI can use it;
+``awa_ops.queues`` re-exports it for the ops tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from awa import config
+from awa.storage.engine import OpsReads, RuntimeInstance, StoredDescriptor
+
+DESCRIPTOR_QUEUE = "queue"
+# Queues an operator configured (paused, ...): the shared queue_meta table, every layout.
+CONFIGURED_QUEUES = "SELECT queue FROM awa.queue_meta ORDER BY queue LIMIT %(limit)s"
+
+
+def known_queues(*, holding: Iterable[str] = (), configured: Iterable[str] = (),
+                 descriptors: Iterable[StoredDescriptor] = (),
+                 runtimes: Iterable[RuntimeInstance] = (), recent: Iterable[str] = (),
+                 history_s: float = config.OPS_KNOWN_QUEUE_HISTORY_S,
+                 limit: int = config.OPS_KNOWN_QUEUE_LIMIT) -> list[str]:
+    """Every known queue, sorted; at most ``limit`` (the ones holding jobs kept first)."""
+    held = {q for q in holding if q}
+    others = set(configured) | set(recent)
+    others |= {d.key for d in descriptors if d.type == DESCRIPTOR_QUEUE}
+    others |= {q for r in runtimes if r.last_seen_age_s <= history_s for q in r.queues}
+    others = {q for q in others if q} - held
+    ordered = sorted(held) + sorted(others)
+    return sorted(ordered[:limit])
+
+
+async def read_known_queues(engine: OpsReads, conn: psycopg.AsyncConnection[Any], *,
+                            holding: Iterable[str] = (), recent: Iterable[str] = (),
+                            runtimes: Iterable[RuntimeInstance] | None = None,
+                            history_s: float = config.OPS_KNOWN_QUEUE_HISTORY_S,
+                            limit: int = config.OPS_KNOWN_QUEUE_LIMIT) -> list[str]:
+    """``known_queues`` with the configured, declared and served queues read here (three
+    bounded reads; ``runtimes`` when the caller already read the registry)."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(CONFIGURED_QUEUES, {"limit": limit})
+        configured = [row[0] for row in await cur.fetchall()]
+    descriptors = await engine.descriptors(conn)
+    if runtimes is None:
+        runtimes = await engine.runtime_instances(conn, limit=config.OPS_KNOWN_QUEUE_LIMIT)
+    return known_queues(holding=holding, configured=configured, descriptors=descriptors,
+                        runtimes=runtimes, recent=recent, history_s=history_s, limit=limit)

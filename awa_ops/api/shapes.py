@@ -1,0 +1,463 @@
+"""The JSON shapes of the REST API: one function per shape, and a pydantic model each.
+
+The functions turn the read model's rows (``awa.job.Job``, ``DlqEntry``, the
+runtime registry) into the plain JSON of the Rust-core awa-ui API
+(``docs/api.md`` lists the differences).  The models only describe those
+shapes in the OpenAPI document: routes return JSON they built themselves, so a
+list of 1,000 jobs is not validated twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import date, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from awa import config
+from awa.job import Job
+from awa.storage.engine import DlqEntry
+
+ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
+JOB_STATES = tuple(config.JOB_STATES)
+
+
+def plain(value: Any) -> Any:
+    """``json.dumps`` default: timestamps as RFC 3339, bytes as arrays of numbers, UUIDs."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return list(bytes(value))
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if hasattr(value, "value"):  # enums
+        return value.value
+    return str(value)
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, default=plain, separators=(",", ":")).encode()
+
+
+def _unique_states(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value), 2)
+    except ValueError:
+        return None
+
+
+def job_row(job: Job[Any]) -> dict[str, Any]:
+    """JobRow: every column, by the reference's names."""
+    return {
+        "id": job.id, "kind": job.kind, "queue": job.queue, "args": job.args,
+        "state": job.state.value, "priority": job.priority, "attempt": job.attempt,
+        "run_lease": job.run_lease, "max_attempts": job.max_attempts, "run_at": job.run_at,
+        "heartbeat_at": job.heartbeat_at, "deadline_at": job.deadline_at,
+        "attempted_at": job.attempted_at, "finalized_at": job.finalized_at,
+        "created_at": job.created_at, "errors": list(job.errors) if job.errors else None,
+        "metadata": job.metadata or {}, "tags": list(job.tags or []),
+        "unique_key": job.unique_key, "unique_states": _unique_states(job.unique_states),
+        "callback_id": job.callback_id, "callback_timeout_at": job.callback_timeout_at,
+        "callback_filter": job.callback_filter, "callback_on_complete": job.callback_on_complete,
+        "callback_on_fail": job.callback_on_fail, "callback_transform": job.callback_transform,
+        "progress": job.progress,
+    }
+
+
+def job_response(job: Job[Any], descriptors: Descriptors) -> dict[str, Any]:
+    """JobResponse: the row, its priority before aging, and its queue's and kind's descriptors."""
+    row = job_row(job)
+    original = (job.metadata or {}).get(ORIGINAL_PRIORITY_KEY)
+    row["original_priority"] = original if isinstance(original, int) else job.priority
+    row["queue_descriptor"] = descriptors.queues.get(job.queue)
+    row["kind_descriptor"] = descriptors.kinds.get(job.kind)
+    return row
+
+
+def dlq_row(entry: DlqEntry) -> dict[str, Any]:
+    """DlqRow: the job's columns plus ``dlq_reason``, ``dlq_at``, ``original_run_lease``."""
+    row = job_row(entry.job)
+    row["dlq_reason"] = entry.reason
+    row["dlq_at"] = entry.dlq_at
+    row["original_run_lease"] = entry.original_run_lease
+    return row
+
+
+def dlq_metadata(entry: DlqEntry) -> dict[str, Any]:
+    return {"reason": entry.reason, "dlq_at": entry.dlq_at,
+            "original_run_lease": entry.original_run_lease}
+
+
+def descriptor(row: dict[str, Any]) -> dict[str, Any]:
+    return {"display_name": row.get("display_name"), "description": row.get("description"),
+            "owner": row.get("owner"), "docs_url": row.get("docs_url"),
+            "tags": list(row.get("tags") or []), "extra": row.get("extra") or {}}
+
+
+class Descriptors:
+    """The stored queue and kind descriptors, by name, as Descriptor JSON."""
+
+    def __init__(self, queues: dict[str, dict[str, Any]] | None = None,
+                 kinds: dict[str, dict[str, Any]] | None = None) -> None:
+        self.queues = queues or {}
+        self.kinds = kinds or {}
+
+
+# --- OpenAPI models (documentation only) ---------------------------------------------
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Error(_Doc):
+    error: str
+
+
+class Descriptor(_Doc):
+    display_name: str | None = None
+    description: str | None = None
+    owner: str | None = None
+    docs_url: str | None = None
+    tags: list[str] = []
+    extra: dict[str, Any] = {}
+
+
+class JobRow(_Doc):
+    id: int
+    kind: str
+    queue: str
+    args: Any = None
+    state: str
+    priority: int
+    attempt: int
+    run_lease: int
+    max_attempts: int
+    run_at: datetime
+    heartbeat_at: datetime | None = None
+    deadline_at: datetime | None = None
+    attempted_at: datetime | None = None
+    finalized_at: datetime | None = None
+    created_at: datetime
+    errors: list[Any] | None = None
+    metadata: dict[str, Any] = {}
+    tags: list[str] = []
+    unique_key: list[int] | None = None
+    unique_states: int | None = None
+    callback_id: str | None = None
+    callback_timeout_at: datetime | None = None
+    callback_filter: str | None = None
+    callback_on_complete: str | None = None
+    callback_on_fail: str | None = None
+    callback_transform: str | None = None
+    progress: Any = None
+
+
+class DlqMetadata(_Doc):
+    reason: str
+    dlq_at: datetime
+    original_run_lease: int
+
+
+class JobResponse(JobRow):
+    original_priority: int
+    queue_descriptor: Descriptor | None = None
+    kind_descriptor: Descriptor | None = None
+    dlq: DlqMetadata | None = None
+
+
+class DlqRow(JobRow):
+    dlq_reason: str
+    dlq_at: datetime
+    original_run_lease: int
+
+
+class QueueOverview(_Doc):
+    queue: str
+    display_name: str | None = None
+    description: str | None = None
+    owner: str | None = None
+    docs_url: str | None = None
+    tags: list[str] = []
+    extra: dict[str, Any] = {}
+    descriptor_last_seen_at: datetime | None = None
+    descriptor_stale: bool
+    descriptor_mismatch: bool
+    total_queued: int
+    scheduled: int
+    available: int
+    retryable: int
+    running: int
+    failed: int
+    waiting_external: int
+    completed_last_hour: int
+    lag_seconds: float | None = None
+    paused: bool
+
+
+class JobKindOverview(_Doc):
+    kind: str
+    display_name: str | None = None
+    description: str | None = None
+    owner: str | None = None
+    docs_url: str | None = None
+    tags: list[str] = []
+    extra: dict[str, Any] = {}
+    descriptor_last_seen_at: datetime | None = None
+    descriptor_stale: bool
+    descriptor_mismatch: bool
+    job_count: int
+    queue_count: int
+    completed_last_hour: int
+
+
+class CronJobResponse(_Doc):
+    name: str
+    cron_expr: str
+    timezone: str
+    kind: str
+    queue: str
+    args: Any = None
+    priority: int
+    max_attempts: int
+    tags: list[str]
+    metadata: dict[str, Any]
+    missed_fire_policy: str
+    last_enqueued_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    next_fire_at: datetime | None = None
+
+
+class QueueRuntimeConfig(_Doc):
+    mode: str
+    max_workers: int | None = None
+    min_workers: int | None = None
+    weight: int | None = None
+    global_max_workers: int | None = None
+    poll_interval_ms: int
+    deadline_duration_secs: int
+    priority_aging_interval_secs: int
+    claimers: int | None = None
+    claim_batch_size: int | None = None
+    dlq_enabled: bool | None = None
+    rate_limit: dict[str, Any] | None = None
+
+
+class QueueRuntimeSnapshot(_Doc):
+    queue: str
+    in_flight: int
+    overflow_held: int | None = None
+    config: QueueRuntimeConfig
+
+
+class RuntimeInstance(_Doc):
+    instance_id: str
+    hostname: str | None = None
+    pid: int | None = None
+    version: str | None = None
+    storage_capability: str
+    transition_role: str
+    started_at: datetime | None = None
+    last_seen_at: datetime
+    snapshot_interval_ms: int
+    stale: bool
+    healthy: bool
+    postgres_connected: bool
+    poll_loop_alive: bool
+    heartbeat_alive: bool
+    maintenance_alive: bool
+    shutting_down: bool
+    leader: bool
+    global_max_workers: int | None = None
+    queues: list[QueueRuntimeSnapshot]
+
+
+class RuntimeOverview(_Doc):
+    total_instances: int
+    live_instances: int
+    stale_instances: int
+    healthy_instances: int
+    leader_instances: int
+    instances: list[RuntimeInstance]
+
+
+class QueueRuntimeSummary(_Doc):
+    queue: str
+    instance_count: int
+    live_instances: int
+    stale_instances: int
+    healthy_instances: int
+    total_in_flight: int
+    overflow_held_total: int | None = None
+    config_mismatch: bool
+    config: QueueRuntimeConfig | None = None
+
+
+class StorageStatusReport(_Doc):
+    current_engine: str
+    active_engine: str
+    prepared_engine: str | None = None
+    state: str
+    transition_epoch: int
+    details: dict[str, Any]
+    canonical_live_backlog: int
+    can_enter_mixed_transition: bool
+    enter_mixed_transition_blockers: list[str]
+    can_finalize: bool
+    finalize_blockers: list[str]
+
+
+class Capabilities(_Doc):
+    read_only: bool
+    poll_interval_ms: int
+    instance_name: str | None = None
+    instance_color: str | None = None
+    peers: list[dict[str, str]] = []
+    auth: bool
+    engine: str | None = None
+
+
+class Ok(_Doc):
+    ok: bool
+
+
+class Count(_Doc):
+    count: int
+
+
+class Drained(_Doc):
+    drained: int
+
+
+class TimeseriesPoint(_Doc):
+    bucket: datetime
+    state: str
+    count: int
+
+
+class QueueCountDoc(_Doc):
+    queue: str
+    count: int
+
+
+class DlqDepthDoc(_Doc):
+    total: int
+    by_queue: list[QueueCountDoc]
+
+
+class CallbackResult(_Doc):
+    id: int
+    state: str
+
+
+class ErrorGroupDoc(_Doc):
+    fingerprint: str
+    count: int
+
+
+class Finding(_Doc):
+    check: str
+    status: str
+
+
+# --- request bodies -------------------------------------------------------------------
+
+class IdsBody(BaseModel):
+    ids: list[int]
+
+
+class JobFilterBody(BaseModel):
+    state: str | None = None
+    kind: str | None = None
+    queue: str | None = None
+    tag: str | None = None
+
+
+class FilterPreview(_Doc):
+    total: int
+    ids: list[int]
+    truncated: bool
+
+
+class PausedBy(BaseModel):
+    paused_by: str | None = None
+
+
+class DlqRetryBody(BaseModel):
+    run_at: datetime | None = None
+    priority: int | None = None
+    queue: str | None = None
+
+
+class DlqBulkBody(BaseModel):
+    kind: str | None = None
+    queue: str | None = None
+    tag: str | None = None
+    all: bool = False
+
+
+class DlqMoveBody(BaseModel):
+    kind: str | None = None
+    queue: str | None = None
+    reason: str = "ui_bulk_move"
+    all: bool = False
+
+
+class CompleteBody(BaseModel):
+    payload: Any = None
+
+
+class FailBody(BaseModel):
+    error: str
+
+
+class BatchEnvelope(BaseModel):
+    op_kind: Literal["set_priority", "move_queue"]
+    filter: dict[str, Any]
+    spec: dict[str, Any]
+    submitted_by: str | None = None
+    all: bool = False
+
+
+class BatchPatch(BaseModel):
+    state: str
+
+
+class BatchOperation(_Doc):
+    id: str
+    op_kind: str
+    filter: dict[str, Any]
+    spec: dict[str, Any]
+    state: str
+    submitted_by: str | None = None
+    submitted_at: datetime
+    started_at: datetime | None = None
+    finalized_at: datetime | None = None
+    cursor: dict[str, Any] | None = None
+    total_matched: int | None = None
+    processed: int
+    skipped: int
+    errored: int
+    last_error: str | None = None
+    runner_instance: str | None = None
+    retention_until: datetime | None = None
+    updated_at: datetime
+
+
+class BatchPreview(_Doc):
+    total_matched: int
+    sample: list[JobRow]
+
+
+class HeartbeatBody(BaseModel):
+    timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS

@@ -1,0 +1,87 @@
+"""Disk per job on each storage engine: waiting (available) and kept as history (completed).
+
+    python3 dev.py bench benchmarks/history_bytes.py [--jobs 5000] [--engines canonical]
+
+A size measurement, not a timing one: for each engine a scratch database, the size of
+every relation in schema ``awa`` (tables with their indexes and TOAST) before, after
+inserting ``--jobs`` jobs (args of about 60 bytes of JSON), and after a runtime completed
+them all and ``VACUUM`` ran (completed jobs stay until retention deletes them,
+``completed_retention_hours``, 24 h by default).  Divided by the job count: the figures
+docs/production.md sizes retention with.  Sizes grow in 8 kB pages, so small runs
+over-state the per-job figure; use thousands of jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import _support
+import psycopg
+
+import awa
+
+SIZE = """
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'm')
+"""
+COMPLETED = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
+
+
+def size(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM")
+        row = conn.execute(SIZE).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def complete_all(url: str, jobs: int) -> None:
+    client = awa.AsyncClient(url)
+
+    @client.task(dict, kind="signup_email")
+    async def handle(job: awa.Job[dict]) -> None:
+        return None
+
+    await client.start([("default", 32)], poll_interval_ms=50)
+    try:
+        while True:
+            with psycopg.connect(url) as conn:
+                row = conn.execute(COMPLETED).fetchone()
+            if row and row[0] >= jobs:
+                return
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+
+
+def measure(engine: str, jobs: int) -> tuple[float, float]:
+    with _support.scratch_database("awa_bench_history", engine) as url:
+        empty = size(url)
+        with awa.Client(url) as producer:
+            for first in range(0, jobs, 1000):
+                producer.insert_many(
+                    [{"user_id": first + i, "email": f"user{first + i}@example.com",
+                      "template": "welcome"} for i in range(min(1000, jobs - first))],
+                    kind="signup_email")
+        waiting = size(url)
+        asyncio.run(complete_all(url, jobs))
+        done = size(url)
+    return (waiting - empty) / jobs, (done - empty) / jobs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--engines", default="canonical,queue_storage")
+    args = parser.parse_args()
+    for engine in args.engines.split(","):
+        waiting, kept = measure(engine, args.jobs)
+        print(f"{engine:<14} available: {waiting:7.0f} bytes/job   "
+              f"completed (history): {kept:7.0f} bytes/job   ({args.jobs} jobs)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

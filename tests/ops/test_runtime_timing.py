@@ -1,0 +1,112 @@
+"""Each runtime's own published heartbeat timing: `diagnose stuck-running` judges each
+attempt by it (staleness, and the overdue grace of one heartbeat interval) and the exporter
+each queue's attempts (flags override); the exporter reads leadership from the leader lock
+as well as from the runtimes' snapshots (issue 33)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from awa import config
+from awa_ops.exporter import DatabaseCollector
+from support.arrange import insert_job
+
+
+def add_runtime(db, *, host: str, queue: str, staleness_ms: int, interval_ms: int,
+                leader: bool = False) -> None:
+    """A live registry row publishing its heartbeat timing with its queue, as
+    awa.runtime.snapshot writes it."""
+    db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, version,
+                      started_at, last_seen_at, snapshot_interval_ms, leader, maintenance_alive,
+                      shutting_down, queues)
+                  VALUES (%s, %s, 4242, '0.1.0', now() - interval '1 hour', now(), 10000,
+                          %s, %s, false, %s)""",
+               [str(uuid.uuid4()), host, leader, leader, json.dumps([{
+                   "queue": queue, "heartbeat_interval_ms": interval_ms,
+                   "heartbeat_staleness_ms": staleness_ms}])])
+
+
+def add_silent_attempt(db, queue: str, silent_s: float, deadline_in_s: float = 3600) -> int:
+    now = datetime.now(UTC)
+    return insert_job(db, "running", kind="k", queue=queue, attempt=1,
+                      attempted_at=now - timedelta(minutes=1),
+                      heartbeat_at=now - timedelta(seconds=silent_s),
+                      deadline_at=now + timedelta(seconds=deadline_in_s))
+
+
+async def scrape(database_url: str, staleness_s: float | None = None) -> dict[str, dict]:
+    collector = DatabaseCollector(database_url, staleness_s)
+    try:
+        families = await collector.scrape()
+    finally:
+        await collector.close()
+    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+            for f in families}
+
+
+def per_queue(families: dict[str, dict], name: str) -> dict[str, float]:
+    return {dict(labels)["awa_job_queue"]: value for labels, value in families[name].items()}
+
+
+async def test_each_queue_is_judged_by_its_runtimes_published_staleness(database_url, db):
+    add_runtime(db, host="fast-w", queue="fast", staleness_ms=6_000, interval_ms=1_000)
+    add_runtime(db, host="slow-w", queue="slow", staleness_ms=90_000, interval_ms=30_000)
+    add_silent_attempt(db, "fast", 20)
+    add_silent_attempt(db, "slow", 20)
+    add_silent_attempt(db, "slow", 120)
+
+    stale = per_queue(await scrape(database_url), "awa_db_running_heartbeat_stale")
+    assert stale["fast"] == 1  # 20 s silent, past its runtime's 6 s
+    assert stale["slow"] == 1  # only the 120 s one: 20 s is within 90 s
+
+    # A cutoff given (--heartbeat-staleness) overrides what the runtimes publish.
+    stale = per_queue(await scrape(database_url, 10.0), "awa_db_running_heartbeat_stale")
+    assert stale == {**stale, "fast": 1, "slow": 2}
+
+
+async def test_leader_present_while_a_runtime_holds_the_lock(database_url, db):
+    add_runtime(db, host="new-leader", queue="default", staleness_ms=90_000,
+                interval_ms=30_000, leader=False)
+    leader = "awa_db_leader_present"
+    assert list((await scrape(database_url))[leader].values()) == [0.0]
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        # Its flag reaches the registry only with its next snapshot; the lock is the news.
+        holder.execute("SELECT pg_advisory_lock(%s)", [config.ADVISORY_LOCK_LEADER])
+        assert list((await scrape(database_url))[leader].values()) == [1.0]
+    assert list((await scrape(database_url))[leader].values()) == [0.0]
+
+
+def test_stuck_running_judges_each_attempt_by_its_runtimes_timing(database_url, db, tmp_path):
+    add_runtime(db, host="fast-w", queue="fast", staleness_ms=6_000, interval_ms=1_000)
+    add_runtime(db, host="slow-w", queue="slow", staleness_ms=90_000, interval_ms=30_000)
+    ids = {"fast_silent": add_silent_attempt(db, "fast", 20),
+           "slow_silent": add_silent_attempt(db, "slow", 20),
+           "fast_late": add_silent_attempt(db, "fast", 0, deadline_in_s=-4),
+           "slow_late": add_silent_attempt(db, "slow", 0, deadline_in_s=-4)}
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+
+    def classes(*flags: str) -> dict[str, str]:
+        out = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "stuck-running",
+                              "--database-url", database_url, "--json", "-v", *flags],
+                             capture_output=True, text=True, timeout=60, env=env)
+        data = json.loads(out.stdout)
+        found = {row["job_id"]: row.get("class") for f in data["findings"]
+                 for row in f["evidence"] if "job_id" in row}
+        # (alive attempts are listed only when nothing is wrong: not listed reads alive; the
+        # flagged run below lists all four, so each is read)
+        return {name: found.get(job_id, "alive") for name, job_id in ids.items()}
+
+    # The fast runtime's 6 s cutoff and 1 s grace; the slow one's 90 s and 30 s.
+    assert classes() == {"fast_silent": "stale", "slow_silent": "alive",
+                         "fast_late": "deadline overdue", "slow_late": "alive"}
+    # Flags override every runtime's own values.
+    assert classes("--heartbeat-staleness", "10", "--heartbeat-interval", "2") == {
+        "fast_silent": "stale", "slow_silent": "stale",
+        "fast_late": "deadline overdue", "slow_late": "deadline overdue"}
