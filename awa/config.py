@@ -84,7 +84,10 @@ DEADLINE_DROP_GRACE_MS = 5_000
 # --- batching --------------------------------------------------------------
 CLAIM_BATCH_SIZE = 64
 COMPLETION_FLUSH_MAX_ROWS = 512
-COMPLETION_FLUSH_INTERVAL_MS = 2
+# How long a flusher waits for more outcomes before writing: 5 ms lets one statement carry a
+# claim batch's worth (queue storage, W=256, 3 alternated rounds: +6.7 % processed/s and
+# -5 % worker CPU/job against 2 ms; 12 ms was slower again; canonical unchanged).
+COMPLETION_FLUSH_INTERVAL_MS = 5
 PROMOTE_BATCH_SIZE = 5_000
 RESCUE_BATCH_SIZE = 1_000
 CLEANUP_BATCH_SIZE = 1_000
