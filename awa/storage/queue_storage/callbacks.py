@@ -151,15 +151,18 @@ class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
     async def _end(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                    statement: Any, to_state: str, meta: dict[str, Any] | None = None,
                    error: dict[str, Any] | None = None) -> Job[Any] | None:
-        """End the open attempt holding ``callback_id`` through ``statement``."""
-        held = await self._row(conn, OPEN_LEASE, {"callback_id": callback_id})
-        if held is None:
-            return None
-        entry = None if error is None else {**error, "attempt": held["attempt"]}
-        write = AttemptWrite(held["job_id"], held["run_lease"], metadata=meta, error=entry)
-        done = await finish(conn, self.schema, statement, [write], to_state, to_state,
-                            from_states=OPEN)
-        return await self._job(conn, done[0] if done else None)
+        """End the open attempt holding ``callback_id`` through ``statement``; the job is
+        read back in the same transaction, so it shows this write, not what a worker did
+        with the job right after it committed (a retried job claimed again)."""
+        async with conn.transaction():
+            held = await self._row(conn, OPEN_LEASE, {"callback_id": callback_id})
+            if held is None:
+                return None
+            entry = None if error is None else {**error, "attempt": held["attempt"]}
+            write = AttemptWrite(held["job_id"], held["run_lease"], metadata=meta, error=entry)
+            done = await finish(conn, self.schema, statement, [write], to_state, to_state,
+                                from_states=OPEN)
+            return await self._job(conn, done[0] if done else None)
 
     async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, spec: CallbackSpec) -> bool:
@@ -203,10 +206,13 @@ class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                               result: Any) -> Job[Any] | None:
-        row = await self._row(conn, RESUME_EXTERNAL, {
-            "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
-            "channel": CALLBACK_RESUME_CHANNEL})
-        return await self._job(conn, None if row is None else row["job_id"])
+        # One transaction: the resumed handler is notified at commit, so the job read back
+        # is the running one this wrote, not the one it may have completed since.
+        async with conn.transaction():
+            row = await self._row(conn, RESUME_EXTERNAL, {
+                "callback_id": callback_id, "key": CALLBACK_RESULT_KEY, "result": Jsonb(result),
+                "channel": CALLBACK_RESUME_CHANNEL})
+            return await self._job(conn, None if row is None else row["job_id"])
 
     async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any],
                                  callback_id: uuid.UUID, timeout_s: float) -> Job[Any] | None:
