@@ -36,18 +36,23 @@ class BulkFilter:
     queue: str | None = None
     tag: str | None = None
     fingerprint: str | None = None
+    reason: str | None = None  # the DLQ reason (DLQ entries only)
 
     def __post_init__(self) -> None:
         if self.place not in (DLQ, FAILED):
             raise ValidationError(f"unknown place {self.place!r}; expected {DLQ} or {FAILED}")
+        if self.reason is not None and self.place != DLQ:
+            raise ValidationError("a DLQ reason filters DLQ entries only; drop it for failed jobs")
 
     @property
     def is_empty(self) -> bool:
-        return all(v is None for v in (self.kind, self.queue, self.tag, self.fingerprint))
+        return all(v is None for v in (self.kind, self.queue, self.tag, self.fingerprint,
+                                       self.reason))
 
     def describe(self) -> str:
         words = [f"{k}={v}" for k, v in (("kind", self.kind), ("queue", self.queue),
-                                          ("tag", self.tag), ("fingerprint", self.fingerprint))
+                                          ("tag", self.tag), ("reason", self.reason),
+                                          ("fingerprint", self.fingerprint))
                  if v is not None]
         what = "DLQ entries" if self.place == DLQ else "failed jobs"
         return f"{what} with {' '.join(words)}" if words else f"every one of the {what}"
@@ -82,7 +87,8 @@ async def select_targets(engine: Engine, conn: psycopg.AsyncConnection[Any], flt
             entries = await engine.list_dlq(conn, where, PAGE)
             for e in entries:
                 error = str(e.job.errors[-1].get("error", "")) if e.job.errors else None
-                if _matches(flt, e.job.kind, e.job.queue, error):
+                if _matches(flt, e.job.kind, e.job.queue, error) \
+                        and flt.reason in (None, e.reason):
                     found.append(Target(e.job.id, e.job.kind, e.job.queue, error))
             if len(entries) < PAGE:
                 break
@@ -93,7 +99,8 @@ async def select_targets(engine: Engine, conn: psycopg.AsyncConnection[Any], flt
     before: DlqCursor | None = None
     while len(found) < limit:
         page = await engine.dlq_page(conn, DlqPageQuery(
-            queue=flt.queue, kind=flt.kind, page=PAGE, window=limit, before=before))
+            queue=flt.queue, kind=flt.kind, reason=flt.reason, page=PAGE, window=limit,
+            before=before))
         found += [Target(e.job_id, e.kind, e.queue, e.last_error) for e in page.entries
                   if _matches(flt, e.kind, e.queue, e.last_error)]
         if page.next_before is None:

@@ -25,6 +25,8 @@ import psycopg
 from awa import config, lifecycle, schema
 from awa.admin import AdminMixin
 from awa.batch import BatchMixin
+from awa.bulk import DLQ as DLQ_PLACE
+from awa.bulk import BulkFilter
 from awa.job import JOB_COLUMNS
 from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord, Oversized, RuntimeInstance
 from awa.storage.engine import Engine as StorageEngine
@@ -737,6 +739,17 @@ class ConsoleActions(AdminMixin, BatchMixin):
         async with self.session.write():
             done = [i for i in ids if await self.purge_dlq_job(i)]
         return _outcome("purged from the DLQ", done, ids, "no longer in the DLQ")
+
+    async def dlq_matching(self, flt: DlqFilter,
+                           cap: int = config.SERVE_BULK_PREVIEW_MAX) -> tuple[list[int], bool]:
+        """The DLQ entries the screen's filter (queue, kind, reason, cause) selects now, newest
+        first, at most ``cap`` (and whether there were more): the one selection rule of
+        ``awa dlq retry-bulk|purge`` (awa.bulk), so the console acts on what the CLI would."""
+        async with self.session.read():
+            found = await self.select_bulk(BulkFilter(DLQ_PLACE, kind=flt.kind, queue=flt.queue,
+                                                      reason=flt.reason,
+                                                      fingerprint=flt.group), limit=cap + 1)
+        return [t.job_id for t in found[:cap]], len(found) > cap
 
     async def dlq_move(self, queue: str, reason: str = lifecycle.DLQ_MANUAL) -> str:
         async with self.session.write():

@@ -8,15 +8,16 @@ every member of the tagged groups (or the one under the cursor).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from textual.binding import Binding
 from textual.widgets import DataTable
 
 from awa import lifecycle
-from awa_ops.console import ConsoleReader, DlqFilter, DlqPage
+from awa_ops.console import ConsoleActions, ConsoleReader, DlqFilter, DlqPage
 from awa_ops.fingerprint import ErrorGroup
 from awa_tui.screens.base import (
     TAG_MARK,
@@ -29,6 +30,9 @@ from awa_tui.screens.base import (
 )
 from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
+
+if TYPE_CHECKING:
+    from awa_tui.app import Action
 
 COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),
            Column("kind", "Kind", 0, min_width=12, max_width=28),
@@ -52,6 +56,8 @@ an operator retries them.
   space    tag rows for bulk actions
   r        retry the tagged entries / the one under the cursor (asks first)
   x        purge them: delete for good (asks first)
+  R / X    retry / purge every entry the filter matches (with a filter set):
+           previewed, confirmed, then exactly the previewed entries
   m        move the failed jobs of a queue into the DLQ with a reason (asks first)
 """
 
@@ -67,6 +73,8 @@ class DlqScreen(JobTableScreen):
     BINDINGS = [Binding("slash", "filter", "Filter"), *SortableScreen.SORT_BINDINGS,
                 Binding("g", "groups", "Groups"),
                 Binding("r", "retry", "Retry"), Binding("x", "purge", "Purge"),
+                Binding("R", "retry_matching", "Retry all matching", show=False),
+                Binding("X", "purge_matching", "Purge all matching", show=False),
                 Binding("m", "move", "Move failed→DLQ")]
 
     def __init__(self) -> None:
@@ -131,6 +139,33 @@ class DlqScreen(JobTableScreen):
 
     def action_purge(self) -> None:
         self.act_on_selection(self.console.confirm_dlq_purge)
+
+    def _matching(self, verb: str, act: Callable[[ConsoleActions, list[int]],
+                                                 Awaitable[str]]) -> None:
+        """Preview what the filter selects (awa.bulk's rule, as ``awa dlq retry-bulk|purge``),
+        ask with the count and ids, then act on exactly those entries."""
+        flt = self.flt
+        if not flt.words():
+            self.console.say(f"DLQ {verb} by filter: set a filter first (/): queue, kind, "
+                             "reason or group")
+            return
+
+        async def preview(a: ConsoleActions) -> tuple[str, Action | None]:
+            ids, more = await a.dlq_matching(flt)
+            if not ids:
+                return f"DLQ {verb} by filter: no entry matches {flt.describe()}", None
+            shown = ", ".join(str(i) for i in ids[:10]) + (" ..." if len(ids) > 10 else "")
+            rest = " (the first of more: run it again for the rest)" if more else ""
+            return (f"{verb.capitalize()} {len(ids)} DLQ entr{'y' if len(ids) == 1 else 'ies'} "
+                    f"matching {flt.describe()}{rest}? {shown}", lambda b: act(b, ids))
+
+        self.console.preview_then_confirm(f"DLQ {verb} by filter", preview)
+
+    def action_retry_matching(self) -> None:
+        self._matching("retry", lambda a, ids: a.dlq_retry(ids))
+
+    def action_purge_matching(self) -> None:
+        self._matching("purge", lambda a, ids: a.dlq_purge(ids))
 
     def action_move(self) -> None:
         if self.console.refused_read_only("DLQ move"):

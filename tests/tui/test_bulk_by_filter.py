@@ -11,7 +11,7 @@ import pytest
 import awa
 from awa import batch
 from support.rows import job_row
-from tui.conftest import add_job, press, running_console, screen_text
+from tui.conftest import add_dlq, add_job, press, running_console, screen_text
 
 ENGINES = [pytest.param("queue_storage", marks=pytest.mark.engine("queue_storage"),
                         id="queue_storage"),
@@ -112,3 +112,36 @@ async def test_batch_operation_from_the_console(database_url, db, engine):
         assert "cannot be cancelled" in screen_text(app)
     assert all((job_row(db, j)["queue"], job_row(db, j)["priority"]) == ("fast", 1)
                for j in backlog)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_dlq_purge_and_retry_by_filter_act_on_exactly_the_previewed_entries(
+        database_url, db, engine):
+    poison = [add_dlq(db, 7000 + i, queue="imports", reason="terminal_error",
+                      error=f"KeyError: 'sku-{i}'") for i in range(5)]
+    exhausted = add_dlq(db, 7100, queue="imports", reason="max_attempts_exhausted")
+    elsewhere = add_dlq(db, 7200, queue="email", reason="terminal_error")
+    async with running_console(database_url) as (app, pilot):
+        await press(app, pilot, "4")
+        await press(app, pilot, "X")
+        assert "set a filter first" in screen_text(app)
+        await filter_with(app, pilot, "queue=imports reason=terminal_error")
+        await press(app, pilot, "X")
+        text = screen_text(app)
+        assert "Purge 5 DLQ entries matching queue=imports reason=terminal_error?" in text
+        late = add_dlq(db, 7300, queue="imports", reason="terminal_error")  # after the preview
+        await press(app, pilot, "n")
+        assert dlq_ids(db) == sorted([*poison, exhausted, elsewhere, late])
+        await press(app, pilot, "X", "y")
+        assert "purged from the DLQ 6 job(s)" in screen_text(app)  # the new preview has 6
+        await filter_with(app, pilot, "queue=imports")
+        await press(app, pilot, "R")
+        assert "Retry 1 DLQ entry matching queue=imports?" in screen_text(app)
+        await press(app, pilot, "y")
+        assert "retried from the DLQ 1 job(s)" in screen_text(app)
+    assert dlq_ids(db) == [elsewhere]
+    assert job_row(db, exhausted)["state"] == "available"
+
+
+def dlq_ids(db) -> list[int]:
+    return [r["job_id"] for r in db.execute("SELECT job_id FROM awa.dlq_entries ORDER BY 1")]
