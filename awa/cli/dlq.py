@@ -93,6 +93,8 @@ def dlq_retry(job_id: int, queue: str | None, priority: int | None) -> None:
 def _bulk_filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed((
             click.option("--kind"), click.option("--queue"), click.option("--tag"),
+            click.option("--reason", help="Only entries dead-lettered for this reason "
+                                          "(e.g. terminal_error, max_attempts_exhausted)."),
             fingerprint_option,
             click.option("--all", "allow_all", is_flag=True,
                          help="Required to act on every entry when no filter is given."),
@@ -103,22 +105,23 @@ def _bulk_filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _require_filter(allow_all: bool, *filters: str | None) -> None:
     if not allow_all and all(f is None for f in filters):
-        raise click.UsageError("give a filter (--kind/--queue/--tag/--fingerprint) or --all to "
-                               "act on every entry")
+        raise click.UsageError("give a filter (--kind/--queue/--tag/--reason/--fingerprint) or "
+                               "--all to act on every entry")
 
 
 @dlq.command("retry-bulk")
 @database_url_option
 @_bulk_filter_options
-def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
+def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None, reason: str | None,
                    fingerprint: str | None, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Redrive many DLQ jobs (after the fix shipped)."""
-    _require_filter(allow_all, kind, queue, tag, fingerprint)
-    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, fingerprint=fingerprint)
+    _require_filter(allow_all, kind, queue, tag, reason, fingerprint)
+    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, reason=reason,
+                     fingerprint=fingerprint)
     targets = preview_or_confirm(flt, "retry", dry_run=dry_run, yes=yes)
     if targets is None:
         return
-    if fingerprint is not None:  # one cause: exactly the entries selected, one by one
+    if fingerprint is not None or reason is not None:  # exactly the entries selected
         done, skipped = run_admin(lambda c: c.apply_bulk("retry-dlq", targets))
         click.echo(f"retried {done} DLQ job(s)" + (f"; {skipped} skipped" if skipped else ""))
         return
@@ -130,15 +133,16 @@ def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None,
 @dlq.command("purge")
 @database_url_option
 @_bulk_filter_options
-def dlq_purge(kind: str | None, queue: str | None, tag: str | None, fingerprint: str | None,
-              allow_all: bool, dry_run: bool, yes: bool) -> None:
+def dlq_purge(kind: str | None, queue: str | None, tag: str | None, reason: str | None,
+              fingerprint: str | None, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Delete DLQ entries for good."""
-    _require_filter(allow_all, kind, queue, tag, fingerprint)
-    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, fingerprint=fingerprint)
+    _require_filter(allow_all, kind, queue, tag, reason, fingerprint)
+    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, reason=reason,
+                     fingerprint=fingerprint)
     targets = preview_or_confirm(flt, "purge", dry_run=dry_run, yes=yes)
     if targets is None:
         return
-    if fingerprint is not None:
+    if fingerprint is not None or reason is not None:
         count, _ = run_admin(lambda c: c.apply_bulk("purge-dlq", targets))
     else:
         count = run_admin(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,

@@ -110,6 +110,21 @@ def test_bulk_commands_dry_run_and_fingerprint(database_url, db):
     assert out.exit_code == 0 and "retried 3 of 3 failed job(s)" in out.output, out.output
 
 
+def test_dlq_bulk_commands_filter_by_reason(database_url, db):
+    causes = arrange(db)  # every entry max_attempts_exhausted
+    terminal = {dead_letter(db, 93_000 + i, "imports", "import_rows", "schema mismatch")
+                for i in range(1, 3)}
+    db.execute("UPDATE awa.dlq_entries SET dlq_reason = 'terminal_error' WHERE job_id = ANY(%s)",
+               [sorted(terminal)])
+    url = ["--database-url", database_url]
+    assert dry_run(shlex.join(["awa", "dlq", "purge", "--queue", "imports", "--reason",
+                               "terminal_error", *url])) == terminal
+    out = CliRunner().invoke(awa_cli, ["dlq", "retry-bulk", "--reason", "terminal_error", *url])
+    assert out.exit_code == 0 and "retried 2 DLQ job(s)" in out.output, out.output
+    left = {r["job_id"] for r in db.execute("SELECT job_id FROM awa.dlq_entries")}
+    assert left == causes["bad-date"] | causes["refused"]
+
+
 def test_queue_drain_dry_run_counts_and_changes_nothing(database_url):
     import awa
 
