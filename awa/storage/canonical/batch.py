@@ -86,6 +86,11 @@ UPDATE awa.batch_operations
        total_matched = (SELECT count(*) FROM awa.batch_operation_items
                          WHERE operation_id = %(id)s)
  WHERE id = %(id)s AND state = 'scanning'"""
+# Once the scan has recorded its items, the planner learns how many there are: with the
+# statistics of an items table analysed before they existed, each chunk's MARK_ITEMS took
+# every pending item of the operation through the pending index (100k items: about 100 ms a
+# chunk against 0.6 ms) instead of probing its ids.  Once per operation; a sample.
+ANALYZE_ITEMS = "ANALYZE awa.batch_operation_items"
 # Chunks take items in job_id order, one runner at a time (the operation's row lock), so
 # none is pending below the last chunk's highest id (``cursor.applied_through``): the
 # scan starts there instead of walking every item done so far (their dead entries in
@@ -244,6 +249,7 @@ class CanonicalBatch:
 
     async def batch_scanned(self, conn: psycopg.AsyncConnection[Any], op_id: uuid.UUID) -> None:
         await fetch_all(conn, SCANNED, {"id": op_id})
+        await conn.execute(ANALYZE_ITEMS)
 
     async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
                                 limit: int) -> tuple[int, int, int] | None:

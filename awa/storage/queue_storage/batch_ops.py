@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from awa import config
 from awa.storage.canonical.batch import (
@@ -71,16 +72,12 @@ READY_CANDIDATES = f"""
 SELECT j.job_id, j.queue, j.priority, j.shard
   FROM awa.qs_ready_live j
  WHERE j.job_id = ANY(%(ids)s::bigint[]) AND {_DIFFERS}"""
-# Items whose move went otherwise than expected (rare: an entry a claim took first is
-# skipped after all; one that came back live in a locked lane was moved after all).
-REMARK = """
-UPDATE awa.batch_operation_items
-   SET state = CASE WHEN job_id = ANY(%(moved)s::bigint[]) THEN 'processed' ELSE 'skipped' END
- WHERE operation_id = %(id)s AND job_id = ANY(%(ids)s::bigint[])"""
-
 # Under those lanes' claim-head locks, with this statement's new snapshot: the entries
 # still live in exactly those lanes are tombstoned and their jobs appended to their new
-# lanes (APPEND_READY defines ``ready``, the appended rows).
+# lanes (APPEND_READY defines ``ready``, the appended rows).  The items and counters were
+# written before the lock as ``expected``; the rare item whose move went otherwise (a
+# claim took the entry first; an entry came back live in a locked lane) is flipped here,
+# in the same statement, so nothing but this statement and the commit runs under the lock.
 MOVE_READY = f"""
 WITH live AS MATERIALIZED (
     SELECT j.* FROM awa.qs_ready_live j
@@ -100,6 +97,20 @@ WITH live AS MATERIALIZED (
       FROM live j
      ORDER BY j.job_id
 )""" + APPEND_READY + """
+, flipped AS (
+    UPDATE awa.batch_operation_items i
+       SET state = CASE WHEN i.job_id IN (SELECT id FROM ready) THEN 'processed'
+                        ELSE 'skipped' END
+     WHERE i.operation_id = %(op)s AND i.job_id = ANY(%(ids)s::bigint[])
+       AND (i.job_id IN (SELECT id FROM ready)) <> (i.job_id = ANY(%(expected)s::bigint[]))
+    RETURNING i.state
+), recounted AS (
+    UPDATE awa.batch_operations o
+       SET processed = o.processed + f.gained, skipped = o.skipped - f.gained
+      FROM (SELECT count(*) FILTER (WHERE state = 'processed')
+                   - count(*) FILTER (WHERE state = 'skipped') AS gained FROM flipped) f
+     WHERE o.id = %(op)s AND f.gained <> 0
+)
 SELECT id FROM ready"""
 
 
@@ -128,27 +139,31 @@ class QueueStorageBatch(InSchema, CanonicalBatch):
         # Deferred rows first: promotion locks them before it reserves any lane.
         changed = [r["id"] for r in await self._rows(conn, CHANGE_DEFERRED, params)]
         candidates = await self._rows(conn, READY_CANDIDATES, params)
-        expected = {r["job_id"] for r in candidates}
-        # Outcomes recorded before the lanes are locked (their claims wait only for the
-        # move itself), corrected after it in the rare case it went otherwise.
-        await self._rows(conn, MARK_ITEMS, {"id": op["id"], "ids": ids,
-                                            "changed": changed + sorted(expected)})
-        if candidates:
-            await conn.execute(ASYNC_COMMIT)
-            lanes = sorted({(r["queue"], r["priority"], r["shard"]) for r in candidates})
-            lane_params = {"queues": [q for q, _, _ in lanes],
-                           "priorities": [p for _, p, _ in lanes],
-                           "shards": [sh for _, _, sh in lanes]}
-            await conn.execute(self.sql(LOCK_LANES), lane_params)
-            moved = [r["id"] for r in await self._rows(conn, MOVE_READY,
-                                                       {**params, **lane_params})]
-            if set(moved) != expected:
-                await self._rows(conn, REMARK, {"id": op["id"], "moved": moved,
-                                                "ids": sorted(expected ^ set(moved))})
-            changed += moved
+        expected = sorted({r["job_id"] for r in candidates})
+        # Outcomes and counters recorded before the lanes are locked, as expected; the move
+        # corrects the rare item that went otherwise.
+        changed += expected
+        await self._rows(conn, MARK_ITEMS, {"id": op["id"], "ids": ids, "changed": changed})
         await self._rows(conn, BUMP, {"id": op["id"], "processed": len(changed),
                                       "skipped": len(ids) - len(changed), "errored": 0,
                                       "error": None, "through": max(ids)})
+        if not candidates:
+            return len(changed), len(ids) - len(changed), 0
+        lanes = sorted({(r["queue"], r["priority"], r["shard"]) for r in candidates})
+        lane_params = {"queues": [q for q, _, _ in lanes],
+                       "priorities": [p for _, p, _ in lanes],
+                       "shards": [sh for _, _, sh in lanes]}
+        # The lock and the move go out together (one round trip): the claims waiting on
+        # these lanes wait for the server's work only, not for this process's event loop
+        # to come back between statements (the runner shares a busy worker's loop).
+        async with conn.cursor(row_factory=tuple_row) as move:
+            async with conn.pipeline():
+                await conn.execute(ASYNC_COMMIT)
+                await conn.execute(self.sql(LOCK_LANES), lane_params)
+                await move.execute(self.sql(MOVE_READY), {
+                    **params, **lane_params, "op": op["id"], "expected": expected})
+            moved = {row[0] for row in await move.fetchall()}
+        changed = [i for i in changed if i not in set(expected)] + sorted(moved)
         return len(changed), len(ids) - len(changed), 0
 
 
