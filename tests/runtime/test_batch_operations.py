@@ -108,6 +108,10 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
             # the chunk back until the claim commits.
             assert not chunk.done()
         assert await chunk == (35, 5, 0)
+    # The counters agree with the items (queue storage records both before the lock and
+    # corrects the five the claim took, in the move's own statement).
+    counted = await client.get_batch_operation(op["id"])
+    assert (counted["processed"], counted["skipped"]) == (35, 5)
     taken = {j.id for j in claimed}
     items = db.execute("SELECT job_id, state FROM awa.batch_operation_items "
                        "WHERE operation_id = %s", (op["id"],)).fetchall()
