@@ -58,7 +58,9 @@ def test_cli_refuses_a_queue_name_that_cannot_be_a_channel(database_url, db):
 async def test_a_connection_the_server_ended_is_replaced_not_raised(client, db):
     """Backends terminated under the pool: the next producer call works (the pool checks)."""
     await client.insert({"to": "a@example.com"}, kind="send")
-    db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    # Waits until each backend is gone (its goodbye is on the socket): a call that races
+    # the termination itself meets it mid-statement, as with any pool.
+    db.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
                "WHERE datname = current_database() AND application_name = 'awa-worker'")
     count = await client.enqueue_many_copy([{"to": "b@example.com"}], kind="send")
     assert count == 1
