@@ -30,7 +30,7 @@ from awa.job import SerializationError, ValidationError
 from awa.producer import build_batch, raise_if_unique_skipped
 from awa.serialization import derive_kind
 from awa.storage import describe_layout, engine_for, open_engine_sync
-from awa.storage.canonical import enqueue
+from awa.storage.common import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
 
 

@@ -23,7 +23,7 @@ from awa import config, db
 from awa import metrics as awa_metrics
 from awa.job import AwaError, DatabaseError, Job, Timestamp, ValidationError
 from awa.metrics import METRICS
-from awa.storage.canonical import enqueue
+from awa.storage.common import enqueue
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
 log = logging.getLogger("awa.producer")

@@ -28,7 +28,7 @@ import _support
 import psycopg
 
 from awa import storage
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import build_batch
 from awa.storage.engine import AttemptWrite
 
 QUEUE = "ops"

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 import awa
 from awa.job import JobState
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import build_batch
 
 UNIQUE = {"by_args": True}
 

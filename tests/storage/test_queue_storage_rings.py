@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from awa import lifecycle
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import rings
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage.schema import in_schema
 

@@ -1,8 +1,8 @@
 """Queue storage: enqueue appends ``ready_entries`` (``deferred_jobs`` for an explicit run_at).
 
 One statement per batch, fed by ``unnest`` of array parameters or by COPY
-into the canonical per-session staging table.  Each lane (queue, priority,
-shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
+into the per-session staging table (both sources are the common core's).
+Each lane (queue, priority, shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
 lane's enqueue head until the producer commits -- so positions become
 visible in lane order and a claimer can never pass a position still to
 commit -- and reads the lane's end from the entries themselves: enqueue
@@ -21,8 +21,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
-from awa.storage.canonical import enqueue as canonical
-from awa.storage.canonical.enqueue import (
+from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
     EMPTY_STAGING,
@@ -30,7 +29,14 @@ from awa.storage.canonical.enqueue import (
     STAGING_SOURCE,
     UNIQUE_RACE_RETRIES,
     UNNEST_SOURCE,
-    CanonicalEnqueue,
+    UniqueHolders,
+    conflict_from,
+    copy_rows,
+    counted,
+    give_up,
+    in_transaction,
+    returned,
+    unnest_params,
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
 from awa.storage.queue_storage.execution import Procedure
@@ -145,18 +151,19 @@ def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
 def _plain_outcome(batch: EnqueueBatch, rows: list[dict[str, Any]],
                    returning: bool) -> InsertOutcome:
     """Every row of a plain batch is written, in input order."""
-    return canonical._returned(batch, rows) if returning else canonical._counted(batch, len(rows))
+    return returned(batch, rows) if returning else counted(batch, len(rows))
 
 
 def _outcome_rows(batch: EnqueueBatch, rows: list[dict[str, Any]],
                   returning: bool) -> InsertOutcome:
     if returning:
-        return canonical._returned(batch, rows)
-    return canonical._counted(batch, int(rows[0]["inserted"]) if rows else 0)
+        return returned(batch, rows)
+    return counted(batch, int(rows[0]["inserted"]) if rows else 0)
 
 
-class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
-    """The enqueue group on queue storage (``unique_holder`` is canonical's: it reads the view)."""
+class QueueStorageEnqueue(InSchema, UniqueHolders):
+    """The enqueue group on queue storage (``unique_holder`` is the common one: it reads
+    the view)."""
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                            returning: bool = True) -> InsertOutcome:
@@ -167,8 +174,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 await cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, await cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = canonical._params(batch)
-        guard = batch.has_unique and canonical._in_transaction(conn)
+        params = unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 async with conn.cursor(row_factory=dict_row) as cur:
@@ -179,8 +186,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                         await cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, await cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
-                if canonical._give_up(exc, attempt, conn, guard):
-                    raise canonical._conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
@@ -192,8 +199,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = canonical._params(batch)
-        guard = batch.has_unique and canonical._in_transaction(conn)
+        params = unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 with conn.cursor(row_factory=dict_row) as cur:
@@ -204,8 +211,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                         cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
-                if canonical._give_up(exc, attempt, conn, guard):
-                    raise canonical._conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -223,7 +230,7 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 await cur.execute(self.sql(CREATE_STAGING))
                 await cur.execute(self.sql(EMPTY_STAGING))
                 async with cur.copy(self.sql(COPY_INTO_STAGING)) as copy:
-                    for row in canonical._copy_rows(batch, with_ord=True):
+                    for row in copy_rows(batch, with_ord=True):
                         await copy.write_row(row)
                 for attempt in range(UNIQUE_RACE_RETRIES):
                     try:
@@ -231,8 +238,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                             await cur.execute(self.sql(sql))
                         return _outcome_rows(batch, await cur.fetchall(), returning)
                     except pg_errors.UniqueViolation as exc:
-                        if canonical._give_up(exc, attempt, conn, guarded=True):
-                            raise canonical._conflict_from(exc) from None
+                        if give_up(exc, attempt, conn, guarded=True):
+                            raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     async def _copy_plain(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:
