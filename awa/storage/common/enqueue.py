@@ -43,8 +43,6 @@ UNIQUE_INDEX = "idx_awa_jobs_unique"
 UNIQUE_RACE_RETRIES = 8
 _INSERTED_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "run_at", "metadata",
                      "tags", "unique_key", "unique_states")
-_PER_ROW_OPTIONS = {"kind", "queue", "priority", "max_attempts", "tags", "metadata", "run_at",
-                    "unique_opts", "ordering_key"}
 
 # --- the two row sources -----------------------------------------------------
 UNNEST_SOURCE = """unnest(%(kind)b::text[], %(queue)b::text[], %(args)b::text[]::jsonb[],
@@ -129,6 +127,29 @@ def copy_rows(batch: EnqueueBatch, with_ord: bool) -> Iterator[tuple[Any, ...]]:
         return zip(range(1, len(batch) + 1), *cols)
     return zip(batch.kind, batch.queue, batch.args, batch.priority, batch.max_attempts,
                batch.metadata, batch.tags)
+
+
+@dataclass(frozen=True, slots=True)
+class InsertOptions:
+    """An insert call's options, as the caller gave them: they apply to every row of the
+    call (``build_batch``'s ``opts`` overrides some of them per row).  Built once per call by
+    each insert path (``insert``, ``insert_many``, COPY, transactions, the bridge) and
+    validated by ``build_batch``, so the defaults are written here only."""
+
+    kind: str | None = None
+    queue: str = config.DEFAULT_QUEUE
+    priority: int = config.DEFAULT_PRIORITY
+    max_attempts: int = config.DEFAULT_MAX_ATTEMPTS
+    tags: Sequence[str] | None = None
+    metadata: dict[str, Any] | None = None
+    run_at: Any = None
+    unique_opts: Any = None
+    ordering_key: bytes | str | None = None
+
+
+DEFAULT_OPTIONS = InsertOptions()
+# What ``opts`` may override per row: every option.
+_PER_ROW_OPTIONS = frozenset(f.name for f in dataclasses.fields(InsertOptions))
 
 
 @dataclass(frozen=True)
@@ -295,35 +316,30 @@ def _row_kind(args: Any, kind: str | None) -> str:
     return _kind_of(cls)
 
 
-def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
-              tags: list[str] | None, metadata: dict[str, Any] | None, run_at: Any,
-              unique_opts: Any, ordering_key: bytes | str | None) -> _Defaults:
-    meta = _metadata(metadata)
-    if ordering_key is not None:
-        meta["ordering_key"] = (ordering_key.hex() if isinstance(ordering_key, bytes)
-                                else str(ordering_key))
+def _defaults(o: InsertOptions) -> _Defaults:
+    """The call's options, validated and encoded once for every row."""
+    meta = _metadata(o.metadata)
+    if o.ordering_key is not None:
+        meta["ordering_key"] = (o.ordering_key.hex() if isinstance(o.ordering_key, bytes)
+                                else str(o.ordering_key))
     traceparent = telemetry.current_traceparent()
     if traceparent:
         meta.setdefault(telemetry.TRACEPARENT_KEY, traceparent)
     return _Defaults(
-        kind=None if kind is None else _validate_kind(kind),
-        queue=validate_queue(queue),
-        priority=validate_priority(priority),
-        max_attempts=validate_max_attempts(max_attempts),
-        tags_literal=_tags_literal(tags),
-        tags=list(tags or ()),
+        kind=None if o.kind is None else _validate_kind(o.kind),
+        queue=validate_queue(o.queue),
+        priority=validate_priority(o.priority),
+        max_attempts=validate_max_attempts(o.max_attempts),
+        tags_literal=_tags_literal(o.tags),
+        tags=list(o.tags or ()),
         metadata=meta,
         metadata_json=_dumps(meta, "metadata"),
-        run_at=normalize_run_at(run_at),
-        unique=UniqueOpts.parse(unique_opts),
+        run_at=normalize_run_at(o.run_at),
+        unique=UniqueOpts.parse(o.unique_opts),
     )
 
 
-def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
-                queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                max_attempts: int = config.DEFAULT_MAX_ATTEMPTS, tags: list[str] | None = None,
-                metadata: dict[str, Any] | None = None, run_at: Any = None,
-                unique_opts: Any = None, ordering_key: bytes | str | None = None,
+def build_batch(jobs: Sequence[Any], options: InsertOptions = DEFAULT_OPTIONS, *,
                 opts: Sequence[dict[str, Any] | None] | None = None) -> EnqueueBatch:
     """Validate and encode every row before anything is written."""
     if isinstance(jobs, (str, bytes, dict)) or not isinstance(jobs, Sequence):
@@ -331,8 +347,7 @@ def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
     if opts is not None and len(opts) != len(jobs):
         raise ValidationError(f"opts has {len(opts)} entries for {len(jobs)} jobs; "
                               f"pass one (or None) per job")
-    shared = _defaults(kind, queue, priority, max_attempts, tags, metadata, run_at,
-                       unique_opts, ordering_key)
+    shared = _defaults(options)
     now = time.time()
     if opts is None or not any(opts):
         return _uniform_batch(jobs, shared, now)
