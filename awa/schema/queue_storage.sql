@@ -230,6 +230,13 @@ ALTER TABLE awa.deferred_jobs ADD COLUMN IF NOT EXISTS claimed_by uuid;
 -- An attempt that ended in place (completed, failed, cancelled by its handler) keeps it.
 ALTER TABLE awa.done_entries ADD COLUMN IF NOT EXISTS claimed_by uuid;
 
+-- A claim that took its lane's entries from start_seq on without a gap records
+-- where the next claim may begin (everything below it is claimed) in its newest
+-- receipt, so that claim reads one receipt instead of counting them all.  Added before
+-- awa.qs_open_receipts (c.*) is created, so a fresh layout's view has the column too, as
+-- one installed again by a later `awa migrate` always had.
+ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_frontier bigint;
+
 -- Mutable per-attempt state, only for attempts that report progress or metadata.
 CREATE TABLE IF NOT EXISTS awa.attempt_state (
     job_id     bigint NOT NULL,
@@ -498,11 +505,6 @@ ALTER TABLE awa.ready_entries ALTER COLUMN job_id SET DEFAULT nextval('awa.jobs_
 ALTER TABLE awa.ready_entries ALTER COLUMN ready_id SET DEFAULT nextval('awa.qs_ready_id_seq');
 ALTER TABLE awa.ready_entries ALTER COLUMN run_at SET DEFAULT now();
 ALTER TABLE awa.ready_entries ALTER COLUMN created_at SET DEFAULT now();
-
--- A claim that took its lane's entries from start_seq on without a gap records
--- where the next claim may begin (everything below it is claimed) in its newest
--- receipt, so that claim reads one receipt instead of counting them all.
-ALTER TABLE awa.lease_claims ADD COLUMN IF NOT EXISTS lane_frontier bigint;
 
 -- Where a lane's claims may begin when its newest receipt (at p_top) kept no frontier:
 -- past the run of receipts from the head on when it has no gap, else the head.  Its
