@@ -453,7 +453,8 @@ DROP FUNCTION IF EXISTS awa.qs_reserve_lane(text, smallint, smallint);
 CREATE OR REPLACE FUNCTION awa.qs_reserve_lane(p_queue text, p_priority smallint,
                                                OUT lane_shard smallint, OUT base bigint)
 -- Index probes only: a plan cached while the ring partition was nearly empty
--- must not scan it whole once it has filled (see execution.Procedure).
+-- must not scan it whole once it has filled (see the header of
+-- awa/storage/queue_storage/sql/execution.sql).
 LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 DECLARE
     n int;
@@ -602,7 +603,8 @@ RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint,
                errors jsonb[], metadata jsonb, tags text[], run_lease bigint, progress jsonb)
 -- One generic plan per session (a custom plan per call costs as much as running
 -- it), with index probes only: the plan must stay right as a ring partition that
--- was empty when it was made fills up (see execution.Procedure).
+-- was empty when it was made fills up (see the header of
+-- awa/storage/queue_storage/sql/execution.sql).
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
 SET enable_bitmapscan = off AS $$
 #variable_conflict use_column

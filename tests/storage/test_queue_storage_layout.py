@@ -177,8 +177,8 @@ async def test_a_layout_older_than_the_code_is_refused_until_migrated(engine_url
     refused with `awa migrate` at the client's first use, not at its first failing
     statement; migrating brings it up to date and the same client call then works."""
     import awa
+    from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION as LAYOUT_VERSION
     from awa.storage import describe_layout
-    from awa.storage.queue_storage.schema import LAYOUT_VERSION
 
     await aconn.execute("DROP FUNCTION awa.qs_layout_version()")
     layout = await describe_layout(aconn)

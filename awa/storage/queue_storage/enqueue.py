@@ -39,7 +39,7 @@ from awa.storage.common.enqueue import (
     unnest_params,
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
-from awa.storage.queue_storage.execution import Procedure
+from awa.storage.queue_storage.procedures import Procedure
 from awa.storage.queue_storage.schema import InSchema
 
 # Given ``src`` (id, kind, queue, args, priority, attempt, max_attempts, run_at,
@@ -80,33 +80,9 @@ SELECT l.queue, l.priority, r.lane_shard, r.base, (SELECT awa.qs_slot('queue')) 
 COPY_INTO_READY = ("COPY awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, "
                    "args, max_attempts, metadata, tags) FROM STDIN")
 
-# A plain batch (no unique key, no run_at) inserted by statement: its lanes reserved
-# as RESERVE_LANES does, the rows appended in input order (ids, ready ids and
-# times from the column defaults, so the returned rows line up with the input).
-# A function with one generic plan per session, like the hot path's: the general
-# statement below is planned at every call, the first cost of every single insert.
-INSERT_PLAIN = Procedure("qs_insert_plain", """
-WITH s AS MATERIALIZED (
-    SELECT u.*, row_number() OVER (PARTITION BY u.queue, u.priority ORDER BY u.ord) AS lane_pos
-      FROM unnest(%(kind)s::text[], %(queue)s::text[], %(args)s::text[], %(priority)s::smallint[],
-                  %(max_attempts)s::smallint[], %(metadata)s::text[], %(tags)s::text[])
-           WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, metadata, tags, ord)
-), heads AS MATERIALIZED (
-    SELECT l.queue, l.priority, r.lane_shard, r.base
-      FROM (SELECT DISTINCT x.queue, x.priority FROM s x ORDER BY x.queue, x.priority) l
-      CROSS JOIN LATERAL awa.qs_reserve_lane(l.queue, l.priority) r
-)
-INSERT INTO awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, args,
-                               max_attempts, metadata, tags)
-SELECT (SELECT awa.qs_slot('queue')), s.queue, s.priority, h.lane_shard,
-       h.base + s.lane_pos - 1, s.kind, s.args::jsonb, s.max_attempts, s.metadata::jsonb,
-       s.tags::text[]
-  FROM s JOIN heads h ON h.queue = s.queue AND h.priority = s.priority
- ORDER BY s.ord
-RETURNING job_id, 'available'::awa.job_state, run_at, created_at""",
-                        returns="TABLE (id bigint, state awa.job_state, run_at timestamptz, "
-                                "created_at timestamptz)")
-PROCEDURES = (INSERT_PLAIN,)
+# A plain batch (no unique key, no run_at) inserted by statement: the installed function
+# awa.qs_insert_plain (sql/enqueue.sql), one generic plan per session.
+INSERT_PLAIN = Procedure("qs_insert_plain")
 _PLAIN_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "metadata", "tags")
 
 # Of the kept rows (KEPT_ROWS), deferred ones go to deferred_jobs; the rest append.

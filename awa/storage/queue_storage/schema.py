@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
-from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION as LAYOUT_VERSION
+from awa.storage.queue_storage import procedures
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -84,23 +84,13 @@ class InSchema:
         return rows[0] if rows else None
 
 
-# Written last, in the install's transaction: a layout that has it is complete.
-LAYOUT_VERSION_FN = """
-CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int
-LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$;"""
-
-
 @cache
 def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
-    """The layout script (``awa/schema/queue_storage.sql``), the hot-path statements as
-    functions (``enqueue.PROCEDURES``, ``execution.PROCEDURES``), then the layout version,
-    for the layout in ``schema``."""
-    # Both are built on this layout.
-    from awa.storage.queue_storage import enqueue, execution
-
+    """The layout script (``awa/schema/queue_storage.sql``), then the engine's functions
+    (``procedures.script``: the files in ``sql/``, the layout version last), for the layout
+    in ``schema``."""
     layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
-    script = (layout + "\n" + "\n".join(p.ddl for p in enqueue.PROCEDURES + execution.PROCEDURES)
-              + LAYOUT_VERSION_FN % LAYOUT_VERSION)
+    script = layout + "\n" + procedures.script()
     if schema != DEFAULT_SCHEMA:
         script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
     return script
