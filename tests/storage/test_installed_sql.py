@@ -12,9 +12,9 @@ the engine:
   normalises both sides, so a changed body, signature, attribute or view query shows as a
   difference.
 
-Queue storage's files are the canonical migrations (the tables both engines share), its layout
-script ``awa/schema/queue_storage.sql`` (which replaces the ``awa.jobs`` view) and the functions
-in ``awa/storage/queue_storage/sql/``, in ``procedures.FILES`` order.
+Queue storage's files are the canonical migrations (the tables both engines share), then its
+own in ``awa/storage/queue_storage/sql/`` in ``procedures.FILES`` order (``jobs_view.sql``
+replaces the ``awa.jobs`` view).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Source:
 MIGRATIONS = tuple(sorted(SCHEMA_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")))
 SOURCES = {
     "canonical": Source(MIGRATIONS),
-    "queue_storage": Source(MIGRATIONS + (SCHEMA_DIR / "queue_storage.sql",)
+    "queue_storage": Source(MIGRATIONS
                             + tuple(QUEUE_STORAGE_SQL / name for name in procedures.FILES)),
 }
 

@@ -5,7 +5,7 @@ and advances a per-lane claim head; finishing a batch appends one closure row
 per claim slot (``lease_claim_closure_batches``, whose exclusion constraint
 lets one of two closers of an attempt win) and a ``done_entries`` row per
 job; only long attempts materialize into ``leases`` /
-``attempt_state``.  ``awa/schema/queue_storage.sql`` holds the layout;
+``attempt_state``.  ``sql/`` holds what it installs;
 ``install_queue_storage`` installs it.  Every group
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
 unique claims, cron, runtimes, descriptors -- use canonical's statements);

@@ -60,7 +60,7 @@ OPEN_RECEIPT = f"""({_NO_RECEIPT_CLOSURE}
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
 # The same rule for a scan over many receipts (rescue, prune, depth counts, awa.jobs) is
-# the view awa.qs_open_receipts (queue_storage.sql): the gaps between closed ranges, then
+# the view awa.qs_open_receipts (sql/open_receipts.sql): the gaps between closed ranges, then
 # only the receipts in them.
 
 

@@ -1,13 +1,16 @@
-"""The functions queue storage installs beside its layout, and how the engine calls them.
+"""What queue storage installs, as files, and how the engine calls its hot-path functions.
 
-Their SQL is written out in ``sql/`` beside this module, as installed: ``sql/enqueue.sql``
-(a plain batch by statement), ``sql/execution.sql`` (the hot path's attempt-closing and
-attempt-state functions) and ``sql/layout_version.sql`` (written last: a layout that has it
-is complete).  Each file's header says why these statements are functions.  Python only
-reads the files (``script``, installed by ``schema.install_sql`` after
-``awa/schema/queue_storage.sql``) and, from each function's signature, the statement that
-calls it (``Procedure``); tests/storage/test_installed_sql.py checks what is installed
-against the files.
+Everything the engine installs is written out in ``sql/`` beside this module, as installed,
+run in the order of ``FILES``: ``layout.sql`` (tables, partitions, indexes),
+``open_receipts.sql`` (which entries can still be claimed, which receipts are open, the
+watermark), ``claim.sql`` (lane reservation, the claim, claim-head settling),
+``jobs_view.sql`` (the ``awa.jobs`` view and its triggers), ``enqueue.sql`` (a plain batch
+by statement), ``execution.sql`` (the hot path's attempt-closing and attempt-state
+functions; its header says why these statements are functions) and ``layout_version.sql``
+(last: a layout that has it is complete).  Python only reads the files (``script``,
+installed by ``schema.install_sql``) and, from each hot-path function's signature, the
+statement that calls it (``Procedure``); tests/storage/test_installed_sql.py checks what is
+installed against the files.
 
 A function's parameters are ``p_<name> <type>``; the call binds each to ``%(<name>)s`` cast to
 that type, so the engine passes one mapping of names to values.
@@ -21,8 +24,11 @@ from importlib import resources
 
 from awa.db import placeholder_format
 
-# Install order (after the layout script).
-FILES = ("enqueue.sql", "execution.sql", "layout_version.sql")
+# Install order.
+FILES = ("layout.sql", "open_receipts.sql", "claim.sql", "jobs_view.sql", "enqueue.sql",
+         "execution.sql", "layout_version.sql")
+# The files of the hot-path functions the engine calls through ``Procedure``.
+CALLED = ("enqueue.sql", "execution.sql")
 
 _SIGNATURE = re.compile(r"^CREATE OR REPLACE FUNCTION awa\.(\w+)\(([^)]*)\) RETURNS",
                         re.MULTILINE)
@@ -42,9 +48,11 @@ def script() -> str:
 
 @cache
 def signatures() -> dict[str, tuple[tuple[str, str], ...]]:
-    """Each function's parameters as ``(name, type)``, ``p_`` left off the name."""
+    """Each hot-path function's parameters (the files of ``CALLED``) as ``(name, type)``,
+    ``p_`` left off the name."""
     found: dict[str, tuple[tuple[str, str], ...]] = {}
-    for match in _SIGNATURE.finditer(script()):
+    text = "\n".join(read(name) for name in CALLED)
+    for match in _SIGNATURE.finditer(text):
         params = []
         for declared in filter(None, (p.strip() for p in match.group(2).split(","))):
             parameter = _PARAMETER.match(declared)
@@ -68,7 +76,7 @@ class Procedure:
     def __init__(self, name: str) -> None:
         params = signatures().get(name)
         if params is None:
-            raise ValueError(f"awa.{name} is in none of the files {', '.join(FILES)}")
+            raise ValueError(f"awa.{name} is in none of the files {', '.join(CALLED)}")
         self.name = name
         self.ids_only = "delay" not in dict(params)
         self.call = (f"SELECT * FROM awa.{name}("

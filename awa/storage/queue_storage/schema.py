@@ -3,9 +3,9 @@
 ``install_queue_storage`` lays a database out for queue storage: the
 canonical migrations first (they own the shared tables: ``awa.queue_meta``,
 ``awa.job_unique_claims``, ``awa.dlq_entries``, ``awa.cron_jobs``, runtime
-and descriptor tables), then ``awa/schema/queue_storage.sql``, which names
-the engine in ``awa.runtime_storage_backends`` and replaces the ``awa.jobs``
-view with one covering both engines' tables.  Idempotent.
+and descriptor tables), then the engine's files in ``sql/`` (``procedures.FILES``),
+which name the engine in ``awa.runtime_storage_backends`` and replace the
+``awa.jobs`` view with one covering both engines' tables.  Idempotent.
 
 The layout's own tables, sequences and functions live in the engine's schema
 (``awa`` unless the operator chose another).  The SQL beside the engine names
@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -86,11 +85,9 @@ class InSchema:
 
 @cache
 def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
-    """The layout script (``awa/schema/queue_storage.sql``), then the engine's functions
-    (``procedures.script``: the files in ``sql/``, the layout version last), for the layout
-    in ``schema``."""
-    layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
-    script = layout + "\n" + procedures.script()
+    """What the engine installs (``procedures.script``: the files in ``sql/``, the layout
+    first and its version last), for the layout in ``schema``."""
+    script = procedures.script()
     if schema != DEFAULT_SCHEMA:
         script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
     return script

@@ -1,7 +1,7 @@
 -- Queue storage: the enqueue function (a plain batch by statement).
 --
--- Installed after awa/schema/queue_storage.sql by ``awa migrate`` (the engine's
--- ``schema.install_sql``), in the order ``procedures.FILES`` lists; the engine calls each
+-- Installed by ``awa migrate`` (the engine's ``schema.install_sql``) after the layout, in
+-- the order ``procedures.FILES`` lists; the engine calls each
 -- function through ``procedures.Procedure.call``.  Objects are named ``awa.<name>``: a
 -- layout in another schema gets exactly the layout's names moved (``schema.in_schema``).
 --
