@@ -115,9 +115,9 @@ _COUNT = "SELECT (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) AS 
 
 INSERT_RETURNING = _INSERT.format(source=UNNEST_SOURCE) + _RETURNING
 INSERT_COUNT = _INSERT.format(source=UNNEST_SOURCE) + _COUNT
-# Run without parameters: no placeholder escaping.
-STAGED_RETURNING = (_INSERT.format(source=STAGING_SOURCE) + _RETURNING).replace("%%", "%")
-STAGED_COUNT = (_INSERT.format(source=STAGING_SOURCE) + _COUNT).replace("%%", "%")
+# Run without parameters, as canonical's staged statements are: the text holds no ``%``.
+STAGED_RETURNING = _INSERT.format(source=STAGING_SOURCE) + _RETURNING
+STAGED_COUNT = _INSERT.format(source=STAGING_SOURCE) + _COUNT
 
 
 def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
