@@ -22,7 +22,7 @@ from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, Val
 from awa.known_queues import read_known_queues
 from awa.serialization import encode_args
 from awa.storage import open_engine
-from awa.storage.canonical.enqueue import (
+from awa.storage.common.enqueue import (
     normalize_run_at,
     unique_error,
     validate_priority,

@@ -128,7 +128,7 @@ async def _refuse_if_live(conn: psycopg.AsyncConnection[Any], force: bool) -> li
 
 def _target_of(engine: Any) -> rust.AdoptTarget:
     if engine.name == QUEUE_STORAGE:
-        from awa.storage.queue_storage_adopt import QueueStorageAdopt
+        from awa.storage.queue_storage.adopt import QueueStorageAdopt
 
         return QueueStorageAdopt(engine)
     return cast(rust.AdoptTarget, engine)

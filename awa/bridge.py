@@ -30,7 +30,8 @@ from awa.job import SerializationError, ValidationError
 from awa.producer import build_batch, raise_if_unique_skipped
 from awa.serialization import derive_kind
 from awa.storage import describe_layout, engine_for, open_engine_sync
-from awa.storage.canonical import enqueue
+from awa.storage.common import enqueue
+from awa.storage.common.enqueue import InsertOptions
 from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
 
 
@@ -303,9 +304,9 @@ def _one_job_batch(args: Any, *, kind: str | None, queue: str, priority: int,
                    unique_opts: dict[str, Any] | None) -> EnqueueBatch:
     """The one-row batch both bridge inserts write (args prepared as 0.6.9's bridge did)."""
     args, kind, run_at, ordering_key = _prepared(args, kind, metadata, run_at, ordering_key)
-    return build_batch([args], kind=kind, queue=queue, priority=priority,
-                       max_attempts=max_attempts, tags=tags, metadata=metadata, run_at=run_at,
-                       unique_opts=unique_opts, ordering_key=ordering_key)
+    return build_batch([args], InsertOptions(
+        kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+        metadata=metadata, run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key))
 
 
 async def insert_job(conn: Any, args: Any, *, kind: str | None = None,

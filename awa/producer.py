@@ -23,7 +23,8 @@ from awa import config, db
 from awa import metrics as awa_metrics
 from awa.job import AwaError, DatabaseError, Job, Timestamp, ValidationError
 from awa.metrics import METRICS
-from awa.storage.canonical import enqueue
+from awa.storage.common import enqueue
+from awa.storage.common.enqueue import InsertOptions
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
 log = logging.getLogger("awa.producer")
@@ -61,9 +62,10 @@ def check_payload_sizes(batch: EnqueueBatch) -> None:
                     len(big), _mib(warn_at), batch.kind[i], _mib(size))
 
 
-def build_batch(jobs: Sequence[Any], **options: Any) -> EnqueueBatch:
+def build_batch(jobs: Sequence[Any], options: InsertOptions, *,
+                opts: Sequence[dict[str, Any] | None] | None = None) -> EnqueueBatch:
     """``enqueue.build_batch`` (validate and encode every row), then the size limits."""
-    batch = enqueue.build_batch(jobs, **options)
+    batch = enqueue.build_batch(jobs, options, opts=opts)
     check_payload_sizes(batch)
     return batch
 
@@ -151,10 +153,10 @@ class ProducerMixin:
                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                      run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                      ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = build_batch([args], kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key)
+        batch = build_batch([args], InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key))
         pool = await self._get_pool()
         engine = await self._get_engine()
         async with pool.connection() as conn:
@@ -173,10 +175,10 @@ class ProducerMixin:
                           ordering_key: bytes | str | None = None,
                           opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
         """Insert with ``unnest`` arrays, one statement per batch, all in one transaction."""
-        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key, opts=opts)
+        batch = build_batch(jobs, InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key), opts=opts)
         return cast(InsertedJobs, await self._write(batch, copy=False))
 
     async def insert_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
@@ -190,10 +192,10 @@ class ProducerMixin:
                                ordering_key: bytes | str | None = None,
                                opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
         """COPY into a staging table, then one INSERT ... SELECT returning the jobs."""
-        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key, opts=opts)
+        batch = build_batch(jobs, InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key), opts=opts)
         return cast(InsertedJobs, await self._write(batch, copy=True))
 
     async def enqueue_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
@@ -212,10 +214,10 @@ class ProducerMixin:
         ``queue_storage_queue_stripe_count`` belongs to the queue-storage
         engine and is accepted for compatibility only.
         """
-        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key, opts=opts)
+        batch = build_batch(jobs, InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key), opts=opts)
         return cast(EnqueueCount, await self._write(batch, copy=True, returning=False))
 
     async def _write(self, batch: EnqueueBatch, *, copy: bool,
@@ -353,10 +355,10 @@ class Transaction:
                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                      run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                      ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = build_batch([args], kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key)
+        batch = build_batch([args], InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key))
         job = await insert_one(self._engine, self.connection, batch)
         awa_metrics.record_inserted_pending(self, (job,))
         return job
@@ -369,10 +371,10 @@ class Transaction:
                           run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
                           ordering_key: bytes | str | None = None,
                           opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
-        batch = build_batch(jobs, kind=kind, queue=queue, priority=priority,
-                                    max_attempts=max_attempts, tags=tags, metadata=metadata,
-                                    run_at=run_at, unique_opts=unique_opts,
-                                    ordering_key=ordering_key, opts=opts)
+        batch = build_batch(jobs, InsertOptions(
+            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
+            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
+            ordering_key=ordering_key), opts=opts)
         conn = self.connection
         jobs = inserted_jobs(batch, [await self._engine.insert_batch(conn, chunk)
                                      for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])

@@ -27,9 +27,9 @@ QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"
 
-# The tables of our queue-storage layout (awa/schema/queue_storage.sql) that move with its
-# schema; everything else the seed names (runtime_instances, queue_meta, descriptors...)
-# stays in ``awa``.
+# The tables of our queue-storage layout (awa/storage/queue_storage/sql/layout.sql) that
+# move with its schema; everything else the seed names (runtime_instances, queue_meta,
+# descriptors...) stays in ``awa``.
 QUEUE_STORAGE_TABLES = ("leases", "lease_claims", "lease_claim_closures",
                         "lease_claim_closure_batches", "attempt_state", "deferred_jobs",
                         "ready_entries", "done_entries", "ready_tombstones")

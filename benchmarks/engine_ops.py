@@ -28,7 +28,7 @@ import _support
 import psycopg
 
 from awa import storage
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite
 
 QUEUE = "ops"
@@ -46,8 +46,8 @@ async def measure(engine_name: str, jobs: int, batch: int) -> dict[str, float]:
             before = producer.cpu()
             for offset in range(0, jobs, COPY_BATCH):
                 rows = [{"i": i} for i in range(offset, min(offset + COPY_BATCH, jobs))]
-                await engine.copy_batch(producer.conn, build_batch(rows, kind=KIND, queue=QUEUE),
-                                        returning=False)
+                rows_in = build_batch(rows, InsertOptions(kind=KIND, queue=QUEUE))
+                await engine.copy_batch(producer.conn, rows_in, returning=False)
             enqueue_cpu = producer.cpu() - before
             claim_cpu = complete_cpu = 0.0
             done = 0

@@ -35,7 +35,7 @@ import _support
 import psycopg
 
 from awa import storage
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite, Engine
 
 QUEUE = "cost"
@@ -60,7 +60,7 @@ async def _complete(engine: Engine, conn: psycopg.AsyncConnection) -> object:
 
 
 async def _insert(engine: Engine, conn: psycopg.AsyncConnection) -> object:
-    return await engine.insert_batch(conn, build_batch([{}], kind=KIND, queue=QUEUE))
+    return await engine.insert_batch(conn, build_batch([{}], InsertOptions(kind=KIND, queue=QUEUE)))
 
 
 # Each operation and whether it writes (and so runs in the engine's second database).
@@ -82,7 +82,7 @@ class Subject:
         reads = await psycopg.AsyncConnection.connect(reads_url, autocommit=True)
         writes = await psycopg.AsyncConnection.connect(writes_url, autocommit=True)
         engine = await storage.open_engine(reads)
-        await engine.insert_batch(reads, build_batch([{}], kind=KIND, queue=QUEUE))
+        await engine.insert_batch(reads, build_batch([{}], InsertOptions(kind=KIND, queue=QUEUE)))
         claimed = await engine.claim_batch(reads, QUEUE, BATCH, DEADLINE_MS)
         await engine.complete_batch(reads, [AttemptWrite(j.id, j.run_lease) for j in claimed])
         return cls(name, engine, _support.Backend(reads), _support.Backend(writes))

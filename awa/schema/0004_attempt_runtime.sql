@@ -3,7 +3,7 @@
 -- NULL for rows claimed before this migration and for jobs never claimed.
 --
 -- awa.jobs exposes it as its last column.  On a queue-storage database the view is
--- replaced by awa/schema/queue_storage.sql, laid out again right after the migrations
+-- replaced by awa/storage/queue_storage/sql/jobs_view.sql, laid out again right after the migrations
 -- (awa.storage.migrate), which adds the same column to its own tables; until then the
 -- view keeps its old column list (adding a column to a table under `SELECT *` leaves an
 -- existing view valid).

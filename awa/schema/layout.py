@@ -36,7 +36,7 @@ RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
 
 QUEUE_STORAGE_LAYOUT_VERSION = 4
 """The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
-has).  Raised with every change to ``queue_storage.sql`` or to a function the engine calls, so
+has).  Raised with every change to the engine's layout or to a function it calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix
 (``awa.schema.ensure_migrated``) instead of failing at its first statement.  0: laid out before
 the version was recorded (no ``awa.qs_layout_version()``); 1: ``awa.qs_insert_plain``, the
@@ -45,8 +45,9 @@ guarded by each partition's exclusion constraint; 3: dispatchers woken by
 ``awa.qs_reserve_lane`` (no trigger on ``ready_entries``), entries found by job id (no
 ``ready_id`` index), no ``claimed_at`` index on receipts, ``awa.qs_claimed_run_end``; 4: open
 receipts read from the gaps between closed ranges past a watermark (``awa.qs_open_receipts``,
-``awa.qs_receipt_watermark``, receipts indexed by ``receipt_id``).  Kept here, beside
-``queue_storage.sql``, so that checking a database needs no engine loaded."""
+``awa.qs_receipt_watermark``, receipts indexed by ``receipt_id``).  Kept here, so that
+checking a database needs no engine loaded; ``awa/storage/queue_storage/sql/layout_version.sql``
+installs the same number (a test checks)."""
 
 # One round trip: which awa objects exist, so later queries never name a missing relation.
 PROBE = """

@@ -35,7 +35,7 @@ from awa.job import Job, JobState
 class EnqueueBatch:
     """Validated, encoded columns of the rows one statement writes.
 
-    Built by ``awa.storage.canonical.enqueue.build_batch`` before anything is
+    Built by ``awa.storage.common.enqueue.build_batch`` before anything is
     written, so bad input fails with one line; every engine writes the same
     columns.  ``originals`` are the caller's own args objects, handed back in
     the returned jobs.

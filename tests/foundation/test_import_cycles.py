@@ -17,16 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "awa"
 
-# Cycles inside the queue-storage engine, whose procedures are still collected by its schema
-# module (``install_sql`` imports enqueue and execution, which import the schema's helpers).
-# They stay listed until that engine's restructuring (issue 37, item 1) removes them; the
-# test fails when one disappears, so the list cannot go stale.
-KNOWN_ENGINE_CYCLES: set[frozenset[str]] = {
-    frozenset({"awa.storage.queue_storage.schema", "awa.storage.queue_storage.enqueue",
-               "awa.storage.queue_storage.execution"}),
-}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -127,11 +117,8 @@ def a_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_awa_has_no_import_cycles():
     graph = import_graph()
     components = strongly_connected(graph)
-    unexpected = [c for c in components if frozenset(c) not in KNOWN_ENGINE_CYCLES]
-    assert not unexpected, "import cycles:\n" + "\n".join(
-        " -> ".join(a_cycle(graph, c)) for c in unexpected)
-    gone = KNOWN_ENGINE_CYCLES - {frozenset(c) for c in components}
-    assert not gone, f"no longer cycles, drop them from KNOWN_ENGINE_CYCLES: {gone}"
+    assert not components, "import cycles:\n" + "\n".join(
+        " -> ".join(a_cycle(graph, c)) for c in components)
 
 
 def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 import awa
 from awa.job import JobState
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 
 UNIQUE = {"by_args": True}
 
@@ -30,7 +30,8 @@ async def jobs(aconn: psycopg.AsyncConnection[Any], **where: Any) -> list[dict[s
 
 async def test_insert_batch_returns_the_jobs_in_input_order(engine, aconn):
     args = [{"n": i} for i in range(3)]
-    batch = build_batch(args, kind="k", queue="q", priority=3, tags=["a"], metadata={"m": 1})
+    batch = build_batch(args, InsertOptions(kind="k", queue="q", priority=3, tags=["a"],
+                                            metadata={"m": 1}))
     outcome = await engine.insert_batch(aconn, batch)
     assert (outcome.inserted, outcome.skipped) == (3, 0)
     assert [j.args for j in outcome.jobs] == args
@@ -45,10 +46,10 @@ async def test_insert_batch_returns_the_jobs_in_input_order(engine, aconn):
 
 
 async def test_insert_batch_without_returning_counts(engine, aconn):
-    batch = build_batch([{"n": 1}, {"n": 2}], kind="k")
+    batch = build_batch([{"n": 1}, {"n": 2}], InsertOptions(kind="k"))
     outcome = await engine.insert_batch(aconn, batch, returning=False)
     assert (outcome.jobs, outcome.inserted, outcome.skipped) == ([], 2, 0)
-    later = build_batch([{"n": 3}], kind="k", run_at=timedelta(hours=1))
+    later = build_batch([{"n": 3}], InsertOptions(kind="k", run_at=timedelta(hours=1)))
     outcome = await engine.insert_batch(aconn, later, returning=False)
     assert (outcome.inserted, outcome.skipped) == (1, 0)
     assert [r["state"] for r in await jobs(aconn)] == ["available", "available", "scheduled"]
@@ -56,11 +57,11 @@ async def test_insert_batch_without_returning_counts(engine, aconn):
 
 async def test_an_explicit_run_at_is_scheduled_even_when_past(engine, aconn):
     # awa-pg 0.6.9: any explicit run_at starts scheduled; promotion makes it available.
-    batch = build_batch([{"n": 1}, {"n": 2}], kind="k",
+    batch = build_batch([{"n": 1}, {"n": 2}], InsertOptions(kind="k"),
                         opts=[{"run_at": timedelta(hours=-1)}, None])
     [past, plain] = (await engine.insert_batch(aconn, batch)).jobs
     assert (past.state, plain.state) == (JobState.Scheduled, JobState.Available)
-    copied = build_batch([{"n": 3}], kind="k", run_at=timedelta(seconds=-5))
+    copied = build_batch([{"n": 3}], InsertOptions(kind="k", run_at=timedelta(seconds=-5)))
     [copy] = (await engine.copy_batch(aconn, copied)).jobs
     assert copy.state is JobState.Scheduled
     assert [r["state"] for r in await jobs(aconn)] == ["scheduled", "available", "scheduled"]
@@ -70,7 +71,7 @@ async def test_an_explicit_run_at_is_scheduled_even_when_past(engine, aconn):
 
 
 async def test_a_future_run_at_is_scheduled(engine, aconn):
-    batch = build_batch([{"n": 1}], kind="k", opts=[{"run_at": timedelta(hours=1)}])
+    batch = build_batch([{"n": 1}], InsertOptions(kind="k"), opts=[{"run_at": timedelta(hours=1)}])
     [job] = (await engine.insert_batch(aconn, batch)).jobs
     assert job.state is JobState.Scheduled
     assert [r["state"] for r in await jobs(aconn)] == ["scheduled"]
@@ -78,7 +79,7 @@ async def test_a_future_run_at_is_scheduled(engine, aconn):
 
 async def test_an_empty_batch_writes_nothing(engine, aconn):
     for write in (engine.insert_batch, engine.copy_batch):
-        outcome = await write(aconn, build_batch([], kind="k"))
+        outcome = await write(aconn, build_batch([], InsertOptions(kind="k")))
         assert (outcome.jobs, outcome.inserted, outcome.skipped) == ([], 0, 0)
     assert await jobs(aconn) == []
 
@@ -90,7 +91,7 @@ async def test_copy_batch(engine, aconn, returning, general) -> None:
     options: dict[str, Any] = {}
     if general:
         options = {"opts": [{"run_at": timedelta(hours=1)}] + [None] * 4}
-    batch = build_batch(args, kind="k", queue="copy", **options)
+    batch = build_batch(args, InsertOptions(kind="k", queue="copy"), **options)
     outcome = await engine.copy_batch(aconn, batch, returning)
     assert (outcome.inserted, outcome.skipped) == (5, 0)
     rows = await jobs(aconn)
@@ -109,7 +110,8 @@ async def test_copy_batch(engine, aconn, returning, general) -> None:
 @pytest.mark.parametrize("returning", [True, False])
 async def test_copy_batches_in_one_transaction_write_each_row_once(engine, aconn, returning):
     """The client writes a big COPY as several chunks in one transaction."""
-    chunks = [build_batch([{"n": i} for i in range(c * 3, c * 3 + 3)], kind="k", queue="copy",
+    chunks = [build_batch([{"n": i} for i in range(c * 3, c * 3 + 3)],
+                          InsertOptions(kind="k", queue="copy"),
                           opts=[{"run_at": timedelta(hours=1)}, None, None]) for c in range(3)]
     async with aconn.transaction():
         outcomes = [await engine.copy_batch(aconn, chunk, returning) for chunk in chunks]
@@ -120,10 +122,11 @@ async def test_copy_batches_in_one_transaction_write_each_row_once(engine, aconn
 @pytest.mark.parametrize("copy", [False, True], ids=["insert", "copy"])
 async def test_bulk_insert_skips_unique_duplicates(engine, aconn, copy):
     write = engine.copy_batch if copy else engine.insert_batch
-    first = await write(aconn, build_batch([{"n": 1}], kind="u", unique_opts=UNIQUE))
+    first = await write(aconn, build_batch([{"n": 1}], InsertOptions(kind="u", unique_opts=UNIQUE)))
     assert first.inserted == 1
     # One already claimed, one twice within the batch, one new.
-    batch = build_batch([{"n": 1}, {"n": 2}, {"n": 2}, {"n": 3}], kind="u", unique_opts=UNIQUE)
+    batch = build_batch([{"n": 1}, {"n": 2}, {"n": 2}, {"n": 3}],
+                        InsertOptions(kind="u", unique_opts=UNIQUE))
     outcome = await write(aconn, batch)
     assert (outcome.inserted, outcome.skipped) == (2, 2)
     assert [j.args for j in outcome.jobs] == [{"n": 2}, {"n": 3}]
@@ -133,7 +136,7 @@ async def test_bulk_insert_skips_unique_duplicates(engine, aconn, copy):
 
 
 async def test_unique_holder(engine, aconn):
-    batch = build_batch([{"n": 1}], kind="u", unique_opts=UNIQUE)
+    batch = build_batch([{"n": 1}], InsertOptions(kind="u", unique_opts=UNIQUE))
     key = batch.unique_key[0]
     assert key is not None
     assert await engine.unique_holder(aconn, key) is None
@@ -141,8 +144,8 @@ async def test_unique_holder(engine, aconn):
     holder = await engine.unique_holder(aconn, key)
     assert holder is not None and (holder.job_id, holder.state) == (job.id, JobState.Available)
     # A duplicate single insert is skipped; the caller reports it with the holder.
-    again = await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="u",
-                                                         unique_opts=UNIQUE))
+    again = await engine.insert_batch(aconn, build_batch([{"n": 1}], InsertOptions(kind="u",
+                                                         unique_opts=UNIQUE)))
     assert (again.inserted, again.skipped, again.jobs) == (0, 1, [])
 
 
@@ -160,18 +163,18 @@ async def test_insert_stays_in_the_callers_transaction(engine, engine_url, aconn
     async with await psycopg.AsyncConnection.connect(engine_url) as conn:
         async with conn.transaction(force_rollback=True):
             outcome = await engine.insert_batch(
-                conn, build_batch([{"n": 1}], kind="u", unique_opts=UNIQUE))
+                conn, build_batch([{"n": 1}], InsertOptions(kind="u", unique_opts=UNIQUE)))
             assert outcome.inserted == 1
             assert await jobs(aconn) == []  # not visible before commit
         async with conn.transaction():
             again = await engine.insert_batch(
-                conn, build_batch([{"n": 1}], kind="u", unique_opts=UNIQUE))
+                conn, build_batch([{"n": 1}], InsertOptions(kind="u", unique_opts=UNIQUE)))
             assert again.inserted == 1  # the rolled-back claim is gone
     assert len(await jobs(aconn)) == 1
 
 
 def test_sync_twins_on_a_users_connection(engine, engine_url):
-    batch = build_batch([{"n": 1}], kind="u", unique_opts=UNIQUE)
+    batch = build_batch([{"n": 1}], InsertOptions(kind="u", unique_opts=UNIQUE))
     key = batch.unique_key[0]
     assert key is not None
     with psycopg.connect(engine_url, row_factory=dict_row) as conn:
@@ -180,11 +183,11 @@ def test_sync_twins_on_a_users_connection(engine, engine_url):
             holder = engine.unique_holder_sync(conn, key)
             assert holder is not None and holder.job_id == job.id
             assert holder.state is JobState.Available
-            again = engine.insert_batch_sync(conn, build_batch([{"n": 1}], kind="u",
-                                                               unique_opts=UNIQUE))
+            again = engine.insert_batch_sync(conn, build_batch([{"n": 1}], InsertOptions(kind="u",
+                                                               unique_opts=UNIQUE)))
             assert (again.inserted, again.skipped) == (0, 1)
         assert engine.unique_holder_sync(conn, key) is None
-        counted = engine.insert_batch_sync(conn, build_batch([{"n": 2}], kind="k"),
+        counted = engine.insert_batch_sync(conn, build_batch([{"n": 2}], InsertOptions(kind="k")),
                                            returning=False)
         assert (counted.inserted, counted.skipped, counted.jobs) == (1, 0, [])
         conn.commit()

@@ -12,7 +12,9 @@ the engine:
   normalises both sides, so a changed body, signature, attribute or view query shows as a
   difference.
 
-Queue storage joins by adding its ``Source`` once its functions are written out in files.
+Queue storage's files are the canonical migrations (the tables both engines share), then its
+own in ``awa/storage/queue_storage/sql/`` in ``procedures.FILES`` order (``jobs_view.sql``
+replaces the ``awa.jobs`` view).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ import psycopg
 import pytest
 
 from awa.schema import catalogue
+from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
+from awa.storage.queue_storage import execution, procedures
 
 SCHEMA_DIR = Path(catalogue.__file__).parent
+QUEUE_STORAGE_SQL = Path(procedures.__file__).parent / "sql"
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,11 @@ class Source:
     schemas: tuple[str, ...] = ("awa",)
 
 
+MIGRATIONS = tuple(sorted(SCHEMA_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")))
 SOURCES = {
-    "canonical": Source(tuple(sorted(SCHEMA_DIR.glob("[0-9][0-9][0-9][0-9]_*.sql")))),
+    "canonical": Source(MIGRATIONS),
+    "queue_storage": Source(MIGRATIONS
+                            + tuple(QUEUE_STORAGE_SQL / name for name in procedures.FILES)),
 }
 
 _CREATE = re.compile(r"\bCREATE\s+OR\s+REPLACE\s+(FUNCTION|VIEW)\s+([a-z_][a-z0-9_]*)\."
@@ -139,16 +147,24 @@ def test_installed_functions_and_views_are_the_files(engine_name, database_url):
         assert list(differences(conn, defs)) == []
 
 
-@pytest.mark.parametrize("engine_name", ["canonical"])
+# Per engine: a function, and an edit of its body that changes nothing it does.
+_EDITS = {
+    "canonical": ("awa.notify_available", "PERFORM pg_notify", "PERFORM  pg_notify"),
+    "queue_storage": ("awa.qs_heartbeat", "UPDATE awa.leases l SET heartbeat_at = now()",
+                      "UPDATE awa.leases l SET heartbeat_at  = now()"),
+}
+
+
+@pytest.mark.parametrize("engine_name", sorted(_EDITS))
 def test_a_file_that_differs_from_the_installed_function_is_caught(engine_name, database_url):
     """The check itself: a changed body and a changed view query are each reported."""
     defs = definitions(SOURCES[engine_name])
-    function = defs[("function", "awa.notify_available")]
+    name, old, new = _EDITS[engine_name]
+    function = defs[("function", name)]
     view = defs[("view", "awa.jobs")]
     changed = {
         ("function", function.name): Definition(
-            function.kind, function.name,
-            function.sql.replace("PERFORM pg_notify", "PERFORM  pg_notify"), function.origin),
+            function.kind, function.name, function.sql.replace(old, new), function.origin),
         ("view", view.name): Definition(
             view.kind, view.name,
             view.sql.replace("UNION ALL", "UNION"), view.origin),
@@ -156,7 +172,22 @@ def test_a_file_that_differs_from_the_installed_function_is_caught(engine_name, 
     assert all(c.sql != defs[k].sql for k, c in changed.items())
     with psycopg.connect(database_url, autocommit=True) as conn:
         found = list(differences(conn, changed))
-        assert [f.split(" (")[0] for f in found] == ["function awa.notify_available",
-                                                     "view awa.jobs"]
+        assert [f.split(" (")[0] for f in found] == [f"function {name}", "view awa.jobs"]
         # Rolled back: what is installed is untouched.
         assert list(differences(conn, {k: defs[k] for k in changed})) == []
+
+
+def test_the_queue_storage_layout_version_is_the_codes():
+    """``sql/layout_version.sql`` installs the version ``awa.schema.layout`` requires."""
+    text = (QUEUE_STORAGE_SQL / "layout_version.sql").read_text()
+    assert f"$$ SELECT {QUEUE_STORAGE_LAYOUT_VERSION} $$" in text
+
+
+def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
+    """The callback statements (sent as SQL) are built from ``execution._END``; the installed
+    attempt-closing functions write the same CTEs out.  With each ``%(name)s`` placeholder
+    as the function's parameter ``p_name``, ``_END`` is in each of them as written."""
+    end = re.sub(r"%\((\w+)\)s", r"p_\1", execution._END).strip()
+    defs = definitions(SOURCES["queue_storage"])
+    for name in ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter"):
+        assert end in defs[("function", f"awa.{name}")].sql, name

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage
 
@@ -113,7 +113,8 @@ async def test_install_is_idempotent_and_names_the_backend(engine_url, aconn):
 
 @QS
 async def test_the_guides_queries_return_the_running_attempts(engine, aconn):
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)],
+                                                 InsertOptions(kind="k")))
     short, long_, done = await engine.claim_batch(aconn, "default", 3, 60_000)
     # One finishes, one heartbeats (materializes into leases), one stays a bare receipt.
     assert (await engine.complete_batch(aconn, [AttemptWrite(done.id, done.run_lease)])).applied
@@ -136,7 +137,8 @@ async def test_the_hot_path_only_appends(engine, aconn):
     """Enqueue, claim and complete leave the canonical tables alone and never update or
     delete a ready, receipt, closure or done row (pg_stat counters, per table); the 50
     completions close their receipts with one compact closure row."""
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(50)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(50)],
+                                                 InsertOptions(kind="k")))
     jobs = await engine.claim_batch(aconn, "default", 50, 60_000)
     assert len(jobs) == 50
     applied = await engine.complete_batch(aconn, [AttemptWrite(j.id, j.run_lease) for j in jobs])
@@ -175,8 +177,8 @@ async def test_a_layout_older_than_the_code_is_refused_until_migrated(engine_url
     refused with `awa migrate` at the client's first use, not at its first failing
     statement; migrating brings it up to date and the same client call then works."""
     import awa
+    from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION as LAYOUT_VERSION
     from awa.storage import describe_layout
-    from awa.storage.queue_storage.schema import LAYOUT_VERSION
 
     await aconn.execute("DROP FUNCTION awa.qs_layout_version()")
     layout = await describe_layout(aconn)
@@ -213,8 +215,8 @@ async def test_a_new_lane_is_never_claimed_twice(engine, engine_url, aconn):
                     claimed.extend(j.id for j in await engine.claim_batch(conn, queue, 5, 60_000))
 
             tasks = [asyncio.create_task(claimer(c)) for c in conns]
-            await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k",
-                                                         queue=queue))
+            await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)],
+                                                         InsertOptions(kind="k", queue=queue)))
             for _ in range(100):
                 if len(claimed) >= 3:
                     break
@@ -237,15 +239,16 @@ async def test_enqueue_shards_let_concurrent_producers_append_without_waiting(en
     await aconn.execute("INSERT INTO awa.queue_meta (queue, enqueue_shards) VALUES ('s', 4) "
                         "ON CONFLICT (queue) DO UPDATE SET enqueue_shards = 4")
     # The queue's first enqueue creates its lanes (a producer meanwhile waits for that once).
-    await engine.insert_batch(aconn, build_batch([{"n": 0}], kind="k", queue="s"))
+    await engine.insert_batch(aconn, build_batch([{"n": 0}], InsertOptions(kind="k", queue="s")))
     producers = [await psycopg.AsyncConnection.connect(engine_url) for _ in range(4)]
     try:
         for conn in producers:  # each transaction stays open, holding its lane
             await conn.execute("SET lock_timeout = '2s'")
             await engine.insert_batch(conn, build_batch([{"n": i} for i in range(10)],
-                                                        kind="k", queue="s"))
+                                                        InsertOptions(kind="k", queue="s")))
             await engine.copy_batch(conn, build_batch([{"n": i} for i in range(5)],
-                                                      kind="k", queue="s"), returning=False)
+                                                      InsertOptions(
+                                                          kind="k", queue="s")), returning=False)
         for conn in producers:
             await conn.commit()
     finally:
@@ -259,15 +262,17 @@ async def test_enqueue_shards_let_concurrent_producers_append_without_waiting(en
     # Each lane's positions are dense from 0: no gaps a claimer would have to step over.
     assert all(lane["lo"] == 0 and lane["hi"] == lane["n"] - 1 for lane in lanes), lanes
     # One shard (the default) is one lane: a second producer waits for the first.
-    await engine.insert_batch(aconn, build_batch([{"n": 0}], kind="k", queue="single"))
+    await engine.insert_batch(aconn, build_batch([{"n": 0}],
+                                                 InsertOptions(kind="k", queue="single")))
     one = await psycopg.AsyncConnection.connect(engine_url)
     try:
-        await engine.insert_batch(one, build_batch([{"n": 1}], kind="k", queue="single"))
+        await engine.insert_batch(one, build_batch([{"n": 1}],
+                                                   InsertOptions(kind="k", queue="single")))
         async with await psycopg.AsyncConnection.connect(engine_url) as other:
             await other.execute("SET lock_timeout = '200ms'")
             with pytest.raises(psycopg.errors.LockNotAvailable):
-                await engine.insert_batch(other, build_batch([{"n": 2}], kind="k",
-                                                             queue="single"))
+                await engine.insert_batch(other, build_batch([{"n": 2}], InsertOptions(kind="k",
+                                                             queue="single")))
     finally:
         await one.close()
     claimed = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
@@ -281,7 +286,7 @@ async def test_the_hot_path_leaves_one_dead_head_tuple_per_stride_of_claims(engi
     async with aconn.transaction():
         for _ in range(10):
             await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(50)],
-                                                         kind="k", queue="h"))
+                                                         InsertOptions(kind="k", queue="h")))
         claimed: list[int] = []
         while batch := await engine.claim_batch(aconn, "h", 7, 60_000):
             claimed.extend(j.id for j in batch)
@@ -298,16 +303,18 @@ async def test_the_hot_path_leaves_one_dead_head_tuple_per_stride_of_claims(engi
 async def test_settling_moves_an_idle_lane_head_and_claims_stay_exact(engine, aconn):
     """A lane left lagging its receipts is settled by the leader's ring tick; nothing is
     claimed twice or skipped across the settle, then across a rotation and prune."""
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(30)], kind="k",
-                                                 queue="s"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(30)],
+                                                 InsertOptions(kind="k",
+                                                 queue="s")))
     first = [j.id for j in await engine.claim_batch(aconn, "s", 20, 60_000)]
     head = await _all(aconn, "SELECT claim_seq FROM awa.queue_claim_heads WHERE queue = 's'")
     assert head[0]["claim_seq"] == 0  # lagging: fewer than a stride claimed
     await engine.rotate_and_prune(aconn, completed_retention_s=0, failed_retention_s=0)
     head = await _all(aconn, "SELECT claim_seq FROM awa.queue_claim_heads WHERE queue = 's'")
     assert head[0]["claim_seq"] == 20
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(5)], kind="k",
-                                                 queue="s"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(5)],
+                                                 InsertOptions(kind="k",
+                                                 queue="s")))
     rest = [j.id for j in await engine.claim_batch(aconn, "s", 100, 60_000)]
     assert len(rest) == 15 and not set(rest) & set(first)
     lanes = await _all(aconn, "SELECT count(DISTINCT lane_seq) AS n FROM awa.ready_entries "
@@ -320,12 +327,13 @@ async def test_priority_ages_at_claim_time(engine, aconn):
     """A low-priority job that has waited is claimed before a newer urgent one, without
     waiting for the leader's aging pass: one step per interval since run_at, to at best 1."""
     async def old_and_urgent(queue: str, urgent_priority: int) -> tuple[int, int]:
-        [old] = (await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k", queue=queue,
-                                                              priority=4))).jobs
+        [old] = (await engine.insert_batch(aconn, build_batch([{"n": 1}],
+                                                              InsertOptions(kind="k", queue=queue,
+                                                              priority=4)))).jobs
         await aconn.execute("UPDATE awa.jobs SET run_at = now() - interval '10 minutes' "
                             "WHERE id = %s", (old.id,))
         [urgent] = (await engine.insert_batch(aconn, build_batch(
-            [{"n": 2}], kind="k", queue=queue, priority=urgent_priority))).jobs
+            [{"n": 2}], InsertOptions(kind="k", queue=queue, priority=urgent_priority)))).jobs
         return old.id, urgent.id
 
     old, urgent = await old_and_urgent("plain", 1)
@@ -351,7 +359,7 @@ async def test_a_claim_that_leaves_a_gap_does_not_move_the_lane_frontier(engine,
     it.  (The gap: a job whose run_at moved is re-placed at the lane's end, and
     being older it ranks before the entry it passed.)"""
     async def insert(priority: int) -> int:
-        batch = build_batch([{}], kind="k", queue="gaps", priority=priority)
+        batch = build_batch([{}], InsertOptions(kind="k", queue="gaps", priority=priority))
         return (await engine.insert_batch(aconn, batch)).jobs[0].id
 
     async def claim(n: int) -> list[int]:

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from awa import lifecycle
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import rings
 
@@ -37,7 +37,8 @@ async def slots(aconn: psycopg.AsyncConnection[Any], schema: str) -> dict[str, i
 
 
 async def test_finished_history_is_truncated_and_live_rows_survive(engine, aconn):
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(6)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(6)],
+                                                 InsertOptions(kind="k")))
     done, failed, running, *waiting = await engine.claim_batch(aconn, "default", 3, 60_000)
     jobs = [done, failed, running]
     assert (await engine.complete_batch(aconn, [AttemptWrite(done.id, done.run_lease)])).applied
@@ -78,7 +79,7 @@ async def test_finished_history_is_truncated_and_live_rows_survive(engine, aconn
 
 
 async def test_retention_keeps_young_history(engine, aconn):
-    await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": 1}], InsertOptions(kind="k")))
     [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
     for _ in range(2):
@@ -93,7 +94,7 @@ async def test_the_queue_ring_rotates_once_a_slot_has_covered_its_share_of_reten
     """Retention by rotation: with slots covering retention / (slots - 2) each, the slot next
     in line is past retention when its turn comes, so it is truncated whole, never row by row."""
     keep = 0.4  # four slots: a slot is written for 0.2 s
-    await engine.insert_batch(aconn, build_batch([{"n": 1}], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": 1}], InsertOptions(kind="k")))
     [job] = await engine.claim_batch(aconn, "default", 1, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(job.id, job.run_lease)])
     seen: list[int] = []
@@ -108,14 +109,15 @@ async def test_the_queue_ring_rotates_once_a_slot_has_covered_its_share_of_reten
 
 async def test_a_reader_on_a_sealed_slot_makes_prune_skip_not_block_claims(
         engine, engine_url, aconn):
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(3)],
+                                                 InsertOptions(kind="k")))
     jobs = await engine.claim_batch(aconn, "default", 3, 60_000)
     await engine.complete_batch(aconn, [AttemptWrite(j.id, j.run_lease) for j in jobs])
     await engine.rotate_and_prune(aconn, completed_retention_s=0, failed_retention_s=0)
     async with await psycopg.AsyncConnection.connect(engine_url) as reader:
         # ACCESS SHARE, held
         await reader.execute(engine.sql("SELECT count(*) FROM awa.ready_entries_0"))
-        await engine.insert_batch(aconn, build_batch([{"n": 9}], kind="k"))
+        await engine.insert_batch(aconn, build_batch([{"n": 9}], InsertOptions(kind="k")))
 
         async def claim_soon() -> float:
             async with await psycopg.AsyncConnection.connect(engine_url,

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa.storage.canonical.enqueue import build_batch
+from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage.schema import in_schema
 
@@ -45,7 +45,8 @@ async def receipt_of(aconn: psycopg.AsyncConnection[Any], schema: str, job_id: i
 
 
 async def test_the_watermark_stops_at_the_first_open_receipt(engine, aconn):
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(8)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(8)],
+                                                 InsertOptions(kind="k")))
     jobs = await engine.claim_batch(aconn, "default", 8, 60_000)
     first_open = jobs[3]
     done = [j for j in jobs if j.id != first_open.id and j.id != jobs[6].id]
@@ -69,7 +70,8 @@ async def test_the_watermark_stops_at_the_first_open_receipt(engine, aconn):
 
 async def test_a_rolled_back_claim_holds_the_watermark_until_its_time_has_passed(
         engine, aconn, engine_url):
-    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(6)], kind="k"))
+    await engine.insert_batch(aconn, build_batch([{"n": i} for i in range(6)],
+                                                 InsertOptions(kind="k")))
     [a] = await engine.claim_batch(aconn, "default", 1, 60_000)
     # A claim that rolls back: its receipt ids are taken and never used.
     async with await psycopg.AsyncConnection.connect(engine_url, row_factory=dict_row) as other:

@@ -2,7 +2,7 @@
 
 Canonical routes each row to ``jobs_hot`` / ``scheduled_jobs`` (migration
 0002); queue storage tombstones, closes, re-appends or updates in place
-(``awa/schema/queue_storage.sql``).  Observed through the view and the client.
+(``awa/storage/queue_storage/sql/jobs_view.sql``).  Observed through the view and the client.
 """
 
 from __future__ import annotations

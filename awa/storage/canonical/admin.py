@@ -21,9 +21,9 @@ from psycopg import errors as pg_errors
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical.batch import CanonicalBatch
-from awa.storage.canonical.enqueue import unique_error
 from awa.storage.canonical.tables import depth_states_by_table, state_list
 from awa.storage.common.collisions import apply_batch_or_each
+from awa.storage.common.enqueue import unique_error
 from awa.storage.common.fetch import fetch_all, fetch_one
 from awa.storage.engine import (
     DlqEntry,

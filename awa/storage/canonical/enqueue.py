@@ -1,80 +1,45 @@
-"""Enqueue: turning job args into rows of awa.jobs_hot / awa.scheduled_jobs.
+"""Enqueue on the canonical engine: rows of awa.jobs_hot / awa.scheduled_jobs.
 
-One builder (``build_batch``) validates and encodes every insert path's input
-into columns; one statement per batch writes them, fed either by ``unnest`` of
-array parameters or by ``COPY`` into a per-session staging table.  Rows
+The batch arrives built (``awa.storage.common.enqueue.build_batch``); one statement
+per batch writes it, fed either by ``unnest`` of array parameters or by ``COPY``
+into the per-session staging table (both sources are the common core's).  Rows
 without a ``run_at`` go to ``jobs_hot`` as ``available`` (the schema's statement
 trigger sends ``NOTIFY "awa:<queue>"`` at commit); rows with an explicit
 ``run_at``, even a past one, go to ``scheduled_jobs`` as ``scheduled`` (as
 awa-pg 0.6.9), for promotion to make available once due.
 
 Unique jobs: the claim is taken by a trigger, so ``ON CONFLICT`` cannot skip
-duplicates.  The statement instead drops rows whose key is already claimed
-and keeps only the first claiming row per key within the batch; a concurrent
-producer that claims the key between our check and our insert makes the
-statement fail with ``unique_violation`` on ``idx_awa_jobs_unique``, and we
-run it again (inside a savepoint when the caller holds a transaction), when
-the now-committed claim is filtered out.
+duplicates; the statement keeps the rows ``KEPT_ROWS`` keeps, and a lost race
+with a concurrent producer is retried (``common.enqueue.give_up``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import re
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import cache
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from awa import config, telemetry
-from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
-from awa.serialization import derive_kind, json_default
-from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
-from awa.unique import UniqueOpts, key_for
+from awa.storage.common.enqueue import (
+    COPY_INTO_STAGING,
+    CREATE_STAGING,
+    EMPTY_STAGING,
+    KEPT_ROWS,
+    STAGING_SOURCE,
+    UNIQUE_RACE_RETRIES,
+    UNNEST_SOURCE,
+    UniqueHolders,
+    conflict_from,
+    copy_rows,
+    counted,
+    give_up,
+    in_transaction,
+    returned,
+    unnest_params,
+)
+from awa.storage.engine import EnqueueBatch, InsertOutcome
 
-UNIQUE_INDEX = "idx_awa_jobs_unique"
-UNIQUE_RACE_RETRIES = 8
-_INSERTED_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "run_at", "metadata",
-                     "tags", "unique_key", "unique_states")
-_PER_ROW_OPTIONS = {"kind", "queue", "priority", "max_attempts", "tags", "metadata", "run_at",
-                    "unique_opts", "ordering_key"}
-
-# --- the two row sources -----------------------------------------------------
-UNNEST_SOURCE = """unnest(%(kind)b::text[], %(queue)b::text[], %(args)b::text[]::jsonb[],
-                     %(priority)b::smallint[], %(max_attempts)b::smallint[],
-                     %(run_at)b::timestamptz[], %(metadata)b::text[]::jsonb[], %(tags)b::text[],
-                     %(unique_key)b::bytea[], %(unique_states)b::text[])
-              WITH ORDINALITY AS s(kind, queue, args, priority, max_attempts, run_at, metadata,
-                                   tags, unique_key, unique_states, ord)"""
-STAGING_TABLE = "awa_enqueue_staging"
-STAGING_SOURCE = f"pg_temp.{STAGING_TABLE} AS s"
-CREATE_STAGING = f"""
-CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (
-    ord           bigint,
-    kind          text,
-    queue         text,
-    args          jsonb,
-    priority      smallint,
-    max_attempts  smallint,
-    run_at        timestamptz,
-    metadata      jsonb,
-    tags          text[],
-    unique_key    bytea,
-    unique_states bit(8)
-) ON COMMIT DELETE ROWS"""
-# The staging table empties at commit; a multi-chunk write is one transaction, so each
-# chunk empties it first (TRUNCATE of a temp table: no other session sees it).
-EMPTY_STAGING = f"TRUNCATE pg_temp.{STAGING_TABLE}"
-COPY_INTO_STAGING = (f"COPY pg_temp.{STAGING_TABLE} (ord, {', '.join(_INSERTED_COLUMNS)}) "
-                     f"FROM STDIN")
 # The common case (no unique keys, nothing deferred) needs no staging at all.
 COPY_INTO_HOT = ("COPY awa.jobs_hot (kind, queue, args, priority, max_attempts, metadata, tags) "
                  "FROM STDIN")
@@ -87,39 +52,6 @@ SELECT s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata, s.tags::
   FROM {source}
  ORDER BY s.ord
 """
-# The rows of a batch that get written (both engines): all of them, except unique rows
-# whose key is taken -- claimed already, or by an earlier row of the batch.  ``{source}``
-# is the batch; defines ``kept`` (with its new ids, in batch order, ``deferred`` set for
-# any explicit run_at).
-KEPT_ROWS = """
-WITH incoming AS MATERIALIZED (
-    SELECT s.ord, s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata,
-           s.tags::text[] AS tags, s.unique_key, s.unique_states::bit(8) AS unique_states,
-           COALESCE(s.run_at, now()) AS run_at,
-           s.run_at IS NOT NULL AS deferred  -- any explicit run_at (awa-pg 0.6.9)
-      FROM {source}
-), flagged AS (
-    SELECT incoming.*,
-           incoming.unique_key IS NOT NULL
-           AND get_bit(incoming.unique_states, awa.state_bit(
-                   CASE WHEN incoming.deferred THEN 'scheduled' ELSE 'available' END
-                   ::awa.job_state)) = 1
-           AS claims
-      FROM incoming
-), ranked AS (
-    SELECT flagged.*,
-           row_number() OVER (PARTITION BY flagged.claims, flagged.unique_key
-                              ORDER BY flagged.ord) AS nth
-      FROM flagged
-), kept AS MATERIALIZED (
-    SELECT nextval('awa.jobs_id_seq') AS id, r.*
-      FROM ranked r
-     WHERE NOT r.claims
-        OR (r.nth = 1 AND NOT EXISTS (
-               SELECT 1 FROM awa.job_unique_claims c WHERE c.unique_key = r.unique_key))
-     ORDER BY r.ord
-)"""
-# General: deferred rows go to scheduled_jobs, the rest to jobs_hot.
 _GENERAL_INSERT = KEPT_ROWS + """
 , hot AS (
     INSERT INTO awa.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
@@ -154,336 +86,6 @@ STAGED_PLAIN_RETURNING = _PLAIN_INSERT.format(source=STAGING_SOURCE) + _RETURNIN
 STAGED_GENERAL_RETURNING = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_RETURNING
 STAGED_GENERAL_COUNT = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_COUNT
 
-UNIQUE_HOLDER = """
-SELECT c.job_id, j.state
-  FROM awa.job_unique_claims c
-  LEFT JOIN awa.jobs j ON j.id = c.job_id
- WHERE c.unique_key = %s"""
-
-
-# --- the builder -----------------------------------------------------------
-def _params(batch: EnqueueBatch) -> dict[str, list[Any]]:
-    """The ``unnest`` statement's array parameters."""
-    return {name: getattr(batch, name) for name in _INSERTED_COLUMNS}
-
-
-def _copy_rows(batch: EnqueueBatch, with_ord: bool) -> Iterator[tuple[Any, ...]]:
-    """COPY rows: every inserted column after its ordinal (staging), or only jobs_hot's."""
-    if with_ord:
-        cols = [getattr(batch, name) for name in _INSERTED_COLUMNS]
-        return zip(range(1, len(batch) + 1), *cols)
-    return zip(batch.kind, batch.queue, batch.args, batch.priority, batch.max_attempts,
-               batch.metadata, batch.tags)
-
-
-@dataclass(frozen=True)
-class _Defaults:
-    """Options shared by every row of a call, validated once."""
-
-    kind: str | None
-    queue: str
-    priority: int
-    max_attempts: int
-    tags_literal: str
-    tags: list[str]
-    metadata: dict[str, Any]
-    metadata_json: str
-    run_at: datetime | None
-    unique: UniqueOpts | None
-
-
-def storable_text(value: str, what: str) -> str:
-    """``value`` unless it holds a NUL, which PostgreSQL text cannot store.
-
-    The NUL is rejected before any write."""
-    if "\x00" in value:
-        raise ValidationError(f"{what} contains a NUL character (\\x00), which PostgreSQL "
-                              f"cannot store: remove it")
-    return value
-
-
-# A JSON text encodes a NUL in a string as \u0000, which jsonb rejects; an odd
-# run of backslashes before "u0000" is that escape (an even run is a literal
-# backslash followed by the characters u0000).
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
-def _storable_json(text: str, what: str) -> str:
-    if "\\u0000" in text and _JSON_NUL.search(text):
-        raise ValidationError(f"{what} contains a NUL character (\\u0000), which PostgreSQL "
-                              f"cannot store in jsonb: remove it")
-    return text
-
-
-def validate_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not queue:
-        raise ValidationError(f"queue name must be a non-empty string, got {queue!r}")
-    storable_text(queue, "queue name")
-    size = len(queue.encode())
-    if size > config.MAX_QUEUE_NAME_BYTES:
-        raise ValidationError(
-            f"queue name {queue[:20]!r}... is {size} bytes; at most "
-            f"{config.MAX_QUEUE_NAME_BYTES} fit the LISTEN channel "
-            f"\"{config.NOTIFY_CHANNEL_PREFIX}<queue>\" (63 bytes): use a shorter name")
-    return queue
-
-
-def _int_in_range(value: Any, name: str, low: int, high: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"{name} must be an integer from {low} to {high}{hint}, "
-                              f"got {value!r}")
-    return value
-
-
-def validate_priority(priority: Any) -> int:
-    return _int_in_range(priority, "priority", config.MIN_PRIORITY, config.MAX_PRIORITY,
-                         " (1 = most urgent)")
-
-
-def validate_max_attempts(max_attempts: Any) -> int:
-    return _int_in_range(max_attempts, "max_attempts", config.MIN_MAX_ATTEMPTS,
-                         config.MAX_MAX_ATTEMPTS)
-
-
-def _validate_kind(kind: Any) -> str:
-    if not isinstance(kind, str) or not kind.strip():
-        raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
-    return storable_text(kind, "kind")
-
-
-def normalize_run_at(run_at: Any) -> datetime | None:
-    """``None``, an aware/naive (= UTC) datetime, an ISO string or a delay (timedelta)."""
-    if run_at is None:
-        return None
-    if isinstance(run_at, timedelta):
-        return datetime.now(UTC) + run_at
-    if isinstance(run_at, str):
-        try:
-            run_at = datetime.fromisoformat(run_at)
-        except ValueError:
-            raise ValidationError(f"run_at {run_at!r} is not an ISO 8601 timestamp") from None
-    if not isinstance(run_at, datetime):
-        raise ValidationError(f"run_at must be a datetime, ISO string or timedelta, "
-                              f"got {type(run_at).__name__}")
-    return run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)
-
-
-def _tags_literal(tags: Any) -> str:
-    """A ``text[]`` literal: quoting every element keeps commas and braces safe."""
-    if tags is None:
-        return "{}"
-    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-        raise ValidationError(f"tags must be a list of strings, got {tags!r}")
-    for tag in tags:
-        storable_text(tag, "tag")
-    quoted = ('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in tags)
-    return "{" + ",".join(quoted) + "}"
-
-
-def _metadata(metadata: Any) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict):
-        raise ValidationError(f"metadata must be a dict, got {type(metadata).__name__}")
-    return dict(metadata)
-
-
-def _dumps(value: Any, what: str) -> str:
-    try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(f"{what} is not JSON-serializable: "
-                                 f"{' '.join(str(exc).split())}") from None
-    # Outside the try: its ValidationError is also a ValueError (awa-pg compatibility).
-    return _storable_json(text, what)
-
-
-# One encoder for every row: json.dumps with options builds a new one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default)
-
-
-@cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-@cache
-def _kind_of(cls: type) -> str:
-    return derive_kind(cls)
-
-
-def _encode_args(args: Any) -> str:
-    """The args' JSON text, exactly as stored."""
-    cls = type(args)
-    if dataclasses.is_dataclass(cls):
-        plain = {name: getattr(args, name) for name in _field_names(cls)}
-    elif isinstance(args, dict):
-        plain = args
-    elif callable(getattr(args, "model_dump", None)):
-        plain = args.model_dump(mode="json")
-    else:
-        raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
-                                 f"not {cls.__name__}")
-    text = _dumps(plain, f"job args of {cls.__name__}")
-    if not text.startswith("{"):
-        raise SerializationError(f"job args of {cls.__name__} must serialise to a JSON object")
-    return text
-
-
-def _row_kind(args: Any, kind: str | None) -> str:
-    if kind is not None:
-        return _validate_kind(kind)
-    if isinstance(args, dict):
-        raise ValidationError("dict args need an explicit kind= (there is no class to derive "
-                              "the kind from)")
-    cls: type = type(args)
-    return _kind_of(cls)
-
-
-def _defaults(kind: str | None, queue: str, priority: int, max_attempts: int,
-              tags: list[str] | None, metadata: dict[str, Any] | None, run_at: Any,
-              unique_opts: Any, ordering_key: bytes | str | None) -> _Defaults:
-    meta = _metadata(metadata)
-    if ordering_key is not None:
-        meta["ordering_key"] = (ordering_key.hex() if isinstance(ordering_key, bytes)
-                                else str(ordering_key))
-    traceparent = telemetry.current_traceparent()
-    if traceparent:
-        meta.setdefault(telemetry.TRACEPARENT_KEY, traceparent)
-    return _Defaults(
-        kind=None if kind is None else _validate_kind(kind),
-        queue=validate_queue(queue),
-        priority=validate_priority(priority),
-        max_attempts=validate_max_attempts(max_attempts),
-        tags_literal=_tags_literal(tags),
-        tags=list(tags or ()),
-        metadata=meta,
-        metadata_json=_dumps(meta, "metadata"),
-        run_at=normalize_run_at(run_at),
-        unique=UniqueOpts.parse(unique_opts),
-    )
-
-
-def build_batch(jobs: Sequence[Any], *, kind: str | None = None,
-                queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                max_attempts: int = config.DEFAULT_MAX_ATTEMPTS, tags: list[str] | None = None,
-                metadata: dict[str, Any] | None = None, run_at: Any = None,
-                unique_opts: Any = None, ordering_key: bytes | str | None = None,
-                opts: Sequence[dict[str, Any] | None] | None = None) -> EnqueueBatch:
-    """Validate and encode every row before anything is written."""
-    if isinstance(jobs, (str, bytes, dict)) or not isinstance(jobs, Sequence):
-        jobs = list(jobs) if not isinstance(jobs, (str, bytes, dict)) else [jobs]
-    if opts is not None and len(opts) != len(jobs):
-        raise ValidationError(f"opts has {len(opts)} entries for {len(jobs)} jobs; "
-                              f"pass one (or None) per job")
-    shared = _defaults(kind, queue, priority, max_attempts, tags, metadata, run_at,
-                       unique_opts, ordering_key)
-    now = time.time()
-    if opts is None or not any(opts):
-        return _uniform_batch(jobs, shared, now)
-    batch = EnqueueBatch()
-    for index, args in enumerate(jobs):
-        row_opts = opts[index] if opts is not None else None
-        d = shared if not row_opts else _override(shared, row_opts, index)
-        args_json = _encode_args(args)
-        row_kind = _row_kind(args, d.kind)
-        batch.kind.append(row_kind)
-        batch.queue.append(d.queue)
-        batch.args.append(args_json)
-        batch.priority.append(d.priority)
-        batch.max_attempts.append(d.max_attempts)
-        batch.run_at.append(d.run_at)
-        batch.metadata.append(d.metadata_json)
-        batch.metadata_dicts.append(d.metadata)
-        batch.tags.append(d.tags_literal)
-        batch.tag_lists.append(d.tags)
-        if d.unique is None:
-            batch.unique_key.append(None)
-            batch.unique_states.append(None)
-        else:
-            batch.unique_key.append(key_for(d.unique, row_kind, d.queue, json.loads(args_json),
-                                            now))
-            batch.unique_states.append(d.unique.states_mask)
-        batch.originals.append(args)
-    return batch
-
-
-def _uniform_batch(jobs: Sequence[Any], d: _Defaults, now: float) -> EnqueueBatch:
-    """Every row shares the call's options: only args and kinds vary per row."""
-    n = len(jobs)
-    encoded = [_encode_args(args) for args in jobs]
-    kinds = [_row_kind(args, d.kind) for args in jobs]
-    if d.unique is None:
-        keys: list[bytes | None] = [None] * n
-        masks: list[str | None] = [None] * n
-    else:
-        # Hash the args as stored, so the key does not depend on the Python type.
-        keys = [key_for(d.unique, k, d.queue, json.loads(text), now)
-                for k, text in zip(kinds, encoded)]
-        masks = [d.unique.states_mask] * n
-    return EnqueueBatch(
-        kind=kinds, queue=[d.queue] * n, args=encoded,
-        priority=[d.priority] * n, max_attempts=[d.max_attempts] * n, run_at=[d.run_at] * n,
-        metadata=[d.metadata_json] * n, tags=[d.tags_literal] * n, unique_key=keys,
-        unique_states=masks, originals=list(jobs), metadata_dicts=[d.metadata] * n,
-        tag_lists=[d.tags] * n)
-
-
-def _override(shared: _Defaults, row: dict[str, Any], index: int) -> _Defaults:
-    if not isinstance(row, dict):
-        raise ValidationError(f"opts[{index}] must be a dict or None")
-    unknown = sorted(set(row) - _PER_ROW_OPTIONS)
-    if unknown:
-        raise ValidationError(f"opts[{index}] has unknown key(s) {', '.join(unknown)}; "
-                              f"expected some of {', '.join(sorted(_PER_ROW_OPTIONS))}")
-    merged_meta = {**shared.metadata, **_metadata(row.get("metadata"))}
-    if row.get("ordering_key") is not None:
-        key = row["ordering_key"]
-        merged_meta["ordering_key"] = key.hex() if isinstance(key, bytes) else str(key)
-    return _Defaults(
-        kind=_validate_kind(row["kind"]) if row.get("kind") is not None else shared.kind,
-        queue=validate_queue(row["queue"]) if "queue" in row else shared.queue,
-        priority=validate_priority(row["priority"]) if "priority" in row else shared.priority,
-        max_attempts=(validate_max_attempts(row["max_attempts"]) if "max_attempts" in row
-                      else shared.max_attempts),
-        tags_literal=_tags_literal(row["tags"]) if "tags" in row else shared.tags_literal,
-        tags=list(row["tags"] or ()) if "tags" in row else shared.tags,
-        metadata=merged_meta,
-        metadata_json=_dumps(merged_meta, f"opts[{index}] metadata"),
-        run_at=normalize_run_at(row["run_at"]) if "run_at" in row else shared.run_at,
-        unique=UniqueOpts.parse(row["unique_opts"]) if "unique_opts" in row else shared.unique,
-    )
-
-
-def jobs_from(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> list[Job[Any]]:
-    """Jobs for the returned rows: the database's id/state/times, the rest from the input."""
-    jobs = []
-    for position, row in enumerate(rows):
-        i = row["ord"] - 1 if "ord" in row else position
-        jobs.append(Job(
-            id=row["id"], kind=batch.kind[i], queue=batch.queue[i], args=batch.originals[i],
-            state=JobState(row["state"]), priority=batch.priority[i],
-            max_attempts=batch.max_attempts[i], run_at=row["run_at"],
-            created_at=row["created_at"], metadata=dict(batch.metadata_dicts[i]),
-            tags=list(batch.tag_lists[i]), unique_key=batch.unique_key[i],
-            unique_states=batch.unique_states[i]))
-    return jobs
-
-
-# --- executing -------------------------------------------------------------
-def _is_unique_race(exc: BaseException) -> bool:
-    diag = getattr(exc, "diag", None)
-    return (isinstance(exc, pg_errors.UniqueViolation)
-            and getattr(diag, "constraint_name", None) == UNIQUE_INDEX)
-
-
-def unique_error(exc: BaseException, what: str) -> UniqueConflict | None:
-    """The operator's error for a move that collided with a live job's unique claim."""
-    if getattr(getattr(exc, "diag", None), "constraint_name", None) == UNIQUE_INDEX:
-        return UniqueConflict(f"cannot {what}: another live job holds its unique key "
-                              f"(cancel or finish that job first)")
-    return None
-
 
 def _statement(batch: EnqueueBatch, returning: bool) -> str:
     if batch.needs_general:
@@ -491,67 +93,28 @@ def _statement(batch: EnqueueBatch, returning: bool) -> str:
     return PLAIN_INSERT_RETURNING if returning else PLAIN_INSERT_COUNT
 
 
-def _returned(batch: EnqueueBatch, rows: list[dict[str, Any]]) -> InsertOutcome:
-    return InsertOutcome(jobs_from(batch, rows), len(rows), len(batch) - len(rows))
-
-
-def _counted(batch: EnqueueBatch, inserted: int) -> InsertOutcome:
-    return InsertOutcome([], inserted, len(batch) - inserted)
-
-
 async def _outcome(batch: EnqueueBatch, cur: psycopg.AsyncCursor[dict[str, Any]],
                    returning: bool) -> InsertOutcome:
     """What the insert ``cur`` just ran wrote: its rows, or (general statements) its count row."""
     if returning:
-        return _returned(batch, await cur.fetchall())
+        return returned(batch, await cur.fetchall())
     if not batch.needs_general:
-        return _counted(batch, cur.rowcount)
+        return counted(batch, cur.rowcount)
     row = await cur.fetchone()
-    return _counted(batch, int(row["inserted"]) if row else 0)
+    return counted(batch, int(row["inserted"]) if row else 0)
 
 
 def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[dict[str, Any]],
                   returning: bool) -> InsertOutcome:
     if returning:
-        return _returned(batch, cur.fetchall())
+        return returned(batch, cur.fetchall())
     if not batch.needs_general:
-        return _counted(batch, cur.rowcount)
+        return counted(batch, cur.rowcount)
     row = cur.fetchone()
-    return _counted(batch, int(row["inserted"]) if row else 0)
+    return counted(batch, int(row["inserted"]) if row else 0)
 
 
-def _in_transaction(conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> bool:
-    return conn.info.transaction_status != TransactionStatus.IDLE
-
-
-def _give_up(exc: BaseException, attempt: int,
-             conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any], guarded: bool) -> bool:
-    """Retry only a lost unique race, while attempts remain and a savepoint can undo it."""
-    return (not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1
-            or (_in_transaction(conn) and not guarded))
-
-
-def _conflict_from(exc: BaseException) -> UniqueConflict:
-    return UniqueConflict(f"unique job conflict on {UNIQUE_INDEX}: "
-                          f"{' '.join(str(exc).split())}")
-
-
-def _holder(row: dict[str, Any] | None) -> UniqueHolder | None:
-    if row is None:
-        return None
-    return UniqueHolder(row["job_id"], None if row["state"] is None else JobState(row["state"]))
-
-
-def unique_conflict(kind: str, holder: UniqueHolder | None) -> UniqueConflict:
-    """A single insert skipped as a duplicate: who holds the key, when anybody still does."""
-    if holder is None:
-        return UniqueConflict(f"a unique {kind} job with the same key already exists")
-    state = "None" if holder.state is None else holder.state.value
-    return UniqueConflict(f"a unique {kind} job with the same key already exists: "
-                          f"job {holder.job_id} ({state}) holds the claim")
-
-
-class CanonicalEnqueue:
+class CanonicalEnqueue(UniqueHolders):
     """The enqueue group of the Engine protocol on the canonical engine."""
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -559,8 +122,8 @@ class CanonicalEnqueue:
         """One statement for the whole batch; retries a lost unique race."""
         if not len(batch):
             return InsertOutcome([], 0, 0)
-        sql, params = _statement(batch, returning), _params(batch)
-        guard = batch.has_unique and _in_transaction(conn)
+        sql, params = _statement(batch, returning), unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 async with conn.cursor(row_factory=dict_row) as cur:
@@ -571,8 +134,8 @@ class CanonicalEnqueue:
                         await cur.execute(sql, params)
                     return await _outcome(batch, cur, returning)
             except pg_errors.UniqueViolation as exc:
-                if _give_up(exc, attempt, conn, guard):
-                    raise _conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
@@ -580,8 +143,8 @@ class CanonicalEnqueue:
         """The blocking twin of ``insert_batch`` for the caller's own sync connection."""
         if not len(batch):
             return InsertOutcome([], 0, 0)
-        sql, params = _statement(batch, returning), _params(batch)
-        guard = batch.has_unique and _in_transaction(conn)
+        sql, params = _statement(batch, returning), unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 with conn.cursor(row_factory=dict_row) as cur:
@@ -592,8 +155,8 @@ class CanonicalEnqueue:
                         cur.execute(sql, params)
                     return _outcome_sync(batch, cur, returning)
             except pg_errors.UniqueViolation as exc:
-                if _give_up(exc, attempt, conn, guard):
-                    raise _conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -604,7 +167,7 @@ class CanonicalEnqueue:
         if not returning and not batch.needs_general:
             async with conn.cursor() as plain:
                 async with plain.copy(COPY_INTO_HOT) as copy:
-                    for row in _copy_rows(batch, with_ord=False):
+                    for row in copy_rows(batch, with_ord=False):
                         await copy.write_row(row)
             return InsertOutcome([], len(batch), 0)
         if returning:
@@ -616,7 +179,7 @@ class CanonicalEnqueue:
                 await cur.execute(CREATE_STAGING)
                 await cur.execute(EMPTY_STAGING)
                 async with cur.copy(COPY_INTO_STAGING) as copy:
-                    for row in _copy_rows(batch, with_ord=True):
+                    for row in copy_rows(batch, with_ord=True):
                         await copy.write_row(row)
                 for attempt in range(UNIQUE_RACE_RETRIES):
                     try:
@@ -625,18 +188,6 @@ class CanonicalEnqueue:
                         # (not returning implies needs_general here: the count arrives as a row)
                         return await _outcome(batch, cur, returning)
                     except pg_errors.UniqueViolation as exc:
-                        if _give_up(exc, attempt, conn, guarded=True):
-                            raise _conflict_from(exc) from None
+                        if give_up(exc, attempt, conn, guarded=True):
+                            raise conflict_from(exc) from None
         raise AssertionError("unreachable")
-
-    async def unique_holder(self, conn: psycopg.AsyncConnection[Any],
-                            key: bytes) -> UniqueHolder | None:
-        """The one unique-claim-holder lookup (insert conflicts and admin's cancel by key)."""
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(UNIQUE_HOLDER, (key,))
-            return _holder(await cur.fetchone())
-
-    def unique_holder_sync(self, conn: psycopg.Connection[Any],
-                           key: bytes) -> UniqueHolder | None:
-        with conn.cursor(row_factory=dict_row) as cur:
-            return _holder(cur.execute(UNIQUE_HOLDER, (key,)).fetchone())

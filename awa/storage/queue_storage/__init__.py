@@ -1,17 +1,18 @@
-"""Engine 2, queue storage: append-only, vacuum-aware job storage (DESIGN §10).
+"""Engine 2, queue storage: append-only, vacuum-aware job storage (docs/architecture.md §7).
 
 Enqueue appends ``ready_entries``; claim appends a ``lease_claims`` receipt
 and advances a per-lane claim head; finishing a batch appends one closure row
 per claim slot (``lease_claim_closure_batches``, whose exclusion constraint
 lets one of two closers of an attempt win) and a ``done_entries`` row per
 job; only long attempts materialize into ``leases`` /
-``attempt_state``.  ``awa/schema/queue_storage.sql`` holds the layout;
+``attempt_state``.  ``sql/`` holds what it installs;
 ``install_queue_storage`` installs it.  Every group
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
 unique claims, cron, runtimes, descriptors -- use canonical's statements);
 ``rings`` holds rotation and prune.  The default engine for new databases.
 
-The load invariants (DESIGN §10), and what keeps each on this engine:
+The load invariants (docs/architecture.md §7, "Load invariants"), and what keeps each
+on this engine:
 
 1. *Bounded in-flight* -- the runtime's: a dispatcher claims only with permits
    in hand and not while a whole completion batch waits to be written

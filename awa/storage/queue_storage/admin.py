@@ -22,8 +22,8 @@ from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical import admin as canonical
 from awa.storage.canonical.admin import CanonicalAdmin
-from awa.storage.canonical.enqueue import unique_error
 from awa.storage.common.collisions import apply_batch_or_each
+from awa.storage.common.enqueue import unique_error
 from awa.storage.engine import (
     AttemptWrite,
     DlqEntry,

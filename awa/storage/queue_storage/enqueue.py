@@ -1,8 +1,8 @@
 """Queue storage: enqueue appends ``ready_entries`` (``deferred_jobs`` for an explicit run_at).
 
 One statement per batch, fed by ``unnest`` of array parameters or by COPY
-into the canonical per-session staging table.  Each lane (queue, priority,
-shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
+into the per-session staging table (both sources are the common core's).
+Each lane (queue, priority, shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
 lane's enqueue head until the producer commits -- so positions become
 visible in lane order and a claimer can never pass a position still to
 commit -- and reads the lane's end from the entries themselves: enqueue
@@ -21,8 +21,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
-from awa.storage.canonical import enqueue as canonical
-from awa.storage.canonical.enqueue import (
+from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
     EMPTY_STAGING,
@@ -30,10 +29,17 @@ from awa.storage.canonical.enqueue import (
     STAGING_SOURCE,
     UNIQUE_RACE_RETRIES,
     UNNEST_SOURCE,
-    CanonicalEnqueue,
+    UniqueHolders,
+    conflict_from,
+    copy_rows,
+    counted,
+    give_up,
+    in_transaction,
+    returned,
+    unnest_params,
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
-from awa.storage.queue_storage.execution import Procedure
+from awa.storage.queue_storage.procedures import Procedure
 from awa.storage.queue_storage.schema import InSchema
 
 # Given ``src`` (id, kind, queue, args, priority, attempt, max_attempts, run_at,
@@ -74,33 +80,9 @@ SELECT l.queue, l.priority, r.lane_shard, r.base, (SELECT awa.qs_slot('queue')) 
 COPY_INTO_READY = ("COPY awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, "
                    "args, max_attempts, metadata, tags) FROM STDIN")
 
-# A plain batch (no unique key, no run_at) inserted by statement: its lanes reserved
-# as RESERVE_LANES does, the rows appended in input order (ids, ready ids and
-# times from the column defaults, so the returned rows line up with the input).
-# A function with one generic plan per session, like the hot path's: the general
-# statement below is planned at every call, the first cost of every single insert.
-INSERT_PLAIN = Procedure("qs_insert_plain", """
-WITH s AS MATERIALIZED (
-    SELECT u.*, row_number() OVER (PARTITION BY u.queue, u.priority ORDER BY u.ord) AS lane_pos
-      FROM unnest(%(kind)s::text[], %(queue)s::text[], %(args)s::text[], %(priority)s::smallint[],
-                  %(max_attempts)s::smallint[], %(metadata)s::text[], %(tags)s::text[])
-           WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, metadata, tags, ord)
-), heads AS MATERIALIZED (
-    SELECT l.queue, l.priority, r.lane_shard, r.base
-      FROM (SELECT DISTINCT x.queue, x.priority FROM s x ORDER BY x.queue, x.priority) l
-      CROSS JOIN LATERAL awa.qs_reserve_lane(l.queue, l.priority) r
-)
-INSERT INTO awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, args,
-                               max_attempts, metadata, tags)
-SELECT (SELECT awa.qs_slot('queue')), s.queue, s.priority, h.lane_shard,
-       h.base + s.lane_pos - 1, s.kind, s.args::jsonb, s.max_attempts, s.metadata::jsonb,
-       s.tags::text[]
-  FROM s JOIN heads h ON h.queue = s.queue AND h.priority = s.priority
- ORDER BY s.ord
-RETURNING job_id, 'available'::awa.job_state, run_at, created_at""",
-                        returns="TABLE (id bigint, state awa.job_state, run_at timestamptz, "
-                                "created_at timestamptz)")
-PROCEDURES = (INSERT_PLAIN,)
+# A plain batch (no unique key, no run_at) inserted by statement: the installed function
+# awa.qs_insert_plain (sql/enqueue.sql), one generic plan per session.
+INSERT_PLAIN = Procedure("qs_insert_plain")
 _PLAIN_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "metadata", "tags")
 
 # Of the kept rows (KEPT_ROWS), deferred ones go to deferred_jobs; the rest append.
@@ -133,9 +115,9 @@ _COUNT = "SELECT (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) AS 
 
 INSERT_RETURNING = _INSERT.format(source=UNNEST_SOURCE) + _RETURNING
 INSERT_COUNT = _INSERT.format(source=UNNEST_SOURCE) + _COUNT
-# Run without parameters: no placeholder escaping.
-STAGED_RETURNING = (_INSERT.format(source=STAGING_SOURCE) + _RETURNING).replace("%%", "%")
-STAGED_COUNT = (_INSERT.format(source=STAGING_SOURCE) + _COUNT).replace("%%", "%")
+# Run without parameters, as canonical's staged statements are: the text holds no ``%``.
+STAGED_RETURNING = _INSERT.format(source=STAGING_SOURCE) + _RETURNING
+STAGED_COUNT = _INSERT.format(source=STAGING_SOURCE) + _COUNT
 
 
 def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
@@ -145,18 +127,19 @@ def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
 def _plain_outcome(batch: EnqueueBatch, rows: list[dict[str, Any]],
                    returning: bool) -> InsertOutcome:
     """Every row of a plain batch is written, in input order."""
-    return canonical._returned(batch, rows) if returning else canonical._counted(batch, len(rows))
+    return returned(batch, rows) if returning else counted(batch, len(rows))
 
 
 def _outcome_rows(batch: EnqueueBatch, rows: list[dict[str, Any]],
                   returning: bool) -> InsertOutcome:
     if returning:
-        return canonical._returned(batch, rows)
-    return canonical._counted(batch, int(rows[0]["inserted"]) if rows else 0)
+        return returned(batch, rows)
+    return counted(batch, int(rows[0]["inserted"]) if rows else 0)
 
 
-class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
-    """The enqueue group on queue storage (``unique_holder`` is canonical's: it reads the view)."""
+class QueueStorageEnqueue(InSchema, UniqueHolders):
+    """The enqueue group on queue storage (``unique_holder`` is the common one: it reads
+    the view)."""
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                            returning: bool = True) -> InsertOutcome:
@@ -167,8 +150,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 await cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, await cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = canonical._params(batch)
-        guard = batch.has_unique and canonical._in_transaction(conn)
+        params = unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 async with conn.cursor(row_factory=dict_row) as cur:
@@ -179,8 +162,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                         await cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, await cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
-                if canonical._give_up(exc, attempt, conn, guard):
-                    raise canonical._conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
@@ -192,8 +175,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
                 return _plain_outcome(batch, cur.fetchall(), returning)
         sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = canonical._params(batch)
-        guard = batch.has_unique and canonical._in_transaction(conn)
+        params = unnest_params(batch)
+        guard = batch.has_unique and in_transaction(conn)
         for attempt in range(UNIQUE_RACE_RETRIES):
             try:
                 with conn.cursor(row_factory=dict_row) as cur:
@@ -204,8 +187,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                         cur.execute(self.sql(sql), params)
                     return _outcome_rows(batch, cur.fetchall(), returning)
             except pg_errors.UniqueViolation as exc:
-                if canonical._give_up(exc, attempt, conn, guard):
-                    raise canonical._conflict_from(exc) from None
+                if give_up(exc, attempt, conn, guard):
+                    raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
@@ -223,7 +206,7 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                 await cur.execute(self.sql(CREATE_STAGING))
                 await cur.execute(self.sql(EMPTY_STAGING))
                 async with cur.copy(self.sql(COPY_INTO_STAGING)) as copy:
-                    for row in canonical._copy_rows(batch, with_ord=True):
+                    for row in copy_rows(batch, with_ord=True):
                         await copy.write_row(row)
                 for attempt in range(UNIQUE_RACE_RETRIES):
                     try:
@@ -231,8 +214,8 @@ class QueueStorageEnqueue(InSchema, CanonicalEnqueue):
                             await cur.execute(self.sql(sql))
                         return _outcome_rows(batch, await cur.fetchall(), returning)
                     except pg_errors.UniqueViolation as exc:
-                        if canonical._give_up(exc, attempt, conn, guarded=True):
-                            raise canonical._conflict_from(exc) from None
+                        if give_up(exc, attempt, conn, guarded=True):
+                            raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
     async def _copy_plain(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:

@@ -27,7 +27,6 @@ the mask inserts the claim (a collision raises ``unique_violation`` on
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -37,77 +36,17 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from awa import lifecycle
-from awa.db import placeholder_format
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
 from awa.storage.engine import AppliedBatch, AttemptWrite
+from awa.storage.queue_storage.procedures import Procedure
 from awa.storage.queue_storage.schema import InSchema, in_schema
 
 log = logging.getLogger("awa.storage")
 
 CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
-
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s(?:::([a-z_.0-9]+(?:\[\])?))?")
-
-
-class Procedure:
-    """A hot-path statement, installed as the PL/pgSQL function ``awa.<name>``.
-
-    Why: these statements probe ring partitions that start empty after every
-    rotation and then fill.  Sent as plain SQL, a statement is either planned
-    again at each call (a custom plan of these CTEs costs 2-10 ms) or runs a
-    plan cached while a partition was nearly empty: a sequential scan per
-    probed attempt, slower with every row the partition gains.  The function
-    plans it once per session, generically, with sequential scans priced out,
-    so every probe goes through its index whatever the statistics say (a plain
-    index scan: each probe finds one row, which a bitmap scan costs more to
-    fetch; measured 2-3 % of a claim or a completion).
-
-    ``statement`` stays the one copy of the SQL; each ``%(name)s::type``
-    placeholder becomes the parameter ``p_name type`` (every occurrence carries
-    the same cast).  ``returns``: what the function returns (the statement's
-    rows; where they are named, as ``TABLE (...)``, the statement's columns win
-    over those names).  ``shortcut``: ``(condition, statement)``, a cheaper
-    statement run instead when the condition holds (each planned once, like
-    the main one).  ``ddl`` is installed with the layout
-    (``schema.install_sql``); ``call`` is what the engine sends, with the same
-    parameter mapping; ``ids_only``: the batch arrays it reads are ids and leases.
-    """
-
-    def __init__(self, name: str, statement: str, returns: str = "SETOF bigint",
-                 shortcut: tuple[str, str] | None = None) -> None:
-        self.name = name
-        self.statement = statement
-        types: dict[str, str] = {}
-        sources = (statement, *(shortcut or ()))
-        for param, type_name in _PLACEHOLDER.findall("\n".join(sources)):
-            if not type_name or types.setdefault(param, type_name) != type_name:
-                raise ValueError(f"{name}: every %({param})s needs one cast")
-        body = f"RETURN QUERY {self._body(statement)};"
-        if shortcut is not None:
-            condition, short = shortcut
-            body = (f"IF {self._body(condition)} THEN\n    RETURN QUERY {self._body(short)};\n"
-                    f"ELSE\n    {body}\nEND IF;")
-        signature = ", ".join(f"p_{p} {t}" for p, t in types.items())
-        self.ddl = (f"CREATE OR REPLACE FUNCTION awa.{name}({signature}) RETURNS {returns}\n"
-                    "LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan "
-                    "SET enable_seqscan = off SET enable_bitmapscan = off "
-                    "AS $fn$\n#variable_conflict use_column\n"
-                    f"BEGIN\n    {body}\nEND $fn$;\n")
-        # Reads nothing but ids and leases (see ``_params``).
-        self.ids_only = "delay" not in types
-        self.call = (f"SELECT * FROM awa.{name}("
-                     + ", ".join(f"%({p}){placeholder_format(t)}::{t}"
-                                 for p, t in types.items()) + ")")
-
-    @staticmethod
-    def _body(sql: str) -> str:
-        """The SQL with each placeholder replaced by its parameter."""
-        return _PLACEHOLDER.sub(lambda m: f"p_{m.group(1)}" + (f"::{m.group(2)}"
-                                                               if m.group(2) else ""),
-                                sql).strip()
 
 # The one rule for "this receipt's attempt is still open" (alias ``c``: a
 # ``lease_claims`` row): no closure evidence, per receipt or in a batch's ranges.
@@ -121,7 +60,7 @@ OPEN_RECEIPT = f"""({_NO_RECEIPT_CLOSURE}
                      WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
 
 # The same rule for a scan over many receipts (rescue, prune, depth counts, awa.jobs) is
-# the view awa.qs_open_receipts (queue_storage.sql): the gaps between closed ranges, then
+# the view awa.qs_open_receipts (sql/open_receipts.sql): the gaps between closed ranges, then
 # only the receipts in them.
 
 
@@ -165,47 +104,31 @@ def _ending_with(statement: str) -> str:
 SELECT * FROM fin UNION ALL SELECT id FROM contested"""
 
 
+# What follows builds the callback statements (``callbacks.py``), which are sent as SQL.
+# The installed functions (sql/execution.sql) write the same CTEs out as text; the test
+# of the installed SQL checks that ``_END`` appears there as written here.
+#
 # The attempts a batch names (``u``: every buffered field of each write), joined to
-# their receipts.  ``_IDS_ONLY`` is the same ``u`` for a batch that carries nothing
-# but ids and leases (a plain completion): five fewer arrays to encode and parse.
+# their receipts.
 _ALL_FIELDS = """
     SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delay)s::float8[],
                          %(error)s::jsonb[], %(progress)s::jsonb[], %(meta)s::jsonb[],
                          %(reason)s::text[])
            AS u(id, lease, delay_s, error, progress, meta, reason)"""
-_IDS_ONLY = """
-    SELECT u.id, u.lease, 0::float8 AS delay_s, NULL::jsonb AS error, NULL::jsonb AS progress,
-           NULL::jsonb AS meta, NULL::text AS reason
-      FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS u(id, lease)"""
-_ATTEMPTS = """
-WITH u AS MATERIALIZED (__FIELDS__
+_ATTEMPTS = f"""
+WITH u AS MATERIALIZED ({_ALL_FIELDS}
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, __OPEN__ AS c_open
+           c.claimed_by AS c_claimed_by, {OPEN_RECEIPT} AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
-)""".replace("__OPEN__", OPEN_RECEIPT)
-
-# Buffered progress (replaces) and metadata (merges) of the rows of ``hit``.
-_UPSERT_STATE = """
-, st AS (
-    INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, metadata)
-    SELECT u.id, u.lease, u.progress, COALESCE(u.meta, '{}'::jsonb)
-      FROM u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
-     WHERE u.progress IS NOT NULL OR u.meta IS NOT NULL
-    ON CONFLICT (job_id, run_lease) DO UPDATE
-       SET progress = COALESCE(EXCLUDED.progress, s.progress),
-           metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
-)
-SELECT job_id FROM hit"""
-# A heartbeat's: with ``contested``'s NULL (a materialization another closer beat).
-_UPSERT_STATE_CONTESTED = _UPSERT_STATE + " UNION ALL SELECT id FROM contested"
+)"""
 
 # The unique claims of the attempts in ``ended`` as their jobs move to %(to_state)s:
 # taken where that state is in the key's mask (and running was not), given back
@@ -231,7 +154,7 @@ _UNIQUE_MOVES = """
 
 # End the running attempts: close the receipt (or delete the lease), then
 # ``ended`` holds each one's full job row (state running) for the target.
-_END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
+_END = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
 , leased AS (
     -- Only long attempts materialize: with no lease (or attempt state) at all, as
     -- with short jobs, the per-attempt probes are skipped.
@@ -275,8 +198,6 @@ _END_OF = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
        AND s.job_id = e.id AND s.run_lease = e.run_lease
        AND s.job_id = ANY(%(ids)s::bigint[])
 )""" + _UNIQUE_MOVES
-# Every buffered field of each write (``_END_OF`` is the template over ``u``).
-_END = _END_OF.replace("__FIELDS__", _ALL_FIELDS)
 
 
 def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:
@@ -285,143 +206,20 @@ def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:
                      for c in JOB_COLUMNS)
 
 
-_COLUMN_LIST = ", ".join(JOB_COLUMNS)
-_DEFERRED = {
-    "heartbeat_at": "NULL", "deadline_at": "NULL", "finalized_at": "NULL",
-    "callback_id": "NULL", "callback_timeout_at": "NULL", "callback_filter": "NULL",
-    "callback_on_complete": "NULL", "callback_on_fail": "NULL", "callback_transform": "NULL",
-    "run_at": "now() + e.delay_s * interval '1 second'",
-}
-
 # Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
 CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' THEN NULL "
                          "ELSE e.progress END")
 
-# Terminal in done_entries: completed, failed, cancelled (``%(state)s``).
-_TO_DONE = _ending_with(f"""
-INSERT INTO awa.done_entries (ready_slot, {_COLUMN_LIST}, claimed_by)
-SELECT (SELECT awa.qs_slot('queue')), {_select({"state": "%(to_state)s::awa.job_state",
-                                       "finalized_at": "now()",
-                                       "progress": CLEARED_ON_COMPLETION})}, e.claimed_by
-  FROM ended e
-RETURNING id""")
-FINALIZE = Procedure("qs_finalize", _END + _TO_DONE)
-
-# The short job's completion: no lease, no attempt state and no per-receipt closure
-# at all, so only the receipt and the ready entry are read -- not ``_END_OF``'s lease
-# and state joins, nor its closure probes: a receipt closed already makes the closure
-# row contested, and ``finish`` runs the full statement for those attempts.  The
-# terminal row is _TO_DONE's.  Each emptiness test first asks whether the table holds
-# anything (one probe per partition) before probing every id.
-_NOTHING_MATERIALIZED = """
-(NOT EXISTS (SELECT 1 FROM awa.leases)
- OR NOT EXISTS (SELECT 1 FROM awa.leases l WHERE l.job_id = ANY(%(ids)s::bigint[])))
-AND (NOT EXISTS (SELECT 1 FROM awa.attempt_state)
-     OR NOT EXISTS (SELECT 1 FROM awa.attempt_state s WHERE s.job_id = ANY(%(ids)s::bigint[])))
-AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures)"""
-_SHORT_TO_DONE = """
-WITH att AS MATERIALIZED (
-    SELECT c.claim_slot, c.receipt_id, c.job_id, c.run_lease, c.attempt, c.claimed_at,
-           c.deadline_at, c.ready_slot, c.ready_id, c.claimed_by
-      FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS u(id, lease)
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-)""" + _close("att", "%(outcome)s::text") + """
-, ended AS MATERIALIZED (
-    -- The columns of _END_OF's ``ended``, as they are for an attempt that never
-    -- materialized (no lease: heartbeat and deadline are the receipt's, no callback).
-    SELECT a.job_id AS id, r.kind, r.queue, r.args, r.priority, a.attempt, r.max_attempts,
-           r.run_at, a.claimed_at AS heartbeat_at, a.deadline_at,
-           a.claimed_at AS attempted_at, r.created_at, r.errors, r.metadata, r.tags,
-           r.unique_key, r.unique_states, NULL::uuid AS callback_id,
-           NULL::timestamptz AS callback_timeout_at, NULL::text AS callback_filter,
-           NULL::text AS callback_on_complete, NULL::text AS callback_on_fail,
-           NULL::text AS callback_transform, a.run_lease, r.progress, a.claimed_by
-      FROM closed k JOIN att a ON a.claim_slot = k.claim_slot
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE """ + entry_of("a") + """ LIMIT 1) r
-)""" + _UNIQUE_MOVES + _TO_DONE
+# The hot path's installed functions (sql/execution.sql), as the engine calls them.
+FINALIZE = Procedure("qs_finalize")
 # The common completion: nothing buffered, so only ids and leases are sent.
-FINALIZE_PLAIN = Procedure("qs_finalize_plain", _END_OF.replace("__FIELDS__", _IDS_ONLY) + _TO_DONE,
-                           shortcut=(_NOTHING_MATERIALIZED, _SHORT_TO_DONE))
-
-# Retryable: finalized_at is when the attempt ended (as awa-pg 0.6.9).
-RETRY = Procedure("qs_retry", _END + _ending_with(f"""
-INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
-SELECT {_select({**_DEFERRED, "state": "'retryable'::awa.job_state",
-                 "finalized_at": "now()"})}
-  FROM ended e
-RETURNING id"""))
-
-SNOOZE = Procedure("qs_snooze", _END + _ending_with(f"""
-INSERT INTO awa.deferred_jobs ({_COLUMN_LIST})
-SELECT {_select({**_DEFERRED, "state": "'scheduled'::awa.job_state",
-                 "attempt": "greatest(e.attempt - 1, 0)"})}
-  FROM ended e
-RETURNING id"""))
-
-DEAD_LETTER = Procedure("qs_dead_letter", _END + _ending_with(f"""
-INSERT INTO awa.dlq_entries ({", ".join("job_id" if c == "id" else c for c in JOB_COLUMNS)},
-                             dlq_reason, dlq_at, original_run_lease)
-SELECT {_select({"state": "'failed'::awa.job_state", "finalized_at": "now()"},
-                with_id="job_id")},
-       e.reason, now(), e.run_lease
-  FROM ended e
-RETURNING job_id"""))
-
-PARK = Procedure("qs_park", """
-WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(callback_ids)s::uuid[],
-                         %(progress)s::jsonb[], %(meta)s::jsonb[])
-           AS u(id, lease, callback_id, progress, meta)
-), hit AS (
-    UPDATE awa.leases l SET state = 'waiting_external', deadline_at = NULL  -- timeout applies
-      FROM u
-     WHERE l.job_id = u.id AND l.run_lease = u.lease AND l.state = 'running'
-       AND l.callback_id = u.callback_id
-    RETURNING l.job_id, l.run_lease
-)""" + _UPSERT_STATE)
-
-# A heartbeat materializes an open receipt into a lease (closing the receipt
-# 'materialized') or refreshes the lease it already has.
-HEARTBEAT = Procedure("qs_heartbeat", _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS)
-                     + _close("opened", "'materialized'") + """
-, fresh AS (
-    INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
-                            receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
-                            deadline_at, claimed_by)
-    SELECT (SELECT awa.qs_slot('lease')), a.id, a.lease, a.c_queue, 'running', a.c_attempt,
-           a.claim_slot,
-           a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(), a.c_deadline,
-           a.c_claimed_by
-      FROM att a
-     WHERE """ + _CLOSED_HERE + """
-    RETURNING job_id, run_lease
-), beat AS (
-    UPDATE awa.leases l SET heartbeat_at = now()
-      FROM att a
-     WHERE l.job_id = a.id AND l.run_lease = a.lease
-       AND l.state IN ('running', 'waiting_external')
-    RETURNING l.job_id, l.run_lease
-), hit AS (
-    SELECT job_id, run_lease FROM fresh UNION ALL SELECT job_id, run_lease FROM beat
-)""" + _UPSERT_STATE_CONTESTED)
-
-FLUSH_PROGRESS = Procedure("qs_flush_progress",
-                           _ATTEMPTS.replace("__FIELDS__", _ALL_FIELDS) + """
-, hit AS (
-    SELECT a.id AS job_id, a.lease AS run_lease FROM att a WHERE a.c_open
-    UNION ALL
-    SELECT l.job_id, l.run_lease FROM awa.leases l JOIN att a
-        ON l.job_id = a.id AND l.run_lease = a.lease
-     WHERE l.state IN ('running', 'waiting_external')
-)""" + _UPSERT_STATE)
-
-# Installed with the layout (``schema.install_sql``).
-PROCEDURES = (FINALIZE, FINALIZE_PLAIN, RETRY, SNOOZE, DEAD_LETTER, PARK, HEARTBEAT,
-              FLUSH_PROGRESS)
+FINALIZE_PLAIN = Procedure("qs_finalize_plain")
+RETRY = Procedure("qs_retry")
+SNOOZE = Procedure("qs_snooze")
+DEAD_LETTER = Procedure("qs_dead_letter")
+PARK = Procedure("qs_park")
+HEARTBEAT = Procedure("qs_heartbeat")
+FLUSH_PROGRESS = Procedure("qs_flush_progress")
 
 AVAILABLE_COUNTS = """
 SELECT r.queue, count(*) FROM awa.qs_ready_live r
@@ -437,7 +235,7 @@ def _params(attempts: Sequence[AttemptWrite], outcome: str, to_state: str | None
             from_states: Sequence[str] = ("running",), *,
             ids_only: bool = False) -> dict[str, Any]:
     """The batch arrays; ``from_states``: which materialized attempts may end (running).
-    ``ids_only``: just ids and leases (a statement built on ``_IDS_ONLY``)."""
+    ``ids_only``: just ids and leases (a function whose ``Procedure.ids_only`` says so)."""
     params: dict[str, Any] = {
         "from_states": list(from_states), "outcome": outcome, "to_state": to_state,
         "ids": [a.id for a in attempts], "leases": [a.run_lease for a in attempts]}

@@ -3,9 +3,9 @@
 ``install_queue_storage`` lays a database out for queue storage: the
 canonical migrations first (they own the shared tables: ``awa.queue_meta``,
 ``awa.job_unique_claims``, ``awa.dlq_entries``, ``awa.cron_jobs``, runtime
-and descriptor tables), then ``awa/schema/queue_storage.sql``, which names
-the engine in ``awa.runtime_storage_backends`` and replaces the ``awa.jobs``
-view with one covering both engines' tables.  Idempotent.
+and descriptor tables), then the engine's files in ``sql/`` (``procedures.FILES``),
+which name the engine in ``awa.runtime_storage_backends`` and replace the
+``awa.jobs`` view with one covering both engines' tables.  Idempotent.
 
 The layout's own tables, sequences and functions live in the engine's schema
 (``awa`` unless the operator chose another).  The SQL beside the engine names
@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -28,7 +27,7 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
-from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION as LAYOUT_VERSION
+from awa.storage.queue_storage import procedures
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -84,23 +83,11 @@ class InSchema:
         return rows[0] if rows else None
 
 
-# Written last, in the install's transaction: a layout that has it is complete.
-LAYOUT_VERSION_FN = """
-CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int
-LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$;"""
-
-
 @cache
 def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
-    """The layout script (``awa/schema/queue_storage.sql``), the hot-path statements as
-    functions (``enqueue.PROCEDURES``, ``execution.PROCEDURES``), then the layout version,
-    for the layout in ``schema``."""
-    # Both are built on this layout.
-    from awa.storage.queue_storage import enqueue, execution
-
-    layout = (resources.files(migrations.__name__) / "queue_storage.sql").read_text()
-    script = (layout + "\n" + "\n".join(p.ddl for p in enqueue.PROCEDURES + execution.PROCEDURES)
-              + LAYOUT_VERSION_FN % LAYOUT_VERSION)
+    """What the engine installs (``procedures.script``: the files in ``sql/``, the layout
+    first and its version last), for the layout in ``schema``."""
+    script = procedures.script()
     if schema != DEFAULT_SCHEMA:
         script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
     return script

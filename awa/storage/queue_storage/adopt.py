@@ -1,8 +1,6 @@
 """``awa adopt`` into the queue-storage engine, through that engine's own write paths.
 
-(Outside ``awa/storage/queue_storage/`` only because that package is being
-reworked; it belongs there as a mixin of the engine.)  Nothing here writes a
-queue-storage table directly:
+Nothing here writes a queue-storage table directly:
 
 - a job in a state the ``awa.jobs`` view can write (available, scheduled,
   retryable, completed, failed, cancelled) is put where that state lives by
