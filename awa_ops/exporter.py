@@ -82,7 +82,7 @@ QUEUE_META_QUEUES = CONFIGURED_QUEUES
 KNOWN_QUEUE_LIMIT = config.OPS_KNOWN_QUEUE_LIMIT
 DB_NOW = "SELECT now() AS now"
 # The dlq_reason label of a queue's zero DLQ series (and of an entry without a reason).
-NO_REASON = "none"
+NO_REASON = metrics.UNSET_LABEL_VALUE
 
 
 def _spec(name: str) -> metrics.MetricSpec:
