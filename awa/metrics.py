@@ -395,9 +395,11 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.db.running.oldest_heartbeat_age", UNIT_SECONDS, _Q,
            "Age of the oldest heartbeat among running jobs per queue, in seconds.", "database"),
     _gauge("awa.db.running.heartbeat_stale", "{job}", _Q,
-           "Running jobs whose heartbeat is older than the staleness threshold.", "database"),
+           "Running jobs whose heartbeat is older than the staleness threshold of the runtime "
+           "that runs them.", "database"),
     _gauge("awa.db.running.deadline_overdue", "{job}", _Q,
-           "Running jobs past their hard deadline.", "database"),
+           "Running jobs past their hard deadline by more than one heartbeat interval of the "
+           "runtime that runs them.", "database"),
     _gauge("awa.db.runtimes.live", "{runtime}", (),
            "Runtime instances seen within their snapshot window and not shutting down.",
            "database"),

@@ -40,6 +40,7 @@ from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
     ORPHANED,
     OVERDUE,
     STALE,
+    attempt_timing,
     classify_attempt,
     judging_timing,
     runtime_live,
@@ -164,7 +165,7 @@ class RunningAttempt:
     owner: str | None = None  # the label of the live runtime that claimed it
     # Judged by the timing of the runtime that claimed it (else of its queue's runtimes;
     # --stale-after overrides): stale past its cutoff, overdue past its deadline plus one
-    # heartbeat interval (awa_ops.runtimes.judging_timing).
+    # heartbeat interval (awa_ops.runtimes.attempt_timing, past_deadline).
     stale_after_s: float = DEFAULT_STALENESS_S
     grace_s: float = DEFAULT_INTERVAL_S
 
@@ -479,10 +480,9 @@ class ConsoleReader:
             owner: str | None = None
             gone: str | None = None
             claimer = by_id.get(r["claimed_by"]) if r["claimed_by"] is not None else None
-            timing = judging_timing(
-                [claimer] if claimer is not None else
-                [rt for rt in serving if rt.live(now)] or serving,
-                stale_after_s=self.stale_after_s)
+            timing = attempt_timing(runtimes, r["queue"], r["claimed_by"],
+                                    is_live=lambda rt: rt.live(now),
+                                    stale_after_s=self.stale_after_s)
             if r["claimed_by"] is not None:
                 if claimer is None:  # pruned from the registry long ago
                     gone = f"runtime {r['claimed_by'][:8]}"

@@ -110,3 +110,44 @@ def test_stuck_running_judges_each_attempt_by_its_runtimes_timing(database_url, 
     assert classes("--heartbeat-staleness", "10", "--heartbeat-interval", "2") == {
         "fast_silent": "stale", "slow_silent": "stale",
         "fast_late": "deadline overdue", "slow_late": "deadline overdue"}
+
+
+async def test_exporter_counts_overdue_with_a_grace_of_its_runtimes_heartbeat_interval(
+        database_url, db):
+    """The exporter's deadline_overdue uses the console's and stuck-running's rule: past
+    the deadline by more than one heartbeat interval of the attempt's runtime."""
+    add_runtime(db, host="fast-w", queue="fast", staleness_ms=6_000, interval_ms=1_000)
+    add_runtime(db, host="slow-w", queue="slow", staleness_ms=90_000, interval_ms=30_000)
+    add_silent_attempt(db, "fast", 0, deadline_in_s=-4)  # 4 s past: beyond 1 s
+    add_silent_attempt(db, "slow", 0, deadline_in_s=-4)  # within 30 s
+    add_silent_attempt(db, "slow", 0, deadline_in_s=-60)  # beyond 30 s
+
+    families = await scrape(database_url)
+    overdue = per_queue(families, "awa_db_running_deadline_overdue")
+    assert (overdue["fast"], overdue["slow"]) == (1, 1)
+    assert per_queue(families, "awa_db_running_heartbeat_stale") == {
+        **per_queue(families, "awa_db_running_heartbeat_stale"), "fast": 0, "slow": 0}
+
+
+def test_heartbeats_check_judges_each_attempt_by_its_runtimes_staleness(database_url, db,
+                                                                          tmp_path):
+    """Not the largest staleness any runtime publishes (90 s here): the fast queue's
+    attempt, 20 s silent, is stale by its own runtime's 6 s."""
+    add_runtime(db, host="fast-w", queue="fast", staleness_ms=6_000, interval_ms=1_000)
+    add_runtime(db, host="slow-w", queue="slow", staleness_ms=90_000, interval_ms=30_000)
+    add_silent_attempt(db, "fast", 20)
+    add_silent_attempt(db, "slow", 20)
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+
+    def findings(*flags: str) -> list[dict]:
+        out = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "heartbeats",
+                              "--database-url", database_url, "--json", *flags],
+                             capture_output=True, text=True, timeout=60, env=env)
+        return json.loads(out.stdout)["findings"]
+
+    stale = [f for f in findings() if f["severity"] != "ok"]
+    assert [f["evidence"][0]["queue"] for f in stale] == ["fast"], stale
+    assert "1 of 1 running jobs" in stale[0]["summary"] and "cutoff 6.0s" in stale[0]["summary"]
+    # A flag overrides every runtime's own cutoff.
+    stale = [f for f in findings("--heartbeat-staleness", "10") if f["severity"] != "ok"]
+    assert sorted(f["evidence"][0]["queue"] for f in stale) == ["fast", "slow"], stale
