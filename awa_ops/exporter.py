@@ -56,7 +56,8 @@ SELECT coalesce(state, 'unknown') AS state,
        max(EXTRACT(EPOCH FROM (now() - xact_start)))::float8 AS oldest_s
 FROM pg_stat_activity
 WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
-  AND NOT (application_name = '{config.APP_NAME_LEADER}' AND backend_xid IS NULL
+  AND NOT (split_part(application_name, ' ', 1) = '{config.APP_NAME_LEADER}'
+           AND backend_xid IS NULL
            AND state = 'idle in transaction')
 GROUP BY 1
 """

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awa import config
+from awa.runtime.leader import leader_instance_of
 from awa.storage.engine import RunningCounts, RuntimeInstance
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
@@ -65,19 +66,51 @@ def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
 SNAPSHOT_SLACK_S = 1.0
 
 # The leader's session advisory lock (config.ADVISORY_LOCK_LEADER, 'AWA_MAIN'): the same
-# key in every awa distribution.  Held right now by anyone?  (A pure catalogue read.)
+# key in every awa distribution.  Held right now by anyone, and by which backend?  (Pure
+# catalogue reads; a session's application_name is visible to every role.)  Our runtimes
+# name their lock connection ``awa-leader <instance id>`` (awa.runtime.leader), so the
+# holder is known by name before its snapshot says so.
 LEADER_LOCK_HELD = """
-SELECT count(*) > 0 AS held FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND database = (
+SELECT count(*) > 0 AS held, min(l.pid) AS pid, min(a.application_name) AS application_name
+  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
        SELECT oid FROM pg_database WHERE datname = current_database())
-   AND classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
-   AND objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND objsubid = 1
+   AND l.classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
+   AND l.objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND l.objsubid = 1
 """
 
 
+@dataclass(frozen=True)
+class LeaderLock:
+    """Who holds the leader lock right now, as a read-only reader can tell."""
+
+    held: bool
+    pid: int | None = None  # the holder's server backend pid
+    application_name: str | None = None
+    # The runtime that holds it (from ``awa-leader <instance id>``); None when the holder
+    # does not say (an older runtime's bare ``awa-leader``, another distribution).
+    instance_id: str | None = None
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any] | None) -> LeaderLock:
+        if not row or not row.get("held"):
+            return cls(False)
+        name = row.get("application_name")
+        return cls(True, row.get("pid"), name, leader_instance_of(name))
+
+    def holder(self) -> str:
+        """The holding backend, for a message: ``backend pid 123 (awa-leader)``."""
+        name = config.APP_NAME_LEADER if self.instance_id else self.application_name
+        return f"backend pid {self.pid} ({name or 'no application_name'})"
+
+
+async def leader_lock(session: OpsSession) -> LeaderLock:
+    return LeaderLock.of_row(await session.fetch_one(LEADER_LOCK_HELD,
+                                                     {"key": config.ADVISORY_LOCK_LEADER}))
+
+
 async def leader_lock_held(session: OpsSession) -> bool:
-    row = await session.fetch_one(LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
-    return bool(row and row["held"])
+    return (await leader_lock(session)).held
 
 
 # --- each runtime's own heartbeat timing ----------------------------------------

@@ -20,17 +20,19 @@ from support.arrange import insert_job
 
 
 def add_runtime(db, *, host: str, queue: str, staleness_ms: int, interval_ms: int,
-                leader: bool = False) -> None:
+                leader: bool = False) -> str:
     """A live registry row publishing its heartbeat timing with its queue, as
-    awa.runtime.snapshot writes it."""
+    awa.runtime.snapshot writes it; returns its instance id."""
+    instance = str(uuid.uuid4())
     db.execute("""INSERT INTO awa.runtime_instances (instance_id, hostname, pid, version,
                       started_at, last_seen_at, snapshot_interval_ms, leader, maintenance_alive,
                       shutting_down, queues)
                   VALUES (%s, %s, 4242, '0.1.0', now() - interval '1 hour', now(), 10000,
                           %s, %s, false, %s)""",
-               [str(uuid.uuid4()), host, leader, leader, json.dumps([{
+               [instance, host, leader, leader, json.dumps([{
                    "queue": queue, "heartbeat_interval_ms": interval_ms,
                    "heartbeat_staleness_ms": staleness_ms}])])
+    return instance
 
 
 def add_silent_attempt(db, queue: str, silent_s: float, deadline_in_s: float = 3600) -> int:
@@ -151,3 +153,31 @@ def test_heartbeats_check_judges_each_attempt_by_its_runtimes_staleness(database
     # A flag overrides every runtime's own cutoff.
     stale = [f for f in findings("--heartbeat-staleness", "10") if f["severity"] != "ok"]
     assert sorted(f["evidence"][0]["queue"] for f in stale) == ["fast", "slow"], stale
+
+
+def test_diagnose_names_the_lock_holder_before_any_snapshot_does(database_url, db, tmp_path):
+    """Several live runtimes, none flagged yet: `diagnose runtime` names the one whose lock
+    connection says ``awa-leader <instance id>``; a holder that does not name itself is said
+    to be unknown, not guessed."""
+    from awa.runtime.leader import leader_application_name
+
+    add_runtime(db, host="first-w", queue="default", staleness_ms=6_000, interval_ms=1_000)
+    second = add_runtime(db, host="second-w", queue="default", staleness_ms=6_000,
+                         interval_ms=1_000)
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+
+    def runtime_check() -> dict:
+        out = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "runtime",
+                              "--database-url", database_url, "--json"],
+                             capture_output=True, text=True, timeout=60, env=env)
+        return json.loads(out.stdout)
+
+    for name, expect in ((leader_application_name(second), "leader second-w:4242"),
+                         ("psql", "which does not name its runtime")):
+        with psycopg.connect(database_url, autocommit=True, application_name=name) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", [config.ADVISORY_LOCK_LEADER])
+            data = runtime_check()
+        summaries = [f["summary"] for f in data["findings"]]
+        assert any(expect in s for s in summaries), summaries
+        if name != "psql":  # (unnamed, and no flag for the hour these rows ran: critical)
+            assert all(f["severity"] == "ok" for f in data["findings"]), data["findings"]
