@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 from awa import config
 from awa_ops.exporter import DatabaseCollector
@@ -181,3 +182,36 @@ def test_diagnose_names_the_lock_holder_before_any_snapshot_does(database_url, d
         assert any(expect in s for s in summaries), summaries
         if name != "psql":  # (unnamed, and no flag for the hour these rows ran: critical)
             assert all(f["severity"] == "ok" for f in data["findings"]), data["findings"]
+
+
+@pytest.mark.engine("canonical")  # arranges claimed_by on jobs_hot rows directly
+async def test_attempts_of_one_queue_are_judged_each_by_the_runtime_that_claimed_it(
+        database_url, db, tmp_path):
+    """Two runtimes serve one queue with different timing: each attempt is judged by the one
+    that claimed it (recorded at claim), in the exporter and the heartbeats check alike."""
+    fast = add_runtime(db, host="fast-w", queue="mixed", staleness_ms=6_000, interval_ms=1_000)
+    slow = add_runtime(db, host="slow-w", queue="mixed", staleness_ms=90_000,
+                       interval_ms=30_000)
+    now = datetime.now(UTC)
+
+    def attempt(claimer: str, silent_s: float, deadline_in_s: float) -> None:
+        insert_job(db, "running", kind="k", queue="mixed", attempt=1, claimed_by=claimer,
+                   attempted_at=now - timedelta(minutes=1),
+                   heartbeat_at=now - timedelta(seconds=silent_s),
+                   deadline_at=now + timedelta(seconds=deadline_in_s))
+
+    attempt(fast, 20, 3600)  # stale by its runtime's 6 s
+    attempt(slow, 20, 3600)  # within its runtime's 90 s
+    attempt(fast, 0, -4)  # overdue past its runtime's 1 s grace
+    attempt(slow, 0, -4)  # within its runtime's 30 s grace
+
+    families = await scrape(database_url)
+    assert per_queue(families, "awa_db_running_heartbeat_stale")["mixed"] == 1
+    assert per_queue(families, "awa_db_running_deadline_overdue")["mixed"] == 1
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "heartbeats",
+                          "--database-url", database_url, "--json"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    [stale] = [f for f in json.loads(out.stdout)["findings"] if f["severity"] != "ok"]
+    assert "1 of 4 running jobs" in stale["summary"] and "cutoff 6.0s" in stale["summary"], stale
