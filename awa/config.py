@@ -174,6 +174,9 @@ OPS_REPLICATION_LAG_CRITICAL_S = 600.0
 OPS_KNOWN_QUEUE_HISTORY_S = 3_600  # a queue served or completing this recently stays listed
 OPS_KNOWN_QUEUE_LIMIT = 1_000  # per-queue rows/series for at most this many known queues
 OPS_COMPLETED_WINDOW_S = 60  # the exporter's completions-per-second window
+# Running attempts read to judge each by its own runtime's timing (only when some may be
+# stale or overdue); past it, the lenient per-queue counts are kept (awa_ops.runtimes).
+OPS_JUDGED_ATTEMPTS_LIMIT = 5_000
 EXPORTER_LISTEN = "127.0.0.1:9465"
 # awa-tui: refresh cadence, and the bounds that keep one refresh cheap on a huge database.
 TUI_REFRESH_SECONDS = 2.0

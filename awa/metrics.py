@@ -98,6 +98,10 @@ ATTR_ATTEMPT = "awa.job.attempt"
 ATTR_JOB_ID = "awa.job.id"
 ATTR_OUTCOME = "awa.job.outcome"
 
+# The value of a label whose value is unset (a descriptor field left out, a DLQ entry without
+# a reason): series never carry an empty label value (issue 33).  The exporter uses it too.
+UNSET_LABEL_VALUE = "none"
+
 # --- attribute values with a closed set -----------------------------------
 DISPATCH_REASON_NOTIFY = "notify"
 DISPATCH_REASON_CAPACITY = "capacity"
@@ -367,10 +371,12 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
     # descriptors (every runtime, after it stored its descriptors)
     _gauge("awa.queue.info", "{queue}", _Q + _DESCRIPTOR,
            "Always 1 per queue descriptor this runtime declares; its labels carry the "
-           "descriptor (display name, owner, docs URL, tags, hash) for joins onto queue series."),
+           "descriptor (display name, owner, docs URL, tags, hash) for joins onto queue series; "
+           "a field the descriptor leaves unset reads \"none\"."),
     _gauge("awa.job_kind.info", "{kind}", (ATTR_KIND,) + _DESCRIPTOR,
            "Always 1 per job-kind descriptor this runtime declares; its labels carry the "
-           "descriptor (display name, owner, docs URL, tags, hash)."),
+           "descriptor (display name, owner, docs URL, tags, hash); a field the descriptor "
+           "leaves unset reads \"none\"."),
 )
 
 # --- section 2: database-side metrics (awa-ops exporter) ---------------------
@@ -389,9 +395,11 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.db.running.oldest_heartbeat_age", UNIT_SECONDS, _Q,
            "Age of the oldest heartbeat among running jobs per queue, in seconds.", "database"),
     _gauge("awa.db.running.heartbeat_stale", "{job}", _Q,
-           "Running jobs whose heartbeat is older than the staleness threshold.", "database"),
+           "Running jobs whose heartbeat is older than the staleness threshold of the runtime "
+           "that runs them.", "database"),
     _gauge("awa.db.running.deadline_overdue", "{job}", _Q,
-           "Running jobs past their hard deadline.", "database"),
+           "Running jobs past their hard deadline by more than one heartbeat interval of the "
+           "runtime that runs them.", "database"),
     _gauge("awa.db.runtimes.live", "{runtime}", (),
            "Runtime instances seen within their snapshot window and not shutting down.",
            "database"),
@@ -583,7 +591,11 @@ class _Store:
     def _attributes(self, key: Key) -> dict[str, Any]:
         attrs = self._dicts.get(key)
         if attrs is None:
-            attrs = {k: v for k, v in zip(self._keys, key) if v is not None}
+            # No label value is ever empty: an unset value (None, "") reads UNSET_LABEL_VALUE.
+            # Leaving the attribute out would not do: the Prometheus exporter backfills a
+            # label that other series of the metric carry with "".
+            attrs = {k: UNSET_LABEL_VALUE if v is None or v == "" else v
+                     for k, v in zip(self._keys, key)}
             self._dicts[key] = attrs
         return attrs
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import tomllib
 from importlib import resources
@@ -32,6 +33,17 @@ from awa_ops.render import render_all, render_result
 from awa_ops.session import OpsSession
 
 EXIT_COULD_NOT_RUN = int(Severity.ERROR)
+
+
+def interruptible() -> None:
+    """A command that runs until interrupted (``diagnose --watch``, the exporter) must stop on
+    SIGINT.  A process can start with SIGINT *ignored*: a background job of a shell without
+    job control ignores it, and its children inherit that (CI runners, scripts, ``cmd &``);
+    Python then leaves it ignored, and asyncio.run installs its Ctrl-C handling only over
+    the default handler.  Such a loop would run on after SIGINT forever; restore the default
+    (KeyboardInterrupt, which these commands turn into a clean exit)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def fail(message: str) -> None:
@@ -122,6 +134,8 @@ def diagnose(check: str, database_url: str | None, queue: str | None, min_age: f
         url = db.resolve_database_url(database_url)
     except AwaError as exc:
         fail(db.one_line(exc))
+    if watch:
+        interruptible()
     try:
         code = asyncio.run(_diagnose(url, check, options, as_json, watch, verbose))
     except KeyboardInterrupt:
@@ -187,6 +201,7 @@ def exporter(database_url: str | None, listen: str, heartbeat_staleness: float |
         url = db.resolve_database_url(database_url)
     except (ValueError, AwaError) as exc:
         fail(db.one_line(exc))
+    interruptible()
     try:
         serve(url, host, port, heartbeat_staleness)
     except (AwaError, OSError) as exc:

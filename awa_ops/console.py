@@ -42,6 +42,8 @@ from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
     ORPHANED,
     OVERDUE,
     STALE,
+    LeaderLock,
+    attempt_timing,
     classify_attempt,
     judging_timing,
     runtime_live,
@@ -134,19 +136,42 @@ class Overview:
     dlq_total: int
     dlq_capped: bool
     leader_lock_held: bool = False  # someone holds the leader's advisory lock right now
+    # Who holds it (backend pid, application_name, the runtime it names); None: not read.
+    leader_lock: LeaderLock | None = None
 
     def live_runtimes(self) -> list[RuntimeSummary]:
         return [r for r in self.runtimes if r.live(self.now) and not r.shutting_down]
 
+    def lock_holder_id(self) -> str | None:
+        """The instance id of the runtime the lock holder names (``awa-leader <id>``)."""
+        lock = self.leader_lock
+        return lock.instance_id.lower() if lock and lock.held and lock.instance_id else None
+
     def leader(self) -> RuntimeSummary | None:
-        """The live runtime whose snapshot says it leads; else, while someone holds the
-        leader lock, the only live runtime (a new leader's flag reaches the registry only
-        with its next snapshot, so the lock is the earlier truth)."""
+        """Who leads, the lock first: a new leader's flag reaches the registry only with its
+        next snapshot, so the lock is the earlier truth.  The runtime the lock holder names
+        (``awa-leader <instance id>``), when registered; else the live runtime whose
+        snapshot says it leads; else, while a holder that does not name itself (an older
+        runtime) holds the lock, the only live runtime.  Otherwise nobody is named."""
+        named = self.lock_holder_id()
+        if named is not None:
+            return next((r for r in self.runtimes if r.instance_id.lower() == named), None)
         flagged = next((r for r in self.live_runtimes() if r.leader), None)
         if flagged is not None or not self.leader_lock_held:
             return flagged
         live = self.live_runtimes()
         return live[0] if len(live) == 1 else None
+
+    def leader_unknown(self) -> str | None:
+        """While the lock is held but no runtime can be named: why, in a few words."""
+        if not self.leader_lock_held or self.leader() is not None:
+            return None
+        named = self.lock_holder_id()
+        if named is not None:
+            return f"lock held by runtime {named[:8]}, not registered yet"
+        pid = self.leader_lock.pid if self.leader_lock else None
+        return ("lock held" + (f" by backend pid {pid}" if pid is not None else "")
+                + ", which does not name its runtime")
 
 
 @dataclass
@@ -166,7 +191,7 @@ class RunningAttempt:
     owner: str | None = None  # the label of the live runtime that claimed it
     # Judged by the timing of the runtime that claimed it (else of its queue's runtimes;
     # --stale-after overrides): stale past its cutoff, overdue past its deadline plus one
-    # heartbeat interval (awa_ops.runtimes.judging_timing).
+    # heartbeat interval (awa_ops.runtimes.attempt_timing, past_deadline).
     stale_after_s: float = DEFAULT_STALENESS_S
     grace_s: float = DEFAULT_INTERVAL_S
 
@@ -402,8 +427,9 @@ class ConsoleReader:
         runtimes = self._runtime_summaries(instances)
         dlq_total = sum(q.dlq for q in queues)
         dlq_capped = any(q.dlq >= self.count_cap for q in queues)
+        leader_lock = LeaderLock.of_row(lock[0] if lock else None)
         return Overview(now, queues, runtimes, dlq_total, dlq_capped,
-                        leader_lock_held=bool(lock and lock[0]["held"]))
+                        leader_lock_held=leader_lock.held, leader_lock=leader_lock)
 
     async def _queue_summaries(self, engine: StorageEngine, now: datetime, refresh_s: float,
                                instances: list[RuntimeInstance]) -> list[QueueSummary]:
@@ -481,10 +507,9 @@ class ConsoleReader:
             owner: str | None = None
             gone: str | None = None
             claimer = by_id.get(r["claimed_by"]) if r["claimed_by"] is not None else None
-            timing = judging_timing(
-                [claimer] if claimer is not None else
-                [rt for rt in serving if rt.live(now)] or serving,
-                stale_after_s=self.stale_after_s)
+            timing = attempt_timing(runtimes, r["queue"], r["claimed_by"],
+                                    is_live=lambda rt: rt.live(now),
+                                    stale_after_s=self.stale_after_s)
             if r["claimed_by"] is not None:
                 if claimer is None:  # pruned from the registry long ago
                     gone = f"runtime {r['claimed_by'][:8]}"

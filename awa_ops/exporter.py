@@ -29,7 +29,13 @@ from awa_ops.queues import CONFIGURED_QUEUES, known_queues
 from awa_ops.replication import STANDBYS_WORST
 from awa_ops.replication import STATE as REPLICATION_STATE
 from awa_ops.replication import from_row as replication_from_row
-from awa_ops.runtimes import LEADER_LOCK_HELD, judging_timing, queue_servers, runtime_live
+from awa_ops.runtimes import (
+    LEADER_LOCK_HELD,
+    Runtime,
+    judged_running_counts,
+    judging_timing,
+    runtime_live,
+)
 from awa_ops.session import OpsSession
 from awa_ops.storage import Engine, column_exists, detect_engine, storage_engine
 
@@ -50,7 +56,8 @@ SELECT coalesce(state, 'unknown') AS state,
        max(EXTRACT(EPOCH FROM (now() - xact_start)))::float8 AS oldest_s
 FROM pg_stat_activity
 WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
-  AND NOT (application_name = '{config.APP_NAME_LEADER}' AND backend_xid IS NULL
+  AND NOT (split_part(application_name, ' ', 1) = '{config.APP_NAME_LEADER}'
+           AND backend_xid IS NULL
            AND state = 'idle in transaction')
 GROUP BY 1
 """
@@ -82,7 +89,7 @@ QUEUE_META_QUEUES = CONFIGURED_QUEUES
 KNOWN_QUEUE_LIMIT = config.OPS_KNOWN_QUEUE_LIMIT
 DB_NOW = "SELECT now() AS now"
 # The dlq_reason label of a queue's zero DLQ series (and of an entry without a reason).
-NO_REASON = "none"
+NO_REASON = metrics.UNSET_LABEL_VALUE
 
 
 def _spec(name: str) -> metrics.MetricSpec:
@@ -270,23 +277,13 @@ class DatabaseCollector(Collector):
                               runtimes: list[RuntimeInstance]
                               ) -> list[tuple[str, float | None, int, int]]:
         """(queue, oldest heartbeat, stale, overdue) per queue with running attempts, each
-        queue's attempts judged by the staleness its own runtimes publish (the flag
-        overrides): one read per distinct cutoff in use, rarely more than one."""
-        if self.staleness is not None:
-            counts = await reads.running_counts(session.conn, stale_after_s=self.staleness)
-            return [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue) for c in counts]
-        by_cutoff: dict[float, list[Any]] = {}
-        first = judging_timing(runtimes).stale_after_s
-        by_cutoff[first] = await reads.running_counts(session.conn, stale_after_s=first)
-        out = []
-        for c in by_cutoff[first]:
-            cutoff = judging_timing(queue_servers(runtimes, c.queue)).stale_after_s
-            if cutoff not in by_cutoff:
-                by_cutoff[cutoff] = await reads.running_counts(session.conn,
-                                                               stale_after_s=cutoff)
-            own = next((o for o in by_cutoff[cutoff] if o.queue == c.queue), c)
-            out.append((c.queue, own.oldest_heartbeat_s, own.stale, own.overdue))
-        return out
+        attempt judged by its own runtime's published timing: stale past its staleness,
+        overdue one heartbeat interval past its deadline (``--heartbeat-staleness``
+        overrides the staleness) -- the rule of the console and ``diagnose``."""
+        counts = await judged_running_counts(
+            session.conn, reads, [Runtime.of(r, self.staleness) for r in runtimes],
+            stale_after_s=self.staleness)
+        return [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue) for c in counts]
 
     async def close(self) -> None:
         if self._session is not None:

@@ -14,12 +14,13 @@ closest to the attempt's last heartbeat (``inferred_owner``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awa import config
-from awa.storage.engine import RuntimeInstance
+from awa.runtime.leader import leader_instance_of
+from awa.storage.engine import RunningCounts, RuntimeInstance
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
 
@@ -65,19 +66,51 @@ def runtime_live(last_seen_age_s: float, snapshot_interval_ms: int,
 SNAPSHOT_SLACK_S = 1.0
 
 # The leader's session advisory lock (config.ADVISORY_LOCK_LEADER, 'AWA_MAIN'): the same
-# key in every awa distribution.  Held right now by anyone?  (A pure catalogue read.)
+# key in every awa distribution.  Held right now by anyone, and by which backend?  (Pure
+# catalogue reads; a session's application_name is visible to every role.)  Our runtimes
+# name their lock connection ``awa-leader <instance id>`` (awa.runtime.leader), so the
+# holder is known by name before its snapshot says so.
 LEADER_LOCK_HELD = """
-SELECT count(*) > 0 AS held FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND database = (
+SELECT count(*) > 0 AS held, min(l.pid) AS pid, min(a.application_name) AS application_name
+  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
        SELECT oid FROM pg_database WHERE datname = current_database())
-   AND classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
-   AND objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND objsubid = 1
+   AND l.classid = ((%(key)s::bigint >> 32) & x'ffffffff'::bigint)::oid
+   AND l.objid = (%(key)s::bigint & x'ffffffff'::bigint)::oid AND l.objsubid = 1
 """
 
 
+@dataclass(frozen=True)
+class LeaderLock:
+    """Who holds the leader lock right now, as a read-only reader can tell."""
+
+    held: bool
+    pid: int | None = None  # the holder's server backend pid
+    application_name: str | None = None
+    # The runtime that holds it (from ``awa-leader <instance id>``); None when the holder
+    # does not say (an older runtime's bare ``awa-leader``, another distribution).
+    instance_id: str | None = None
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any] | None) -> LeaderLock:
+        if not row or not row.get("held"):
+            return cls(False)
+        name = row.get("application_name")
+        return cls(True, row.get("pid"), name, leader_instance_of(name))
+
+    def holder(self) -> str:
+        """The holding backend, for a message: ``backend pid 123 (awa-leader)``."""
+        name = config.APP_NAME_LEADER if self.instance_id else self.application_name
+        return f"backend pid {self.pid} ({name or 'no application_name'})"
+
+
+async def leader_lock(session: OpsSession) -> LeaderLock:
+    return LeaderLock.of_row(await session.fetch_one(LEADER_LOCK_HELD,
+                                                     {"key": config.ADVISORY_LOCK_LEADER}))
+
+
 async def leader_lock_held(session: OpsSession) -> bool:
-    row = await session.fetch_one(LEADER_LOCK_HELD, {"key": config.ADVISORY_LOCK_LEADER})
-    return bool(row and row["held"])
+    return (await leader_lock(session)).held
 
 
 # --- each runtime's own heartbeat timing ----------------------------------------
@@ -113,6 +146,26 @@ def judging_timing(published: Iterable[Any], *, stale_after_s: float | None = No
         else max(intervals) / 1000 if intervals else fallback.grace_s)
 
 
+def attempt_timing(runtimes: Sequence[Any], queue: str, claimed_by: str | None, *,
+                   is_live: Callable[[Any], bool], stale_after_s: float | None = None,
+                   interval_s: float | None = None, fallback: Timing | None = None) -> Timing:
+    """The timing one running attempt is judged by -- the one rule of the console,
+    ``diagnose stuck-running``, ``diagnose heartbeats`` and the exporter: that of the runtime
+    that claimed it (``claimed_by``, when still registered), else of the live runtimes
+    serving its queue, else of every registered one that served it; flags override.
+    ``runtimes`` carry ``instance_id``, ``serves(queue)`` and the published timing;
+    ``is_live`` says whether one is live (each caller has its own clock)."""
+    claimer = next((r for r in runtimes if r.instance_id == claimed_by), None) \
+        if claimed_by else None
+    if claimer is not None:
+        published = [claimer]
+    else:
+        serving = [r for r in runtimes if r.serves(queue)]
+        published = [r for r in serving if is_live(r)] or serving
+    return judging_timing(published, stale_after_s=stale_after_s, interval_s=interval_s,
+                          fallback=fallback)
+
+
 def queue_servers(instances: list[RuntimeInstance], queue: str) -> list[RuntimeInstance]:
     """The runtimes that serve ``queue`` (an empty queue list serves any), live ones first
     considered: when none is live, every registered one that served it."""
@@ -131,6 +184,12 @@ REPORT_NAMES = {OVERDUE: "deadline overdue", ORPHANED: "orphaned", STALE: "stale
                 ALIVE: "alive"}
 
 
+def past_deadline(deadline_remaining_s: float | None, grace_s: float) -> bool:
+    """The one "overdue" rule: past the hard deadline by more than the grace (one heartbeat
+    interval of the attempt's runtime)."""
+    return deadline_remaining_s is not None and deadline_remaining_s < -grace_s
+
+
 def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: float | None,
                      stale_after_s: float, owner_gone: bool, served: bool,
                      overdue_grace_s: float = 0.0) -> str:
@@ -143,7 +202,7 @@ def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: flo
     runtime serves the queue at all; stale: heartbeat older than the cutoff
     while its runtime lives; alive otherwise.
     """
-    if deadline_remaining_s is not None and deadline_remaining_s < -overdue_grace_s:
+    if past_deadline(deadline_remaining_s, overdue_grace_s):
         return OVERDUE
     stale = heartbeat_age_s is not None and heartbeat_age_s > stale_after_s
     if (stale and owner_gone) or not served:
@@ -276,3 +335,72 @@ def inferred_owner(runtimes: list[Runtime], queue: str,
 
 def live_servers(runtimes: list[Runtime], queue: str) -> list[Runtime]:
     return [r for r in runtimes if r.live and not r.row["shutting_down"] and r.serves(queue)]
+
+
+# --- running attempts per queue, each judged by its own runtime's timing ----------
+
+@dataclass(frozen=True)
+class JudgedCounts:
+    """Per queue with running attempts: how many, the oldest heartbeat, and how many are
+    stale or overdue, each attempt judged by its own runtime's timing (``attempt_timing``);
+    ``cutoffs``: the staleness cutoffs its stale attempts were judged by (else its
+    runtimes')."""
+
+    queue: str
+    running: int
+    oldest_heartbeat_s: float | None
+    stale: int
+    overdue: int
+    cutoffs: tuple[float, ...]
+
+
+async def judged_running_counts(conn: Any, reads: Any, runtimes: list[Runtime], *,
+                                stale_after_s: float | None = None,
+                                interval_s: float | None = None,
+                                fallback: Timing | None = None, queue: str | None = None,
+                                limit: int = config.OPS_JUDGED_ATTEMPTS_LIMIT
+                                ) -> list[JudgedCounts]:
+    """Stale and overdue running attempts per queue, by ``attempt_timing`` and
+    ``past_deadline`` (call inside a read transaction on ``conn``).
+
+    One count statement at the most lenient rule in use (the smallest staleness cutoff any
+    runtime publishes, no grace) finds the queues where an attempt may be stale or
+    overdue; in the usual case there are none and that is the answer.  Only then are the
+    running attempts read (oldest heartbeat first, at most ``limit``) and each judged by
+    its own runtime's timing.  Past ``limit`` attempts the lenient counts stand (an
+    over-count, never a miss)."""
+    fallback = fallback or Timing(DEFAULT_STALENESS_S, DEFAULT_INTERVAL_S)
+    published = [r.heartbeat_staleness_ms / 1000 for r in runtimes if r.heartbeat_staleness_ms]
+    lenient = stale_after_s if stale_after_s is not None else min(
+        [fallback.stale_after_s, *published])
+    counts: list[RunningCounts] = await reads.running_counts(conn, stale_after_s=lenient,
+                                                             queue=queue)
+
+    def timing(q: str, claimed_by: str | None) -> Timing:
+        return attempt_timing(runtimes, q, claimed_by, is_live=lambda r: r.live,
+                              stale_after_s=stale_after_s, interval_s=interval_s,
+                              fallback=fallback)
+
+    suspect = {c.queue for c in counts if c.stale or c.overdue}
+    judged: dict[str, tuple[int, int, set[float]]] = {}
+    if suspect:
+        attempts = await reads.running_attempts(conn, limit=limit)
+        if len(attempts) < limit:
+            judged = {q: (0, 0, set()) for q in suspect}
+            for a in attempts:
+                if a.queue not in judged:
+                    continue
+                t = timing(a.queue, a.claimed_by)
+                stale, overdue, cutoffs = judged[a.queue]
+                is_stale = a.heartbeat_age_s is not None and a.heartbeat_age_s > t.stale_after_s
+                judged[a.queue] = (stale + is_stale,
+                                   overdue + past_deadline(a.deadline_remaining_s, t.grace_s),
+                                   cutoffs | {t.stale_after_s} if is_stale else cutoffs)
+    out = []
+    for c in counts:
+        stale, overdue, cutoffs = judged.get(c.queue, (c.stale, c.overdue, set()))
+        if c.queue in suspect and c.queue not in judged:
+            cutoffs = {lenient}
+        out.append(JudgedCounts(c.queue, c.running, c.oldest_heartbeat_s, stale, overdue,
+                                tuple(sorted(cutoffs or {timing(c.queue, None).stale_after_s}))))
+    return out

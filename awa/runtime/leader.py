@@ -1,7 +1,8 @@
 """Leader election: one maintenance leader per database.
 
 The leader holds the session advisory lock ``config.ADVISORY_LOCK_LEADER``
-on a dedicated connection (``application_name`` ``awa-leader``).  Postgres
+on a dedicated connection (``application_name`` ``awa-leader <instance id>``, see
+``leader_application_name``).  Postgres
 releases a session lock when its connection ends, so a leader that crashes
 or loses the network frees the lock for the next candidate; non-leaders try
 again every ``leader_election_interval``.  The leader pings its connection
@@ -59,6 +60,29 @@ SET_XACT_FENCE = "SELECT set_config('idle_in_transaction_session_timeout', %(ms)
 
 SESSION_LOCK = "session"
 TRANSACTION_LOCK = "transaction"
+
+
+def leader_application_name(instance_id: object) -> str:
+    """The lock connection's ``application_name``: ``awa-leader <instance id>``, so a
+    read-only reader can tell from ``pg_locks`` / ``pg_stat_activity`` which runtime holds
+    the leader lock before that runtime's snapshot says so (47 characters, within
+    PostgreSQL's 63)."""
+    return f"{config.APP_NAME_LEADER} {instance_id}"
+
+
+def leader_instance_of(application_name: str | None) -> str | None:
+    """The runtime instance id a lock connection's ``application_name`` names (None: a
+    bare ``awa-leader`` of an older runtime, or another distribution's lock holder)."""
+    prefix = config.APP_NAME_LEADER + " "
+    if application_name and application_name.startswith(prefix):
+        return application_name[len(prefix):].strip() or None
+    return None
+
+
+def is_leader_application_name(application_name: str | None) -> bool:
+    """``awa-leader``, with or without the instance id."""
+    return application_name == config.APP_NAME_LEADER or \
+        leader_instance_of(application_name) is not None
 
 
 def fence_ms(ping_interval_ms: int) -> int:

@@ -201,13 +201,15 @@ def heartbeat_batch() -> None:
 
 
 # --- descriptors (awa.queue.info / awa.job_kind.info) ------------------------
-def _tags(descriptor: dict[str, Any]) -> str:
-    return ",".join(descriptor.get("tags") or ())
+def _tags(descriptor: dict[str, Any]) -> str | None:
+    return ",".join(descriptor.get("tags") or ()) or None
 
 
-def _descriptor_key(name: str, d: dict[str, Any]) -> tuple[str, ...]:
-    return (name, d.get("display_name") or "", d.get("owner") or "", d.get("docs_url") or "",
-            _tags(d), d.get("descriptor_hash") or "")
+def _descriptor_key(name: str, d: dict[str, Any]) -> tuple[str | None, ...]:
+    """The info series' label values; a field the descriptor leaves unset is None, exported
+    as ``metrics.UNSET_LABEL_VALUE`` (never an empty label value)."""
+    return (name, d.get("display_name") or None, d.get("owner") or None,
+            d.get("docs_url") or None, _tags(d), d.get("descriptor_hash") or None)
 
 
 def descriptors_synced(queues: Iterable[dict[str, Any]], kinds: Iterable[dict[str, Any]]) -> None:
@@ -220,7 +222,7 @@ def descriptors_synced(queues: Iterable[dict[str, Any]], kinds: Iterable[dict[st
         _replace_info(gauge, {_descriptor_key(d["name"], d) for d in descriptors})
 
 
-def _replace_info(gauge: metrics.PreGauge, wanted: set[tuple[str, ...]]) -> None:
+def _replace_info(gauge: metrics.PreGauge, wanted: set[tuple[str | None, ...]]) -> None:
     """Drop the series of these names that are not wanted any more, then set the wanted ones."""
     names = {key[0] for key in wanted}
     gauge.forget(lambda key: key[0] in names and key not in wanted)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa_ops.diagnose._text import ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import load_runtimes
+from awa_ops.runtimes import DEFAULT_INTERVAL_S, Timing, judged_running_counts, load_runtimes
 from awa_ops.storage import storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -18,25 +18,38 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "heartbeats"
 RUNBOOK = runbook("heartbeats")
 
+
+def _cutoffs(cutoffs: Any) -> str:
+    """One cutoff, or the range of the runtimes' own ("1.0s–1.5m")."""
+    low, high = min(cutoffs), max(cutoffs)
+    return secs(low) if low == high else f"{secs(low)}–{secs(high)}"
+
+
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     reads = await storage_engine(session)
+    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
+    # Each attempt judged by the staleness its own runtime publishes (the one that claimed
+    # it, else its queue's), as the console and stuck-running do; a flag overrides.
+    fallback = Timing(options.staleness_s, options.heartbeat_interval_s
+                      if options.heartbeat_interval_s is not None else DEFAULT_INTERVAL_S)
     async with session.read():
-        counts = await reads.running_counts(session.conn, stale_after_s=options.staleness_s,
-                                            queue=options.queue)
+        counts = await judged_running_counts(
+            session.conn, reads, runtimes, stale_after_s=options.flagged_staleness_s,
+            interval_s=options.flagged_interval_s, fallback=fallback, queue=options.queue)
     queues: list[dict[str, Any]] = [{"queue": c.queue, "running": c.running,
                "oldest_heartbeat_s": c.oldest_heartbeat_s, "stale": c.stale} for c in counts]
-    runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
+    cutoffs = {c.queue: c.cutoffs for c in counts}
     findings: list[Finding] = []
     limit = options.evidence_limit
-    overdue = options.staleness_s + 2 * options.rescue_interval_s
     for q in queues:
         if q["stale"]:
-            critical = q["oldest_heartbeat_s"] > overdue
+            cutoff = max(cutoffs[q["queue"]])
+            critical = q["oldest_heartbeat_s"] > cutoff + 2 * options.rescue_interval_s
             findings.append(Finding(
                 Severity.CRITICAL if critical else Severity.WARNING,
                 f"queue {q['queue']}: {q['stale']} of {q['running']} running jobs have a stale "
                 f"heartbeat (oldest {secs(q['oldest_heartbeat_s'])}, cutoff "
-                f"{secs(options.heartbeat_staleness_s)})",
+                f"{_cutoffs(cutoffs[q['queue']])})",
                 "stale attempts are presumed dead and will be rescued to retryable" +
                 (" — and rescue looks overdue (is there a leader?)" if critical else ""),
                 ops("stuck-running") + f" --queue {q['queue']}", [q], RUNBOOK))
@@ -49,10 +62,10 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     if not findings:
         total = sum(q["running"] for q in queues)
         oldest = max((q["oldest_heartbeat_s"] or 0 for q in queues), default=0)
+        used = sorted({c for cs in cutoffs.values() for c in cs}) or [options.staleness_s]
         findings.append(Finding(
             Severity.OK, f"{plural(total, 'running job')} in {plural(len(queues), 'queue')}; "
-                         f"oldest heartbeat {secs(oldest)} "
-                         f"(cutoff {secs(options.heartbeat_staleness_s)})",
+                         f"oldest heartbeat {secs(oldest)} (cutoff {_cutoffs(used)})",
             evidence=[*queues[:limit],
                       *[{"runtime": r.label(), "heartbeat_alive": r.row["heartbeat_alive"],
                          "last_seen_age_s": round(r.age_s, 1)}

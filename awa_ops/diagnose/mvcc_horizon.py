@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from awa import config
+from awa.runtime.leader import is_leader_application_name
 from awa_ops.diagnose._text import db_ref, plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import render
@@ -113,7 +114,7 @@ def holders(found: dict[str, list[dict[str, Any]]], options: Options) -> list[Fi
             sev = Severity.WARNING  # long, but holds no snapshot: locks, not the horizon
         if sev == Severity.OK:
             continue  # young: shown in the summary's evidence only
-        if not pins and s["application_name"] == config.APP_NAME_LEADER:
+        if not pins and is_leader_application_name(s["application_name"]):
             continue  # behind a pooler the leader holds its lock in a snapshot-less transaction
         holds = ", ".join(part for part in (
             f"xid {s['backend_xid']}" if s["backend_xid"] else "",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from awa import config
 from awa_ops.diagnose._text import db_ref, ops, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.runtimes import Runtime, leader_lock_held, load_runtimes
+from awa_ops.runtimes import LeaderLock, Runtime, leader_lock, load_runtimes
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
@@ -37,13 +37,14 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     # --primary-url, or left unknown (the runtime rows are replicated, the locks are not).
     from awa_ops.diagnose import primary_or_none
     lock_source = await primary_or_none(session, options) if runtimes else None
-    lock_held = await leader_lock_held(lock_source) if lock_source is not None else (
-        False if not runtimes else None)
-    return assess(runtimes, options, lock_held)
+    lock = await leader_lock(lock_source) if lock_source is not None else (
+        LeaderLock(False) if not runtimes else None)
+    return assess(runtimes, options, lock)
 
 
 def assess(runtimes: list[Runtime], options: Options,
-           lock_held: bool | None = None) -> list[Finding]:
+           lock: LeaderLock | None = None) -> list[Finding]:
+    """``lock``: who holds the leader lock (None: not known, e.g. on a standby)."""
     findings: list[Finding] = []
     live = [r for r in runtimes if r.live]
     active = [r for r in live if not r.draining]
@@ -73,9 +74,28 @@ def assess(runtimes: list[Runtime], options: Options,
     claimants = sorted((r for r in runtimes if r.leader), key=lambda r: r.age_s)
     current = [r for r in claimants if r.live and not r.draining and not r.snapshot_overdue]
     leader = current[0] if current else None
+    # The lock holder, when it names its runtime (awa-leader <instance id>), is the leader
+    # now, whatever the snapshots say yet: its own flag arrives with its next snapshot.
+    holder = next((r for r in runtimes if lock is not None and lock.held and lock.instance_id
+                   and r.instance_id.lower() == lock.instance_id.lower()), None)
+    by_lock = holder is not None and holder is not leader
+    if by_lock:
+        leader = holder
     former = [r for r in claimants if r is not leader]
     if leader is None:
-        findings.append(_leaderless(runtimes, active, former, options, lock_held))
+        findings.append(_leaderless(runtimes, active, former, options, lock))
+    elif by_lock and holder is not None:
+        findings.append(Finding(
+            Severity.OK,
+            f"leader {holder.label()} holds the leader lock "
+            f"(backend pid {lock.pid if lock else '?'}); its snapshot reports it at the next "
+            "interval"
+            + (f"; the former leader {former[0].label()} is {former[0].status}" if former
+               else ""),
+            "the lock connection names its runtime (application_name awa-leader <instance "
+            "id>); the leader flag is published with the runtime's next snapshot",
+            ops("runtime") + " --watch 5", [holder.evidence(), *(r.evidence() for r in
+                                                               former[:limit])], RUNBOOK))
     else:
         if former:
             findings.append(_failover(leader, former, options))
@@ -120,7 +140,7 @@ def assess(runtimes: list[Runtime], options: Options,
             ops("stuck-running"), [r.evidence() for r in gone[:limit]], RUNBOOK))
 
     # (No leader row yet but the lock held: _leaderless already said OK, with its reason.)
-    if leader is not None and not any(f.severity > Severity.OK for f in findings):
+    if leader is not None and not by_lock and not any(f.severity > Severity.OK for f in findings):
         more = (f"; {plural(len(draining), 'runtime')} draining (shutting down)"
                 if draining else "")
         findings.append(Finding(
@@ -159,8 +179,8 @@ def _failover(leader: Runtime, former: list[Runtime], options: Options) -> Findi
 
 
 def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runtime],
-                options: Options,
-                lock_held: bool | None) -> Finding:
+                options: Options, lock: LeaderLock | None) -> Finding:
+    lock_held = None if lock is None else lock.held
     if former:
         last = former[0]
         since = last.age_s
@@ -180,12 +200,18 @@ def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runti
             f"snapshot",
             "a short leaderless window after a leader dies is normal failover",
             ops("runtime") + " --watch 5", evidence, RUNBOOK)
-    lock = ("" if lock_held is None else
-            "; the leader lock is free" if not lock_held else "; the leader lock is held")
+    if lock is not None and lock.held and lock.instance_id:
+        held_by = (f"; the leader lock is held by runtime {lock.instance_id[:8]} "
+                   f"({lock.holder()}), which has not registered yet")
+    elif lock is not None and lock.held:
+        held_by = (f"; the leader lock is held by {lock.holder()}, which does not name its "
+                   "runtime (which runtime leads is not known until a snapshot says so)")
+    else:
+        held_by = "" if lock_held is None else "; the leader lock is free"
     if since > allowed:
         return Finding(
             Severity.CRITICAL,
-            f"no live runtime is leader for {secs(since)} ({origin}){lock}; election retries "
+            f"no live runtime is leader for {secs(since)} ({origin}){held_by}; election retries "
             f"every {secs(options.election_interval_s)}",
             "without a leader nothing rescues stale or overdue jobs, promotes scheduled jobs, "
             "or cleans up; running jobs accumulate",
@@ -199,7 +225,7 @@ def _leaderless(runtimes: list[Runtime], live: list[Runtime], former: list[Runti
     # snapshot (a fleet that just started); only a free lock is worth a warning yet.
     return Finding(
         Severity.OK if lock_held else Severity.WARNING,
-        f"leaderless window: no leader for {secs(since)} ({origin}){lock}; within the "
+        f"leaderless window: no leader for {secs(since)} ({origin}){held_by}; within the "
         f"election interval and one snapshot",
         "a short leader-less window after a restart or a leader's death is normal failover",
         ops("runtime") + " --watch 5", evidence, RUNBOOK)

@@ -18,9 +18,9 @@ from awa_ops.runtimes import (
     REPORT_NAMES,
     Runtime,
     Timing,
+    attempt_timing,
     classify_attempt,
     inferred_owner,
-    judging_timing,
     live_servers,
     load_runtimes,
 )
@@ -118,6 +118,10 @@ async def _engine_attempts(session: OpsSession, params: dict[str, Any]
     return attempts, [asdict(c) for c in cancelled]
 
 
+def _live(runtime: Runtime) -> bool:
+    return runtime.live
+
+
 def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
              runtimes: list[Runtime], options: Options) -> list[Finding]:
     staleness = options.staleness_s
@@ -135,11 +139,9 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
     for a in attempts:
         hb = a.get("heartbeat_age_s")
         remaining = a.get("deadline_remaining_s")
-        claimer = by_id.get(str(a["claimed_by"])) if a.get("claimed_by") else None
-        serving = [r for r in runtimes if r.serves(a["queue"])]
-        timing = judging_timing([claimer] if claimer is not None else
-                                [r for r in serving if r.live] or serving,
-                                stale_after_s=options.flagged_staleness_s,
+        timing = attempt_timing(runtimes, a["queue"],
+                                str(a["claimed_by"]) if a.get("claimed_by") else None,
+                                is_live=_live, stale_after_s=options.flagged_staleness_s,
                                 interval_s=options.flagged_interval_s, fallback=fallback)
         cutoffs[a["job_id"]] = timing.stale_after_s
         stale = hb is not None and hb > timing.stale_after_s

@@ -153,7 +153,7 @@ class OverviewScreen(ConsoleScreen):
                  f"live runtimes [b]{len(data.live_runtimes())}[/b]",
                  f"leader [b]{leader.label() if leader else 'NONE'}[/b]" if leader
                  or not data.leader_lock_held else
-                 "leader [b]lock held[/b] (reports at its next snapshot)"]
+                 f"leader [b]unknown[/b] ({data.leader_unknown()})"]
         if diag:
             parts.append(f"diagnostics [b]{diag}[/b]")
         self.query_one("#summary", TextLine).set("   ".join(parts))

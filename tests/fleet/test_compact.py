@@ -6,9 +6,13 @@ SIGKILLed worker's compact claims must be named by ``stuck-running``.
 Completions are compared with 0.6.9's own admin reads twice: while they are rows of
 ``receipt_completion_batches``, and after 0.6.9's queue-ring prune has folded them into
 ``queue_terminal_rollups`` (a count per queue and priority, no times), which the test waits
-for.  0.6.9 folds a ring slot early only while no client backend of the database holds a
-snapshot, and at the latest when the ring comes round to it (16 rotations): a read-only
-transaction of the test's and a 4 s rotation hold the fold off until the first look is done."""
+for.  0.6.9 may fold a ring slot within seconds of its completions (on a quiet machine, a
+read-only snapshot held by the test notwithstanding), so the first look is bracketed by two
+reads of 0.6.9's records and made again on fresh completions when a fold fell inside it.
+
+The queue's jobs all completed, so it has no depth and no ``queue_meta`` row: our
+``queue stats`` once counted its completions and then dropped them with it (0 against
+0.6.9's 20); the rust-core engine's ``queue_details`` keeps a queue that has completions."""
 
 from __future__ import annotations
 
@@ -83,6 +87,8 @@ asyncio.run(main(sys.argv[1]))
 ROTATE_MS = 4_000
 FOLD_TIMEOUT_S = 150
 FAST = 20
+# Looks at fresh compact completions before giving up on seeing them unfolded.
+LOOKS = 4
 # 0.6.9's own records of queue zd's compact completions, all in one snapshot: still kept
 # as rows (batch items less tombstones), and folded into the rollup by the ring's prune.
 COMPACT_COMPLETIONS = """
@@ -110,9 +116,6 @@ def compact_completions(url: str) -> tuple[int, int]:
     return int(row["kept"]), int(row["folded"])
 
 
-@pytest.mark.xfail(reason="right after 0.6.9 writes compact completions, our queue stats "
-                          "counts 0 of the 20 its own admin reads count (seen on a quiet "
-                          "machine; issue 33 stays open)", strict=False)
 def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) -> None:  # noqa: F811
     url, rust_url = fleet_db, as_url(fleet_db)
     python = rust_awa_python()
@@ -158,13 +161,28 @@ def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) 
         pin.execute("SELECT 1")
         first_scrape = exported_rate()
         # Quick jobs first (they complete through the compact path), then the slow ones.
-        run_theirs(python, ENQUEUE, rust_url, "0", str(FAST))
-        wait_for("compact completions", lambda: compact_completions(url) == (FAST, 0), 30)
         # --- before the fold: the completions are rows of receipt_completion_batches ----
-        # (taken at once: on a quiet machine 0.6.9 folds them within seconds, the held
-        # snapshot notwithstanding, so the look is bracketed by two reads of its records)
-        before_c, before_c_theirs = ours(), theirs()
-        assert compact_completions(url) == (FAST, 0), "folded before the first look"
+        # On a quiet machine 0.6.9 folds them within a rotation or so, the held snapshot
+        # notwithstanding, so each look is bracketed by two reads of its records and made
+        # again on fresh completions when a fold fell inside it.
+        done = 0
+        for _ in range(LOOKS):
+            folded = compact_completions(url)[1]
+            run_theirs(python, ENQUEUE, rust_url, "0", str(FAST))
+            done += FAST
+
+            def all_recorded(total: int = done) -> bool:
+                return sum(compact_completions(url)) == total
+
+            wait_for("compact completions", all_recorded, 30)
+            if compact_completions(url) == (FAST, folded):
+                before_c, before_c_theirs = ours(), theirs()
+                if compact_completions(url) == (FAST, folded):
+                    break
+            wait_for("the last completions folded", lambda: compact_completions(url)[0] == 0,
+                     FOLD_TIMEOUT_S, 0.5)
+        else:
+            pytest.fail(f"0.6.9 folded the compact completions during each of {LOOKS} looks")
         assert before_c_theirs["completed_last_hour"] == FAST, before_c_theirs
         assert before_c["completed_last_hour"] == before_c_theirs["completed_last_hour"], \
             (before_c, before_c_theirs)
@@ -172,9 +190,10 @@ def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) 
         # run is not pruned, and the quick ones' slot must be free to fold.
         quick_generation = rows(url, "SELECT max(ready_generation) AS g FROM "
                                      "awa.receipt_completion_batches")[0]["g"]
-        wait_for("the queue ring rotated past the quick jobs' slot", lambda: rows(
-            url, "SELECT generation FROM awa.queue_ring_state")[0]["generation"]
-            > quick_generation, 30, 0.5)
+        if quick_generation is not None:  # (None: folded already, the slot is free)
+            wait_for("the queue ring rotated past the quick jobs' slot", lambda: rows(
+                url, "SELECT generation FROM awa.queue_ring_state")[0]["generation"]
+                > quick_generation, 30, 0.5)
         run_theirs(python, ENQUEUE, rust_url, str(2 * SLOTS), "0")
         wait_for("4 zero-deadline jobs running, 2 per worker",
                  lambda: all(len(w.read_jobs()) == SLOTS for w in workers), 30)
@@ -198,7 +217,7 @@ def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) 
         # --- the fold: the snapshot released, 0.6.9 prunes the quick jobs' ring slot ------
         pin.close()
         wait_for("0.6.9 to fold the compact completions into queue_terminal_rollups",
-                 lambda: compact_completions(url) == (0, FAST), FOLD_TIMEOUT_S, 1)
+                 lambda: compact_completions(url) == (0, done), FOLD_TIMEOUT_S, 1)
         after, after_theirs = ours(), theirs()
         # 0.6.9 keeps only their number, per queue and priority, without times: its own
         # completed_last_hour and completed list drop them, and so does ours.
@@ -208,11 +227,11 @@ def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) 
             (after, after_theirs)
         # Where they went: our exporter counts the folded completions (kept rows plus
         # 0.6.9's rollup, one snapshot per scrape), though no window holds them any more:
-        # its rate since the first scrape is FAST completions over the time between.
+        # its rate since the first scrape is every completion over the time between.
         before_first, after_first, _ = first_scrape
         before_second, after_second, rate = exported_rate()
-        assert FAST / (after_second - before_first) <= rate \
-            <= FAST / (before_second - after_first), (rate, first_scrape)
+        assert done / (after_second - before_first) <= rate \
+            <= done / (before_second - after_first), (rate, first_scrape)
         # The compact claims of the running jobs are still read as running after the fold.
         assert after["running"] == len(running), after
         listed = json.loads(our_awa(url, "job", "list", "--state", "running", "--queue", "zd",

@@ -43,7 +43,8 @@ def test_sigkilled_leader_is_replaced_within_the_election_interval(database_url,
     try:
         leader = wait_until(lambda: leader_of(db, workers), timeout=10, message="a leader")
         assert len(lock_holders(db)) == 1
-        assert lock_holders(db)[0]["application_name"] == "awa-leader"
+        # The lock connection names its runtime (what the console and diagnose read).
+        assert lock_holders(db)[0]["application_name"] == f"awa-leader {leader.instance_id}"
         old_lock_pid = lock_holders(db)[0]["pid"]
         leader.kill()
         killed_at = time.monotonic()

@@ -304,6 +304,14 @@ async def test_mixed_workload_metrics_match_the_database(client, db, database_ur
     (krow,) = _rows(db, "SELECT * FROM awa.job_kind_descriptors WHERE kind = 'm_ok'")
     (kinfo,) = [s for s in series["awa_job_kind_info"] if s.labels["awa_job_kind"] == "m_ok"]
     assert kinfo.value == 1 and kinfo.labels["awa_descriptor_owner"] == krow["owner"] == "team-ok"
+    # The kind's descriptor leaves its docs URL and tags unset: they read the documented
+    # placeholder, never "" (issue 33), though other series of the metric carry the labels.
+    assert not krow["docs_url"] and not krow["tags"]
+    assert kinfo.labels["awa_descriptor_docs_url"] == "none"  # metrics.UNSET_LABEL_VALUE
+    assert kinfo.labels["awa_descriptor_tags"] == "none"
+    empty = [(name, s.labels) for name, samples in series.items() if name.startswith("awa_")
+             for s in samples if "" in s.labels.values()]
+    assert not empty, empty
     assert kinfo.labels["awa_descriptor_hash"] == krow["descriptor_hash"]
     assert kinfo.labels["awa_descriptor_display_name"] == krow["display_name"]
     # the runtime reports the same hash in its runtime_instances row (what drift compares)

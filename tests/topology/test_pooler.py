@@ -18,7 +18,12 @@ from psycopg.rows import dict_row
 
 import awa
 from awa import config, db
-from awa.runtime.leader import SESSION_LOCK, TRANSACTION_LOCK, LeaderElector
+from awa.runtime.leader import (
+    SESSION_LOCK,
+    TRANSACTION_LOCK,
+    LeaderElector,
+    leader_application_name,
+)
 from support.polling import eventually
 
 
@@ -90,7 +95,8 @@ async def test_runtime_through_the_pooler_polls_leads_in_a_transaction_and_says_
         await eventually(lambda: len(done) == 200, timeout=30, message="200 jobs done")
         await eventually(lambda: rt.health.leader, timeout=10, message="a leader")
         holders = _leader_lock_holders(database_url)
-        assert [h["application_name"] for h in holders] == [config.APP_NAME_LEADER]
+        assert [h["application_name"] for h in holders] == [
+            leader_application_name(rt.instance_id)]
         # Between pings the lock's transaction sits open (a ping may be running right now).
         await eventually(lambda: _leader_lock_holders(database_url)[0]["state"]
                          == "idle in transaction", timeout=5, message="the open transaction")
@@ -125,7 +131,8 @@ async def test_a_direct_url_carries_listen_and_the_session_lock(pooled_url, data
         assert rt.connections["queue_listener"] == rt.connections["cancel_listener"] == 1
         await eventually(lambda: rt.health.leader, timeout=10, message="a leader")
         holders = _leader_lock_holders(database_url)
-        assert [h["application_name"] for h in holders] == [config.APP_NAME_LEADER]
+        assert [h["application_name"] for h in holders] == [
+            leader_application_name(rt.instance_id)]
         # A session lock: between pings no transaction is held open.
         await eventually(lambda: _leader_lock_holders(database_url)[0]["state"] == "idle",
                          timeout=5, message="an idle lock session")

@@ -102,14 +102,54 @@ async def test_no_banner_while_a_runtime_holds_the_leader_lock(database_url, db)
             assert "NO LEADER" not in text and app.problem is None
             assert "leader worker-a:101" in text
             assert roles(app) == {"worker-a": "★ LEADER"}
-        # Two live runtimes, neither flagged yet: which one holds the lock is not known, so
-        # neither is named; the summary says the lock is held.
+        # Two live runtimes, neither flagged yet, and a holder that does not name its
+        # runtime (an older one's bare application_name): neither is named, and the summary
+        # says so rather than guess.
         add_runtime(db, host="worker-b", pid=202, leader=False)
+        pid = holder.info.backend_pid
         async with running_console(database_url) as (app, pilot):
             text = screen_text(app)
-            assert "NO LEADER" not in text and "leader lock held" in text
+            assert "NO LEADER" not in text
+            assert f"leader unknown (lock held by backend pid {pid}, which does not name its " \
+                   "runtime)" in text, text
             assert roles(app) == {"worker-a": "worker", "worker-b": "worker"}
     db.execute("DELETE FROM awa.runtime_instances WHERE hostname = 'worker-b'")
     async with running_console(database_url) as (app, pilot):  # the lock released
         assert "NO LEADER" in screen_text(app)
         assert roles(app) == {"worker-a": "worker"}
+
+
+async def test_the_lock_holder_that_names_its_runtime_is_the_leader(database_url, db):
+    """Several live runtimes at start, none flagged yet: the lock connection names its
+    runtime (``awa-leader <instance id>``, as our runtimes open it), so the console names
+    that one LEADER; a holder naming a runtime not registered yet is said so."""
+    import psycopg
+
+    from awa import config
+    from awa.runtime.leader import leader_application_name
+
+    def roles(app) -> dict[str, str]:
+        table = app.screen.query_one("#runtimes")
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        return {str(r[1]): str(r[0]) for r in rows}
+
+    add_runtime(db, host="worker-a", pid=101)
+    b = add_runtime(db, host="worker-b", pid=202)
+    add_runtime(db, host="worker-c", pid=303)
+    with psycopg.connect(database_url, autocommit=True,
+                         application_name=leader_application_name(b)) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [config.ADVISORY_LOCK_LEADER])
+        async with running_console(database_url) as (app, pilot):
+            text = screen_text(app)
+            assert "NO LEADER" not in text and "leader worker-b:202" in text, text
+            assert roles(app) == {"worker-a": "worker", "worker-b": "★ LEADER",
+                                  "worker-c": "worker"}
+    unregistered = "0b7e1c2d-0000-4000-8000-000000000001"
+    with psycopg.connect(database_url, autocommit=True,
+                         application_name=leader_application_name(unregistered)) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [config.ADVISORY_LOCK_LEADER])
+        async with running_console(database_url) as (app, pilot):
+            text = screen_text(app)
+            assert "NO LEADER" not in text
+            assert "leader unknown (lock held by runtime 0b7e1c2d, not registered yet)" in text
+            assert "★ LEADER" not in text

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awa import batch, config, db
-from awa.runtime.leader import LeaderElector
+from awa.runtime.leader import LeaderElector, leader_application_name
 from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
 from awa.storage import open_engine
@@ -40,8 +40,9 @@ class MaintenanceService:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.settings: config.RuntimeSettings = runtime.settings
-        self.elector = LeaderElector(runtime.database_url,
-                                     ping_interval_ms=self._ping_interval_ms())
+        self.elector = LeaderElector(
+            runtime.database_url, ping_interval_ms=self._ping_interval_ms(),
+            application_name=leader_application_name(runtime.instance_id))
         self.queue_health = QueueHealthPublisher()
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}

@@ -579,7 +579,11 @@ class RustCoreEngine(CanonicalReads):
                 conn, self._q(COMPLETED_SINCE), {"since": since, "until": until})}
         meta = {r["queue"]: r for r in await fetch_all(conn, QUEUE_META, {"queues": list(queues)})}
         out = []
-        for queue in sorted(set(queues) | set(meta)):
+        # A queue whose jobs all completed has no depth and maybe no queue_meta row; its
+        # completions still make it a queue with details (``queue_stats`` asks for the queues
+        # with depth: without this, a drained zero-deadline queue's compact completions were
+        # counted and then dropped, and ``queue stats`` read 0 where 0.6.9 reads them).
+        for queue in sorted(set(queues) | set(meta) | set(completed)):
             d, m = depths.get(queue), meta.get(queue) or {}
             out.append(QueueDetail(queue, d.oldest_available_at if d else None,
                                    d.lag_s if d else None, min(completed.get(queue, 0), cap),
