@@ -1,7 +1,8 @@
 """Queue storage: the admin group (jobs, queues, the DLQ).
 
 Reads go through the ``awa.jobs`` view and ``awa.dlq_entries`` exactly as
-on canonical (those methods are inherited).  Out-of-band writes are rare,
+on canonical (those methods are inherited), but for the job list, which reads each
+part of the layout by its own index (``reads.newest_jobs``).  Out-of-band writes are rare,
 so they may delete: a terminal ``done_entries`` row leaves when the job is
 retried, a ``deferred_jobs`` row when it is cancelled.  An available job is
 never deleted from ``ready_entries``: it gets a ``ready_tombstones`` row,
@@ -33,6 +34,7 @@ from awa.storage.engine import (
     QueueStat,
     RetryFailedResult,
 )
+from awa.storage.queue_storage import reads
 from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import FINALIZE, finish
@@ -248,6 +250,18 @@ class QueueStorageAdmin(InSchema, CanonicalAdmin):
             await conn.execute(self.sql(LOCK_LANES), {"queues": [q for q, _, _ in lanes],
                                                       "priorities": [p for _, p, _ in lanes],
                                                       "shards": [s for _, _, s in lanes]})
+
+    async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
+                        state: JobState | None = None, kind: str | None = None,
+                        queue: str | None = None, tag: str | None = None,
+                        limit: int = 100, before_id: int | None = None) -> list[Job[Any]]:
+        # Each part of the layout newest first by its own index (reads.newest_jobs), not
+        # the awa.jobs view, whose available part reads every ready entry.
+        rows = await reads.newest_jobs(
+            self, conn, reads.JOB_ROW_COLUMNS,
+            {"kind": kind, "queue": queue, "tag": tag, "before_id": before_id},
+            state=None if state is None else JobState(state).value, limit=limit)
+        return [Job.from_row(r) for r in rows]
 
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         async with conn.transaction():
