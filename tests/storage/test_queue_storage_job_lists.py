@@ -6,8 +6,8 @@ by its own index (``awa.storage.queue_storage.reads``); here they are compared, 
 filter, with the same reads run against the view, on a database holding jobs in every
 state -- several queues, kinds, tags and priorities; receipts, materialized leases, a
 parked attempt, tombstoned, retried (re-placed) and dead-lettered jobs -- written through
-the engine's own paths.  Both ways of reading the available part (by lane, by job id) are
-compared.
+the engine's own paths.  Every way of reading the available part is compared: by lane, by
+job id, and by job id with the walk cut short (then by lane).
 """
 
 from __future__ import annotations
@@ -141,11 +141,14 @@ def _query_params(q: JobListQuery) -> dict[str, Any]:
             "window": q.window}
 
 
-@pytest.mark.parametrize("by_lane", [True, False], ids=["by-lane", "by-id"])
-async def test_job_lists_match_the_view(qs_engine, aconn, client, monkeypatch, by_lane):
+@pytest.mark.parametrize("lane_max, scan_max", [(1_000_000, 50_000), (-1, 50_000), (-1, 3)],
+                         ids=["by-lane", "by-id", "by-id-cut-short"])
+async def test_job_lists_match_the_view(qs_engine, aconn, client, monkeypatch, lane_max,
+                                        scan_max):
     engine = qs_engine
     await every_state(engine, aconn, client)
-    monkeypatch.setattr(reads, "AVAILABLE_BY_LANE_MAX", 1_000_000 if by_lane else -1)
+    monkeypatch.setattr(reads, "AVAILABLE_BY_LANE_MAX", lane_max)
+    monkeypatch.setattr(reads, "AVAILABLE_SCAN_MAX", scan_max)
     for q in QUERIES:
         want = [canonical.job_summary(r)
                 for r in await fetch_all(aconn, VIEW_PAGE, _query_params(q))]

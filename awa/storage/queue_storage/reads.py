@@ -127,13 +127,26 @@ _NOT_TAKEN = """
    AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
                     WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1)"""
 # Newest first by job id (the entries' job index, backwards): for a backlog that is new.
+# At most AVAILABLE_SCAN_MAX entries are looked at (the subquery's limit, walked lazily):
+# entries claimed since the backlog's newest (a busy queue beside a long-standing backlog)
+# would otherwise be walked without end.  AVAILABLE_SCANNED_PAST says whether the walk
+# could have stopped there; then the lanes are read instead.
 _AVAILABLE_BY_ID = f"""
 SELECT {_AVAILABLE_COLUMNS}
-  FROM awa.ready_entries r
+  FROM (SELECT r.* FROM awa.ready_entries r
+         WHERE (%(before_id)s::bigint IS NULL OR r.job_id < %(before_id)s)
+           AND (%(above_id)s::bigint IS NULL OR r.job_id > %(above_id)s)
+         ORDER BY r.job_id DESC LIMIT %(scan)s) r
  WHERE r.lane_seq >= (SELECT h.claim_seq FROM awa.queue_claim_heads h
                        WHERE h.queue = r.queue AND h.priority = r.priority
                          AND h.shard = r.shard)
    AND {_NOT_TAKEN}"""
+AVAILABLE_SCANNED_PAST = """
+SELECT EXISTS (SELECT 1 FROM awa.ready_entries r
+                WHERE (%(before_id)s::bigint IS NULL OR r.job_id < %(before_id)s)
+                  AND (%(above_id)s::bigint IS NULL OR r.job_id > %(above_id)s)
+                ORDER BY r.job_id DESC OFFSET %(scan)s) AS more"""
+AVAILABLE_SCAN_MAX = 50_000
 # Each lane from its claim head on (the lane index): for a backlog that is small.  OFFSET 0
 # keeps it a probe per lane: flattened, the planner walks the job index instead (for the
 # order asked for) and tests every entry of the lanes' queues against its head.
@@ -263,7 +276,15 @@ async def newest_jobs(engine: InSchema, conn: psycopg.AsyncConnection[Any], colu
             values["above_id"] = rows[limit - 1]["id"]
         [found] = await _custom_planned(engine, conn, AVAILABLE_CANDIDATES, values)
         by_lane = found["candidates"] <= AVAILABLE_BY_LANE_MAX
-        rows += await _custom_planned(engine, conn, available_newest(columns, by_lane), values)
+        values["scan"] = AVAILABLE_SCAN_MAX
+        available = await _custom_planned(engine, conn, available_newest(columns, by_lane),
+                                          values)
+        if not by_lane and len(available) < limit:
+            [past] = await _custom_planned(engine, conn, AVAILABLE_SCANNED_PAST, values)
+            if past["more"]:  # the walk stopped short: read the lanes
+                available = await _custom_planned(engine, conn,
+                                                  available_newest(columns, True), values)
+        rows += available
         rows.sort(key=lambda r: r["id"], reverse=True)
     return rows[:limit]
 
