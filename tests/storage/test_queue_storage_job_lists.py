@@ -1,9 +1,10 @@
-"""Queue storage's engine-side job lists and queue details give what the ``awa.jobs`` view
-gives.
+"""Queue storage's engine-side job lists, queue details and queue stats give what the
+``awa.jobs`` view gives.
 
-The lists (``job_page``, ``list_jobs``) and ``queue_details`` read each part of the layout
-by its own index (``awa.storage.queue_storage.reads``); here they are compared, filter by
-filter, with the same reads run against the view, on a database holding jobs in every
+The lists (``job_page``, ``list_jobs``), ``queue_details`` and ``queue_stats`` read each
+part of the layout by its own index (``awa.storage.queue_storage.reads``, ``.admin``); here
+they are compared, filter by filter, with the same reads run against the view, on a
+database holding jobs in every
 state -- several queues, kinds, tags and priorities; receipts, materialized leases, a
 parked attempt, tombstoned, retried (re-placed) and dead-lettered jobs -- written through
 the engine's own paths.  Every way of reading the available part is compared: by lane, by
@@ -23,9 +24,10 @@ import pytest
 import awa
 from awa import callbacks, config
 from awa.job import JOB_COLUMNS, Job, JobState
+from awa.storage.canonical import admin as canonical_admin
 from awa.storage.canonical import reads as canonical
 from awa.storage.common.fetch import fetch_all
-from awa.storage.engine import AttemptWrite, JobListQuery
+from awa.storage.engine import AttemptWrite, JobListQuery, QueueStat
 from awa.storage.queue_storage import reads
 
 DEADLINE_MS = 60_000
@@ -55,6 +57,8 @@ SELECT {", ".join(JOB_COLUMNS)} FROM awa.jobs
    AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s)
  ORDER BY id DESC LIMIT %(limit)s"""
 VIEW_QUEUE_DETAILS = canonical.QUEUE_DETAILS.replace("awa.jobs_hot", "awa.jobs")
+VIEW_QUEUE_STATS = (canonical_admin.QUEUE_STATS.replace("FROM awa.jobs_hot", "FROM awa.jobs")
+                    .replace("FROM awa.scheduled_jobs", "FROM awa.jobs"))
 
 
 @pytest.fixture
@@ -191,3 +195,16 @@ async def test_queue_details_match_the_view(qs_engine, aconn, client):
     alpha = next(d for d in got if d.queue == "alpha")
     assert alpha.oldest_available is not None and alpha.lag_s is not None
     assert alpha.lag_s > 3600  # the job enqueued with a run_at two hours back
+
+
+async def test_queue_stats_match_the_view(qs_engine, aconn, client):
+    engine = qs_engine
+    await every_state(engine, aconn, client)
+    await client.pause_queue("gamma")
+    async with aconn.transaction():  # one now() for both
+        want = [QueueStat(**r) for r in await fetch_all(aconn, VIEW_QUEUE_STATS)]
+        got = await engine.queue_stats(aconn)
+    assert got == want
+    assert {s.queue for s in got} == set(QUEUES)
+    assert all(s.available and s.running and s.failed and s.scheduled and s.retryable
+               and s.waiting_external and s.completed_last_hour for s in got)

@@ -249,7 +249,7 @@ def available_newest(columns: str, by_lane: bool) -> str:
     return _newest(_AVAILABLE_BY_LANE if by_lane else _AVAILABLE_BY_ID, columns)
 
 
-async def _custom_planned(engine: InSchema, conn: psycopg.AsyncConnection[Any], statement: str,
+async def custom_planned(engine: InSchema, conn: psycopg.AsyncConnection[Any], statement: str,
                           params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``statement``'s rows, planned for these values at every call (never prepared): its
     ``(%(x)s IS NULL OR ...)`` filters and limits choose the index only when the planner
@@ -269,20 +269,20 @@ async def newest_jobs(engine: InSchema, conn: psycopg.AsyncConnection[Any], colu
     rows: list[dict[str, Any]] = []
     others = other_parts_newest(columns, state)
     if others:
-        rows = await _custom_planned(engine, conn, others, values)
+        rows = await custom_planned(engine, conn, others, values)
     if state is None or state == "available":
         # Only rows newer than the others' oldest can still make the page.
         if len(rows) >= limit:
             values["above_id"] = rows[limit - 1]["id"]
-        [found] = await _custom_planned(engine, conn, AVAILABLE_CANDIDATES, values)
+        [found] = await custom_planned(engine, conn, AVAILABLE_CANDIDATES, values)
         by_lane = found["candidates"] <= AVAILABLE_BY_LANE_MAX
         values["scan"] = AVAILABLE_SCAN_MAX
-        available = await _custom_planned(engine, conn, available_newest(columns, by_lane),
+        available = await custom_planned(engine, conn, available_newest(columns, by_lane),
                                           values)
         if not by_lane and len(available) < limit:
-            [past] = await _custom_planned(engine, conn, AVAILABLE_SCANNED_PAST, values)
+            [past] = await custom_planned(engine, conn, AVAILABLE_SCANNED_PAST, values)
             if past["more"]:  # the walk stopped short: read the lanes
-                available = await _custom_planned(engine, conn,
+                available = await custom_planned(engine, conn,
                                                   available_newest(columns, True), values)
         rows += available
         rows.sort(key=lambda r: r["id"], reverse=True)
@@ -297,7 +297,7 @@ class QueueStorageReads(InSchema, CanonicalReads):
                             since: datetime | None = None, until: datetime | None = None,
                             cap: int) -> list[QueueDetail]:
         from awa import config
-        rows = await _custom_planned(self, conn, QUEUE_DETAILS, {
+        rows = await custom_planned(self, conn, QUEUE_DETAILS, {
             "queues": list(queues), "since": since, "until": until, "cap": cap,
             "head": OLDEST_AVAILABLE_HEAD,
             "priorities": list(range(config.MIN_PRIORITY, config.MAX_PRIORITY + 1))})
