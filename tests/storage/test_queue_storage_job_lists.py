@@ -1,12 +1,12 @@
-"""Queue storage's engine-side job lists, queue details and queue stats give what the
-``awa.jobs`` view gives.
+"""Queue storage's engine-side job lists, queue details, queue stats and state counts give
+what the ``awa.jobs`` view gives.
 
-The lists (``job_page``, ``list_jobs``), ``queue_details`` and ``queue_stats`` read each
-part of the layout by its own index (``awa.storage.queue_storage.reads``, ``.admin``); here
-they are compared, filter by filter, with the same reads run against the view, on a
-database holding jobs in every
-state -- several queues, kinds, tags and priorities; receipts, materialized leases, a
-parked attempt, tombstoned, retried (re-placed) and dead-lettered jobs -- written through
+The lists (``job_page``, ``list_jobs``), ``queue_details``, ``queue_stats`` and
+``state_counts`` read each part of the layout by its own index
+(``awa.storage.queue_storage.reads``, ``.admin``); here they are compared, filter by filter,
+with the same reads run against the view, on a database holding jobs in every state --
+several queues, kinds, tags and priorities; receipts, materialized leases, a parked
+attempt, tombstoned, retried (re-placed) and dead-lettered jobs -- written through
 the engine's own paths.  Every way of reading the available part is compared: by lane, by
 job id, and by job id with the walk cut short (then by lane).
 """
@@ -197,7 +197,7 @@ async def test_queue_details_match_the_view(qs_engine, aconn, client):
     assert alpha.lag_s > 3600  # the job enqueued with a run_at two hours back
 
 
-async def test_queue_stats_match_the_view(qs_engine, aconn, client):
+async def test_queue_stats_and_state_counts_match_the_view(qs_engine, aconn, client):
     engine = qs_engine
     await every_state(engine, aconn, client)
     await client.pause_queue("gamma")
@@ -205,6 +205,13 @@ async def test_queue_stats_match_the_view(qs_engine, aconn, client):
         want = [QueueStat(**r) for r in await fetch_all(aconn, VIEW_QUEUE_STATS)]
         got = await engine.queue_stats(aconn)
     assert got == want
+    # canonical's STATE_COUNTS reads awa.jobs (and the DLQ)
+    by_state: dict[str, int] = {}
+    for r in await fetch_all(aconn, canonical.STATE_COUNTS):
+        by_state[r["state"]] = by_state.get(r["state"], 0) + int(r["n"])
+    assert await engine.state_counts(aconn) == by_state
+    assert set(by_state) == {"available", "running", "waiting_external", "completed", "failed",
+                             "cancelled", "retryable", "scheduled"}
     assert {s.queue for s in got} == set(QUEUES)
     assert all(s.available and s.running and s.failed and s.scheduled and s.retryable
                and s.waiting_external and s.completed_last_hour for s in got)

@@ -184,20 +184,9 @@ SELECT job_id, run_lease FROM awa.leases
 _DEPTH = depth_states_by_table()
 QUEUE_STATS = f"""
 WITH avail AS MATERIALIZED (
-    SELECT q.queue, count(*) AS n, min(r.run_at) AS oldest
-      FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
-     CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) g
-     CROSS JOIN LATERAL (
-           SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq
-             FROM awa.ready_entries r
-            WHERE r.queue = q.queue AND r.priority = g.priority AND r.shard = g.shard
-              AND r.lane_seq >= g.claim_seq
-           OFFSET 0) r
-     WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x WHERE x.ready_id = r.ready_id)
-       AND (r.lane_seq > g.claimed_max
-            OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                            WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1))
-     GROUP BY q.queue
+    SELECT a.queue, count(*) AS n, min(a.run_at) AS oldest
+      FROM ({reads.LIVE_READY_BY_LANE}) a
+     GROUP BY a.queue
 ), counts AS (
     SELECT queue, 'available'::awa.job_state AS state, n FROM avail
     UNION ALL

@@ -249,6 +249,51 @@ def available_newest(columns: str, by_lane: bool) -> str:
     return _newest(_AVAILABLE_BY_LANE if by_lane else _AVAILABLE_BY_ID, columns)
 
 
+# Every claimable ready entry (queue, run_at), each lane's entries from its claim head on by
+# the lane index, with the claim's receipt rule: only an entry at or below its lane's newest
+# claimed position (awa.qs_lane_progress) can have a receipt.  For counts of every available
+# job (queue stats, state counts), where awa.jobs hash-joins every ready entry of the ring.
+LIVE_READY_BY_LANE = """
+SELECT q.queue, r.run_at
+  FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
+ CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) g
+ CROSS JOIN LATERAL (
+       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq
+         FROM awa.ready_entries r
+        WHERE r.queue = q.queue AND r.priority = g.priority AND r.shard = g.shard
+          AND r.lane_seq >= g.claim_seq
+       OFFSET 0) r
+ WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x WHERE x.ready_id = r.ready_id)
+   AND (r.lane_seq > g.claimed_max
+        OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1))"""
+# Jobs per state (the REST API's /api/stats), each state counted where it lives.
+STATE_COUNTS = f"""
+SELECT 'available' AS state, count(*) AS n FROM ({LIVE_READY_BY_LANE}) a HAVING count(*) > 0
+UNION ALL
+SELECT 'running', count(*)
+  FROM awa.qs_open_receipts c
+  JOIN awa.ready_entries r
+    ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+HAVING count(*) > 0
+UNION ALL
+SELECT l.state::text, count(*)
+  FROM awa.leases l
+  JOIN awa.ready_entries r
+    ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
+ GROUP BY l.state
+UNION ALL
+SELECT state::text, count(*) FROM awa.done_entries GROUP BY state
+UNION ALL
+SELECT state::text, count(*) FROM awa.deferred_jobs GROUP BY state
+UNION ALL
+SELECT state::text, count(*) FROM awa.jobs_hot GROUP BY state
+UNION ALL
+SELECT state::text, count(*) FROM awa.scheduled_jobs GROUP BY state
+UNION ALL
+SELECT 'failed', count(*) FROM awa.dlq_entries"""
+
+
 async def custom_planned(engine: InSchema, conn: psycopg.AsyncConnection[Any], statement: str,
                           params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``statement``'s rows, planned for these values at every call (never prepared): its
@@ -362,3 +407,9 @@ class QueueStorageReads(InSchema, CanonicalReads):
         from awa.storage.queue_storage import rings
 
         return await rings.ring_states(conn, schema=self.schema)
+
+    async def state_counts(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in await custom_planned(self, conn, STATE_COUNTS, {}):
+            counts[r["state"]] = counts.get(r["state"], 0) + int(r["n"])
+        return counts
