@@ -229,7 +229,6 @@ def main() -> None:
     parser.add_argument("--db-name", default=os.environ.get("AWA_API_BENCH_DB", "awa_api_bench"))
     parser.add_argument("--rebuild", action="store_true")
     args = parser.parse_args()
-    ops.DB_NAME = args.db_name  # the builder's database name (``<name>_canonical``)
     asyncio.run(run(args))
 
 
@@ -240,7 +239,8 @@ async def run(args: argparse.Namespace) -> None:
               "scheduled": 2_000, "running": args.running, "dlq": 2_000}
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for engine in ops.ENGINES if args.engine == "all" else (args.engine,):
-        url, fleet = await ops.start_fleet(args.admin_url, engine, counts, args.rebuild)
+        url, fleet = await ops.start_fleet(args.admin_url, engine, counts, args.rebuild,
+                                           args.db_name)
         try:
             print(f"[{engine}]")
             await asyncio.to_thread(measure_api, url, args.samples)
