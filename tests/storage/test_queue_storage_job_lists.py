@@ -61,10 +61,12 @@ VIEW_QUEUE_STATS = (canonical_admin.QUEUE_STATS.replace("FROM awa.jobs_hot", "FR
                     .replace("FROM awa.scheduled_jobs", "FROM awa.jobs"))
 
 
+# Queue storage's own reads: its two layouts (schema awa, and a schema of its own).
+pytestmark = pytest.mark.parametrize("engine_name", ["queue_storage", "queue_storage@awa_qs"])
+
+
 @pytest.fixture
-def qs_engine(engine: Any, engine_name: str) -> Any:
-    if not engine_name.startswith("queue_storage"):
-        pytest.skip("queue storage's own reads")
+def qs_engine(engine: Any) -> Any:
     return engine
 
 
