@@ -29,6 +29,7 @@ from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical.tables import depth_states_by_table
 from awa.storage.common.collisions import lock_then_apply
+from awa.storage.common.cron import ADVANCE_CRON_JOB, SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
@@ -277,25 +278,6 @@ RETURNING j.id
 """
 
 # --- cron ----------------------------------------------------------------------------
-SELECT_ACTIVE_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy, last_enqueued_at, created_at, now() AS db_now
-  FROM awa.cron_jobs
- WHERE paused_at IS NULL
- ORDER BY name
-"""
-
-# Compare-and-set: only the evaluator that still sees the previous value
-# advances the schedule, so a slot fires once even across leader failover.
-ADVANCE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET last_enqueued_at = %(slot)s, updated_at = now()
- WHERE name = %(name)s
-   AND paused_at IS NULL
-   AND last_enqueued_at IS NOT DISTINCT FROM %(previous)s
-RETURNING name
-"""
-
 INSERT_CRON_RUNS = """
 INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, run_at,
                           metadata, tags)

@@ -23,6 +23,7 @@ from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical.maintenance import CanonicalMaintenance
 from awa.storage.common.collisions import lock_then_apply
+from awa.storage.common.cron import ADVANCE_CRON_JOB
 from awa.storage.engine import (
     ActiveCronSchedule,
     AttemptWrite,
@@ -344,7 +345,6 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
 
     async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
-        from awa.storage.canonical.maintenance import ADVANCE_CRON_JOB
         if not slots:
             return CronFired(advanced=False)
         async with conn.transaction():
