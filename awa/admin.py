@@ -3,7 +3,8 @@
 The ``awa`` CLI, the TUI and awa-ops' operator actions all call these, so
 each action has exactly one implementation.  This module validates the
 operator's input, calls the storage engine (``awa.storage.engine.AdminOps``;
-the SQL lives in ``awa.storage.canonical.admin``) and records the metrics
+the SQL lives in each engine's admin module and the shared part in
+``awa.storage.common.admin``) and records the metrics
 once the engine's write has committed.
 """
 

@@ -9,6 +9,7 @@ import pytest
 
 import awa
 from awa.storage.canonical import admin as ca  # canonical's own admin statements
+from awa.storage.common import admin as shared  # the reads every engine shares
 from support.arrange import insert_job
 
 from .conftest import SendEmail, count_jobs
@@ -154,12 +155,13 @@ async def test_queue_stats(client, db, make_job):
 
 @pytest.mark.parametrize("sql, params", [
     (ca.QUEUE_STATS, None),
-    (ca.LIST_JOBS + " WHERE " + ca.STATE_FILTER + " AND " + ca.QUEUE_FILTER + ca.LIST_JOBS_ORDER,
-     {"state": "failed", "queue": "q", "limit": 10}),
-    (ca.LIST_JOBS + " WHERE " + ca.KIND_FILTER + ca.LIST_JOBS_ORDER, {"kind": "k", "limit": 10}),
-    (ca.GET_JOB, {"id": 1}),
+    (shared.LIST_JOBS + " WHERE " + shared.STATE_FILTER + " AND " + shared.QUEUE_FILTER
+     + shared.LIST_JOBS_ORDER, {"state": "failed", "queue": "q", "limit": 10}),
+    (shared.LIST_JOBS + " WHERE " + shared.KIND_FILTER + shared.LIST_JOBS_ORDER,
+     {"kind": "k", "limit": 10}),
+    (shared.GET_JOB, {"id": 1}),
 ])
-@pytest.mark.engine("canonical")  # EXPLAINs canonical's admin statements
+@pytest.mark.engine("canonical")  # EXPLAINs the admin reads on canonical's tables
 def test_admin_reads_have_an_index_path(db, sql, params):
     db.execute("SET enable_seqscan = off")
     plan = "\n".join(r["QUERY PLAN"] for r in db.execute("EXPLAIN " + sql, params).fetchall())

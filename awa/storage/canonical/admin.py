@@ -1,9 +1,11 @@
 """Canonical engine: the admin group of the Engine protocol (jobs, queues, the DLQ).
 
-Every read is index-backed: lookups by id, by ``(state, queue, id)``,
-``(kind, state)`` or the finalized index; nothing scans a jobs table without
-a leading-column predicate.  Filters are constant SQL fragments joined with
-AND; values always travel as parameters.  A job moving between
+Reads through the ``awa.jobs`` view, queue pause and the DLQ's reads are the
+engine-neutral core's (``awa.storage.common.admin``).  Every read is
+index-backed: lookups by id, by ``(state, queue, id)``, ``(kind, state)`` or
+the finalized index; nothing scans a jobs table without a leading-column
+predicate.  Filters are constant SQL fragments joined with AND; values always
+travel as parameters.  A job moving between
 ``awa.jobs_hot``, ``awa.scheduled_jobs`` and ``awa.dlq_entries`` is DELETEd
 and INSERTed in one statement, keeping its id.
 """
@@ -19,16 +21,27 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from awa import config
-from awa.job import JOB_COLUMNS, Job, JobState
+from awa.job import JOB_COLUMNS, Job
 from awa.storage.canonical.batch import CanonicalBatch
-from awa.storage.canonical.tables import depth_states_by_table, state_list
+from awa.storage.common.admin import (
+    DLQ_IDS,
+    NON_ID_COLUMNS,
+    SharedAdmin,
+    all_of,
+    dlq_entry,
+    filters,
+    notify,
+    notify_queues,
+    per_queue,
+    queue_channel,
+)
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.enqueue import unique_error
 from awa.storage.common.fetch import fetch_all, fetch_one
+from awa.storage.common.tables import depth_states_by_table, state_list
 from awa.storage.engine import (
     DlqEntry,
     DlqFilter,
-    JobDump,
     KindQueueCount,
     QueueCount,
     QueueStat,
@@ -37,8 +50,6 @@ from awa.storage.engine import (
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)
-_DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
-_NON_ID_COLUMNS = ", ".join(c for c in JOB_COLUMNS if c != "id")
 
 
 def _select_list(overrides: dict[str, str], source: str = "m", id_column: str = "id") -> str:
@@ -63,21 +74,6 @@ _FRESH_RUN = {
 _FRESH_RUN_SET = ", ".join(f"{k} = {v}" for k, v in _FRESH_RUN.items())
 
 # --- jobs ------------------------------------------------------------------
-GET_JOB = f"""
-SELECT {_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
-  FROM awa.jobs WHERE id = %(id)s
-UNION ALL
-SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at FROM awa.dlq_entries WHERE job_id = %(id)s
-LIMIT 1"""
-LIST_JOBS = f"SELECT {_COLUMNS} FROM awa.jobs"
-LIST_JOBS_ORDER = " ORDER BY id DESC LIMIT %(limit)s"
-STATE_FILTER = "state = %(state)s::awa.job_state"
-KIND_FILTER = "kind = %(kind)s"
-QUEUE_FILTER = "queue = %(queue)s"
-TAG_FILTER = "tags @> ARRAY[%(tag)s]::text[]"
-# Keyset paging of a newest-first job list: the next page starts below the last id seen.
-JOB_BEFORE_ID_FILTER = "id < %(before_id)s"
-
 CANCEL_LIVE = """
 UPDATE awa.jobs_hot j
    SET state = 'cancelled', finalized_at = now(), callback_timeout_at = NULL
@@ -89,7 +85,6 @@ WITH m AS (DELETE FROM awa.scheduled_jobs WHERE id = %(id)s RETURNING *)
 INSERT INTO awa.jobs_hot ({_COLUMNS})
 SELECT {_select_list({**_FINALIZED_NOW, "state": "'cancelled'"})} FROM m
 RETURNING *"""
-NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 # A finished job, or one parked for a callback (as awa-pg 0.6.9: its callback is
 # dropped and the attempt it parked ends), runs again from attempt 0.
@@ -111,14 +106,6 @@ CLEAN_FOR_TESTS = ("DELETE FROM awa.runtime_instances", "DELETE FROM awa.jobs_ho
                    "DELETE FROM awa.dlq_entries", "DELETE FROM awa.queue_meta")
 
 # --- queues ----------------------------------------------------------------
-PAUSE_QUEUE = """
-INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by)
-VALUES (%(queue)s, true, now(), %(paused_by)s)
-ON CONFLICT (queue)
-DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by"""
-RESUME_QUEUE = """
-INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
-ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL"""
 # Everything of the queue not being run right now, callback waits too (awa-pg 0.6.9).
 DRAIN_QUEUE = f"""
 WITH live AS (
@@ -180,21 +167,6 @@ SELECT q.queue,
  ORDER BY q.queue"""
 
 # --- dead-letter queue -------------------------------------------------------
-DLQ_DEPTH = "SELECT count(*) AS n FROM awa.dlq_entries"
-DLQ_DEPTH_BY_QUEUE = ("SELECT queue, count(*) AS n FROM awa.dlq_entries "
-                      "GROUP BY queue ORDER BY queue")
-GET_DLQ = "SELECT * FROM awa.dlq_entries WHERE job_id = %(id)s"
-LIST_DLQ = "SELECT * FROM awa.dlq_entries"
-LIST_DLQ_ORDER = " ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s"
-BEFORE_CURSOR_FILTER = "(dlq_at, job_id) < (%(before_dlq_at)s, %(before_id)s)"
-BEFORE_ID_FILTER = "job_id < %(before_id)s"
-BEFORE_DLQ_AT_FILTER = "dlq_at < %(before_dlq_at)s"
-PURGE_DLQ = "DELETE FROM awa.dlq_entries"
-PURGE_DLQ_JOB = "DELETE FROM awa.dlq_entries WHERE job_id = %(id)s"
-# Wraps a PURGE_DLQ statement: how many entries per queue it deleted (for the metric).
-PURGE_COUNTED = ("WITH purged AS ({purge} RETURNING queue) "
-                 "SELECT queue, count(*) AS n FROM purged GROUP BY queue")
-DLQ_IDS = "SELECT job_id FROM awa.dlq_entries WHERE {filter} ORDER BY job_id"
 
 _REDRIVE = {
     **_FRESH_RUN,
@@ -226,9 +198,9 @@ RETRY_FROM_DLQ_IDS = _REDRIVE_FROM.format(filter="job_id = ANY(%(ids)s::bigint[]
 _TO_DLQ = f"""
 WITH m AS (DELETE FROM awa.jobs_hot WHERE state = 'failed' AND {{filter}} RETURNING *),
 moved AS (
-    INSERT INTO awa.dlq_entries (job_id, {_NON_ID_COLUMNS}, dlq_reason, dlq_at,
+    INSERT INTO awa.dlq_entries (job_id, {NON_ID_COLUMNS}, dlq_reason, dlq_at,
                                  original_run_lease)
-    SELECT id, {_NON_ID_COLUMNS}, %(reason)s, now(), run_lease FROM m
+    SELECT id, {NON_ID_COLUMNS}, %(reason)s, now(), run_lease FROM m
     RETURNING *
 )"""
 MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM moved"
@@ -236,92 +208,10 @@ MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM mov
 BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
                            "GROUP BY kind, queue")  # .format(filter=<constant fragments>)
 
-_FRAGMENTS = {"state": STATE_FILTER, "kind": KIND_FILTER, "queue": QUEUE_FILTER,
-              "tag": TAG_FILTER, "before_id": JOB_BEFORE_ID_FILTER}
-
-
-def _filters(**values: Any) -> tuple[list[str], dict[str, Any]]:
-    """Constant SQL fragments for the filters given, and their parameters."""
-    chosen = [_FRAGMENTS[name] for name, value in values.items() if value is not None]
-    return chosen, {k: v for k, v in values.items() if v is not None}
-
-
-def _dlq_filters(where: DlqFilter) -> tuple[list[str], dict[str, Any]]:
-    chosen, params = _filters(kind=where.kind, queue=where.queue, tag=where.tag)
-    if where.before_id is not None and where.before_dlq_at is not None:
-        chosen.append(BEFORE_CURSOR_FILTER)
-    elif where.before_id is not None:
-        chosen.append(BEFORE_ID_FILTER)
-    elif where.before_dlq_at is not None:
-        chosen.append(BEFORE_DLQ_AT_FILTER)
-    params.update({k: v for k, v in (("before_id", where.before_id),
-                                     ("before_dlq_at", where.before_dlq_at)) if v is not None})
-    return chosen, params
-
-
-def _where(chosen: list[str]) -> str:
-    return " WHERE " + " AND ".join(chosen) if chosen else ""
-
-
-def _all_of(chosen: list[str]) -> str:
-    """A filter for the bulk templates; no filter at all matches everything."""
-    return " AND ".join(chosen) if chosen else "true"
-
-
-def _queue_channel(queue: str) -> str:
-    return config.NOTIFY_CHANNEL_PREFIX + queue
-
-
-def _dlq_entry(row: dict[str, Any]) -> DlqEntry:
-    return DlqEntry(job=Job.from_row({**row, "id": row["job_id"]}), reason=row["dlq_reason"],
-                    dlq_at=row["dlq_at"], original_run_lease=row["original_run_lease"])
-
-
-def _queue_counts(rows: list[dict[str, Any]]) -> list[QueueCount]:
-    return [QueueCount(r["queue"], int(r["n"])) for r in rows]
-
-
-def _per_queue(rows: Sequence[dict[str, Any]]) -> list[QueueCount]:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["queue"]] = counts.get(row["queue"], 0) + 1
-    return [QueueCount(queue, n) for queue, n in counts.items()]
-
-
-async def _notify(conn: psycopg.AsyncConnection[Any], channel: str, payload: str = "") -> None:
-    await conn.execute(NOTIFY, {"channel": channel, "payload": payload})
-
-
-async def _notify_queues(conn: psycopg.AsyncConnection[Any], rows: list[dict[str, Any]]) -> None:
-    """Wake the dispatchers of every queue that got an available job."""
-    for queue in sorted({r["queue"] for r in rows if r["state"] == "available"}):
-        await _notify(conn, _queue_channel(queue))
-
-
-class CanonicalAdmin(CanonicalBatch):
+class CanonicalAdmin(SharedAdmin, CanonicalBatch):
     """The admin group of the Engine protocol on the canonical engine."""
 
     # -- jobs --------------------------------------------------------------
-    async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
-        row = await fetch_one(conn, GET_JOB, {"id": job_id})
-        return Job.from_row(row) if row else None
-
-    async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> JobDump | None:
-        row = await fetch_one(conn, GET_JOB, {"id": job_id})
-        if row is None:
-            return None
-        return JobDump(Job.from_row(row), row["dlq_reason"], row["dlq_at"])
-
-    async def list_jobs(self, conn: psycopg.AsyncConnection[Any], *,
-                        state: JobState | None = None, kind: str | None = None,
-                        queue: str | None = None, tag: str | None = None,
-                        limit: int = 100, before_id: int | None = None) -> list[Job[Any]]:
-        chosen, params = _filters(state=None if state is None else JobState(state).value,
-                                  kind=kind, queue=queue, tag=tag, before_id=before_id)
-        params["limit"] = limit
-        rows = await fetch_all(conn, LIST_JOBS + _where(chosen) + LIST_JOBS_ORDER, params)
-        return [Job.from_row(r) for r in rows]
-
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
         async with conn.transaction():
             row = await fetch_one(conn, CANCEL_LIVE, {"id": job_id})
@@ -329,7 +219,7 @@ class CanonicalAdmin(CanonicalBatch):
                 row = await fetch_one(conn, CANCEL_DEFERRED, {"id": job_id})
             elif row["previous_state"] in ("running", "waiting_external"):
                 payload = json.dumps({"job_id": row["id"], "run_lease": row["run_lease"]})
-                await _notify(conn, config.CANCEL_CHANNEL, payload)
+                await notify(conn, config.CANCEL_CHANNEL, payload)
         return Job.from_row(row) if row else None
 
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
@@ -337,23 +227,23 @@ class CanonicalAdmin(CanonicalBatch):
             async with conn.transaction():
                 row = await fetch_one(conn, RETRY_JOB, {"id": job_id})
                 if row is not None:
-                    await _notify(conn, _queue_channel(row["queue"]))
+                    await notify(conn, queue_channel(row["queue"]))
         except pg_errors.UniqueViolation as exc:
             raise (unique_error(exc, f"retry job {job_id}") or exc) from None
         return Job.from_row(row) if row else None
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
                            queue: str | None = None) -> RetryFailedResult:
-        chosen, params = _filters(kind=kind, queue=queue)
+        chosen, params = filters(kind=kind, queue=queue)
 
         async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
             return await fetch_all(conn, RETRY_FAILED_IDS, {"ids": list(ids)})
 
         async with conn.transaction():
-            ids = [r["id"] for r in await fetch_all(conn, FAILED_IDS.format(filter=_all_of(chosen)),
+            ids = [r["id"] for r in await fetch_all(conn, FAILED_IDS.format(filter=all_of(chosen)),
                                                 params)]
             outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
-            await _notify_queues(conn, outcome.applied)
+            await notify_queues(conn, outcome.applied)
         jobs = [Job.from_row(r) for r in outcome.applied]
         if not outcome.degraded:
             return RetryFailedResult(jobs, len(jobs))
@@ -365,15 +255,6 @@ class CanonicalAdmin(CanonicalBatch):
             return cur.rowcount
 
     # -- queues ------------------------------------------------------------
-    async def pause_queue(self, conn: psycopg.AsyncConnection[Any], queue: str,
-                          paused_by: str | None = None) -> None:
-        await conn.execute(PAUSE_QUEUE, {"queue": queue, "paused_by": paused_by})
-
-    async def resume_queue(self, conn: psycopg.AsyncConnection[Any], queue: str) -> None:
-        async with conn.transaction():
-            await conn.execute(RESUME_QUEUE, {"queue": queue})
-            await _notify(conn, _queue_channel(queue))
-
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any],
                           queue: str) -> list[KindQueueCount]:
         rows = await fetch_all(conn, DRAIN_QUEUE, {"queue": queue})
@@ -383,38 +264,6 @@ class CanonicalAdmin(CanonicalBatch):
         return [QueueStat(**row) for row in await fetch_all(conn, QUEUE_STATS)]
 
     # -- dead-letter queue ---------------------------------------------------
-    async def dlq_depth(self, conn: psycopg.AsyncConnection[Any], *,
-                        queue: str | None = None) -> int:
-        chosen, params = _filters(queue=queue)
-        row = await fetch_one(conn, DLQ_DEPTH + _where(chosen), params)
-        return int(row["n"]) if row else 0
-
-    async def dlq_depth_by_queue(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueCount]:
-        return _queue_counts(await fetch_all(conn, DLQ_DEPTH_BY_QUEUE))
-
-    async def get_dlq_job(self, conn: psycopg.AsyncConnection[Any],
-                          job_id: int) -> DlqEntry | None:
-        row = await fetch_one(conn, GET_DLQ, {"id": job_id})
-        return _dlq_entry(row) if row else None
-
-    async def list_dlq(self, conn: psycopg.AsyncConnection[Any], where: DlqFilter,
-                       limit: int = 100) -> list[DlqEntry]:
-        chosen, params = _dlq_filters(where)
-        params["limit"] = limit
-        rows = await fetch_all(conn, LIST_DLQ + _where(chosen) + LIST_DLQ_ORDER, params)
-        return [_dlq_entry(r) for r in rows]
-
-    async def purge_dlq(self, conn: psycopg.AsyncConnection[Any],
-                        where: DlqFilter) -> list[QueueCount]:
-        chosen, params = _dlq_filters(where)
-        return _queue_counts(await fetch_all(
-            conn, PURGE_COUNTED.format(purge=PURGE_DLQ + _where(chosen)), params))
-
-    async def purge_dlq_job(self, conn: psycopg.AsyncConnection[Any],
-                            job_id: int) -> list[QueueCount]:
-        return _queue_counts(await fetch_all(conn, PURGE_COUNTED.format(purge=PURGE_DLQ_JOB),
-                                         {"id": job_id}))
-
     async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
                              run_at: datetime | None = None, priority: int | None = None,
                              queue: str | None = None) -> Job[Any] | None:
@@ -427,30 +276,30 @@ class CanonicalAdmin(CanonicalBatch):
 
     async def bulk_retry_from_dlq(self, conn: psycopg.AsyncConnection[Any],
                                   where: DlqFilter) -> list[QueueCount]:
-        chosen, params = _filters(kind=where.kind, queue=where.queue, tag=where.tag)
+        chosen, params = filters(kind=where.kind, queue=where.queue, tag=where.tag)
 
         async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
             return await fetch_all(conn, RETRY_FROM_DLQ_IDS, {"ids": list(ids), "run_at": None,
                                                          "priority": None, "queue": None})
 
         async with conn.transaction():
-            found = await fetch_all(conn, DLQ_IDS.format(filter=_all_of(chosen)), params)
+            found = await fetch_all(conn, DLQ_IDS.format(filter=all_of(chosen)), params)
             ids = [r["job_id"] for r in found]
             outcome = await apply_batch_or_each(conn, ids, batch=redrive,
                                                 what="bulk_retry_from_dlq")
-        return _per_queue(outcome.applied)
+        return per_queue(outcome.applied)
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> DlqEntry | None:
         row = await fetch_one(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
-        return _dlq_entry(row) if row else None
+        return dlq_entry(row) if row else None
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
                                       kind: str | None = None, queue: str | None = None,
                                       reason: str) -> list[KindQueueCount]:
-        chosen, params = _filters(kind=kind, queue=queue)
+        chosen, params = filters(kind=kind, queue=queue)
         params["reason"] = reason
-        rows = await fetch_all(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=_all_of(chosen)), params)
+        rows = await fetch_all(conn, BULK_MOVE_FAILED_TO_DLQ.format(filter=all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:

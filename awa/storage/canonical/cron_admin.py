@@ -1,78 +1,19 @@
 """Canonical engine: the cron-admin group of the Engine protocol.
 
-Stored schedules live in ``awa.cron_jobs``; declarations upsert them (keeping
-``last_enqueued_at`` and pause state, so a redeploy neither re-fires a slot
-nor resumes a paused schedule) and operators list, pause, resume, trigger and
-delete them.  Firing on schedule is the maintenance leader's (cron CAS).
+Stored schedules in ``awa.cron_jobs`` are the engine-neutral core's
+(``awa.storage.common.cron``); this engine adds triggering a run, inserted
+into ``awa.jobs_hot``.  Firing on schedule is the maintenance leader's (cron CAS).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from awa.job import Job
+from awa.storage.common.cron import CronAdmin
 from awa.storage.common.fetch import fetch_one
-from awa.storage.engine import CronJobInfo, CronSchedule
-
-UPSERT_CRON_JOBS = """
-INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority,
-                           max_attempts, tags, metadata, missed_fire_policy)
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy
-  FROM jsonb_to_recordset(%(schedules)s::jsonb) AS t(
-       name text, cron_expr text, timezone text, kind text, queue text, args jsonb,
-       priority smallint, max_attempts smallint, tags text[], metadata jsonb,
-       missed_fire_policy text)
-ON CONFLICT (name) DO UPDATE
-   SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-       queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-       max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags,
-       metadata = EXCLUDED.metadata, missed_fire_policy = EXCLUDED.missed_fire_policy,
-       updated_at = now()
- WHERE (awa.cron_jobs.cron_expr, awa.cron_jobs.timezone, awa.cron_jobs.kind,
-        awa.cron_jobs.queue, awa.cron_jobs.args, awa.cron_jobs.priority,
-        awa.cron_jobs.max_attempts, awa.cron_jobs.tags, awa.cron_jobs.metadata,
-        awa.cron_jobs.missed_fire_policy)
-       IS DISTINCT FROM
-       (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-        EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-        EXCLUDED.missed_fire_policy)
-"""
-
-LIST_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- ORDER BY name
-"""
-
-GET_CRON_JOB = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-"""
-
-DELETE_CRON_JOB = "DELETE FROM awa.cron_jobs WHERE name = %(name)s RETURNING name"
-
-PAUSE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = coalesce(paused_at, now()), paused_by = %(paused_by)s, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
-RESUME_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = NULL, paused_by = NULL, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
 
 TRIGGER_CRON_JOB = """
 INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, metadata, tags)
@@ -84,48 +25,9 @@ RETURNING *
 """
 
 
-def _info(row: dict[str, Any]) -> CronJobInfo:
-    return CronJobInfo(
-        name=row["name"], cron_expr=row["cron_expr"], timezone=row["timezone"],
-        kind=row["kind"], queue=row["queue"], args=row["args"], priority=row["priority"],
-        max_attempts=row["max_attempts"], tags=row["tags"],
-        metadata=row["metadata"], missed_fire_policy=row["missed_fire_policy"],
-        last_enqueued_at=row["last_enqueued_at"], paused_at=row["paused_at"],
-        paused_by=row["paused_by"], created_at=row["created_at"],
-        updated_at=row["updated_at"])
-
-
-class CanonicalCronAdmin:
-    """The cron-admin group of the Engine protocol on the canonical engine."""
-
-    async def upsert_cron_jobs(self, conn: psycopg.AsyncConnection[Any],
-                               schedules: list[CronSchedule]) -> int:
-        if not schedules:
-            return 0
-        payload = json.dumps([asdict(s) for s in schedules])
-        cur = await conn.execute(UPSERT_CRON_JOBS, {"schedules": payload})
-        return cur.rowcount
-
-    async def list_cron_jobs(self, conn: psycopg.AsyncConnection[Any]) -> list[CronJobInfo]:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(LIST_CRON_JOBS)
-            return [_info(r) for r in await cur.fetchall()]
-
-    async def get_cron_job(self, conn: psycopg.AsyncConnection[Any],
-                           name: str) -> CronJobInfo | None:
-        row = await fetch_one(conn, GET_CRON_JOB, {"name": name})
-        return None if row is None else _info(row)
-
-    async def delete_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
-        return await fetch_one(conn, DELETE_CRON_JOB, {"name": name}) is not None
-
-    async def pause_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str,
-                             paused_by: str | None) -> bool:
-        return await fetch_one(conn, PAUSE_CRON_JOB,
-                               {"name": name, "paused_by": paused_by}) is not None
-
-    async def resume_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> bool:
-        return await fetch_one(conn, RESUME_CRON_JOB, {"name": name}) is not None
+class CanonicalCronAdmin(CronAdmin):
+    """The cron-admin group of the Engine protocol on the canonical engine: the shared
+    schedules (``common.cron``) and a triggered run inserted into ``awa.jobs_hot``."""
 
     async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any],
                                name: str) -> Job[Any] | None:

@@ -1,6 +1,7 @@
 """The maintenance group of the Engine protocol on the canonical engine:
 ``CanonicalMaintenance`` (at the bottom) and the SQL it runs, as named constants.
-(The cron *admin* statements used by ``awa.cron`` live here too, for now.)
+What every engine shares (the shared tables' retention, descriptors, the promotion
+and purge flow) is ``awa.storage.common.maintenance.SharedMaintenance``.
 
 Moves between ``awa.jobs_hot`` and ``awa.scheduled_jobs`` (and into
 ``awa.dlq_entries``) are one ``DELETE ... RETURNING`` feeding an ``INSERT`` in
@@ -14,31 +15,33 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal
-from uuid import UUID
+from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical.tables import depth_states_by_table
 from awa.storage.common.collisions import lock_then_apply
+from awa.storage.common.cron import ADVANCE_CRON_JOB
 from awa.storage.common.fetch import fetch_all
+from awa.storage.common.maintenance import (
+    FINALIZED_AGED,
+    IN_QUEUE,
+    NOT_OVERRIDDEN,
+    SharedMaintenance,
+    delete_batch,
+)
+from awa.storage.common.maintenance import execute as _execute
+from awa.storage.common.tables import depth_states_by_table
 from awa.storage.engine import (
     ORIGINAL_PRIORITY_KEY,
     ActiveCronSchedule,
     CronFired,
-    Descriptor,
-    PromoteBatch,
-    PromotedJob,
     PruneReport,
-    PurgedBatch,
     QueueDepth,
     RescueBatch,
     RescuedAttempt,
@@ -199,43 +202,9 @@ RETURNING id, run_lease, kind, queue
 """
 
 # --- retention ----------------------------------------------------------------------
-# Each delete takes at most one batch; the caller loops a bounded number of
-# times.  Per-queue overrides run as their own statements; the default
-# statement skips the overridden queues.
-
-
-def _delete_batch(table: str, key: str, condition: str, *, returning: str = "",
-                  skip_locked: bool = True) -> str:
-    """One bounded batch of ``table``'s rows matching ``condition``."""
-    lock = "\n       FOR UPDATE SKIP LOCKED" if skip_locked else ""
-    return f"""
-DELETE FROM {table}
- WHERE {key} IN (
-    SELECT {key} FROM {table}
-     WHERE {condition}
-     LIMIT %(limit)s{lock})
-{returning}"""
-
-
-_FINALIZED_AGED = ("state = %(state)s::awa.job_state"
-                   " AND finalized_at < now() - make_interval(secs => %(age_s)s)")
-_DLQ_AGED = "dlq_at < now() - make_interval(secs => %(age_s)s)"
-_NOT_OVERRIDDEN = " AND queue <> ALL(%(excluded_queues)s::text[])"
-_IN_QUEUE = " AND queue = %(queue)s"
-_UNSEEN = "last_seen_at < now() - make_interval(secs => %(age_s)s)"
-
-DELETE_FINALIZED_DEFAULT = _delete_batch("awa.jobs_hot", "id", _FINALIZED_AGED + _NOT_OVERRIDDEN)
-DELETE_FINALIZED_QUEUE = _delete_batch("awa.jobs_hot", "id", _FINALIZED_AGED + _IN_QUEUE)
-DELETE_DLQ_DEFAULT = _delete_batch("awa.dlq_entries", "job_id", _DLQ_AGED + _NOT_OVERRIDDEN,
-                                   returning="RETURNING queue")
-DELETE_DLQ_QUEUE = _delete_batch("awa.dlq_entries", "job_id", _DLQ_AGED + _IN_QUEUE,
-                                 returning="RETURNING queue")
-DELETE_UNSEEN_RUNTIMES = _delete_batch("awa.runtime_instances", "instance_id", _UNSEEN,
-                                       skip_locked=False)
-DELETE_UNSEEN_QUEUE_DESCRIPTORS = _delete_batch("awa.queue_descriptors", "queue", _UNSEEN,
-                                                skip_locked=False)
-DELETE_UNSEEN_KIND_DESCRIPTORS = _delete_batch("awa.job_kind_descriptors", "kind", _UNSEEN,
-                                               skip_locked=False)
+# One bounded batch of this engine's finished jobs (the shared tables' deletes are the core's).
+DELETE_FINALIZED_DEFAULT = delete_batch("awa.jobs_hot", "id", FINALIZED_AGED + NOT_OVERRIDDEN)
+DELETE_FINALIZED_QUEUE = delete_batch("awa.jobs_hot", "id", FINALIZED_AGED + IN_QUEUE)
 
 # --- priority aging -------------------------------------------------------------------
 # A waiting job's effective priority is its original one minus one step per
@@ -277,25 +246,6 @@ RETURNING j.id
 """
 
 # --- cron ----------------------------------------------------------------------------
-SELECT_ACTIVE_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy, last_enqueued_at, created_at, now() AS db_now
-  FROM awa.cron_jobs
- WHERE paused_at IS NULL
- ORDER BY name
-"""
-
-# Compare-and-set: only the evaluator that still sees the previous value
-# advances the schedule, so a slot fires once even across leader failover.
-ADVANCE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET last_enqueued_at = %(slot)s, updated_at = now()
- WHERE name = %(name)s
-   AND paused_at IS NULL
-   AND last_enqueued_at IS NOT DISTINCT FROM %(previous)s
-RETURNING name
-"""
-
 INSERT_CRON_RUNS = """
 INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, run_at,
                           metadata, tags)
@@ -306,34 +256,6 @@ SELECT %(kind)s, %(queue)s, %(args)s::jsonb, 'available', %(priority)s, %(max_at
   FROM unnest(%(slots)s::timestamptz[]) AS slot
 RETURNING *
 """
-
-# --- descriptors -------------------------------------------------------------------------
-
-
-def _upsert_descriptors(table: str, key: str) -> str:
-    """Insert or refresh the declared descriptors of one catalogue table (``updated_at``
-    moves only when the descriptor changed, as in awa-pg 0.6.9)."""
-    return f"""
-INSERT INTO {table} ({key}, display_name, description, owner, docs_url, tags,
-    extra, descriptor_hash, sync_interval_ms, last_seen_at)
-SELECT name, display_name, description, owner, docs_url, coalesce(tags, '{{}}'),
-       coalesce(extra, '{{}}'), descriptor_hash, sync_interval_ms, now()
-  FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, display_name text,
-       description text, owner text, docs_url text, tags text[], extra jsonb,
-       descriptor_hash text, sync_interval_ms bigint)
-ON CONFLICT ({key}) DO UPDATE
-   SET display_name = EXCLUDED.display_name, description = EXCLUDED.description,
-       owner = EXCLUDED.owner, docs_url = EXCLUDED.docs_url, tags = EXCLUDED.tags,
-       extra = EXCLUDED.extra, descriptor_hash = EXCLUDED.descriptor_hash,
-       sync_interval_ms = EXCLUDED.sync_interval_ms,
-       updated_at = CASE WHEN {table}.descriptor_hash IS DISTINCT FROM EXCLUDED.descriptor_hash
-                         THEN now() ELSE {table}.updated_at END,
-       last_seen_at = now()
-"""
-
-
-UPSERT_QUEUE_DESCRIPTORS = _upsert_descriptors("awa.queue_descriptors", "queue")
-UPSERT_KIND_DESCRIPTORS = _upsert_descriptors("awa.job_kind_descriptors", "kind")
 
 # --- queue health -------------------------------------------------------------------------
 # THE queue-depth read.  Which (state, queue) pairs exist comes from a loose
@@ -402,28 +324,7 @@ SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true)
        set_config('enable_bitmapscan', 'off', true)
 """
 
-SET_RUNTIME_DESCRIPTOR_HASHES = """
-UPDATE awa.runtime_instances
-   SET descriptor_hashes = %(hashes)s::jsonb
- WHERE instance_id = %(instance_id)s
-   AND descriptor_hashes IS DISTINCT FROM %(hashes)s::jsonb
-"""
-
-
 # --- the mixin ---------------------------------------------------------------------------
-
-FINALIZED_STATES = ("completed", "cancelled", "failed")
-"""What retention may delete from ``awa.jobs_hot``."""
-
-
-async def _execute(conn: psycopg.AsyncConnection[Any], query: str,
-                   params: Mapping[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    """Row count and any returned rows of one write."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query, params)
-        rows = await cur.fetchall() if cur.description is not None else []
-        return max(cur.rowcount, 0), rows
-
 
 @dataclass(frozen=True)
 class _Rescue:
@@ -474,20 +375,14 @@ def _rescued(row: dict[str, Any], action: Any) -> RescuedAttempt:
                           dlq_reason=row.get("dlq_reason"))
 
 
-class CanonicalMaintenance:
+class CanonicalMaintenance(SharedMaintenance):
     """The maintenance group of the Engine protocol on the canonical engine."""
 
-    # The statements promotion and retention run (same shapes, same flow on every engine;
-    # a subclass for another layout names its own).
-    SELECT_DUE_SQL: ClassVar[str] = SELECT_DUE_IDS
-    PROMOTE_SQL: ClassVar[str] = PROMOTE_IDS
-    CANCEL_DEFERRED_DUPLICATE_SQL: ClassVar[str] = CANCEL_DEFERRED_AS_DUPLICATE
-    DELETE_FINALIZED_QUEUE_SQL: ClassVar[str] = DELETE_FINALIZED_QUEUE
-    DELETE_FINALIZED_DEFAULT_SQL: ClassVar[str] = DELETE_FINALIZED_DEFAULT
-
-    def sql(self, statement: str) -> str:
-        """Where a subclass's layout puts its tables (queue storage: its schema); as is."""
-        return statement
+    SELECT_DUE_SQL = SELECT_DUE_IDS
+    PROMOTE_SQL = PROMOTE_IDS
+    CANCEL_DEFERRED_DUPLICATE_SQL = CANCEL_DEFERRED_AS_DUPLICATE
+    DELETE_FINALIZED_QUEUE_SQL = DELETE_FINALIZED_QUEUE
+    DELETE_FINALIZED_DEFAULT_SQL = DELETE_FINALIZED_DEFAULT
 
     # -- rescue ------------------------------------------------------------------------
     async def rescue_stale_heartbeats(
@@ -530,68 +425,6 @@ class CanonicalMaintenance:
         return RescueBatch(found=found, rescued=done.applied + done.superseded,
                            left=len(done.left), statements=done.statements)
 
-    # -- promotion ---------------------------------------------------------------------
-    async def promote_due(self, conn: psycopg.AsyncConnection[Any], *,
-                          limit: int) -> PromoteBatch:
-        async def promote(rows: Sequence[dict[str, Any]]) -> list[PromotedJob]:
-            moved = await fetch_all(conn, self.sql(self.PROMOTE_SQL),
-                                    {"ids": [r["id"] for r in rows]})
-            return [PromotedJob(r["id"], r["kind"], r["queue"]) for r in moved]
-
-        async def cancel(row: dict[str, Any]) -> list[PromotedJob]:
-            error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
-                                          terminal=True)
-            cancelled = await fetch_all(conn, self.sql(self.CANCEL_DEFERRED_DUPLICATE_SQL),
-                                     {"id": row["id"], "error": Jsonb(error)})
-            return [PromotedJob(r["id"], r["kind"], r["queue"], cancelled=True)
-                    for r in cancelled]
-
-        found, done = await lock_then_apply(
-            conn, lambda: fetch_all(conn, self.sql(self.SELECT_DUE_SQL), {"limit": limit}),
-            batch=promote, on_collision=cancel, what="promotion")
-        return PromoteBatch(found=found, promoted=done.applied, duplicates=done.superseded,
-                            statements=done.statements)
-
-    # -- retention ---------------------------------------------------------------------
-    async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], *, state: str,
-                              older_than_s: float, limit: int, queue: str | None = None,
-                              exclude_queues: Sequence[str] = ()) -> int:
-        if state not in FINALIZED_STATES:
-            raise ValueError(f"retention deletes only finished jobs, not {state!r}")
-        params: dict[str, Any] = {"state": state, "age_s": older_than_s, "limit": limit}
-        if queue is not None:
-            n, _ = await _execute(conn, self.sql(self.DELETE_FINALIZED_QUEUE_SQL),
-                                  {**params, "queue": queue})
-        else:
-            n, _ = await _execute(conn, self.sql(self.DELETE_FINALIZED_DEFAULT_SQL),
-                                  {**params, "excluded_queues": list(exclude_queues)})
-        return n
-
-    async def purge_aged_dlq(self, conn: psycopg.AsyncConnection[Any], *, older_than_s: float,
-                        limit: int, queue: str | None = None,
-                        exclude_queues: Sequence[str] = ()) -> PurgedBatch:
-        params: dict[str, Any] = {"age_s": older_than_s, "limit": limit}
-        if queue is not None:
-            n, rows = await _execute(conn, DELETE_DLQ_QUEUE, {**params, "queue": queue})
-        else:
-            n, rows = await _execute(conn, DELETE_DLQ_DEFAULT,
-                                     {**params, "excluded_queues": list(exclude_queues)})
-        return PurgedBatch(n, dict(Counter(r["queue"] for r in rows)))
-
-    async def purge_unseen_runtimes(self, conn: psycopg.AsyncConnection[Any], *,
-                                    older_than_s: float, limit: int) -> int:
-        n, _ = await _execute(conn, DELETE_UNSEEN_RUNTIMES,
-                              {"age_s": older_than_s, "limit": limit})
-        return n
-
-    async def purge_unseen_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
-                                       catalogue: Literal["queues", "kinds"],
-                                       older_than_s: float, limit: int) -> int:
-        statement = (DELETE_UNSEEN_QUEUE_DESCRIPTORS if catalogue == "queues"
-                     else DELETE_UNSEEN_KIND_DESCRIPTORS)
-        n, _ = await _execute(conn, statement, {"age_s": older_than_s, "limit": limit})
-        return n
-
     # -- priority aging ------------------------------------------------------------------
     async def age_priorities(self, conn: psycopg.AsyncConnection[Any], *,
                              default_interval_ms: int, queue_intervals_ms: Mapping[str, int],
@@ -609,10 +442,6 @@ class CanonicalMaintenance:
         return n
 
     # -- cron ----------------------------------------------------------------------------
-    async def list_active_cron_jobs(
-            self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
-        return [ActiveCronSchedule(**r) for r in await fetch_all(conn, SELECT_ACTIVE_CRON_JOBS)]
-
     async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
         if not slots:
@@ -630,25 +459,6 @@ class CanonicalMaintenance:
                 "metadata": json.dumps(schedule.metadata), "name": schedule.name,
                 "tags": schedule.tags, "slots": list(slots)})
         return CronFired(advanced=True, job_ids=[r["id"] for r in inserted])
-
-    # -- descriptors -------------------------------------------------------------------
-    async def upsert_descriptors(self, conn: psycopg.AsyncConnection[Any], *,
-                                 queues: Sequence[Descriptor],
-                                 kinds: Sequence[Descriptor]) -> int:
-        async with conn.transaction():
-            for statement, declared in ((UPSERT_QUEUE_DESCRIPTORS, queues),
-                                        (UPSERT_KIND_DESCRIPTORS, kinds)):
-                if declared:
-                    await _execute(conn, statement, {
-                        "descriptors": json.dumps([asdict(d) for d in declared])})
-        return len(queues) + len(kinds)
-
-    async def set_runtime_descriptor_hashes(self, conn: psycopg.AsyncConnection[Any],
-                                            instance_id: UUID,
-                                            hashes: Mapping[str, Any]) -> bool:
-        n, _ = await _execute(conn, SET_RUNTIME_DESCRIPTOR_HASHES, {
-            "instance_id": instance_id, "hashes": json.dumps(dict(hashes))})
-        return n > 0
 
     async def rotate_and_prune(self, conn: psycopg.AsyncConnection[Any], *,
                                completed_retention_s: float,

@@ -20,8 +20,8 @@ from psycopg import sql
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.canonical.tables import DEFERRED_STATES
 from awa.storage.common.fetch import fetch_all, float_or_none
+from awa.storage.common.tables import DEFERRED_STATES
 from awa.storage.engine import (
     CAPPED_VALUES,
     CancelledAttempt,

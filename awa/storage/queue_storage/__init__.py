@@ -8,7 +8,8 @@ job; only long attempts materialize into ``leases`` /
 ``attempt_state``.  ``sql/`` holds what it installs;
 ``install_queue_storage`` installs it.  Every group
 of the Engine protocol is implemented (shared tables -- queue_meta, the DLQ,
-unique claims, cron, runtimes, descriptors -- use canonical's statements);
+unique claims, cron, runtimes, descriptors -- use the engine-neutral core's
+statements, ``awa.storage.common``);
 ``rings`` holds rotation and prune.  The default engine for new databases.
 
 The load invariants (docs/architecture.md §7, "Load invariants"), and what keeps each

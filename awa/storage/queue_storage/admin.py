@@ -1,8 +1,9 @@
 """Queue storage: the admin group (jobs, queues, the DLQ).
 
-Reads go through the ``awa.jobs`` view and ``awa.dlq_entries`` exactly as
-on canonical (those methods are inherited), but for the job list, which reads each
-part of the layout by its own index (``reads.newest_jobs``).  Out-of-band writes are rare,
+Reads go through the ``awa.jobs`` view and ``awa.dlq_entries`` as on every
+engine (the engine-neutral ``awa.storage.common.admin``), but for the job list and the
+queue statistics, which read each part of the layout by its own index
+(``reads.newest_jobs``, ``QUEUE_STATS``).  Out-of-band writes are rare,
 so they may delete: a terminal ``done_entries`` row leaves when the job is
 retried, a ``deferred_jobs`` row when it is cancelled.  An available job is
 never deleted from ``ready_entries``: it gets a ``ready_tombstones`` row,
@@ -21,11 +22,19 @@ from psycopg import errors as pg_errors
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.canonical import admin as canonical
-from awa.storage.canonical.admin import CanonicalAdmin
-from awa.storage.canonical.tables import depth_states_by_table, state_list
+from awa.storage.common.admin import (
+    DLQ_IDS,
+    NON_ID_COLUMNS,
+    SharedAdmin,
+    all_of,
+    dlq_entry,
+    filters,
+    notify,
+    per_queue,
+)
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.enqueue import unique_error
+from awa.storage.common.tables import depth_states_by_table, state_list
 from awa.storage.engine import (
     AttemptWrite,
     DlqEntry,
@@ -46,10 +55,10 @@ _COLUMNS = ", ".join(JOB_COLUMNS)
 CURRENT = "SELECT state::text AS state, run_lease, queue FROM awa.jobs WHERE id = %(id)s"
 
 # The live ready entries of a job (normally one) and their lanes.
-LIVE_READY = """
-SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard
+_LIVE_READY_OF_JOBS = """
   FROM awa.qs_ready_live r
  WHERE r.job_id = ANY(%(ids)s::bigint[])"""
+LIVE_READY = "\nSELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard" + _LIVE_READY_OF_JOBS
 LOCK_LANES = """
 SELECT 1 FROM awa.queue_claim_heads
  WHERE (queue, priority, shard) IN (
@@ -60,8 +69,8 @@ SELECT 1 FROM awa.queue_claim_heads
 # Tombstone the (still live, rechecked under the lane lock) ready entries of
 # the jobs and record them cancelled.
 CANCEL_READY = """
-WITH live AS MATERIALIZED (""" + LIVE_READY.replace(
-    "SELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard", "SELECT r.*") + """
+WITH live AS MATERIALIZED (
+SELECT r.*""" + _LIVE_READY_OF_JOBS + """
 ), tomb AS (
     INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
     SELECT ready_slot, ready_id, job_id, %(reason)s FROM live
@@ -174,7 +183,8 @@ SELECT job_id, run_lease FROM awa.leases
  WHERE queue = %(queue)s AND state = 'waiting_external'
  ORDER BY job_id"""
 
-# Canonical's QUEUE_STATS, each state counted where it lives rather than through awa.jobs
+# The queue statistics every engine reports, each state counted where it lives rather
+# than through awa.jobs
 # (whose available part hash-joins every ready entry of the ring: 1.6 s on the ops
 # benchmark's database).  Available: each lane's entries from its claim head on, by the
 # lane index, with the claim's rule for receipts (only an entry at or below the lane's
@@ -233,7 +243,24 @@ WITH avail AS MATERIALIZED (
     SELECT queue FROM counts UNION SELECT queue FROM completed
     UNION SELECT queue FROM awa.queue_meta
 )
-""" + canonical.QUEUE_STATS[canonical.QUEUE_STATS.index("SELECT q.queue,"):]
+SELECT q.queue,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'available'), 0)::bigint AS available,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'failed'), 0)::bigint AS failed,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'scheduled'), 0)::bigint AS scheduled,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'retryable'), 0)::bigint AS retryable,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'waiting_external'), 0)::bigint
+           AS waiting_external,
+       COALESCE(max(d.n), 0)::bigint AS completed_last_hour,
+       CASE WHEN max(l.seconds) IS NOT NULL THEN GREATEST(max(l.seconds), 0) END AS lag_seconds,
+       COALESCE(bool_or(m.paused), false) AS paused
+  FROM queues q
+  LEFT JOIN counts c ON c.queue = q.queue
+  LEFT JOIN completed d ON d.queue = q.queue
+  LEFT JOIN lag l ON l.queue = q.queue
+  LEFT JOIN awa.queue_meta m ON m.queue = q.queue
+ GROUP BY q.queue
+ ORDER BY q.queue"""
 
 _REDRIVE_DLQ = """
 WITH m AS (DELETE FROM awa.dlq_entries WHERE {filter} RETURNING *),
@@ -274,9 +301,9 @@ _TO_DLQ = """
 WITH m AS (
     DELETE FROM awa.done_entries WHERE state = 'failed' AND {filter} RETURNING *
 ), moved AS (
-    INSERT INTO awa.dlq_entries (job_id, """ + canonical._NON_ID_COLUMNS + """, dlq_reason,
+    INSERT INTO awa.dlq_entries (job_id, """ + NON_ID_COLUMNS + """, dlq_reason,
                                  dlq_at, original_run_lease)
-    SELECT id, """ + canonical._NON_ID_COLUMNS + """, %(reason)s, now(), run_lease FROM m
+    SELECT id, """ + NON_ID_COLUMNS + """, %(reason)s, now(), run_lease FROM m
     RETURNING *
 ), uq AS (
     DELETE FROM awa.job_unique_claims x USING m
@@ -297,8 +324,8 @@ TRUNCATE awa.ready_entries, awa.ready_tombstones, awa.done_entries, awa.deferred
 DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
 
 
-class QueueStorageAdmin(InSchema, CanonicalAdmin):
-    """The admin group on queue storage; lookups, queue pause and DLQ reads are canonical's."""
+class QueueStorageAdmin(InSchema, SharedAdmin):
+    """The admin group on queue storage; lookups, queue pause and DLQ reads are the core's."""
 
     async def _lock_lanes(self, conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
         """Lock the claim heads of the lanes holding these jobs' live ready entries."""
@@ -343,7 +370,7 @@ class QueueStorageAdmin(InSchema, CanonicalAdmin):
             if not done:
                 return None
             payload = json.dumps({"job_id": job_id, "run_lease": current["run_lease"]})
-            await canonical._notify(conn, config.CANCEL_CHANNEL, payload)
+            await notify(conn, config.CANCEL_CHANNEL, payload)
         return await self.get_job(conn, job_id)
 
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Job[Any] | None:
@@ -365,14 +392,14 @@ class QueueStorageAdmin(InSchema, CanonicalAdmin):
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
                            queue: str | None = None) -> RetryFailedResult:
-        chosen, params = canonical._filters(kind=kind, queue=queue)
+        chosen, params = filters(kind=kind, queue=queue)
 
         async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
             return await self._rows(conn, RETRY_DONE, {"ids": list(ids), "states": ["failed"]})
 
         async with conn.transaction():
             ids = [r["id"] for r in await self._rows(
-                conn, FAILED_IDS.format(filter=canonical._all_of(chosen)), params)]
+                conn, FAILED_IDS.format(filter=all_of(chosen)), params)]
             outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
         jobs = [Job.from_row(r) for r in outcome.applied]
         if not outcome.degraded:
@@ -414,7 +441,7 @@ class QueueStorageAdmin(InSchema, CanonicalAdmin):
 
     async def bulk_retry_from_dlq(self, conn: psycopg.AsyncConnection[Any],
                                   where: DlqFilter) -> list[QueueCount]:
-        chosen, params = canonical._filters(kind=where.kind, queue=where.queue, tag=where.tag)
+        chosen, params = filters(kind=where.kind, queue=where.queue, tag=where.tag)
 
         async def redrive(ids: Sequence[int]) -> list[dict[str, Any]]:
             return await self._rows(conn, RETRY_FROM_DLQ_IDS, {
@@ -422,23 +449,23 @@ class QueueStorageAdmin(InSchema, CanonicalAdmin):
 
         async with conn.transaction():
             ids = [r["job_id"] for r in await self._rows(
-                conn, canonical.DLQ_IDS.format(filter=canonical._all_of(chosen)), params)]
+                conn, DLQ_IDS.format(filter=all_of(chosen)), params)]
             outcome = await apply_batch_or_each(conn, ids, batch=redrive,
                                                 what="bulk_retry_from_dlq")
-        return canonical._per_queue(outcome.applied)
+        return per_queue(outcome.applied)
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> DlqEntry | None:
         row = await self._row(conn, MOVE_FAILED_TO_DLQ, {"id": job_id, "reason": reason})
-        return canonical._dlq_entry(row) if row else None
+        return dlq_entry(row) if row else None
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
                                       kind: str | None = None, queue: str | None = None,
                                       reason: str) -> list[KindQueueCount]:
-        chosen, params = canonical._filters(kind=kind, queue=queue)
+        chosen, params = filters(kind=kind, queue=queue)
         params["reason"] = reason
         rows = await self._rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
-            filter=canonical._all_of(chosen)), params)
+            filter=all_of(chosen)), params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:

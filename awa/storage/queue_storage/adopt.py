@@ -16,7 +16,7 @@ Nothing here writes a queue-storage table directly:
   heartbeat is as old as the Rust core left it: an orphan the heartbeat
   rescue takes;
 - the DLQ, unique claims, cron, queue_meta and descriptors are the tables
-  both engines share (canonical's statements).
+  both engines share (the engine-neutral ``awa.storage.common.adopt``).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from awa import config
 from awa.job import AwaError
-from awa.storage.canonical import adopt as shared
+from awa.storage.common import adopt as shared
 
 # Queues holding running / waiting attempts, each placed and claimed before anything
 # else of that queue is placed (so the claim takes exactly those).
@@ -60,9 +59,7 @@ SELECT state::text AS state, count(*) AS n FROM awa.jobs GROUP BY state
 UNION ALL
 SELECT 'dlq', count(*) FROM awa.dlq_entries HAVING count(*) > 0"""
 
-
-def _q(text: str, **names: str) -> sql.Composed:
-    return sql.SQL(text).format(**{k: sql.Identifier(v) for k, v in names.items()})
+_q = shared.staged  # the staging schema's name as an identifier, as every adopter quotes it
 
 
 class QueueStorageAdopt:

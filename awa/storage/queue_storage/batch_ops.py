@@ -1,7 +1,7 @@
 """Queue storage: durable batch operations (set_priority, move_queue) change jobs here.
 
-Matching, preview, the operation rows and their items are canonical's
-(``awa.storage.canonical.batch``: they read the ``awa.jobs`` view and the shared
+Matching, preview, the operation rows and their items are the engine-neutral core's
+(``awa.storage.common.batch``: they read the ``awa.jobs`` view and the shared
 ``awa.batch_operations`` tables).  What differs is the change itself:
 
 * a scheduled job is a ``deferred_jobs`` row: updated in place (its row lock
@@ -32,13 +32,13 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from awa import config
-from awa.storage.canonical.batch import (
+from awa.storage.common.batch import (
     BUMP,
     MARK_ITEMS,
     ORIGINAL_PRIORITY_KEY,
     ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
-    CanonicalBatch,
+    BatchOperations,
     applied_through,
 )
 from awa.storage.queue_storage.admin import LOCK_LANES
@@ -53,7 +53,8 @@ MOVED_REASON = "batch_moved"
 _TARGET_QUEUE = "COALESCE(%(queue)s::text, j.queue)"
 _TARGET_PRIORITY = "COALESCE(%(priority)s::smallint, j.priority)"
 _DIFFERS = f"(j.queue <> {_TARGET_QUEUE} OR j.priority <> {_TARGET_PRIORITY})"
-# What the job was before the first batch change that moved it (canonical's keys and rule).
+# What the job was before the first batch change that moved it (the core's keys, the rule
+# canonical's change follows too).
 _ORIGINALS = f"""j.metadata
     || CASE WHEN j.queue <> {_TARGET_QUEUE} AND NOT j.metadata ? '{ORIGINAL_QUEUE_KEY}'
             THEN jsonb_build_object('{ORIGINAL_QUEUE_KEY}', j.queue) ELSE '{{}}'::jsonb END
@@ -121,8 +122,8 @@ SELECT id FROM ready"""
 ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
-class QueueStorageBatch(InSchema, CanonicalBatch):
-    """The batch-operations group on queue storage: canonical's, but for the change."""
+class QueueStorageBatch(InSchema, BatchOperations):
+    """The batch-operations group on queue storage: the core's, and the change."""
 
     async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
                                 limit: int) -> tuple[int, int, int] | None:

@@ -16,7 +16,6 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.canonical.callbacks import CanonicalCallbacks
 from awa.storage.engine import (
     CALLBACK_RESULT_KEY,
     CALLBACK_RESUME_CHANNEL,
@@ -138,7 +137,7 @@ UPDATE awa.leases SET callback_timeout_at = now() + make_interval(secs => %(time
 RETURNING job_id"""
 
 
-class QueueStorageCallbacks(InSchema, CanonicalCallbacks):
+class QueueStorageCallbacks(InSchema):
     """The callbacks group on queue storage."""
 
     async def _job(self, conn: psycopg.AsyncConnection[Any],

@@ -1,5 +1,5 @@
 """Queue storage: cron admin.  Schedules live in the shared ``awa.cron_jobs``
-(canonical's statements); a triggered run is appended to its lane."""
+(the engine-neutral ``awa.storage.common.cron``); a triggered run is appended to its lane."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.canonical.cron_admin import CanonicalCronAdmin
+from awa.storage.common.cron import CronAdmin
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.schema import InSchema
 
@@ -33,7 +33,7 @@ SELECT """ + ", ".join(
   FROM src s"""
 
 
-class QueueStorageCronAdmin(InSchema, CanonicalCronAdmin):
+class QueueStorageCronAdmin(InSchema, CronAdmin):
     """Cron admin on queue storage."""
 
     async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any],

@@ -6,7 +6,8 @@ callback timeout, and receipts that never heartbeated by their claim time
 same guarded end-of-attempt statements as the hot path, so a completion that
 wins the race leaves nothing to rescue.  Promotion moves due
 ``deferred_jobs`` rows onto their lanes.  Descriptors, runtimes, the DLQ and
-cron schedules live in shared tables: canonical's statements serve them.
+cron schedules live in shared tables: the engine-neutral core's statements
+(``awa.storage.common.maintenance``, ``common.cron``) serve them.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import psycopg
 
 from awa import config, lifecycle
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical.maintenance import CanonicalMaintenance
 from awa.storage.common.collisions import lock_then_apply
+from awa.storage.common.cron import ADVANCE_CRON_JOB
+from awa.storage.common.maintenance import FINALIZED_AGED, SharedMaintenance
 from awa.storage.engine import (
     ActiveCronSchedule,
     AttemptWrite,
@@ -142,12 +144,10 @@ RETURNING id, kind, queue"""
 # past retention (rings.prune).  Row deletes are only for what rotation cannot reach:
 # rows past retention still in the current slot (the ring could not rotate), and a
 # queue's own shorter retention (an explicit per-queue override).
-_FINALIZED_AGED = ("state = %(state)s::awa.job_state"
-                   " AND finalized_at < now() - make_interval(secs => %(age_s)s)")
 DELETE_FINALIZED = """
 DELETE FROM awa.done_entries
  WHERE (ready_slot, id) IN (
-    SELECT ready_slot, id FROM awa.done_entries WHERE """ + _FINALIZED_AGED + """ {filter}
+    SELECT ready_slot, id FROM awa.done_entries WHERE """ + FINALIZED_AGED + """ {filter}
      LIMIT %(limit)s)"""
 DELETE_FINALIZED_DEFAULT = DELETE_FINALIZED.format(
     filter="AND queue <> ALL(%(excluded_queues)s::text[]) AND ready_slot = awa.qs_slot('queue')")
@@ -256,7 +256,7 @@ _CALLBACK = _Rescue("callback", CALLBACK_CANDIDATES, "waiting_external",
                     lifecycle.DLQ_CALLBACK_TIMEOUT)
 
 
-class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
+class QueueStorageMaintenance(InSchema, SharedMaintenance):
     """The maintenance group on queue storage."""
 
     SELECT_DUE_SQL = SELECT_DUE
@@ -344,7 +344,6 @@ class QueueStorageMaintenance(InSchema, CanonicalMaintenance):
 
     async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: ActiveCronSchedule,
                         slots: Sequence[datetime]) -> CronFired:
-        from awa.storage.canonical.maintenance import ADVANCE_CRON_JOB
         if not slots:
             return CronFired(advanced=False)
         async with conn.transaction():

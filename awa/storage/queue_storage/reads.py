@@ -20,9 +20,9 @@ from psycopg.rows import dict_row
 from awa.job import JOB_COLUMNS
 from awa.storage.canonical import reads as canonical
 from awa.storage.canonical.reads import CanonicalReads
-from awa.storage.canonical.tables import DEFERRED_STATES
 from awa.storage.common.fetch import fetch_all as _rows
 from awa.storage.common.fetch import float_or_none as _float
+from awa.storage.common.tables import DEFERRED_STATES
 from awa.storage.engine import (
     CancelledAttempt,
     JobListQuery,

@@ -110,10 +110,13 @@ SELECT v.id, v.kind, v.queue, v.args, v.state::text, v.priority, v.attempt, v.ma
        ELSE CASE WHEN v.state IN ('scheduled', 'retryable') THEN 'scheduled_jobs'
                  ELSE 'jobs_hot' END END
   FROM awa.jobs v
- WHERE NOT EXISTS (SELECT 1 FROM {dlq}.dlq_entries d WHERE d.job_id = v.id)
+ {not_in_dlq}
  ORDER BY CASE WHEN v.finalized_at IS NULL THEN 0 ELSE 1 END, v.finalized_at DESC
 ON CONFLICT (id) DO NOTHING
 """
+# STAGE_VIEW's {not_in_dlq} where the Rust core has a DLQ (else nothing: every row is staged);
+# its {queue_storage} is the literal true or false.
+NOT_IN_DLQ = "WHERE NOT EXISTS (SELECT 1 FROM {dlq}.dlq_entries d WHERE d.job_id = v.id)"
 # On queue storage, rows still in the canonical tables (a database moved to queue storage
 # by 0.6.9's mixed transition before its canonical backlog drained): the view reads only
 # the active engine, so they are staged from the tables.
@@ -129,9 +132,7 @@ SELECT j.id, j.kind, j.queue, j.args, j.state::text, j.priority, j.attempt, j.ma
         SELECT d.*, 'scheduled_jobs' FROM awa.scheduled_jobs d) j
 ON CONFLICT (id) DO NOTHING
 """
-COUNT_VIEW = """
-SELECT count(*) AS n FROM awa.jobs v
- WHERE NOT EXISTS (SELECT 1 FROM {dlq}.dlq_entries d WHERE d.job_id = v.id)"""
+COUNT_VIEW = "\nSELECT count(*) AS n FROM awa.jobs v\n " + NOT_IN_DLQ
 
 # Open receipt claims (queue storage's unmaterialized running attempts), which the Rust
 # core's view leaves out: the guide's open-claim anti-join, minus claims with a lease row
@@ -364,12 +365,13 @@ async def stage(conn: psycopg.AsyncConnection[Any], *, retention_s: float,
     for statement in CREATE_STAGING.strip().split(";\n"):
         if statement.strip():
             await conn.execute(_q(statement, stage=STAGING))
-    view = STAGE_VIEW if has_dlq else STAGE_VIEW.replace(
-        "WHERE NOT EXISTS (SELECT 1 FROM {dlq}.dlq_entries d WHERE d.job_id = v.id)", "")
-    view = view.replace("{queue_storage}", "true" if qs else "false")
+    view = sql.SQL(STAGE_VIEW).format(
+        stage=sql.Identifier(STAGING),
+        not_in_dlq=_q(NOT_IN_DLQ, dlq=dlq) if has_dlq else sql.SQL(""),
+        queue_storage=sql.SQL("true" if qs else "false"))
     shown = await _count(conn, _q(COUNT_VIEW if has_dlq else "SELECT count(*) AS n FROM awa.jobs",
                                   dlq=dlq))
-    cur = await conn.execute(_q(view, stage=STAGING, dlq=dlq))
+    cur = await conn.execute(view)
     staged = cur.rowcount
     if shown > staged:
         await conn.execute(_q(SKIP, stage=STAGING), {

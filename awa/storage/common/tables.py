@@ -1,4 +1,5 @@
-"""Which canonical table holds which states: the one split every canonical statement uses."""
+"""Which canonical table holds which states: the one split every statement on the
+canonical tables uses (canonical's own, and queue storage's reads of them)."""
 
 from __future__ import annotations
 
