@@ -26,6 +26,7 @@ from awa.storage.canonical.batch import CanonicalBatch
 from awa.storage.common.admin import (
     DLQ_IDS,
     NON_ID_COLUMNS,
+    QUEUE_STATS_ROWS,
     SharedAdmin,
     all_of,
     dlq_entry,
@@ -147,24 +148,7 @@ WITH counts AS (
     SELECT queue FROM counts UNION SELECT queue FROM completed
     UNION SELECT queue FROM awa.queue_meta
 )
-SELECT q.queue,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'available'), 0)::bigint AS available,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'failed'), 0)::bigint AS failed,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'scheduled'), 0)::bigint AS scheduled,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'retryable'), 0)::bigint AS retryable,
-       COALESCE(sum(c.n) FILTER (WHERE c.state = 'waiting_external'), 0)::bigint
-           AS waiting_external,
-       COALESCE(max(d.n), 0)::bigint AS completed_last_hour,
-       CASE WHEN max(l.seconds) IS NOT NULL THEN GREATEST(max(l.seconds), 0) END AS lag_seconds,
-       COALESCE(bool_or(m.paused), false) AS paused
-  FROM queues q
-  LEFT JOIN counts c ON c.queue = q.queue
-  LEFT JOIN completed d ON d.queue = q.queue
-  LEFT JOIN lag l ON l.queue = q.queue
-  LEFT JOIN awa.queue_meta m ON m.queue = q.queue
- GROUP BY q.queue
- ORDER BY q.queue"""
+""" + QUEUE_STATS_ROWS
 
 # --- dead-letter queue -------------------------------------------------------
 

@@ -197,3 +197,27 @@ class SharedAdmin:
                             job_id: int) -> list[QueueCount]:
         return queue_counts(await fetch_all(conn, PURGE_COUNTED.format(purge=PURGE_DLQ_JOB),
                                          {"id": job_id}))
+
+
+# The row per queue of ``queue stats``, every engine's: after the engine's own CTEs
+# ``counts`` (queue, state, n), ``completed`` (queue, n: the last hour's completions),
+# ``lag`` (queue, seconds) and ``queues`` (every queue to report).
+QUEUE_STATS_ROWS = """
+SELECT q.queue,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'available'), 0)::bigint AS available,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'failed'), 0)::bigint AS failed,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'scheduled'), 0)::bigint AS scheduled,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'retryable'), 0)::bigint AS retryable,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'waiting_external'), 0)::bigint
+           AS waiting_external,
+       COALESCE(max(d.n), 0)::bigint AS completed_last_hour,
+       CASE WHEN max(l.seconds) IS NOT NULL THEN GREATEST(max(l.seconds), 0) END AS lag_seconds,
+       COALESCE(bool_or(m.paused), false) AS paused
+  FROM queues q
+  LEFT JOIN counts c ON c.queue = q.queue
+  LEFT JOIN completed d ON d.queue = q.queue
+  LEFT JOIN lag l ON l.queue = q.queue
+  LEFT JOIN awa.queue_meta m ON m.queue = q.queue
+ GROUP BY q.queue
+ ORDER BY q.queue"""
