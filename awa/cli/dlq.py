@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from awa import config
-from awa.bulk import DLQ, FAILED, BulkFilter
+from awa.bulk import DLQ, FAILED, BulkFilter, Target
 from awa.cli.bulk import fingerprint_option, preview_or_confirm, safety_options
 from awa.cli.db import apply_admin, run_admin
 from awa.cli.options import (
@@ -109,19 +109,34 @@ def _require_filter(allow_all: bool, *filters: str | None) -> None:
                                "--all to act on every entry")
 
 
+def _dlq_targets(verb: str, kind: str | None, queue: str | None, tag: str | None,
+                 reason: str | None, fingerprint: str | None, allow_all: bool, dry_run: bool,
+                 yes: bool) -> list[Target] | None:
+    """The DLQ entries a bulk command would touch, previewed (``--dry-run``) or confirmed;
+    None when it stops there."""
+    _require_filter(allow_all, kind, queue, tag, reason, fingerprint)
+    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, reason=reason,
+                     fingerprint=fingerprint)
+    return preview_or_confirm(flt, verb, dry_run=dry_run, yes=yes)
+
+
+def _one_by_one(reason: str | None, fingerprint: str | None) -> bool:
+    """A reason or cause the bulk statements do not filter by: act on exactly the entries
+    selected, one by one, instead of by the statement's own filter."""
+    return fingerprint is not None or reason is not None
+
+
 @dlq.command("retry-bulk")
 @database_url_option
 @_bulk_filter_options
 def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None, reason: str | None,
                    fingerprint: str | None, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Redrive many DLQ jobs (after the fix shipped)."""
-    _require_filter(allow_all, kind, queue, tag, reason, fingerprint)
-    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, reason=reason,
-                     fingerprint=fingerprint)
-    targets = preview_or_confirm(flt, "retry", dry_run=dry_run, yes=yes)
+    targets = _dlq_targets("retry", kind, queue, tag, reason, fingerprint, allow_all, dry_run,
+                           yes)
     if targets is None:
         return
-    if fingerprint is not None or reason is not None:  # exactly the entries selected
+    if _one_by_one(reason, fingerprint):
         done, skipped = run_admin(lambda c: c.apply_bulk("retry-dlq", targets))
         click.echo(f"retried {done} DLQ job(s)" + (f"; {skipped} skipped" if skipped else ""))
         return
@@ -136,13 +151,11 @@ def dlq_retry_bulk(kind: str | None, queue: str | None, tag: str | None, reason:
 def dlq_purge(kind: str | None, queue: str | None, tag: str | None, reason: str | None,
               fingerprint: str | None, allow_all: bool, dry_run: bool, yes: bool) -> None:
     """Delete DLQ entries for good."""
-    _require_filter(allow_all, kind, queue, tag, reason, fingerprint)
-    flt = BulkFilter(DLQ, kind=kind, queue=queue, tag=tag, reason=reason,
-                     fingerprint=fingerprint)
-    targets = preview_or_confirm(flt, "purge", dry_run=dry_run, yes=yes)
+    targets = _dlq_targets("purge", kind, queue, tag, reason, fingerprint, allow_all, dry_run,
+                           yes)
     if targets is None:
         return
-    if fingerprint is not None or reason is not None:
+    if _one_by_one(reason, fingerprint):
         count, _ = run_admin(lambda c: c.apply_bulk("purge-dlq", targets))
     else:
         count = run_admin(lambda c: c.purge_dlq(kind=kind, queue=queue, tag=tag,
