@@ -39,7 +39,7 @@ from awa.storage.common.admin import (
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.enqueue import unique_error
 from awa.storage.common.fetch import fetch_all, fetch_one
-from awa.storage.common.tables import depth_states_by_table, state_list
+from awa.storage.common.tables import CANONICAL_DEPTH_COUNTS
 from awa.storage.engine import (
     DlqEntry,
     DlqFilter,
@@ -127,16 +127,9 @@ SELECT kind, %(queue)s AS queue, count(*) AS drained
  GROUP BY kind"""
 # Each branch is served by an index: (state, queue, id) on both tables, the
 # finalized index for the last hour's completions, the claim index for lag.
-_DEPTH = depth_states_by_table()
 QUEUE_STATS = f"""
 WITH counts AS (
-    SELECT queue, state, count(*) AS n FROM awa.jobs_hot
-     WHERE state IN ({state_list(_DEPTH["hot_states"])})
-     GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*) FROM awa.scheduled_jobs
-     WHERE state IN ({state_list(_DEPTH["deferred_states"])})
-     GROUP BY queue, state
+    {CANONICAL_DEPTH_COUNTS}
 ), completed AS (
     SELECT queue, count(*) AS n FROM awa.jobs_hot
      WHERE state = 'completed' AND finalized_at > now() - interval '1 hour'

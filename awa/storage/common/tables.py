@@ -19,3 +19,16 @@ def depth_states_by_table() -> dict[str, list[str]]:
 def state_list(states: list[str]) -> str:
     """A constant SQL list of state literals (from the lifecycle constants, never user input)."""
     return ", ".join(f"'{state}'" for state in states)
+
+
+# Depth per (queue, state) in the canonical tables, each state counted in its table: a
+# branch of both engines' queue statistics (queue storage counts these tables too, empty
+# on a database it laid out).  Served by the (state, queue, id) index of each table.
+_DEPTH = depth_states_by_table()
+CANONICAL_DEPTH_COUNTS = f"""SELECT queue, state, count(*) AS n FROM awa.jobs_hot
+     WHERE state IN ({state_list(_DEPTH["hot_states"])})
+     GROUP BY queue, state
+    UNION ALL
+    SELECT queue, state, count(*) FROM awa.scheduled_jobs
+     WHERE state IN ({state_list(_DEPTH["deferred_states"])})
+     GROUP BY queue, state"""

@@ -35,7 +35,7 @@ from awa.storage.common.admin import (
 )
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.enqueue import unique_error
-from awa.storage.common.tables import depth_states_by_table, state_list
+from awa.storage.common.tables import CANONICAL_DEPTH_COUNTS
 from awa.storage.engine import (
     AttemptWrite,
     DlqEntry,
@@ -192,7 +192,6 @@ SELECT job_id, run_lease FROM awa.leases
 # newest claimed position can have one: awa.qs_lane_progress); the rest as the view's
 # branches, from their own tables; canonical's tables (empty on a database this engine
 # laid out) as canonical counts them.
-_DEPTH = depth_states_by_table()
 QUEUE_STATS = f"""
 WITH avail AS MATERIALIZED (
     SELECT a.queue, count(*) AS n, min(a.run_at) AS oldest
@@ -218,13 +217,7 @@ WITH avail AS MATERIALIZED (
     UNION ALL
     SELECT queue, state, count(*) FROM awa.deferred_jobs GROUP BY queue, state
     UNION ALL
-    SELECT queue, state, count(*) FROM awa.jobs_hot
-     WHERE state IN ({state_list(_DEPTH["hot_states"])})
-     GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*) FROM awa.scheduled_jobs
-     WHERE state IN ({state_list(_DEPTH["deferred_states"])})
-     GROUP BY queue, state
+    {CANONICAL_DEPTH_COUNTS}
 ), completed AS (
     SELECT t.queue, count(*) AS n FROM (
         SELECT queue FROM awa.done_entries
