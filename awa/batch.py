@@ -18,6 +18,7 @@ claimed meanwhile is skipped.  Names and rules are the Rust-core awa's (ADR-030)
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from datetime import datetime
@@ -172,15 +173,19 @@ async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,
                                chunk: int = config.BATCH_OP_CHUNK_SIZE,
                                scan_page: int = config.BATCH_OP_SCAN_PAGE,
                                budget_s: float = config.BATCH_OP_TICK_BUDGET_S,
-                               retention_days: float = config.BATCH_OP_RETENTION_DAYS
-                               ) -> dict[str, int]:
+                               retention_days: float = config.BATCH_OP_RETENTION_DAYS,
+                               pace: float = config.BATCH_OP_PACE) -> dict[str, float]:
     """One maintenance tick: steps of the oldest active operation until ``budget_s``
     is spent (at least one step) or none is left.  Each step is one transaction holding
-    the operation's row lock (so two runners never step the same operation at once)."""
-    done = {"steps": 0, "processed": 0, "skipped": 0, "errored": 0, "finished": 0}
+    the operation's row lock (so two runners never step the same operation at once),
+    followed by a rest of ``pace`` times its own duration (``config.BATCH_OP_PACE``).
+    Returns the tick's counts, and the seconds it worked (``busy_s``) and rested."""
+    done: dict[str, float] = {"steps": 0, "processed": 0, "skipped": 0, "errored": 0,
+                              "finished": 0, "busy_s": 0.0, "rested_s": 0.0}
     deadline = time.monotonic() + budget_s
     async with pool.connection() as conn:
         while True:
+            step_started = time.monotonic()
             async with conn.transaction():
                 op = await engine.batch_next_active(conn)
                 if op is None:
@@ -208,6 +213,11 @@ async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,
                         done["processed"] += outcome[0]
                         done["skipped"] += outcome[1]
                         done["errored"] += outcome[2]
+            busy = time.monotonic() - step_started
+            done["busy_s"] += busy
+            rest_started = time.monotonic()
+            await asyncio.sleep(pace * busy)
+            done["rested_s"] += time.monotonic() - rest_started
             if time.monotonic() >= deadline:
                 break
     return done

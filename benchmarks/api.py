@@ -5,6 +5,8 @@ with the claim latency of workers running alongside, on each storage engine.
         [--jobs 1000000] [--samples 50] [--batch 100000] [--claim-jobs 150000]
         [--claimers 2] [--claim-size 10] [--claim-pause-ms 20] [--baseline-s 20]
         [--db-name awa_api_bench] [--rebuild]
+    .venv/bin/python benchmarks/api.py --batch-only [--pace 0,1] [--repeat 2] [--engine ...]
+        [--batch ...] [--claim-jobs ...] [--baseline-s ...]
 
 Builds (once per engine, as benchmarks/ops.py does: mostly completed history, a backlog
 of available and scheduled jobs, running, failed, cancelled, DLQ) a database, starts
@@ -40,7 +42,7 @@ import httpx
 
 import awa
 import ops
-from awa import batch
+from awa import batch, config
 from awa.storage.engine import AttemptWrite
 
 AWA = Path(sys.executable).with_name("awa")
@@ -157,11 +159,13 @@ class Claimers:
         return ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
 
 
-async def measure_batch(url: str, args: argparse.Namespace) -> None:
+async def measure_batch(url: str, args: argparse.Namespace,
+                        pace: float = config.BATCH_OP_PACE) -> dict[str, float]:
     """``--batch`` low-priority backlog jobs in BATCH_QUEUE, with ``--claim-jobs``
     urgent ones that ``--claimers`` workers claim throughout (claims lock every lane of
     the queue, the batch's among them): their claim latency for ``--baseline-s`` seconds
-    without the batch, then while a batch set_priority changes the backlog."""
+    without the batch, then while a batch set_priority (its runner resting ``pace`` times
+    each step) changes the backlog.  Returns jobs/s and both p95s."""
     client = awa.AsyncClient(url, max_connections=args.claimers + 4)
     try:
         await client.drain_queue(BATCH_QUEUE)  # a previous run's leftovers
@@ -188,7 +192,8 @@ async def measure_batch(url: str, args: argparse.Namespace) -> None:
         # Ticks back to back, until the operation is finished: the fleet's maintenance
         # leader steps it too (whoever holds the operation's row lock; the other skips).
         while (await client.get_batch_operation(op["id"]))["state"] not in FINISHED:
-            done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4())
+            done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(),
+                                                    pace=pace)
             if done["steps"] == 0:
                 await asyncio.sleep(0.05)
         took = time.perf_counter() - started
@@ -209,6 +214,7 @@ async def measure_batch(url: str, args: argparse.Namespace) -> None:
         verdict = "ok" if during <= 2 * base else "OVER the target"
         print(f"claim p95 during the batch / without it: {during / base if base else 0:.2f}x "
               f"(target <= 2x: {verdict}); empty claims {claimers.empty}")
+        return {"jobs_s": changed / took, "base_p95": base, "batch_p95": during}
     finally:
         await client.close()
 
@@ -228,8 +234,16 @@ def main() -> None:
     parser.add_argument("--engine", choices=("all", *ops.ENGINES), default="all")
     parser.add_argument("--db-name", default=os.environ.get("AWA_API_BENCH_DB", "awa_api_bench"))
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--batch-only", action="store_true",
+                        help="only the batch phase, each run on a fresh database holding "
+                             "nothing but the batch's queue (no fleet, no large database)")
+    parser.add_argument("--pace", default=str(config.BATCH_OP_PACE),
+                        help="the batch runner's pace values to compare, comma-separated, "
+                             "alternated A B B A (--batch-only)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of the --pace alternation (--batch-only)")
     args = parser.parse_args()
-    asyncio.run(run(args))
+    asyncio.run(run_batch_only(args) if args.batch_only else run(args))
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -248,6 +262,30 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             await fleet.shutdown()
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+async def run_batch_only(args: argparse.Namespace) -> None:
+    """The batch phase alone, ``--pace`` values alternated A B B A, each run on a fresh
+    database (so no run inherits another's history); per pace: medians of jobs/s and of
+    the p95 ratio."""
+    paces = [float(p) for p in args.pace.split(",")]
+    for engine in ops.ENGINES if args.engine == "all" else (args.engine,):
+        results: dict[float, list[dict[str, float]]] = {p: [] for p in paces}
+        for r in range(args.repeat):
+            for pace in (paces if r % 2 == 0 else paces[::-1]):
+                print(f"[{engine}] pace {pace:g}, round {r + 1}; load "
+                      f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+                with _support.scratch_database("awa_api_batch", engine) as url:
+                    results[pace].append(await measure_batch(url, args, pace))
+        print(f"[{engine}] summary (medians of {args.repeat}):")
+        for pace, runs in results.items():
+            ratios = [x["batch_p95"] / x["base_p95"] for x in runs if x["base_p95"]]
+            print(f"  pace {pace:g}: {statistics.median(x['jobs_s'] for x in runs):,.0f} jobs/s;"
+                  f" claim p95 {statistics.median(x['base_p95'] for x in runs) * 1000:.1f} ->"
+                  f" {statistics.median(x['batch_p95'] for x in runs) * 1000:.1f} ms;"
+                  f" ratio {statistics.median(ratios):.2f}x"
+                  f" (rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

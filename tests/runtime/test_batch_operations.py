@@ -19,9 +19,9 @@ ENGINES = [pytest.param("queue_storage", marks=pytest.mark.engine("queue_storage
            pytest.param("canonical", marks=pytest.mark.engine("canonical"), id="canonical")]
 
 
-async def run_until_idle(client: awa.AsyncClient, **kw) -> dict[str, int]:
+async def run_until_idle(client: awa.AsyncClient, **kw) -> dict[str, float]:
     pool, engine = await client._get_pool(), await client._get_engine()
-    total = {"processed": 0, "skipped": 0, "errored": 0, "finished": 0}
+    total: dict[str, float] = {"processed": 0, "skipped": 0, "errored": 0, "finished": 0}
     for _ in range(1_000):
         done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), **kw)
         for k in total:
@@ -186,3 +186,46 @@ async def test_refusals_name_the_fix(client, engine_name):
         await client.submit_batch_operation("delete", {"queue": "q"}, {})
     with pytest.raises(awa.ValidationError, match="batch operation not found"):
         await client.get_batch_operation(uuid.uuid4())
+
+
+@pytest.mark.parametrize("engine_name", ENGINES)
+async def test_the_runner_rests_pace_times_each_step(client, db, engine_name):
+    """Each step is followed by a rest of ``pace`` times its own duration (its lanes free
+    for claims meanwhile); pace 0 runs the steps back to back."""
+    for _ in range(120):
+        insert_job(db, "available", kind="k", queue="src", priority=2)
+    pool, engine = await client._get_pool(), await client._get_engine()
+    for pace in (3.0, 0.0):
+        await client.submit_batch_operation("set_priority", {"queue": "src"},
+                                            {"priority": 1 if pace else 2})
+        busy = rested = steps = 0.0
+        while True:
+            done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(),
+                                                    chunk=20, budget_s=0.0, pace=pace)
+            if done["steps"] == 0:
+                break
+            busy, rested, steps = busy + done["busy_s"], rested + done["rested_s"], steps + 1
+        assert steps >= 6  # the scan, six chunks of 20, the finish
+        if pace:
+            # asyncio may wake a timer up to its clock resolution early: 2 ms a step, at most
+            assert rested >= pace * busy - 0.002 * steps
+        else:
+            assert rested < busy
+
+
+@pytest.mark.engine("queue_storage")
+async def test_a_scanned_operation_leaves_the_ready_entries_analysed(client, db):
+    """Queue storage: the ready partitions have statistics once the scan ends, so each
+    chunk probes its ids instead of walking the whole locked lane (a fresh partition's
+    default estimates pick the lane's index)."""
+    for _ in range(300):
+        insert_job(db, "available", kind="k", queue="src", priority=2)
+    stats = ("SELECT count(*) AS n FROM pg_stats WHERE schemaname = 'awa' "
+             "AND tablename LIKE 'ready_entries%%' AND attname = 'job_id'")
+    before = db.execute(stats).fetchone()["n"]
+    op = await client.submit_batch_operation("set_priority", {"queue": "src"}, {"priority": 1})
+    pool, engine = await client._get_pool(), await client._get_engine()
+    while (await client.get_batch_operation(op["id"]))["state"] != "running":
+        await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
+    assert before == 0
+    assert db.execute(stats).fetchone()["n"] > 0

@@ -122,8 +122,21 @@ SELECT id FROM ready"""
 ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
+# Taken once per operation, when its scan ends.  A ready partition filled since its last
+# statistics (a fresh install, a ring slot reused) has no column statistics, and the
+# planner then walks the chunk's whole source lane (lane index, filtered by job id) instead
+# of probing the chunk's ids: on a fresh 30,000-job lane (EXPLAIN ANALYZE, 100 ids) the
+# move's live entries took 5.9 ms instead of 0.5 ms, READY_CANDIDATES 3.5 instead of 0.5,
+# growing with the lane -- with the lane locked, so every claim of the queue waits.
+ANALYZE_READY = "ANALYZE awa.ready_entries"
+
+
 class QueueStorageBatch(InSchema, BatchOperations):
     """The batch-operations group on queue storage: the core's, and the change."""
+
+    async def batch_scanned(self, conn: psycopg.AsyncConnection[Any], op_id: Any) -> None:
+        await super().batch_scanned(conn, op_id)
+        await conn.execute(self.sql(ANALYZE_READY))
 
     async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
                                 limit: int) -> tuple[int, int, int] | None:
