@@ -215,7 +215,7 @@ BATCH_OP_PREVIEW_SAMPLE = 10  # jobs a preview lists
 # After each step the runner rests this many times the step's own time: a step holds its
 # lanes (claims on them wait) and server CPU, and a busy server makes steps slower, so
 # the rest grows with the load.  0 runs steps back to back (fastest; claims wait most).
-BATCH_OP_PACE = 1.0
+BATCH_OP_PACE = 3.0
 # Queue storage: at most this many items per chunk, whose source lanes stay locked (and
 # their queues' claims wait) until the chunk commits.
 BATCH_OP_LANE_CHUNK_SIZE = 100

@@ -229,3 +229,24 @@ async def test_a_scanned_operation_leaves_the_ready_entries_analysed(client, db)
         await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
     assert before == 0
     assert db.execute(stats).fetchone()["n"] > 0
+
+
+@pytest.mark.engine("queue_storage")
+async def test_a_moved_lane_s_claim_head_follows_the_move(client, db):
+    """Queue storage: each chunk settles its source lanes' claim heads past the entries it
+    moved, so a queue nobody claimed from during the move does not leave every later claim
+    walking the moved entries (each one a tombstone probe, under the queue's lane locks)."""
+    moved = [insert_job(db, "available", kind="k", queue="src", priority=4) for _ in range(300)]
+    left = insert_job(db, "available", kind="other", queue="src", priority=4)
+    await client.submit_batch_operation("set_priority", {"queue": "src", "kind": "k"},
+                                        {"priority": 3})
+    await run_until_idle(client, chunk=50, pace=0)
+    heads = {r["priority"]: r["claim_seq"] for r in db.execute(
+        "SELECT priority, claim_seq FROM awa.queue_claim_heads WHERE queue = 'src'")}
+    lane_seq = db.execute("SELECT lane_seq FROM awa.ready_entries WHERE job_id = %s",
+                          (left,)).fetchone()["lane_seq"]
+    assert heads[4] == lane_seq  # the first live entry of the lane: the one left behind
+    pool, engine = await client._get_pool(), await client._get_engine()
+    async with pool.connection() as conn:
+        claimed = await engine.claim_batch(conn, "src", 1_000, 60_000)
+    assert sorted(j.id for j in claimed) == sorted([*moved, left])

@@ -115,6 +115,17 @@ WITH live AS MATERIALIZED (
 SELECT id FROM ready"""
 
 
+# Still under the source lanes' locks, after the move: each lane's claim head past the
+# entries just tombstoned (awa.qs_settle_lane, the maintenance leader's settle, one lane).
+# Else, where no claim ran meanwhile (a paused queue, workers busy elsewhere), every claim
+# of the queue would walk the moved entries until the leader settles: measured, a lane of
+# 50,000 moved entries made each claim of its queue take 326 ms instead of 0.6 ms.  Here
+# the walk covers only this chunk's entries.
+SETTLE_SOURCE_LANES = """
+SELECT awa.qs_settle_lane(l.queue, l.priority, l.shard)
+  FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::smallint[])
+       AS l(queue, priority, shard)"""
+
 # The source lanes stay locked until the chunk commits, and their claims wait for them:
 # so, as the claim itself does, the commit does not wait for its WAL to reach disk.  A
 # chunk a server crash took back took its item outcomes with it (one transaction; WAL
@@ -167,15 +178,16 @@ class QueueStorageBatch(InSchema, BatchOperations):
         lane_params = {"queues": [q for q, _, _ in lanes],
                        "priorities": [p for _, p, _ in lanes],
                        "shards": [sh for _, _, sh in lanes]}
-        # The lock and the move go out together (one round trip): the claims waiting on
-        # these lanes wait for the server's work only, not for this process's event loop
-        # to come back between statements (the runner shares a busy worker's loop).
+        # The lock, the move and the settle go out together (one round trip): the claims
+        # waiting on these lanes wait for the server's work only, not for this process's
+        # event loop to come back between statements (the runner shares a busy worker's loop).
         async with conn.cursor(row_factory=tuple_row) as move:
             async with conn.pipeline():
                 await conn.execute(ASYNC_COMMIT)
                 await conn.execute(self.sql(LOCK_LANES), lane_params)
                 await move.execute(self.sql(MOVE_READY), {
                     **params, **lane_params, "op": op["id"], "expected": expected})
+                await conn.execute(self.sql(SETTLE_SOURCE_LANES), lane_params)
             moved = {row[0] for row in await move.fetchall()}
         changed = [i for i in changed if i not in set(expected)] + sorted(moved)
         return len(changed), len(ids) - len(changed), 0

@@ -284,6 +284,45 @@ BEGIN
      ORDER BY p.rk;
 END $$;
 
+-- Move one lane's claim head to its low-water mark; the caller holds the lane's lock
+-- (its queue_claim_heads row).  The first live entry; with none, the lane's end (past
+-- gaps a tombstone or a skipped entry left, which would keep claims counting
+-- receipts): a producer yet to commit holds the enqueue head, so its entries land there
+-- or later.  An empty lane (NULL) stays where it is.  True when the head moved.
+-- The walk starts at the head (an index bound, not a filter) and stops at the first
+-- live entry: the lane is locked, and claims wait for it.  (Through awa.qs_ready_live
+-- the head is a join filter: every entry of the lane since the last prune is read.)
+CREATE OR REPLACE FUNCTION awa.qs_settle_lane(p_queue text, p_priority smallint,
+                                              p_shard smallint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    low bigint;
+BEGIN
+    SELECT COALESCE(
+               (SELECT r.lane_seq FROM awa.ready_entries r
+                 WHERE r.queue = p_queue AND r.priority = p_priority AND r.shard = p_shard
+                   AND r.lane_seq >= h.claim_seq
+                   AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                                    WHERE t.ready_id = r.ready_id)
+                   AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
+                                    WHERE c.job_id = r.job_id
+                                      AND c.run_lease = r.run_lease + 1)
+                 ORDER BY r.lane_seq LIMIT 1),
+               greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
+                          WHERE r.queue = p_queue AND r.priority = p_priority
+                            AND r.shard = p_shard),
+                        (SELECT max(c.lane_seq) + 1 FROM awa.lease_claims c
+                          WHERE c.queue = p_queue AND c.priority = p_priority
+                            AND c.shard = p_shard)))
+      INTO low
+      FROM awa.queue_claim_heads h
+     WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = p_shard;
+    UPDATE awa.queue_claim_heads h SET claim_seq = low
+     WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = p_shard
+       AND low > h.claim_seq;
+    RETURN FOUND;
+END $$;
+
 -- Move every idle lane's claim head to its low-water mark (the maintenance
 -- leader, before prune: receipts of entries past the head keep their claim
 -- slot alive).  Lanes a claimer holds are skipped; an UPDATE per moved lane.
@@ -291,40 +330,11 @@ CREATE OR REPLACE FUNCTION awa.qs_settle_claim_heads() RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     lane record;
-    low bigint;
     moved int := 0;
 BEGIN
-    FOR lane IN SELECT h.queue, h.priority, h.shard, h.claim_seq FROM awa.queue_claim_heads h
+    FOR lane IN SELECT h.queue, h.priority, h.shard FROM awa.queue_claim_heads h
                  ORDER BY h.queue, h.priority, h.shard FOR UPDATE SKIP LOCKED LOOP
-        -- The first live entry; with none, the lane's end (past gaps a tombstone or
-        -- a skipped entry left, which would keep claims counting receipts): a
-        -- producer yet to commit holds the enqueue head, so its entries land there
-        -- or later.  An empty lane (NULL) stays where it is.
-        -- The walk starts at the head (an index bound, not a filter) and stops at the
-        -- first live entry: it holds the lane's lock, and claims wait for it.  (Through
-        -- awa.qs_ready_live the head is a join filter: every entry of the lane since
-        -- the last prune is read.)
-        SELECT COALESCE(
-                   (SELECT r.lane_seq FROM awa.ready_entries r
-                     WHERE r.queue = lane.queue AND r.priority = lane.priority
-                       AND r.shard = lane.shard AND r.lane_seq >= lane.claim_seq
-                       AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
-                                        WHERE t.ready_id = r.ready_id)
-                       AND NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                                        WHERE c.job_id = r.job_id
-                                          AND c.run_lease = r.run_lease + 1)
-                     ORDER BY r.lane_seq LIMIT 1),
-                   greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
-                              WHERE r.queue = lane.queue AND r.priority = lane.priority
-                                AND r.shard = lane.shard),
-                            (SELECT max(c.lane_seq) + 1 FROM awa.lease_claims c
-                              WHERE c.queue = lane.queue AND c.priority = lane.priority
-                                AND c.shard = lane.shard)))
-          INTO low;
-        UPDATE awa.queue_claim_heads h SET claim_seq = low
-         WHERE h.queue = lane.queue AND h.priority = lane.priority AND h.shard = lane.shard
-           AND low > h.claim_seq;
-        IF FOUND THEN
+        IF awa.qs_settle_lane(lane.queue, lane.priority, lane.shard) THEN
             moved := moved + 1;
         END IF;
     END LOOP;
