@@ -312,3 +312,4 @@ class RuntimeSettings:
     run_maintenance: bool = True
     health_addr: str | None = None  # /healthz and /readyz (else $AWA_HEALTH_ADDR; else none)
     batch_operations_interval_ms: int = BATCH_OPERATIONS_INTERVAL_MS
+    batch_operations_pace: float = BATCH_OP_PACE  # 0: steps back to back (fastest)

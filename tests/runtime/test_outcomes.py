@@ -254,6 +254,9 @@ async def test_start_errors_are_one_line(client, test_engine):
         assert "\n" not in str(info.value)
     with pytest.raises(awa.ValidationError, match="heartbeat_interval_ms"):
         await client.start([("default", 1)], heartbeat_interval_ms=-5)
+    with pytest.raises(awa.ValidationError, match=r"batch_operations_pace must be a number "
+                                                  r">= 0 .*, got -1$"):
+        await client.start([("default", 1)], batch_operations_pace=-1)
     with pytest.raises(awa.ValidationError, match="identifier"):
         await client.start([("default", 1)], queue_storage_schema="Bad Name")
     # Storage-transition arguments are accepted (the schema is the database's own).

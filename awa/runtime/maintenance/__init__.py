@@ -105,7 +105,8 @@ class MaintenanceService:
             Branch("queue_health", s.queue_health_interval_ms,
                    lambda: self.queue_health.publish(pool, engine=engine)),
             Branch("batch_operations", s.batch_operations_interval_ms,
-                   lambda: batch.run_batch_operations(pool, engine, runner=rt.instance_id)),
+                   lambda: batch.run_batch_operations(pool, engine, runner=rt.instance_id,
+                                                      pace=s.batch_operations_pace)),
         ) if b.interval_ms > 0]
 
     # -- lifecycle ----------------------------------------------------------------------
