@@ -193,3 +193,21 @@ def test_sync_twins_on_a_users_connection(engine, engine_url):
         conn.commit()
         n = conn.execute("SELECT count(*) AS n FROM awa.jobs").fetchone()
         assert n is not None and n["n"] == 1
+
+
+async def test_a_copy_the_server_refuses_writes_nothing_and_holds_no_lane(engine, aconn,
+                                                                          database_url):
+    """A plain COPY that fails half-way (the server refuses a row) is rolled back whole:
+    the connection is idle again and no lane stays reserved (another producer goes on)."""
+    batch = build_batch([{"n": i} for i in range(5)], InsertOptions(kind="k", queue="copy"))
+    batch.args[3] = '{"n": '  # not JSON: only the server finds out, mid-COPY
+    with pytest.raises(psycopg.errors.DataError):
+        await engine.copy_batch(aconn, batch, returning=False)
+    assert aconn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert await jobs(aconn) == []
+    good = build_batch([{"n": 9}], InsertOptions(kind="k", queue="copy"))
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as other:
+        await other.execute("SET lock_timeout = '5s'")
+        assert (await engine.copy_batch(other, good, returning=False)).inserted == 1
+    assert (await engine.copy_batch(aconn, good, returning=False)).inserted == 1
+    assert [r["args"]["n"] for r in await jobs(aconn)] == [9, 9]
