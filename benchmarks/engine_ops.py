@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import os
 import time
+from typing import Any
 
 import _support
 import psycopg
@@ -41,7 +42,7 @@ DEADLINE_MS = 60_000
 
 
 # How each measured attempt ends: the engine's method, and what the write carries.
-OUTCOMES = {
+OUTCOMES: dict[str, tuple[str, dict[str, Any]]] = {
     "complete": ("complete_batch", {}),
     "complete_with_metadata": ("complete_batch", {"metadata": {"result": "ok"}}),
     "retry": ("retry_batch", {"error": {"error": "boom"}, "delay_s": 3600.0}),
