@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from awa.storage.common.enqueue import (
@@ -80,8 +79,6 @@ SELECT l.queue, l.priority, r.lane_shard, r.base, (SELECT awa.qs_slot('queue')) 
  ORDER BY l.ord"""
 COPY_INTO_READY = ("COPY awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, "
                    "args, max_attempts, metadata, tags) FROM STDIN")
-
-BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 
 # A plain batch (no unique key, no run_at) inserted by statement: the installed function
 # awa.qs_insert_plain (sql/enqueue.sql), one generic plan per session.
@@ -225,33 +222,17 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
         """Reserve each (queue, priority) lane of the batch, then COPY the rows with their
         positions; the lanes stay locked to commit, so both run in one transaction."""
         lanes = sorted(set(zip(batch.queue, batch.priority, strict=True)))
-        lane_params = ([q for q, _ in lanes], [p for _, p in lanes])
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            if conn.info.transaction_status != TransactionStatus.IDLE:
-                await cur.execute(self.sql(RESERVE_LANES), lane_params)
-                await self._copy_rows(cur, batch, await cur.fetchall())
-                return
-            # BEGIN and the reservation in one round trip (COPY itself cannot join a
-            # pipeline); COMMIT and ROLLBACK by hand, as the transaction began so.
-            try:
-                async with conn.pipeline():
-                    await conn.execute(BEGIN)
-                    await cur.execute(self.sql(RESERVE_LANES), lane_params)
-                await self._copy_rows(cur, batch, await cur.fetchall())
-                await conn.execute(COMMIT)
-            except BaseException:
-                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                    await conn.execute(ROLLBACK)
-                raise
-
-    async def _copy_rows(self, cur: psycopg.AsyncCursor[Any], batch: EnqueueBatch,
-                         reservations: list[tuple[Any, ...]]) -> None:
-        reserved = {(q, p): [shard, base, slot] for q, p, shard, base, slot in reservations}
-        async with cur.copy(self.sql(COPY_INTO_READY)) as copy:
-            for kind, queue, args, priority, max_attempts, metadata, tags in zip(
-                    batch.kind, batch.queue, batch.args, batch.priority,
-                    batch.max_attempts, batch.metadata, batch.tags, strict=True):
-                lane = reserved[(queue, priority)]
-                await copy.write_row((lane[2], queue, priority, lane[0], lane[1], kind,
-                                      args, max_attempts, metadata, tags))
-                lane[1] += 1
+        async with conn.transaction():
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.sql(RESERVE_LANES),
+                                  ([q for q, _ in lanes], [p for _, p in lanes]))
+                reserved = {(q, p): [shard, base, slot]
+                            for q, p, shard, base, slot in await cur.fetchall()}
+                async with cur.copy(self.sql(COPY_INTO_READY)) as copy:
+                    for kind, queue, args, priority, max_attempts, metadata, tags in zip(
+                            batch.kind, batch.queue, batch.args, batch.priority,
+                            batch.max_attempts, batch.metadata, batch.tags, strict=True):
+                        lane = reserved[(queue, priority)]
+                        await copy.write_row((lane[2], queue, priority, lane[0], lane[1], kind,
+                                              args, max_attempts, metadata, tags))
+                        lane[1] += 1
