@@ -1375,6 +1375,14 @@ class OpsReads(Protocol):
         are gone between them); None where retention deletes rows uncounted."""
         ...
 
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        """Queues that completed a job within the last ``within_s`` seconds (database
+        clock), by name, at most ``limit``: a queue known only from its history has no other
+        trace (``awa.known_queues``' ``recent``).  One probe per distinct queue of the
+        completed rows' index, at most ``limit`` of them walked; never a scan of history."""
+        ...
+
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
                                   max_queues: int) -> list[DlqDepth]:
         """DLQ entries per queue, each counted up to ``cap`` (``reason`` is None)."""

@@ -200,6 +200,18 @@ async def test_queue_lag_and_details(engine, aconn, arrange):
     assert (await engine.queue_details(aconn, ["d"], cap=100))[0].completed == 0
 
 
+async def test_recently_completed_queues(engine, aconn, arrange):
+    """A queue known only from its completions is found (issue 33); failed or waiting jobs,
+    completions outside the window and queues past the limit are not."""
+    for queue in ("b", "a", "b"):
+        await arrange.enqueue(queue=queue, state="completed")
+    await arrange.enqueue(queue="c", state="failed")
+    await arrange.enqueue(queue="d")
+    assert await engine.recently_completed_queues(aconn, within_s=3600, limit=10) == ["a", "b"]
+    assert await engine.recently_completed_queues(aconn, within_s=3600, limit=1) == ["a"]
+    assert await engine.recently_completed_queues(aconn, within_s=0, limit=10) == []
+
+
 # --- DLQ ------------------------------------------------------------------------------------
 
 async def test_dlq_pages_with_cursors_and_filters(engine, aconn, arrange):

@@ -21,6 +21,7 @@ from psycopg import sql
 from awa import config
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.common.fetch import fetch_all, float_or_none
+from awa.storage.common.reads import HOT_RECENTLY_COMPLETED
 from awa.storage.common.tables import DEFERRED_STATES
 from awa.storage.engine import (
     CAPPED_VALUES,
@@ -80,6 +81,9 @@ SELECT o.queue, o.oldest_available,
   FROM o LEFT JOIN awa.queue_meta m ON m.queue = o.queue
  ORDER BY o.queue
 """
+
+# The queues a job completed in lately, by name (common.reads: a probe per queue).
+RECENTLY_COMPLETED = HOT_RECENTLY_COMPLETED + "\n ORDER BY w.queue"
 
 DLQ_DEPTHS_BY_QUEUE = """
 WITH RECURSIVE qs AS (
@@ -456,6 +460,11 @@ class CanonicalReads:
         return [QueueDetail(r["queue"], r["oldest_available"], float_or_none(r["lag_s"]),
                             int(r["completed"]), bool(r["paused"]), r["paused_at"],
                             r["paused_by"]) for r in rows]
+
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        rows = await fetch_all(conn, RECENTLY_COMPLETED, {"within": within_s, "limit": limit})
+        return [r["queue"] for r in rows]
 
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
                                   max_queues: int) -> list[DlqDepth]:

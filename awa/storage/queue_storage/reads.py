@@ -22,6 +22,7 @@ from awa.storage.canonical import reads as canonical
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.common.fetch import fetch_all as _rows
 from awa.storage.common.fetch import float_or_none as _float
+from awa.storage.common.reads import HOT_RECENTLY_COMPLETED, RECENTLY_COMPLETED_IN
 from awa.storage.common.tables import DEFERRED_STATES
 from awa.storage.engine import (
     CancelledAttempt,
@@ -102,6 +103,13 @@ SELECT o.queue, o.oldest_available,
   FROM o LEFT JOIN awa.queue_meta m ON m.queue = o.queue
  ORDER BY o.queue
 """
+
+# The queues a job completed in lately: the done entries' (state, queue, finalized_at)
+# index, a probe per queue (common.reads), and the canonical tables likewise.
+RECENTLY_COMPLETED = (
+    "SELECT queue FROM (" + RECENTLY_COMPLETED_IN.format(table="awa.done_entries") + "\n) d\n"
+    "UNION\nSELECT queue FROM (" + HOT_RECENTLY_COMPLETED + "\n) h\n"
+    "ORDER BY queue LIMIT %(limit)s")
 
 # --- job lists, read where each state lives -----------------------------------------------
 # ``awa.jobs`` answers "the newest jobs" by reading every part of the layout whole (its
@@ -349,6 +357,11 @@ class QueueStorageReads(InSchema, CanonicalReads):
         return [QueueDetail(r["queue"], r["oldest_available"], _float(r["lag_s"]),
                             int(r["completed"]), bool(r["paused"]), r["paused_at"],
                             r["paused_by"]) for r in rows]
+
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        rows = await self._rows(conn, RECENTLY_COMPLETED, {"within": within_s, "limit": limit})
+        return [r["queue"] for r in rows]
 
     async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
                                started_before: datetime | None = None,

@@ -265,6 +265,34 @@ SELECT queue, sum(n)::bigint AS n FROM (
     SELECT queue, sum(pruned_completed_count) FROM {s}.queue_terminal_rollups GROUP BY queue) c
  GROUP BY queue
 """
+# The queues a job ended in lately.  0.6.9 indexes its terminal rows by (slot, queue, ...)
+# only (no state, no finalization time): per queue-ring slot, a loose index scan over the
+# queues whose terminal rows (completed or failed) the slot keeps -- the ring is the
+# history window here -- at most %(limit)s queues a slot, one probe each; and the
+# queues of each slot's newest %(limit)s compact completion batches (its primary key,
+# backwards) finalized within the window.
+RECENTLY_COMPLETED = """
+WITH RECURSIVE slots AS (
+    SELECT s.slot FROM {s}.queue_ring_state r
+     CROSS JOIN LATERAL generate_series(0, r.slot_count - 1) AS s(slot)
+), walk AS (
+    SELECT f.slot, f.queue, 1 AS n FROM slots CROSS JOIN LATERAL (
+        SELECT slots.slot, d.queue FROM {s}.done_entries d WHERE d.ready_slot = slots.slot
+         ORDER BY d.queue LIMIT 1) f
+    UNION ALL
+    SELECT p.slot, x.queue, p.n + 1 FROM walk p CROSS JOIN LATERAL (
+        SELECT d.queue FROM {s}.done_entries d WHERE d.ready_slot = p.slot AND d.queue > p.queue
+         ORDER BY d.queue LIMIT 1) x
+     WHERE p.n < %(limit)s
+)
+SELECT queue FROM walk
+UNION
+SELECT b.queue FROM slots CROSS JOIN LATERAL (
+    SELECT b.queue, b.finalized_at FROM {s}.receipt_completion_batches b
+     WHERE b.ready_slot = slots.slot ORDER BY b.batch_id DESC LIMIT %(limit)s) b
+ WHERE b.finalized_at > now() - make_interval(secs => %(within)s)
+ORDER BY 1 LIMIT %(limit)s
+"""
 QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
               "WHERE queue = ANY(%(queues)s::text[]) OR true")
 
@@ -589,6 +617,15 @@ class RustCoreEngine(CanonicalReads):
                                    d.lag_s if d else None, min(completed.get(queue, 0), cap),
                                    bool(m.get("paused")), m.get("paused_at"), m.get("paused_by")))
         return out
+
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        """The queues of the terminal rows the ring keeps, and of recent compact completions
+        (``RECENTLY_COMPLETED``: 0.6.9 has no index on finalization time)."""
+        if not self.queue_storage:
+            return await super().recently_completed_queues(conn, within_s=within_s, limit=limit)
+        return [r["queue"] for r in await fetch_all(conn, self._q(RECENTLY_COMPLETED),
+                                                    {"within": within_s, "limit": limit})]
 
     async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
         """Kept completed rows plus 0.6.9's folded count (``COMPLETED_TOTALS``)."""
