@@ -1343,6 +1343,9 @@ class StateBucket:
     bucket: datetime
     state: str
     count: int
+    capped: bool = False
+    """The read stopped at its cap inside this minute: this count (and the minutes before,
+    which are left out) may be short."""
 
 
 @dataclass(frozen=True)
@@ -1353,6 +1356,8 @@ class KindCount:
     job_count: int
     queue_count: int
     completed_last_hour: int
+    capped: bool = False
+    """A part of the read stopped at its cap for this kind: the counts are lower bounds."""
 
 
 class OpsReads(Protocol):
@@ -1467,13 +1472,18 @@ class OpsReads(Protocol):
         """Jobs per state, DLQ entries counted as failed; a full count (cache it)."""
         ...
 
-    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *,
-                                 minutes: int) -> list[StateBucket]:
-        """Jobs created in the last ``minutes``, per minute and current state, oldest first."""
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        """Jobs created in the last ``minutes``, per minute and current state, oldest first:
+        of the newest ``cap`` jobs (by id, each table by its primary key), those created in
+        the window; when the cap ends inside the window its oldest minute is ``capped``."""
         ...
 
-    async def kind_counts(self, conn: psycopg.AsyncConnection[Any]) -> list[KindCount]:
-        """Per kind: jobs, distinct queues, completions in the last hour; a full count."""
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        """Per kind: jobs, distinct queues, completions in the last hour.  Kinds from a loose
+        scan of the kind indexes; each kind's rows read up to ``cap`` a table, completed
+        ones per queue up to ``cap`` (newest first); a count stopped there is ``capped``."""
         ...
 
 

@@ -21,8 +21,15 @@ from psycopg import sql
 from awa import config
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.common.fetch import fetch_all, float_or_none
-from awa.storage.common.reads import HOT_RECENTLY_COMPLETED
-from awa.storage.common.tables import DEFERRED_STATES
+from awa.storage.common.reads import (
+    CANONICAL_KIND_PARTS,
+    HOT_RECENTLY_COMPLETED,
+    created_buckets,
+    kind_count_params,
+    kind_counts,
+    without_bitmap_scans,
+)
+from awa.storage.common.tables import DEFERRED_STATES, HOT_STATES
 from awa.storage.engine import (
     CAPPED_VALUES,
     CancelledAttempt,
@@ -204,7 +211,6 @@ SELECT j.queue, count(*) AS wedged
 JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
                     "run_at, created_at, attempted_at, finalized_at, tags, "
                     "left(t.errors[array_upper(t.errors, 1)] ->> 'error', 500) AS last_error")
-HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
 
 # Whether a row's kind or args contain the text asked for (case-insensitive: the console's
 # "/" search); a column of the inner selects, so it applies after their window like kind
@@ -388,26 +394,22 @@ ORDER BY 1, 2
 RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
 
 # --- whole-table summaries (the REST API's /api/stats, /api/kinds; cached by the caller) ----
-# These count every job (the ``awa.jobs`` view covers each engine's tables), so they cost a
-# scan: the API serves them from a TTL cache, never per keystroke.  DLQ entries count as
-# failed (they are failed jobs parked aside).
+# Jobs per state counts every job (the ``awa.jobs`` view covers each engine's tables), so it
+# costs a scan: the API serves it from a TTL cache, never per keystroke.  DLQ entries count
+# as failed (they are failed jobs parked aside).
 STATE_COUNTS = """
 SELECT state::text AS state, count(*) AS n FROM awa.jobs GROUP BY state
 UNION ALL
 SELECT 'failed', count(*) FROM awa.dlq_entries"""
-CREATED_TIMESERIES = """
-SELECT date_trunc('minute', created_at) AS bucket, state::text AS state, count(*) AS n
-  FROM awa.jobs
- WHERE created_at >= now() - make_interval(mins => %(minutes)s)
- GROUP BY 1, 2
- ORDER BY 1, 2"""
-KIND_COUNTS = """
-SELECT kind, count(*) AS job_count, count(DISTINCT queue) AS queue_count,
-       count(*) FILTER (WHERE state = 'completed'
-                          AND finalized_at > now() - interval '1 hour') AS completed_last_hour
-  FROM awa.jobs
- GROUP BY kind
- ORDER BY kind"""
+# The newest jobs below an id, for the created-per-minute series (common.reads): each
+# table's primary key backwards, merged.
+NEWEST_CREATED = """
+SELECT id, state::text AS state, created_at FROM awa.jobs
+ WHERE id < %(before_id)s ORDER BY id DESC LIMIT %(limit)s"""
+ABOVE_EVERY_ID = 2**63 - 1
+# Per kind and queue: the canonical tables' rows by their kind indexes, completions by queue
+# (common.reads).
+KIND_COUNTS = CANONICAL_KIND_PARTS
 
 
 def job_summary(row: dict[str, Any]) -> JobSummary:
@@ -606,12 +608,16 @@ class CanonicalReads:
             counts[r["state"]] = counts.get(r["state"], 0) + int(r["n"])
         return counts
 
-    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *,
-                                 minutes: int) -> list[StateBucket]:
-        return [StateBucket(r["bucket"], r["state"], int(r["n"]))
-                for r in await fetch_all(conn, CREATED_TIMESERIES, {"minutes": minutes})]
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        async def newest(before_id: int | None, limit: int) -> list[dict[str, Any]]:
+            return await fetch_all(conn, NEWEST_CREATED, {
+                "before_id": ABOVE_EVERY_ID if before_id is None else before_id,
+                "limit": limit})
 
-    async def kind_counts(self, conn: psycopg.AsyncConnection[Any]) -> list[KindCount]:
-        rows = await fetch_all(conn, KIND_COUNTS)
-        return [KindCount(r["kind"], int(r["job_count"]), int(r["queue_count"]),
-                          int(r["completed_last_hour"])) for r in rows]
+        return await created_buckets(conn, newest, minutes=minutes, cap=cap)
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        return kind_counts(await without_bitmap_scans(
+            conn, lambda: fetch_all(conn, KIND_COUNTS, kind_count_params(cap))))

@@ -22,17 +22,29 @@ from awa.storage.canonical import reads as canonical
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.common.fetch import fetch_all as _rows
 from awa.storage.common.fetch import float_or_none as _float
-from awa.storage.common.reads import HOT_RECENTLY_COMPLETED, RECENTLY_COMPLETED_IN
-from awa.storage.common.tables import DEFERRED_STATES
+from awa.storage.common.reads import (
+    CANONICAL_KIND_PARTS,
+    COMPLETED_KINDS_IN,
+    HOT_RECENTLY_COMPLETED,
+    KIND_ROWS_IN,
+    RECENTLY_COMPLETED_IN,
+    created_buckets,
+    kind_count_params,
+    kind_counts,
+    without_bitmap_scans,
+)
+from awa.storage.common.tables import DEFERRED_STATES, HOT_STATES
 from awa.storage.engine import (
     CancelledAttempt,
     JobListQuery,
     JobSummary,
+    KindCount,
     QueueDetail,
     RepeatedError,
     RingState,
     RunningAttemptRead,
     RunningCounts,
+    StateBucket,
     WedgedClaims,
 )
 from awa.storage.queue_storage.schema import InSchema
@@ -215,7 +227,7 @@ SELECT d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt, d.max_atte
 
 # The parts other than the available one, and the states each can hold.
 _OTHER_PARTS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("SELECT * FROM awa.jobs_hot", frozenset(canonical.HOT_STATES)),
+    ("SELECT * FROM awa.jobs_hot", frozenset(HOT_STATES)),
     ("SELECT * FROM awa.scheduled_jobs", frozenset(DEFERRED_STATES)),
     ("SELECT * FROM awa.deferred_jobs", frozenset(DEFERRED_STATES)),
     (_DONE, frozenset({"completed", "failed", "cancelled"})),
@@ -262,11 +274,11 @@ def available_newest(columns: str, by_lane: bool) -> str:
 # claimed position (awa.qs_lane_progress) can have a receipt.  For counts of every available
 # job (queue stats, state counts), where awa.jobs hash-joins every ready entry of the ring.
 LIVE_READY_BY_LANE = """
-SELECT q.queue, r.run_at
+SELECT q.queue, r.run_at, r.kind
   FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
  CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) g
  CROSS JOIN LATERAL (
-       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq
+       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq, r.kind
          FROM awa.ready_entries r
         WHERE r.queue = q.queue AND r.priority = g.priority AND r.shard = g.shard
           AND r.lane_seq >= g.claim_seq
@@ -300,6 +312,41 @@ UNION ALL
 SELECT state::text, count(*) FROM awa.scheduled_jobs GROUP BY state
 UNION ALL
 SELECT 'failed', count(*) FROM awa.dlq_entries"""
+
+
+# Per kind and queue (the REST API's /api/kinds), each part of the layout read by index up to
+# the cap (common.reads): the canonical tables; deferred jobs and failed/cancelled done
+# entries by their kind indexes; completed done entries by queue, newest first; and the
+# unfinished ones -- claimable entries by lane, running receipts and leases -- which no kind
+# index serves: at most the cap of them.
+_DONE_UNCOMPLETED_STATES = "ARRAY['failed', 'cancelled']"
+KIND_COUNTS = (
+    CANONICAL_KIND_PARTS + "\nUNION ALL\nSELECT * FROM ("
+    + KIND_ROWS_IN.format(table="awa.deferred_jobs", filter="", states="%(deferred_states)s")
+    + "\n) deferred_jobs\nUNION ALL\nSELECT * FROM ("
+    + KIND_ROWS_IN.format(table="awa.done_entries", filter=" AND t.state <> 'completed'",
+                          states=_DONE_UNCOMPLETED_STATES)
+    + "\n) done\nUNION ALL\nSELECT * FROM ("
+    + COMPLETED_KINDS_IN.format(table="awa.done_entries") + f"""
+) done_completed
+UNION ALL
+SELECT u.kind, u.queue, count(*), 0::bigint, sum(count(*)) OVER () >= %(cap)s
+  FROM (SELECT a.kind, a.queue FROM ({LIVE_READY_BY_LANE}) a
+        UNION ALL
+        SELECT r.kind, r.queue
+          FROM awa.qs_open_receipts c
+          JOIN awa.ready_entries r
+            ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+        UNION ALL
+        SELECT r.kind, r.queue
+          FROM awa.leases l
+          JOIN awa.ready_entries r
+            ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
+        LIMIT %(cap)s) u
+ GROUP BY u.kind, u.queue""")
+# The created-per-minute series' rows (common.reads.created_buckets), as the job lists read
+# them: each part newest first by its own index.
+NEWEST_CREATED_COLUMNS = "t.id, t.state::text AS state, t.created_at"
 
 
 async def custom_planned(engine: InSchema, conn: psycopg.AsyncConnection[Any], statement: str,
@@ -426,3 +473,16 @@ class QueueStorageReads(InSchema, CanonicalReads):
         for r in await custom_planned(self, conn, STATE_COUNTS, {}):
             counts[r["state"]] = counts.get(r["state"], 0) + int(r["n"])
         return counts
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        async def newest(before_id: int | None, limit: int) -> list[dict[str, Any]]:
+            return await newest_jobs(self, conn, NEWEST_CREATED_COLUMNS,
+                                     {"before_id": before_id}, state=None, limit=limit)
+
+        return await created_buckets(conn, newest, minutes=minutes, cap=cap)
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        return kind_counts(await without_bitmap_scans(conn, lambda: custom_planned(
+            self, conn, KIND_COUNTS, kind_count_params(cap))))

@@ -43,6 +43,7 @@ from awa.storage.engine import (
     JobListQuery,
     JobRecord,
     JobSummary,
+    KindCount,
     QueueCount,
     QueueDepth,
     QueueDetail,
@@ -51,6 +52,7 @@ from awa.storage.engine import (
     RunningAttemptRead,
     RunningCounts,
     RuntimeDescriptorHashes,
+    StateBucket,
     UniqueClaimHolder,
     WedgedClaims,
 )
@@ -293,6 +295,21 @@ SELECT b.queue FROM slots CROSS JOIN LATERAL (
  WHERE b.finalized_at > now() - make_interval(secs => %(within)s)
 ORDER BY 1 LIMIT %(limit)s
 """
+# The REST API's summaries on 0.6.9's queue-storage layout: its own awa.jobs view, whole (the
+# layout has no kind index and no index on creation time; the caller caches them).
+CREATED_TIMESERIES = """
+SELECT date_trunc('minute', created_at) AS bucket, state::text AS state, count(*) AS n
+  FROM awa.jobs
+ WHERE created_at >= now() - make_interval(mins => %(minutes)s)
+ GROUP BY 1, 2
+ ORDER BY 1, 2"""
+KIND_COUNTS = """
+SELECT kind, count(*) AS job_count, count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (WHERE state = 'completed'
+                          AND finalized_at > now() - interval '1 hour') AS completed_last_hour
+  FROM awa.jobs
+ GROUP BY kind
+ ORDER BY kind"""
 QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
               "WHERE queue = ANY(%(queues)s::text[]) OR true")
 
@@ -617,6 +634,23 @@ class RustCoreEngine(CanonicalReads):
                                    d.lag_s if d else None, min(completed.get(queue, 0), cap),
                                    bool(m.get("paused")), m.get("paused_at"), m.get("paused_by")))
         return out
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        """On queue storage, every job of the window (``CREATED_TIMESERIES``; no cap)."""
+        if not self.queue_storage:
+            return await super().created_timeseries(conn, minutes=minutes, cap=cap)
+        return [StateBucket(r["bucket"], r["state"], int(r["n"]))
+                for r in await fetch_all(conn, CREATED_TIMESERIES, {"minutes": minutes})]
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        """On queue storage, a full count (``KIND_COUNTS``; no cap)."""
+        if not self.queue_storage:
+            return await super().kind_counts(conn, cap=cap)
+        return [KindCount(r["kind"], int(r["job_count"]), int(r["queue_count"]),
+                          int(r["completed_last_hour"]))
+                for r in await fetch_all(conn, KIND_COUNTS)]
 
     async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
                                         within_s: float, limit: int) -> list[str]:
