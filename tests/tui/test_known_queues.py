@@ -72,16 +72,8 @@ async def test_a_drained_queue_and_an_idle_served_one_are_listed_everywhere(data
     assert stats["idle"]["total_queued"] == 0 and stats["idle"]["completed_last_hour"] == 0
 
     # The exporter: zeros for both, and email's completions per second over the last minute.
-    collector = DatabaseCollector(database_url)
-    try:
-        families = {f.name: f for f in await collector.scrape()}
-    finally:
-        await collector.close()
-    depth = {(s.labels["awa_job_queue"], s.labels["awa_job_state"]): s.value
-             for s in families["awa_db_queue_depth"].samples}
+    depth, rate = await exported(database_url)
     assert depth[("email", "available")] == 0 and depth[("idle", "available")] == 0
-    rate = {s.labels["awa_job_queue"]: s.value
-            for s in families["awa_db_queue_completed_rate"].samples}
     assert rate["email"] > 0 and rate["idle"] == 0
 
 
@@ -112,13 +104,7 @@ async def test_a_drained_queue_stays_listed_after_its_runtimes_row_is_gone(datab
     stats = {s["queue"]: s for s in json.loads(out.output)}
     assert stats["email"]["completed_last_hour"] == JOBS
 
-    collector = DatabaseCollector(database_url)
-    try:
-        families = {f.name: f for f in await collector.scrape()}
-    finally:
-        await collector.close()
-    rate = {s.labels["awa_job_queue"]: s.value
-            for s in families["awa_db_queue_completed_rate"].samples}
+    _, rate = await exported(database_url)
     assert rate["email"] > 0  # its completions of the last minute, per second
 
 
@@ -151,6 +137,13 @@ async def test_a_queue_known_only_from_its_history_is_listed_everywhere(database
     assert stats["history"]["completed_last_hour"] == JOBS
     assert stats["history"]["total_queued"] == 0
 
+    depth, rate = await exported(database_url)
+    assert depth[("history", "available")] == 0
+    assert rate["history"] > 0  # its completions of the last minute, per second
+
+
+async def exported(database_url: str) -> tuple[dict, dict]:
+    """One scrape of the exporter: depth by (queue, state), completions per second by queue."""
     collector = DatabaseCollector(database_url)
     try:
         families = {f.name: f for f in await collector.scrape()}
@@ -158,10 +151,9 @@ async def test_a_queue_known_only_from_its_history_is_listed_everywhere(database
         await collector.close()
     depth = {(s.labels["awa_job_queue"], s.labels["awa_job_state"]): s.value
              for s in families["awa_db_queue_depth"].samples}
-    assert depth[("history", "available")] == 0
     rate = {s.labels["awa_job_queue"]: s.value
             for s in families["awa_db_queue_completed_rate"].samples}
-    assert rate["history"] > 0  # its completions of the last minute, per second
+    return depth, rate
 
 
 async def complete_jobs(database_url: str, queue: str, n: int) -> None:

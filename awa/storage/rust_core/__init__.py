@@ -28,8 +28,9 @@ import psycopg
 from psycopg import sql
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
-from awa.storage.canonical.reads import CanonicalReads, cap_record
-from awa.storage.common.fetch import fetch_all, float_or_none
+from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.common.fetch import fetch_all
+from awa.storage.common.reads import cap_record, running_attempt, running_counts
 from awa.storage.engine import (
     CancelledAttempt,
     DlqCursor,
@@ -549,23 +550,14 @@ class RustCoreEngine(CanonicalReads):
 
     @staticmethod
     def _attempt(r: dict[str, Any]) -> RunningAttemptRead:
-        return RunningAttemptRead(
-            id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
-            max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
-            attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
-            deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
-            heartbeat_age_s=float_or_none(r["heartbeat_age_s"]),
-            deadline_remaining_s=float_or_none(r["deadline_remaining_s"]),
-            running_for_s=float_or_none(r["running_for_s"]))
+        return running_attempt(r)
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
         if not self.queue_storage:
             return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
-        rows = await fetch_all(conn, self._q(RUNNING_COUNTS),
-                           {"staleness": stale_after_s, "queue": queue})
-        return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
-                              int(r["stale"]), int(r["overdue"])) for r in rows]
+        return running_counts(await fetch_all(conn, self._q(RUNNING_COUNTS),
+                                              {"staleness": stale_after_s, "queue": queue}))
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
                                       window_s: float, stale_after_s: float,
