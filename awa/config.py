@@ -201,6 +201,7 @@ SERVE_CACHE_TTL_S = 5.0  # /api/stats, /api/queues, /api/runtime, /api/queues/ru
 SERVE_JOBS_LIMIT = 100  # /api/jobs and /api/dlq page size when none is asked
 SERVE_JOBS_MAX_LIMIT = 1_000  # /api/jobs and /api/dlq pages are clamped to 1..this
 SERVE_TIMESERIES_MINUTES = 60
+SERVE_SUMMARY_CAP = 50_000  # /api/stats/timeseries, /api/kinds: rows read per part at most
 SERVE_BULK_PREVIEW_MAX = 10_000  # ids a filter-wide bulk preview lists (more: use awa batch)
 # Worker health endpoints (/healthz, /readyz): off unless an address is given.
 HEALTH_ADDR_ENV = "AWA_HEALTH_ADDR"

@@ -11,8 +11,9 @@ known when any of these names it:
 - ``declared``: a runtime declared its descriptor (``awa.queue_descriptors``);
 - ``served``: a runtime seen within the history window serves it (its
   snapshot's ``queues``), live runtimes included by definition;
-- ``recent``: it completed jobs within the history window (the caller's
-  own history: ``queue stats``' hour, the console's throughput window).
+- ``recent``: it completed jobs within the history window (the engine's
+  ``recently_completed_queues``, which every view reads, plus what the caller
+  already knows: ``queue stats``' hour, the console's throughput window).
 
 It lives in ``awa`` (the bottom layer) so the ``awa`` CLI can use it;
 ``awa_ops.queues`` re-exports it for the ops tools.
@@ -54,13 +55,16 @@ async def read_known_queues(engine: OpsReads, conn: psycopg.AsyncConnection[Any]
                             runtimes: Iterable[RuntimeInstance] | None = None,
                             history_s: float = config.OPS_KNOWN_QUEUE_HISTORY_S,
                             limit: int = config.OPS_KNOWN_QUEUE_LIMIT) -> list[str]:
-    """``known_queues`` with the configured, declared and served queues read here (three
-    bounded reads; ``runtimes`` when the caller already read the registry)."""
+    """``known_queues`` with the configured, declared, served and recently completing
+    queues read here (four bounded reads; ``runtimes`` when the caller already read the
+    registry)."""
     async with conn.cursor(row_factory=tuple_row) as cur:
         await cur.execute(CONFIGURED_QUEUES, {"limit": limit})
         configured = [row[0] for row in await cur.fetchall()]
     descriptors = await engine.descriptors(conn)
     if runtimes is None:
         runtimes = await engine.runtime_instances(conn, limit=config.OPS_KNOWN_QUEUE_LIMIT)
+    completed = await engine.recently_completed_queues(conn, within_s=history_s, limit=limit)
     return known_queues(holding=holding, configured=configured, descriptors=descriptors,
-                        runtimes=runtimes, recent=recent, history_s=history_s, limit=limit)
+                        runtimes=runtimes, recent=[*recent, *completed], history_s=history_s,
+                        limit=limit)

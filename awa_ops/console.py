@@ -446,11 +446,14 @@ class ConsoleReader:
         for dlq in await engine.dlq_depths_by_queue(conn, cap=self.count_cap,
                                                     max_queues=MAX_QUEUES):
             by_queue.setdefault(dlq.queue, QueueSummary(dlq.queue)).dlq = dlq.count
-        self.statements += 1
+        self.statements += 2
+        completed_lately = await engine.recently_completed_queues(
+            conn, within_s=config.OPS_KNOWN_QUEUE_HISTORY_S, limit=MAX_QUEUES)
         names = known_queues(holding=by_queue, descriptors=await engine.descriptors(conn),
                              runtimes=[replace(r, last_seen_age_s=(now - r.last_seen_at)
                                                .total_seconds()) for r in instances],
-                             recent=self.throughput.active(), limit=MAX_QUEUES)
+                             recent=[*self.throughput.active(), *completed_lately],
+                             limit=MAX_QUEUES)
         since, until = self.throughput.window(now, refresh_s)
         completed: dict[str, int] = {}
         self.statements += 1

@@ -181,7 +181,10 @@ class DatabaseCollector(Collector):
                 holding=({d.queue for d in depths} | {q for q, _, _ in dlq}
                          | {r[0] for r in running} | {w.queue for w in wedged_rows}),
                 configured=configured, descriptors=await reads.descriptors(session.conn),
-                runtimes=runtimes, limit=KNOWN_QUEUE_LIMIT)
+                runtimes=runtimes, limit=KNOWN_QUEUE_LIMIT,
+                recent=await reads.recently_completed_queues(
+                    session.conn, within_s=config.OPS_KNOWN_QUEUE_HISTORY_S,
+                    limit=KNOWN_QUEUE_LIMIT))
             await cur.execute(DB_NOW)
             until = (await cur.fetchall())[0]["now"]
             since = until - timedelta(seconds=config.OPS_COMPLETED_WINDOW_S)

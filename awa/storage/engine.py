@@ -1343,6 +1343,9 @@ class StateBucket:
     bucket: datetime
     state: str
     count: int
+    capped: bool = False
+    """The read stopped at its cap inside this minute: this count (and the minutes before,
+    which are left out) may be short."""
 
 
 @dataclass(frozen=True)
@@ -1353,6 +1356,8 @@ class KindCount:
     job_count: int
     queue_count: int
     completed_last_hour: int
+    capped: bool = False
+    """A part of the read stopped at its cap for this kind: the counts are lower bounds."""
 
 
 class OpsReads(Protocol):
@@ -1373,6 +1378,14 @@ class OpsReads(Protocol):
         """Completions per queue since the database began, where the engine keeps that count
         (a rate is then the difference of two reads, exact even for completions whose rows
         are gone between them); None where retention deletes rows uncounted."""
+        ...
+
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        """Queues that completed a job within the last ``within_s`` seconds (database
+        clock), by name, at most ``limit``: a queue known only from its history has no other
+        trace (``awa.known_queues``' ``recent``).  One probe per distinct queue of the
+        completed rows' index, at most ``limit`` of them walked; never a scan of history."""
         ...
 
     async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
@@ -1459,13 +1472,18 @@ class OpsReads(Protocol):
         """Jobs per state, DLQ entries counted as failed; a full count (cache it)."""
         ...
 
-    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *,
-                                 minutes: int) -> list[StateBucket]:
-        """Jobs created in the last ``minutes``, per minute and current state, oldest first."""
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        """Jobs created in the last ``minutes``, per minute and current state, oldest first:
+        of the newest ``cap`` jobs (by id, each table by its primary key), those created in
+        the window; when the cap ends inside the window its oldest minute is ``capped``."""
         ...
 
-    async def kind_counts(self, conn: psycopg.AsyncConnection[Any]) -> list[KindCount]:
-        """Per kind: jobs, distinct queues, completions in the last hour; a full count."""
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        """Per kind: jobs, distinct queues, completions in the last hour.  Kinds from a loose
+        scan of the kind indexes; each kind's rows read up to ``cap`` a table, completed
+        ones per queue up to ``cap`` (newest first); a count stopped there is ``capped``."""
         ...
 
 

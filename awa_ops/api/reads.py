@@ -148,8 +148,10 @@ class ApiReads:
 
     async def timeseries(self, minutes: int) -> list[dict[str, Any]]:
         async with self.read() as b:
-            points = await b.engine.created_timeseries(b.conn, minutes=minutes)
-        return [{"bucket": p.bucket, "state": p.state, "count": p.count} for p in points]
+            points = await b.engine.created_timeseries(b.conn, minutes=minutes,
+                                                       cap=config.SERVE_SUMMARY_CAP)
+        return [{"bucket": p.bucket, "state": p.state, "count": p.count, "capped": p.capped}
+                for p in points]
 
     # -- queues and kinds --------------------------------------------------------------
     async def _live_hashes(self, b: Bound) -> dict[str, dict[str, set[str]]]:
@@ -203,7 +205,8 @@ class ApiReads:
 
     async def kinds(self) -> list[dict[str, Any]]:
         async with self.read() as b:
-            counts = {c.kind: c for c in await b.engine.kind_counts(b.conn)}
+            counts = {c.kind: c for c in await b.engine.kind_counts(
+                b.conn, cap=config.SERVE_SUMMARY_CAP)}
             rows = [r for r in await self._descriptor_rows(b) if r["type"] == "kind"]
             live = await self._live_hashes(b)
         by_name = {r["key"]: r for r in rows}
@@ -214,7 +217,8 @@ class ApiReads:
                         **self._descriptor_fields(by_name.get(name), live["kinds"].get(name)),
                         "job_count": c.job_count if c else 0,
                         "queue_count": c.queue_count if c else 0,
-                        "completed_last_hour": c.completed_last_hour if c else 0})
+                        "completed_last_hour": c.completed_last_hour if c else 0,
+                        "capped": c.capped if c else False})
         return out
 
     # -- runtime -----------------------------------------------------------------------

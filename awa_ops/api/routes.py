@@ -287,6 +287,8 @@ async def drain_queue(request: Request, queue: str) -> JSON:
 
 @router.get("/kinds", response_model=list[shapes.JobKindOverview], tags=["kinds"])
 async def list_kinds(request: Request) -> JSON:
+    """Every kind with jobs or a descriptor; its counts read by index, each part of the
+    layout up to ``config.SERVE_SUMMARY_CAP`` rows (``capped``: lower bounds)."""
     return JSON(await state_of(request).reads.kinds())
 
 
@@ -347,7 +349,9 @@ async def stats(request: Request) -> JSON:
 
 @router.get("/stats/timeseries", response_model=list[shapes.TimeseriesPoint], tags=["stats"])
 async def timeseries(request: Request, minutes: int = config.SERVE_TIMESERIES_MINUTES) -> JSON:
-    """Jobs created per minute over the last ``minutes``, by current state, oldest first."""
+    """Jobs created per minute over the last ``minutes``, by current state, oldest first;
+    of the newest jobs up to ``config.SERVE_SUMMARY_CAP`` (``capped`` on the oldest minute
+    when the window holds more)."""
     return JSON(await state_of(request).reads.timeseries(minutes))
 
 

@@ -216,6 +216,8 @@ class JobKindOverview(_Doc):
     job_count: int
     queue_count: int
     completed_last_hour: int
+    capped: bool = False
+    """Addition: a part of the count stopped at its cap; the counts are lower bounds."""
 
 
 class CronJobResponse(_Doc):
@@ -343,6 +345,9 @@ class TimeseriesPoint(_Doc):
     bucket: datetime
     state: str
     count: int
+    capped: bool = False
+    """Addition: the read stopped at its cap inside this minute (the oldest shown): its
+    count may be short, and older minutes are left out."""
 
 
 class QueueCountDoc(_Doc):

@@ -182,7 +182,8 @@ def test_every_read_route_answers_with_the_documented_fields(engine, db, served:
         series = http.get("/api/stats/timeseries", params={"minutes": 5}).json()
         assert sum(p["count"] for p in series) == 16
         for p in series:
-            assert set(p) == {"bucket", "state", "count"} and p["state"] in STATES
+            assert set(p) == {"bucket", "state", "count", "capped"} and p["state"] in STATES
+            assert p["capped"] is False
         assert http.get("/api/stats/kinds").json() == ["resize", "send_email", "webhook"]
         assert http.get("/api/stats/queues").json() == ["hooks", "images", "mail"]
 

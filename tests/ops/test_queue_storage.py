@@ -89,3 +89,46 @@ def test_checks_run_on_a_queue_storage_database(awa_cli, empty_database_url, tmp
     assert samples["awa_db_exporter_scrape_success"].value == 1.0
     assert samples["awa_db_running_heartbeat_stale"].value == 1.0
     assert samples["awa_db_running_oldest_heartbeat_age_seconds"].value > 250
+
+
+def test_queues_known_from_their_history_on_the_rust_core_layout(awa_cli, empty_database_url):
+    """0.6.9's terminal rows and compact completion batches name their queues (issue 33):
+    the read-only engine finds them (a probe per slot and queue), and the exporter lists
+    them with depth 0; a batch finalized outside the window does not count."""
+    import asyncio
+
+    from awa.storage.rust_core import RustCoreEngine
+    from awa_ops.exporter import DatabaseCollector
+
+    url = empty_database_url
+    route_to_queue_storage(awa_cli, url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"""INSERT INTO {QS_SCHEMA}.done_entries (ready_slot, ready_generation,
+                         job_id, kind, queue, priority, lane_seq)
+                         VALUES (3, 0, 4712, 'fast', 'drained', 2, 1)""")
+        for queue, age in (("long_ago", "2 hours"), ("compact", "1 second")):
+            conn.execute(f"""INSERT INTO {QS_SCHEMA}.receipt_completion_batches (ready_slot,
+                             ready_generation, claim_slot, queue, priority, completed_count,
+                             job_ids, run_leases, lane_seqs, attempts, attempted_ats,
+                             finalized_at)
+                             VALUES (5, 0, 0, %s, 2, 1, ARRAY[4713], ARRAY[1::bigint],
+                                     ARRAY[1::bigint], ARRAY[1::smallint], ARRAY[now()],
+                                     now() - %s::interval)""", (queue, age))
+
+    async def read() -> tuple[list[str], list[str], dict]:
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            engine = RustCoreEngine(QS_SCHEMA)
+            found = await engine.recently_completed_queues(conn, within_s=3600, limit=10)
+            first = await engine.recently_completed_queues(conn, within_s=3600, limit=1)
+        collector = DatabaseCollector(url)
+        try:
+            families = {f.name: f for f in await collector.scrape()}
+        finally:
+            await collector.close()
+        return found, first, {(s.labels["awa_job_queue"], s.labels["awa_job_state"]): s.value
+                              for s in families["awa_db_queue_depth"].samples}
+
+    found, first, depth = asyncio.run(read())
+    assert found == ["compact", "drained"] and first == ["compact"]
+    assert depth[("drained", "available")] == 0 and depth[("compact", "available")] == 0
+    assert ("long_ago", "available") not in depth

@@ -26,6 +26,7 @@ from awa import callbacks, config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.canonical import admin as canonical_admin
 from awa.storage.canonical import reads as canonical
+from awa.storage.common import reads as common
 from awa.storage.common.fetch import fetch_all
 from awa.storage.engine import AttemptWrite, JobListQuery, QueueStat
 from awa.storage.queue_storage import reads
@@ -37,7 +38,7 @@ KINDS = ("resize", "send", "index")
 # The reads as they were: canonical's statements on the awa.jobs view.
 VIEW_PAGE = f"""
 SELECT t.* FROM (
-    SELECT {canonical.JOB_LIST_COLUMNS}, {canonical.ARGS_MATCH} FROM awa.jobs t
+    SELECT {common.JOB_LIST_COLUMNS}, {common.ARGS_MATCH} FROM awa.jobs t
      WHERE (%(state)s::text IS NULL OR t.state::text = %(state)s)
        AND (%(queue)s::text IS NULL OR t.queue = %(queue)s)
        AND (%(kind)s::text IS NULL OR t.kind = %(kind)s)
@@ -156,7 +157,7 @@ async def test_job_lists_match_the_view(qs_engine, aconn, client, monkeypatch, l
     monkeypatch.setattr(reads, "AVAILABLE_BY_LANE_MAX", lane_max)
     monkeypatch.setattr(reads, "AVAILABLE_SCAN_MAX", scan_max)
     for q in QUERIES:
-        want = [canonical.job_summary(r)
+        want = [common.job_summary(r)
                 for r in await fetch_all(aconn, VIEW_PAGE, _query_params(q))]
         assert await engine.job_page(aconn, q) == want, q
     states: list[str | None] = [None, *(s.value for s in JobState)]

@@ -200,6 +200,56 @@ async def test_queue_lag_and_details(engine, aconn, arrange):
     assert (await engine.queue_details(aconn, ["d"], cap=100))[0].completed == 0
 
 
+async def test_recently_completed_queues(engine, aconn, arrange):
+    """A queue known only from its completions is found (issue 33); failed or waiting jobs,
+    completions outside the window and queues past the limit are not."""
+    for queue in ("b", "a", "b"):
+        await arrange.enqueue(queue=queue, state="completed")
+    await arrange.enqueue(queue="c", state="failed")
+    await arrange.enqueue(queue="d")
+    assert await engine.recently_completed_queues(aconn, within_s=3600, limit=10) == ["a", "b"]
+    assert await engine.recently_completed_queues(aconn, within_s=3600, limit=1) == ["a"]
+    assert await engine.recently_completed_queues(aconn, within_s=0, limit=10) == []
+
+
+# --- the REST API's summaries ----------------------------------------------------------------
+
+async def test_kind_counts_are_read_by_index_and_capped(engine, aconn, arrange):
+    for _ in range(2):
+        await arrange.enqueue("a", "q1")
+    await arrange.enqueue("a", "q1", state="scheduled", run_in_s=600)
+    await arrange.enqueue("a", "q2", state="completed")
+    await arrange.enqueue("b", "q3", state="failed")
+    await arrange.enqueue("c", "q1", state="completed")
+    counts = {k.kind: k for k in await engine.kind_counts(aconn, cap=100)}
+    assert {k: (c.job_count, c.queue_count, c.completed_last_hour, c.capped)
+            for k, c in counts.items()} == {"a": (4, 2, 1, False), "b": (1, 1, 0, False),
+                                            "c": (1, 1, 1, False)}
+    # Each part of the read stops at the cap: the counts are lower bounds, and say so.
+    capped = {k.kind: k for k in await engine.kind_counts(aconn, cap=1)}
+    assert capped["a"].capped and capped["a"].job_count < 4
+    assert all(c.job_count <= counts[k].job_count for k, c in capped.items())
+
+
+async def test_created_timeseries_reads_the_newest_jobs_up_to_the_cap(engine, aconn, arrange):
+    await arrange.enqueue(age_s=600)  # created before the window
+    for _ in range(2):
+        await arrange.enqueue()
+    await arrange.enqueue(state="completed")
+    series = await engine.created_timeseries(aconn, minutes=5, cap=100)
+    by_state: dict[str, int] = {}
+    for p in series:
+        by_state[p.state] = by_state.get(p.state, 0) + p.count
+    assert by_state == {"available": 2, "completed": 1}
+    assert not any(p.capped for p in series)
+    # Three jobs in the window, two read: the count stops there and the oldest minute says so.
+    short = await engine.created_timeseries(aconn, minutes=5, cap=2)
+    assert sum(p.count for p in short) == 2 and short[0].capped
+    # The cap reached exactly at the window's end: nothing is short.
+    whole = await engine.created_timeseries(aconn, minutes=5, cap=4)
+    assert sum(p.count for p in whole) == 3 and not any(p.capped for p in whole)
+
+
 # --- DLQ ------------------------------------------------------------------------------------
 
 async def test_dlq_pages_with_cursors_and_filters(engine, aconn, arrange):

@@ -7,6 +7,8 @@ from awa import lifecycle
 
 DEFERRED_STATES = ("scheduled", "retryable")
 """States whose rows live in ``awa.scheduled_jobs``; every other state in ``awa.jobs_hot``."""
+HOT_STATES = ("available", "running", "waiting_external", "completed", "failed", "cancelled")
+"""States whose rows live in ``awa.jobs_hot``."""
 
 
 def depth_states_by_table() -> dict[str, list[str]]:

@@ -2,9 +2,10 @@
 
 The reads that canonical serves from ``awa.jobs_hot`` read the ``awa.jobs``
 view here (its queue-storage branches are index-backed: lanes from their
-claim heads, open receipts, leases, done and deferred rows); the rest
-(runtimes, descriptors, the DLQ, unique claims) are shared tables and
-canonical's statements.
+claim heads, open receipts, leases, done and deferred rows), as this engine's
+own named statements (``awa.storage.common.reads``' templates on that view); the
+rest (runtimes, descriptors, the DLQ, unique claims) are shared tables and
+``common.reads``' statements.
 """
 
 from __future__ import annotations
@@ -18,35 +19,34 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa.job import JOB_COLUMNS
-from awa.storage.canonical import reads as canonical
-from awa.storage.canonical.reads import CanonicalReads
-from awa.storage.common.fetch import fetch_all as _rows
 from awa.storage.common.fetch import float_or_none as _float
-from awa.storage.common.tables import DEFERRED_STATES
+from awa.storage.common.reads import (
+    ARGS_MATCH,
+    CANONICAL_KIND_PARTS,
+    COMPLETED_KINDS_IN,
+    HOT_RECENTLY_COMPLETED,
+    JOB_LIST_COLUMNS,
+    KIND_ROWS_IN,
+    RECENTLY_COMPLETED_IN,
+    JobStatements,
+    SharedReads,
+    created_buckets,
+    job_summary,
+)
+from awa.storage.common.tables import DEFERRED_STATES, HOT_STATES
 from awa.storage.engine import (
-    CancelledAttempt,
     JobListQuery,
     JobSummary,
     QueueDetail,
-    RepeatedError,
     RingState,
-    RunningAttemptRead,
-    RunningCounts,
-    WedgedClaims,
+    StateBucket,
 )
 from awa.storage.queue_storage.schema import InSchema
 
+# Running attempts, wedges and repeated errors: common.reads' templates on the awa.jobs view
+# (its branches for leases, receipts and done entries are index-backed).
+STATEMENTS = JobStatements.on("awa.jobs")
 
-def _on_view(statement: str) -> str:
-    return statement.replace("awa.jobs_hot", "awa.jobs")
-
-
-RUNNING = _on_view(canonical.RUNNING)
-RUNNING_BY_ID = _on_view(canonical.RUNNING_BY_ID)
-RUNNING_COUNTS = _on_view(canonical.RUNNING_COUNTS)
-CANCELLED_WHILE_RUNNING = _on_view(canonical.CANCELLED_WHILE_RUNNING)
-WEDGED_CLAIMS = _on_view(canonical.WEDGED_CLAIMS)
-REPEATED_ERRORS = _on_view(canonical.REPEATED_ERRORS)
 # Per queue, as canonical's QUEUE_DETAILS: the oldest available job, completions in the
 # window, the pause flag.  The oldest available job is looked for where claims look, among
 # the first OLDEST_AVAILABLE_HEAD claimable entries of each lane (from where the claim
@@ -102,6 +102,13 @@ SELECT o.queue, o.oldest_available,
   FROM o LEFT JOIN awa.queue_meta m ON m.queue = o.queue
  ORDER BY o.queue
 """
+
+# The queues a job completed in lately: the done entries' (state, queue, finalized_at)
+# index, a probe per queue (common.reads), and the canonical tables likewise.
+RECENTLY_COMPLETED = (
+    "SELECT queue FROM (" + RECENTLY_COMPLETED_IN.format(table="awa.done_entries") + "\n) d\n"
+    "UNION\nSELECT queue FROM (" + HOT_RECENTLY_COMPLETED + "\n) h\n"
+    "ORDER BY queue LIMIT %(limit)s")
 
 # --- job lists, read where each state lives -----------------------------------------------
 # ``awa.jobs`` answers "the newest jobs" by reading every part of the layout whole (its
@@ -207,7 +214,7 @@ SELECT d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt, d.max_atte
 
 # The parts other than the available one, and the states each can hold.
 _OTHER_PARTS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("SELECT * FROM awa.jobs_hot", frozenset(canonical.HOT_STATES)),
+    ("SELECT * FROM awa.jobs_hot", frozenset(HOT_STATES)),
     ("SELECT * FROM awa.scheduled_jobs", frozenset(DEFERRED_STATES)),
     ("SELECT * FROM awa.deferred_jobs", frozenset(DEFERRED_STATES)),
     (_DONE, frozenset({"completed", "failed", "cancelled"})),
@@ -224,7 +231,7 @@ _LIST_FILTERS = """
    AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s)
    AND (%(above_id)s::bigint IS NULL OR t.id > %(above_id)s)"""
 # The console's list row (and whether the args match), or a whole job (the admin list).
-PAGE_COLUMNS = f"{canonical.JOB_LIST_COLUMNS}, {canonical.ARGS_MATCH}"
+PAGE_COLUMNS = f"{JOB_LIST_COLUMNS}, {ARGS_MATCH}"
 JOB_ROW_COLUMNS = ", ".join(f"t.{c}" for c in JOB_COLUMNS)
 
 
@@ -254,11 +261,11 @@ def available_newest(columns: str, by_lane: bool) -> str:
 # claimed position (awa.qs_lane_progress) can have a receipt.  For counts of every available
 # job (queue stats, state counts), where awa.jobs hash-joins every ready entry of the ring.
 LIVE_READY_BY_LANE = """
-SELECT q.queue, r.run_at
+SELECT q.queue, r.run_at, r.kind
   FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
  CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) g
  CROSS JOIN LATERAL (
-       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq
+       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq, r.kind
          FROM awa.ready_entries r
         WHERE r.queue = q.queue AND r.priority = g.priority AND r.shard = g.shard
           AND r.lane_seq >= g.claim_seq
@@ -292,6 +299,41 @@ UNION ALL
 SELECT state::text, count(*) FROM awa.scheduled_jobs GROUP BY state
 UNION ALL
 SELECT 'failed', count(*) FROM awa.dlq_entries"""
+
+
+# Per kind and queue (the REST API's /api/kinds), each part of the layout read by index up to
+# the cap (common.reads): the canonical tables; deferred jobs and failed/cancelled done
+# entries by their kind indexes; completed done entries by queue, newest first; and the
+# unfinished ones -- claimable entries by lane, running receipts and leases -- which no kind
+# index serves: at most the cap of them.
+_DONE_UNCOMPLETED_STATES = "ARRAY['failed', 'cancelled']"
+KIND_COUNTS = (
+    CANONICAL_KIND_PARTS + "\nUNION ALL\nSELECT * FROM ("
+    + KIND_ROWS_IN.format(table="awa.deferred_jobs", filter="", states="%(deferred_states)s")
+    + "\n) deferred_jobs\nUNION ALL\nSELECT * FROM ("
+    + KIND_ROWS_IN.format(table="awa.done_entries", filter=" AND t.state <> 'completed'",
+                          states=_DONE_UNCOMPLETED_STATES)
+    + "\n) done\nUNION ALL\nSELECT * FROM ("
+    + COMPLETED_KINDS_IN.format(table="awa.done_entries") + f"""
+) done_completed
+UNION ALL
+SELECT u.kind, u.queue, count(*), 0::bigint, sum(count(*)) OVER () >= %(cap)s
+  FROM (SELECT a.kind, a.queue FROM ({LIVE_READY_BY_LANE}) a
+        UNION ALL
+        SELECT r.kind, r.queue
+          FROM awa.qs_open_receipts c
+          JOIN awa.ready_entries r
+            ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
+        UNION ALL
+        SELECT r.kind, r.queue
+          FROM awa.leases l
+          JOIN awa.ready_entries r
+            ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
+        LIMIT %(cap)s) u
+ GROUP BY u.kind, u.queue""")
+# The created-per-minute series' rows (common.reads.created_buckets), as the job lists read
+# them: each part newest first by its own index.
+NEWEST_CREATED_COLUMNS = "t.id, t.state::text AS state, t.created_at"
 
 
 async def custom_planned(engine: InSchema, conn: psycopg.AsyncConnection[Any], statement: str,
@@ -335,8 +377,15 @@ async def newest_jobs(engine: InSchema, conn: psycopg.AsyncConnection[Any], colu
 
 
 
-class QueueStorageReads(InSchema, CanonicalReads):
+class QueueStorageReads(InSchema, SharedReads):
     """The ``OpsReads`` group on queue storage."""
+
+    statements = STATEMENTS
+    kind_counts_statement = KIND_COUNTS
+
+    async def _planned_rows(self, conn: psycopg.AsyncConnection[Any], statement: str,
+                            params: dict[str, Any]) -> list[dict[str, Any]]:
+        return await custom_planned(self, conn, statement, params)
 
     async def queue_details(self, conn: psycopg.AsyncConnection[Any], queues: Any, *,
                             since: datetime | None = None, until: datetime | None = None,
@@ -350,40 +399,10 @@ class QueueStorageReads(InSchema, CanonicalReads):
                             int(r["completed"]), bool(r["paused"]), r["paused_at"],
                             r["paused_by"]) for r in rows]
 
-    async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
-                               started_before: datetime | None = None,
-                               job_ids: Any = None, limit: int) -> list[RunningAttemptRead]:
-        if job_ids is not None:
-            rows = await _rows(conn, RUNNING_BY_ID, {"ids": list(job_ids), "limit": limit})
-        else:
-            rows = await _rows(conn, RUNNING, {"started_before": started_before, "limit": limit})
-        return [RunningAttemptRead(
-            id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
-            max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
-            attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
-            deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
-            heartbeat_age_s=_float(r["heartbeat_age_s"]),
-            deadline_remaining_s=_float(r["deadline_remaining_s"]),
-            running_for_s=_float(r["running_for_s"]), claimed_by=r["claimed_by"])
-            for r in rows]
-
-    async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
-                             queue: str | None = None) -> list[RunningCounts]:
-        rows = await _rows(conn, RUNNING_COUNTS, {"staleness": stale_after_s, "queue": queue})
-        return [RunningCounts(r["queue"], int(r["running"]), _float(r["oldest_heartbeat_s"]),
-                              int(r["stale"]), int(r["overdue"])) for r in rows]
-
-    async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
-                                      window_s: float, stale_after_s: float,
-                                      queue: str | None = None,
-                                      limit: int) -> list[CancelledAttempt]:
-        rows = await _rows(conn, CANCELLED_WHILE_RUNNING, {
-            "window": window_s, "staleness": stale_after_s, "queue": queue, "limit": limit})
-        return [CancelledAttempt(**r) for r in rows]
-
-    async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
-        return [WedgedClaims(r["queue"], int(r["wedged"]))
-                for r in await _rows(conn, WEDGED_CLAIMS)]
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        rows = await self._rows(conn, RECENTLY_COMPLETED, {"within": within_s, "limit": limit})
+        return [r["queue"] for r in rows]
 
     async def job_page(self, conn: psycopg.AsyncConnection[Any],
                        query: JobListQuery) -> list[JobSummary]:
@@ -391,17 +410,7 @@ class QueueStorageReads(InSchema, CanonicalReads):
         rows = await newest_jobs(self, conn, PAGE_COLUMNS, {
             "queue": query.queue, "kind": query.kind, "tag": query.tag, "args": query.args},
             state=query.state, limit=query.window if query.args else query.page)
-        return [canonical.job_summary(r) for r in rows if r["args_match"]][: query.page]
-
-    async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
-                              queue: str | None = None, sample: int,
-                              limit: int = 10) -> list[RepeatedError]:
-        rows = await _rows(conn, REPEATED_ERRORS, {"queue": queue, "sample": sample,
-                                                   "limit": limit})
-        return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
-                              int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
-                              list(r["places"]), r["first_seen"], r["last_seen"])
-                for r in rows]
+        return [job_summary(r) for r in rows if r["args_match"]][: query.page]
 
     async def ring_states(self, conn: psycopg.AsyncConnection[Any]) -> list[RingState]:
         from awa.storage.queue_storage import rings
@@ -413,3 +422,11 @@ class QueueStorageReads(InSchema, CanonicalReads):
         for r in await custom_planned(self, conn, STATE_COUNTS, {}):
             counts[r["state"]] = counts.get(r["state"], 0) + int(r["n"])
         return counts
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        async def newest(before_id: int | None, limit: int) -> list[dict[str, Any]]:
+            return await newest_jobs(self, conn, NEWEST_CREATED_COLUMNS,
+                                     {"before_id": before_id}, state=None, limit=limit)
+
+        return await created_buckets(conn, newest, minutes=minutes, cap=cap)

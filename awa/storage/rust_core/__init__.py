@@ -28,8 +28,9 @@ import psycopg
 from psycopg import sql
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
-from awa.storage.canonical.reads import CanonicalReads, cap_record
-from awa.storage.common.fetch import fetch_all, float_or_none
+from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.common.fetch import fetch_all
+from awa.storage.common.reads import cap_record, running_attempt, running_counts
 from awa.storage.engine import (
     CancelledAttempt,
     DlqCursor,
@@ -43,6 +44,7 @@ from awa.storage.engine import (
     JobListQuery,
     JobRecord,
     JobSummary,
+    KindCount,
     QueueCount,
     QueueDepth,
     QueueDetail,
@@ -51,6 +53,7 @@ from awa.storage.engine import (
     RunningAttemptRead,
     RunningCounts,
     RuntimeDescriptorHashes,
+    StateBucket,
     UniqueClaimHolder,
     WedgedClaims,
 )
@@ -265,6 +268,49 @@ SELECT queue, sum(n)::bigint AS n FROM (
     SELECT queue, sum(pruned_completed_count) FROM {s}.queue_terminal_rollups GROUP BY queue) c
  GROUP BY queue
 """
+# The queues a job ended in lately.  0.6.9 indexes its terminal rows by (slot, queue, ...)
+# only (no state, no finalization time): per queue-ring slot, a loose index scan over the
+# queues whose terminal rows (completed or failed) the slot keeps -- the ring is the
+# history window here -- at most %(limit)s queues a slot, one probe each; and the
+# queues of each slot's newest %(limit)s compact completion batches (its primary key,
+# backwards) finalized within the window.
+RECENTLY_COMPLETED = """
+WITH RECURSIVE slots AS (
+    SELECT s.slot FROM {s}.queue_ring_state r
+     CROSS JOIN LATERAL generate_series(0, r.slot_count - 1) AS s(slot)
+), walk AS (
+    SELECT f.slot, f.queue, 1 AS n FROM slots CROSS JOIN LATERAL (
+        SELECT slots.slot, d.queue FROM {s}.done_entries d WHERE d.ready_slot = slots.slot
+         ORDER BY d.queue LIMIT 1) f
+    UNION ALL
+    SELECT p.slot, x.queue, p.n + 1 FROM walk p CROSS JOIN LATERAL (
+        SELECT d.queue FROM {s}.done_entries d WHERE d.ready_slot = p.slot AND d.queue > p.queue
+         ORDER BY d.queue LIMIT 1) x
+     WHERE p.n < %(limit)s
+)
+SELECT queue FROM walk
+UNION
+SELECT b.queue FROM slots CROSS JOIN LATERAL (
+    SELECT b.queue, b.finalized_at FROM {s}.receipt_completion_batches b
+     WHERE b.ready_slot = slots.slot ORDER BY b.batch_id DESC LIMIT %(limit)s) b
+ WHERE b.finalized_at > now() - make_interval(secs => %(within)s)
+ORDER BY 1 LIMIT %(limit)s
+"""
+# The REST API's summaries on 0.6.9's queue-storage layout: its own awa.jobs view, whole (the
+# layout has no kind index and no index on creation time; the caller caches them).
+CREATED_TIMESERIES = """
+SELECT date_trunc('minute', created_at) AS bucket, state::text AS state, count(*) AS n
+  FROM awa.jobs
+ WHERE created_at >= now() - make_interval(mins => %(minutes)s)
+ GROUP BY 1, 2
+ ORDER BY 1, 2"""
+KIND_COUNTS = """
+SELECT kind, count(*) AS job_count, count(DISTINCT queue) AS queue_count,
+       count(*) FILTER (WHERE state = 'completed'
+                          AND finalized_at > now() - interval '1 hour') AS completed_last_hour
+  FROM awa.jobs
+ GROUP BY kind
+ ORDER BY kind"""
 QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
               "WHERE queue = ANY(%(queues)s::text[]) OR true")
 
@@ -504,23 +550,14 @@ class RustCoreEngine(CanonicalReads):
 
     @staticmethod
     def _attempt(r: dict[str, Any]) -> RunningAttemptRead:
-        return RunningAttemptRead(
-            id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
-            max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
-            attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
-            deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
-            heartbeat_age_s=float_or_none(r["heartbeat_age_s"]),
-            deadline_remaining_s=float_or_none(r["deadline_remaining_s"]),
-            running_for_s=float_or_none(r["running_for_s"]))
+        return running_attempt(r)
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
                              queue: str | None = None) -> list[RunningCounts]:
         if not self.queue_storage:
             return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
-        rows = await fetch_all(conn, self._q(RUNNING_COUNTS),
-                           {"staleness": stale_after_s, "queue": queue})
-        return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
-                              int(r["stale"]), int(r["overdue"])) for r in rows]
+        return running_counts(await fetch_all(conn, self._q(RUNNING_COUNTS),
+                                              {"staleness": stale_after_s, "queue": queue}))
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
                                       window_s: float, stale_after_s: float,
@@ -589,6 +626,32 @@ class RustCoreEngine(CanonicalReads):
                                    d.lag_s if d else None, min(completed.get(queue, 0), cap),
                                    bool(m.get("paused")), m.get("paused_at"), m.get("paused_by")))
         return out
+
+    async def created_timeseries(self, conn: psycopg.AsyncConnection[Any], *, minutes: int,
+                                 cap: int) -> list[StateBucket]:
+        """On queue storage, every job of the window (``CREATED_TIMESERIES``; no cap)."""
+        if not self.queue_storage:
+            return await super().created_timeseries(conn, minutes=minutes, cap=cap)
+        return [StateBucket(r["bucket"], r["state"], int(r["n"]))
+                for r in await fetch_all(conn, CREATED_TIMESERIES, {"minutes": minutes})]
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        """On queue storage, a full count (``KIND_COUNTS``; no cap)."""
+        if not self.queue_storage:
+            return await super().kind_counts(conn, cap=cap)
+        return [KindCount(r["kind"], int(r["job_count"]), int(r["queue_count"]),
+                          int(r["completed_last_hour"]))
+                for r in await fetch_all(conn, KIND_COUNTS)]
+
+    async def recently_completed_queues(self, conn: psycopg.AsyncConnection[Any], *,
+                                        within_s: float, limit: int) -> list[str]:
+        """The queues of the terminal rows the ring keeps, and of recent compact completions
+        (``RECENTLY_COMPLETED``: 0.6.9 has no index on finalization time)."""
+        if not self.queue_storage:
+            return await super().recently_completed_queues(conn, within_s=within_s, limit=limit)
+        return [r["queue"] for r in await fetch_all(conn, self._q(RECENTLY_COMPLETED),
+                                                    {"within": within_s, "limit": limit})]
 
     async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
         """Kept completed rows plus 0.6.9's folded count (``COMPLETED_TOTALS``)."""

@@ -1,0 +1,658 @@
+"""The ops reads every engine serves alike, and the pieces of the others they share.
+
+Statements on the shared tables (the DLQ, runtimes, descriptors, unique claims) and on each
+engine's ``awa.jobs`` view are written once here; the reads of an engine's own relation of
+job rows are templates on ``{table}``, each engine naming its relation (canonical:
+``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named constants.
+``SharedReads`` is the ``OpsReads`` methods on them; an engine adds the rest.  Nothing here
+imports an engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg import sql
+
+from awa import config
+from awa.job import JOB_COLUMNS, Job
+from awa.storage.common.fetch import fetch_all, float_or_none
+from awa.storage.common.tables import DEFERRED_STATES, HOT_STATES
+from awa.storage.engine import (
+    CAPPED_VALUES,
+    CancelledAttempt,
+    DlqCursor,
+    DlqDepth,
+    DlqEntriesPage,
+    DlqPageQuery,
+    DlqSummary,
+    JobRecord,
+    JobSummary,
+    KindCount,
+    Oversized,
+    RepeatedError,
+    RunningAttemptRead,
+    RunningCounts,
+    RuntimeDescriptorHashes,
+    RuntimeInstance,
+    StateBucket,
+    StoredDescriptor,
+    UniqueClaimHolder,
+    WedgedClaims,
+)
+
+NewestPage = Callable[[int | None, int], Awaitable[list[dict[str, Any]]]]
+"""An engine's newest jobs (id, state, created_at) below an id (None: the newest), at most
+a limit, newest first."""
+
+# --- queues that completed lately ---------------------------------------------------------
+
+# ``walk``: the distinct queues of ``{table}``'s completed rows, by name, one probe each.
+COMPLETED_QUEUES_WALK_IN = """
+WITH RECURSIVE walk AS (
+    (SELECT t.queue FROM {table} t WHERE t.state = 'completed' ORDER BY t.queue LIMIT 1)
+    UNION ALL
+    SELECT n.queue FROM walk p CROSS JOIN LATERAL (
+        SELECT t.queue FROM {table} t WHERE t.state = 'completed' AND t.queue > p.queue
+         ORDER BY t.queue LIMIT 1) n
+)"""
+# The queues of ``{table}`` that completed a job within the last %(within)s seconds, for a
+# table whose (state, queue, ...) index leads with the state and the queue and whose
+# (state, queue, finalized_at) index answers "completed lately?": the walk (the first
+# %(limit)s queues by name), then one probe per queue for a completion inside the window
+# (LIMIT 1 keeps it a probe: as a semi-join the planner reads every completion of the
+# window instead).
+RECENTLY_COMPLETED_IN = COMPLETED_QUEUES_WALK_IN + """
+SELECT w.queue FROM (SELECT queue FROM walk LIMIT %(limit)s) w
+ CROSS JOIN LATERAL (
+       SELECT 1 FROM {table} t
+        WHERE t.state = 'completed' AND t.queue = w.queue
+          AND t.finalized_at > now() - make_interval(secs => %(within)s)
+        LIMIT 1) r"""
+# The same on the canonical hot table (idx_jobs_hot_state_queue, idx_jobs_hot_finalized).
+HOT_RECENTLY_COMPLETED = RECENTLY_COMPLETED_IN.format(table="awa.jobs_hot")
+
+# --- DLQ depth ----------------------------------------------------------------------------
+
+DLQ_DEPTHS_BY_QUEUE = """
+WITH RECURSIVE qs AS (
+    (SELECT queue FROM awa.dlq_entries ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT n.queue FROM qs p CROSS JOIN LATERAL (
+        SELECT d.queue FROM awa.dlq_entries d WHERE d.queue > p.queue
+         ORDER BY d.queue LIMIT 1) n
+)
+SELECT qs.queue,
+       (SELECT count(*) FROM (SELECT 1 FROM awa.dlq_entries d
+         WHERE d.queue = qs.queue LIMIT %(cap)s) c) AS n
+  FROM (SELECT queue FROM qs LIMIT %(max_queues)s) qs
+"""
+
+DLQ_DEPTHS = """
+SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
+       count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
+FROM awa.dlq_entries
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+GROUP BY queue, dlq_reason
+ORDER BY depth DESC
+"""
+
+# --- runtimes ---------------------------------------------------------------------
+
+# The seed's runtime health query, plus what liveness and the screens need.
+RUNTIME_INSTANCES = """
+SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_interval_ms,
+       healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
+       leader, shutting_down, queues,
+       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS last_seen_age_s,
+       EXTRACT(EPOCH FROM (now() - started_at))::float8 AS uptime_s
+  FROM awa.runtime_instances
+ ORDER BY leader DESC, last_seen_at DESC
+ LIMIT %(limit)s
+"""
+
+# --- running attempts (``{table}``: the engine's relation of job rows) ------------------
+
+# The runtime that claimed the attempt (migration 0004).  Read through the row's JSON so the
+# same statement serves a layout without the column (the Rust-core awa 0.6's canonical
+# tables, read by awa.storage.rust_core through these statements): NULL there.  The rows
+# are few (a bounded page, or one job).
+CLAIMED_BY = "to_jsonb(t) ->> 'claimed_by' AS claimed_by"
+
+_RUNNING_COLUMNS = """
+SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
+       attempted_at, heartbeat_at, deadline_at, tags, """ + CLAIMED_BY + """,
+       EXTRACT(EPOCH FROM (now() - heartbeat_at))::float8 AS heartbeat_age_s,
+       EXTRACT(EPOCH FROM (deadline_at - now()))::float8 AS deadline_remaining_s,
+       EXTRACT(EPOCH FROM (now() - attempted_at))::float8 AS running_for_s
+  FROM {table} t"""
+# The seed's canonical running-jobs query (partial heartbeat index), bounded.
+RUNNING_IN = _RUNNING_COLUMNS + """
+ WHERE state = 'running'
+   AND (%(started_before)s::timestamptz IS NULL OR attempted_at IS NULL
+        OR attempted_at <= %(started_before)s)
+ ORDER BY heartbeat_at
+ LIMIT %(limit)s
+"""
+RUNNING_BY_ID_IN = _RUNNING_COLUMNS + """
+ WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running'
+ ORDER BY heartbeat_at
+ LIMIT %(limit)s
+"""
+
+# Walks idx_jobs_hot_running_heartbeat: only running rows are touched.
+RUNNING_COUNTS_IN = """
+SELECT queue, count(*) AS running,
+       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
+       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
+       count(*) FILTER (WHERE deadline_at < now()) AS overdue
+FROM {table}
+WHERE state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+GROUP BY queue ORDER BY queue
+"""
+
+# Cancelled while running, deadline not yet passed: the handler may still hold
+# its slot until it checks is_cancelled().  Uses idx_jobs_hot_finalized.
+CANCELLED_WHILE_RUNNING_IN = """
+SELECT id AS job_id, kind, queue, attempt, run_lease, heartbeat_at, finalized_at, deadline_at,
+       EXTRACT(EPOCH FROM (now() - finalized_at))::float8 AS cancelled_age_s,
+       heartbeat_at > finalized_at AS heartbeat_after_cancel
+FROM {table}
+WHERE state = 'cancelled'
+  AND finalized_at > now() - make_interval(secs => %(window)s)
+  AND attempted_at IS NOT NULL
+  AND deadline_at > now()
+  AND heartbeat_at >= finalized_at - make_interval(secs => %(staleness)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY finalized_at
+LIMIT %(limit)s
+"""
+
+# --- uniqueness ----------------------------------------------------------------------
+
+UNIQUE_HOLDERS = """
+SELECT c.unique_key, c.job_id, h.state::text AS state,
+       EXISTS (SELECT 1 FROM awa.dlq_entries d WHERE d.job_id = c.job_id) AS in_dlq
+  FROM awa.job_unique_claims c LEFT JOIN awa.jobs h ON h.id = c.job_id
+ WHERE c.unique_key = ANY(%(keys)s::bytea[])
+"""
+
+# The guide's wedge (a running job whose unique key another job holds), per queue.
+WEDGED_CLAIMS_IN = """
+SELECT j.queue, count(*) AS wedged
+  FROM {table} j
+  JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
+ WHERE j.state = 'running'
+ GROUP BY j.queue
+"""
+
+# --- job lists and detail --------------------------------------------------------------
+
+# A list row: never the args (nor any other big value); the last error's head, as much
+# of it as an error fingerprint reads (awa.fingerprint.MAX_TEXT).
+JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
+                    "run_at, created_at, attempted_at, finalized_at, tags, "
+                    "left(t.errors[array_upper(t.errors, 1)] ->> 'error', 500) AS last_error")
+
+# Whether a row's kind or args contain the text asked for (case-insensitive: the console's
+# "/" search); a column of the inner selects, so it applies after their window like kind
+# and tag.
+ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.kind), lower(%(args)s)) > 0"
+              " OR strpos(lower(t.args::text), lower(%(args)s)) > 0) AS args_match")
+
+_JOB_COLUMNS = ", ".join(JOB_COLUMNS)
+_DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
+# The job, or its DLQ entry with dlq_reason set: by primary key either way.
+JOB_RECORD = f"""
+SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at, {CLAIMED_BY}
+  FROM awa.jobs t WHERE id = %(id)s
+UNION ALL
+SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at, NULL::text FROM awa.dlq_entries WHERE job_id = %(id)s
+LIMIT 1"""
+
+# The same, with args, metadata, errors and progress fetched only when their JSON text is
+# at most %(cap)s characters; otherwise their first %(cap)s characters and their size.
+_TEXTS = {"args": "r.args::text", "metadata": "r.metadata::text",
+          "errors": "array_to_json(r.errors)::text", "progress": "r.progress::text"}
+JOB_RECORD_CAPPED = ("SELECT " + ", ".join(
+    f"CASE WHEN x.{c}_bytes <= %(cap)s THEN r.{c} END AS {c}, "
+    f"CASE WHEN x.{c}_bytes > %(cap)s THEN left(x.{c}_text, %(cap)s) END AS {c}_head, "
+    f"x.{c}_bytes" if c in _TEXTS else f"r.{c}"
+    for c in (*JOB_COLUMNS, "dlq_reason", "dlq_at", "claimed_by")) + f"""
+  FROM ({JOB_RECORD}) r
+ CROSS JOIN LATERAL (SELECT {", ".join(f"{t} AS {c}_text" for c, t in _TEXTS.items())}) y
+ CROSS JOIN LATERAL (SELECT {", ".join(f"y.{c}_text, coalesce(octet_length(y.{c}_text), 0) AS "
+                                       f"{c}_bytes" for c in _TEXTS)}) x""")
+
+
+def capped_record(row: dict[str, Any], **extra: Any) -> JobRecord:
+    """A ``JOB_RECORD_CAPPED`` row as a record: oversized values named, left empty."""
+    oversized = {c: Oversized(row[f"{c}_head"], int(row[f"{c}_bytes"]))
+                 for c in CAPPED_VALUES if row.get(f"{c}_head") is not None}
+    values = {k: v for k, v in row.items() if k in JOB_COLUMNS}
+    values["args"] = {} if "args" in oversized else values.get("args")
+    return JobRecord(Job.from_row(values), row["dlq_reason"], row["dlq_at"], row["claimed_by"],
+                     oversized, **extra)
+
+
+def cap_record(record: JobRecord, cap_bytes: int) -> JobRecord:
+    """The capped form of a record already fetched whole (a layout whose values cannot be
+    capped in SQL): the rendering stays bounded even though the fetch was not."""
+    oversized: dict[str, Oversized] = {}
+    job = record.job
+    empty: dict[str, Any] = {"args": {}, "metadata": {}, "errors": [], "progress": None}
+    for name in CAPPED_VALUES:
+        value = getattr(job, name)
+        if value is None:
+            continue
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+        size = len(text.encode())
+        if size > cap_bytes:
+            oversized[name] = Oversized(text[:cap_bytes], size)
+            setattr(job, name, empty[name])
+    return dataclasses.replace(record, oversized=oversized) if oversized else record
+
+# --- DLQ pages and errors ------------------------------------------------------------------
+
+DLQ_LIST_COLUMNS = ("job_id, kind, queue, dlq_reason, dlq_at, attempt, max_attempts, "
+                    "errors[array_upper(errors, 1)]->>'error' AS last_error")
+# DLQ page: the index that serves the most selective given filter, newest
+# first; the rest are applied within the newest ``window`` entries.
+_DLQ_LIST = """
+SELECT * FROM (
+    SELECT {columns} FROM awa.dlq_entries
+     WHERE {where}
+       AND (%(before_at)s::timestamptz IS NULL OR (dlq_at, job_id) < (%(before_at)s, %(before_id)s))
+     ORDER BY dlq_at DESC, job_id DESC LIMIT %(window)s) w
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+   AND (%(reason)s::text IS NULL OR dlq_reason = %(reason)s)
+ ORDER BY dlq_at DESC, job_id DESC
+ LIMIT %(page)s
+"""
+DLQ_BY_QUEUE = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
+                                         where=sql.SQL("queue = %(queue)s"))
+DLQ_BY_KIND = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
+                                        where=sql.SQL("kind = %(kind)s"))
+DLQ_NEWEST = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS), where=sql.SQL("true"))
+
+# The newest entries only (idx_dlq_entries_dlq_at); recent failed jobs too, for
+# queues without a DLQ (idx_jobs_hot_finalized).  Per job: its last error and
+# how many of its attempts failed with that same message.
+REPEATED_ERRORS_IN = """
+WITH recent AS (
+    (SELECT job_id, kind, queue, errors, 'dlq' AS place, dlq_at AS at FROM awa.dlq_entries
+     WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
+     ORDER BY dlq_at DESC LIMIT %(sample)s)
+    UNION ALL
+    (SELECT id, kind, queue, errors, 'failed', finalized_at FROM {table}
+     WHERE state = 'failed' AND finalized_at IS NOT NULL
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+     ORDER BY finalized_at DESC LIMIT %(sample)s)
+), last_errors AS (
+    SELECT job_id, kind, queue, place, at,
+           left(errors[array_upper(errors, 1)]->>'error', 300) AS message,
+           (SELECT count(*) FROM unnest(errors) e
+            WHERE e->>'error' = errors[array_upper(errors, 1)]->>'error') AS same_attempts
+    FROM recent
+    WHERE errors IS NOT NULL AND cardinality(errors) > 0
+)
+SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
+       (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
+       array_agg(DISTINCT place) AS places, min(at) AS first_seen, max(at) AS last_seen
+FROM last_errors
+GROUP BY kind, queue, message
+ORDER BY count(*) DESC, max(same_attempts) DESC
+LIMIT %(limit)s
+"""
+
+# --- descriptors -----------------------------------------------------------------------------
+
+DESCRIPTORS = """
+SELECT 'queue' AS type, queue AS key, descriptor_hash, last_seen_at,
+       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS age_s
+FROM awa.queue_descriptors
+UNION ALL
+SELECT 'kind', kind, descriptor_hash, last_seen_at,
+       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8
+FROM awa.job_kind_descriptors
+ORDER BY 1, 2
+"""
+RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+
+def job_summary(row: dict[str, Any]) -> JobSummary:
+    """A job-list row (the filters' helper columns left out)."""
+    values = {k: v for k, v in row.items() if k != "args_match"}
+    values["tags"] = list(values["tags"] or [])
+    return JobSummary(**values)
+
+
+def published_timing(value: Any) -> dict[str, int]:
+    """The heartbeat timing a runtime published with its queues (awa.runtime.snapshot)."""
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, dict) and item.get("heartbeat_staleness_ms") is not None:
+            return {key: int(item[key]) for key in ("heartbeat_interval_ms",
+                                                    "heartbeat_staleness_ms")
+                    if item.get(key) is not None}
+    return {}
+
+
+def queue_names(value: Any) -> list[str]:
+    """Queue names from a runtime's ``queues`` json, whatever shape a runtime wrote, sorted."""
+    names: set[str] = set()
+    if isinstance(value, dict):
+        value = [{"name": k, **(v if isinstance(v, dict) else {})} for k, v in value.items()]
+    for item in value or []:
+        if isinstance(item, str):
+            names.add(item)
+        elif isinstance(item, (list, tuple)) and item:
+            names.add(str(item[0]))
+        elif isinstance(item, dict):
+            name = item.get("name") or item.get("queue")
+            if name:
+                names.add(str(name))
+    return sorted(names)
+
+
+@dataclass(frozen=True)
+class JobStatements:
+    """An engine's statements on its relation of job rows (the templates above, formatted
+    with it): what ``SharedReads`` runs for running attempts, wedges and errors."""
+
+    running: str
+    running_by_id: str
+    running_counts: str
+    cancelled_while_running: str
+    wedged_claims: str
+    repeated_errors: str
+
+    @classmethod
+    def on(cls, table: str) -> JobStatements:
+        """The statements on ``table`` (an engine's constant, never input)."""
+        return cls(*(template.format(table=table) for template in (
+            RUNNING_IN, RUNNING_BY_ID_IN, RUNNING_COUNTS_IN, CANCELLED_WHILE_RUNNING_IN,
+            WEDGED_CLAIMS_IN, REPEATED_ERRORS_IN)))
+
+
+def running_attempt(r: dict[str, Any]) -> RunningAttemptRead:
+    """A running-attempt row (``RUNNING_IN`` and the engines' own) as the read returns it."""
+    return RunningAttemptRead(
+        id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
+        max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
+        attempted_at=r["attempted_at"], heartbeat_at=r["heartbeat_at"],
+        deadline_at=r["deadline_at"], tags=list(r["tags"] or []),
+        heartbeat_age_s=float_or_none(r["heartbeat_age_s"]),
+        deadline_remaining_s=float_or_none(r["deadline_remaining_s"]),
+        running_for_s=float_or_none(r["running_for_s"]), claimed_by=r.get("claimed_by"))
+
+
+def running_counts(rows: Iterable[dict[str, Any]]) -> list[RunningCounts]:
+    """``RUNNING_COUNTS_IN`` rows (and the engines' own) as the read returns them."""
+    return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
+                          int(r["stale"]), int(r["overdue"])) for r in rows]
+
+
+class SharedReads:
+    """The ``OpsReads`` methods every engine serves alike: the shared tables' reads, and the
+    attempt, wedge and error reads on the engine's ``statements``."""
+
+    statements: ClassVar[JobStatements]
+    kind_counts_statement: ClassVar[str]
+    """Rows of (kind, queue, n, recent, capped) from every part of the engine's layout."""
+
+    async def _planned_rows(self, conn: psycopg.AsyncConnection[Any], statement: str,
+                            params: dict[str, Any]) -> list[dict[str, Any]]:
+        """``statement``'s rows, as the engine sends its own statements."""
+        return await fetch_all(conn, statement, params)
+
+    async def kind_counts(self, conn: psycopg.AsyncConnection[Any], *,
+                          cap: int) -> list[KindCount]:
+        return kind_counts(await without_bitmap_scans(conn, lambda: self._planned_rows(
+            conn, self.kind_counts_statement, kind_count_params(cap))))
+
+    async def completed_totals(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int] | None:
+        """None: retention deletes completed rows without counting them."""
+        return None
+
+    async def dlq_depths_by_queue(self, conn: psycopg.AsyncConnection[Any], *, cap: int,
+                                  max_queues: int) -> list[DlqDepth]:
+        rows = await fetch_all(conn, DLQ_DEPTHS_BY_QUEUE, {"cap": cap, "max_queues": max_queues})
+        return [DlqDepth(r["queue"], None, int(r["n"]), r["n"] >= cap) for r in rows]
+
+    async def dlq_depths(self, conn: psycopg.AsyncConnection[Any], *, queue: str | None = None,
+                         recent_s: float = 0.0) -> list[DlqDepth]:
+        rows = await fetch_all(conn, DLQ_DEPTHS, {"queue": queue, "recent": recent_s})
+        return [DlqDepth(r["queue"], r["dlq_reason"], int(r["depth"]), False, r["newest"],
+                         int(r["recent"])) for r in rows]
+
+    async def runtime_instances(self, conn: psycopg.AsyncConnection[Any], *,
+                                limit: int | None = None) -> list[RuntimeInstance]:
+        rows = await fetch_all(conn, RUNTIME_INSTANCES, {"limit": limit})
+        return [RuntimeInstance(
+            instance_id=str(r["instance_id"]), hostname=r["hostname"], pid=r["pid"],
+            version=r["version"], started_at=r["started_at"], last_seen_at=r["last_seen_at"],
+            snapshot_interval_ms=int(r["snapshot_interval_ms"]), healthy=bool(r["healthy"]),
+            postgres_connected=bool(r["postgres_connected"]),
+            poll_loop_alive=bool(r["poll_loop_alive"]), heartbeat_alive=bool(r["heartbeat_alive"]),
+            maintenance_alive=bool(r["maintenance_alive"]), leader=bool(r["leader"]),
+            shutting_down=bool(r["shutting_down"]), queues=queue_names(r["queues"]),
+            **published_timing(r["queues"]),
+            last_seen_age_s=float(r["last_seen_age_s"]), uptime_s=float_or_none(r["uptime_s"]))
+            for r in rows]
+
+    async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                               started_before: datetime | None = None,
+                               job_ids: Sequence[int] | None = None,
+                               limit: int) -> list[RunningAttemptRead]:
+        if job_ids is not None:
+            rows = await fetch_all(conn, self.statements.running_by_id,
+                                   {"ids": list(job_ids), "limit": limit})
+        else:
+            rows = await fetch_all(conn, self.statements.running,
+                                   {"started_before": started_before, "limit": limit})
+        return [running_attempt(r) for r in rows]
+
+    async def running_counts(self, conn: psycopg.AsyncConnection[Any], *, stale_after_s: float,
+                             queue: str | None = None) -> list[RunningCounts]:
+        return running_counts(await fetch_all(conn, self.statements.running_counts,
+                                              {"staleness": stale_after_s, "queue": queue}))
+
+    async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
+                                      window_s: float, stale_after_s: float,
+                                      queue: str | None = None,
+                                      limit: int) -> list[CancelledAttempt]:
+        rows = await fetch_all(conn, self.statements.cancelled_while_running, {
+            "window": window_s, "staleness": stale_after_s, "queue": queue, "limit": limit})
+        return [CancelledAttempt(**r) for r in rows]
+
+    async def unique_claim_holders(self, conn: psycopg.AsyncConnection[Any],
+                                   keys: Sequence[bytes]) -> list[UniqueClaimHolder]:
+        if not keys:
+            return []
+        rows = await fetch_all(conn, UNIQUE_HOLDERS, {"keys": [bytes(k) for k in keys]})
+        return [UniqueClaimHolder(bytes(r["unique_key"]), r["job_id"], r["state"],
+                                  bool(r["in_dlq"])) for r in rows]
+
+    async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
+        return [WedgedClaims(r["queue"], int(r["wedged"]))
+                for r in await fetch_all(conn, self.statements.wedged_claims)]
+
+    async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
+                         cap_bytes: int | None = None) -> JobRecord | None:
+        if cap_bytes is not None:
+            rows = await fetch_all(conn, JOB_RECORD_CAPPED, {"id": job_id, "cap": cap_bytes})
+            return capped_record(rows[0]) if rows else None
+        rows = await fetch_all(conn, JOB_RECORD, {"id": job_id})
+        if not rows:
+            return None
+        row = rows[0]
+        return JobRecord(Job.from_row(row), row["dlq_reason"], row["dlq_at"], row["claimed_by"])
+
+    async def dlq_page(self, conn: psycopg.AsyncConnection[Any],
+                       query: DlqPageQuery) -> DlqEntriesPage:
+        statement = DLQ_BY_QUEUE if query.queue else DLQ_BY_KIND if query.kind else DLQ_NEWEST
+        before = query.before
+        rows = await fetch_all(conn, statement, {
+            "queue": query.queue, "kind": query.kind, "reason": query.reason,
+            "window": query.window, "page": query.page,
+            "before_at": before.dlq_at if before else None,
+            "before_id": before.job_id if before else None})
+        entries = [DlqSummary(**r) for r in rows]
+        last = entries[-1] if len(entries) >= query.page and entries else None
+        return DlqEntriesPage(entries, DlqCursor(last.dlq_at, last.job_id) if last else None)
+
+    async def repeated_errors(self, conn: psycopg.AsyncConnection[Any], *,
+                              queue: str | None = None, sample: int,
+                              limit: int = 10) -> list[RepeatedError]:
+        rows = await fetch_all(conn, self.statements.repeated_errors,
+                               {"queue": queue, "sample": sample, "limit": limit})
+        return [RepeatedError(r["kind"], r["queue"], r["message"], int(r["jobs"]),
+                              int(r["max_repeats_in_one_job"]), list(r["sample_job_ids"]),
+                              list(r["places"]), r["first_seen"], r["last_seen"])
+                for r in rows]
+
+    async def descriptors(self, conn: psycopg.AsyncConnection[Any]) -> list[StoredDescriptor]:
+        return [StoredDescriptor(r["type"], r["key"], r["descriptor_hash"], r["last_seen_at"],
+                           float_or_none(r["age_s"])) for r in await fetch_all(conn, DESCRIPTORS)]
+
+    async def runtime_descriptor_hashes(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:
+        return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
+                for r in await fetch_all(conn, RUNTIME_DESCRIPTOR_HASHES)]
+
+
+# --- the REST API's summaries (/api/kinds, /api/stats/timeseries): bounded ---------------
+
+# Each part of an engine's kind counts reads at most %(cap)s rows, by index, and says
+# ``capped`` (for every kind it read) when it reached the cap: its counts are then lower
+# bounds.  Columns: kind, queue, n, recent (completed in the last hour), capped.
+#
+# The jobs of ``{table}`` in the states ``{states}`` names (a parameter), for a table with a
+# (kind, state) index (``{filter}``: the index's own predicate, if any): a loose index scan
+# over its kinds (one probe each, at most %(max_kinds)s), then each kind's rows.
+KIND_ROWS_IN = """
+WITH RECURSIVE kinds AS (
+    (SELECT t.kind FROM {table} t WHERE true{filter} ORDER BY t.kind LIMIT 1)
+    UNION ALL
+    SELECT n.kind FROM kinds p CROSS JOIN LATERAL (
+        SELECT t.kind FROM {table} t WHERE t.kind > p.kind{filter} ORDER BY t.kind LIMIT 1) n
+)
+SELECT r.kind, r.queue, count(*) AS n, 0::bigint AS recent,
+       sum(count(*)) OVER () >= %(cap)s AS capped
+  FROM (SELECT k.kind, r.queue FROM (SELECT kind FROM kinds LIMIT %(max_kinds)s) k
+         CROSS JOIN LATERAL (
+               SELECT t.queue FROM {table} t
+                WHERE t.kind = k.kind AND t.state = ANY({states}::awa.job_state[]){filter}
+                LIMIT %(cap)s) r
+         LIMIT %(cap)s) r
+ GROUP BY r.kind, r.queue"""
+# The completed jobs of ``{table}`` (a (state, queue, finalized_at) index): a loose index
+# scan over its completed queues (at most %(max_kinds)s), then each queue's completions,
+# newest first (the index backwards).
+COMPLETED_KINDS_IN = COMPLETED_QUEUES_WALK_IN + """
+SELECT r.kind, r.queue, count(*) AS n,
+       count(*) FILTER (WHERE r.finalized_at > now() - interval '1 hour') AS recent,
+       sum(count(*)) OVER () >= %(cap)s AS capped
+  FROM (SELECT r.kind, w.queue, r.finalized_at FROM (SELECT queue FROM walk LIMIT %(max_kinds)s) w
+         CROSS JOIN LATERAL (
+               SELECT t.kind, t.finalized_at FROM {table} t
+                WHERE t.state = 'completed' AND t.queue = w.queue AND t.finalized_at IS NOT NULL
+                ORDER BY t.finalized_at DESC LIMIT %(cap)s) r
+         LIMIT %(cap)s) r
+ GROUP BY r.kind, r.queue"""
+# The canonical tables' part of every engine's kind counts (queue storage reads them too,
+# empty on a database it laid out): the hot table's unfinished and failed/cancelled rows
+# and the deferred table by the kind index, its completions by queue.
+CANONICAL_KIND_PARTS = (
+    "SELECT * FROM (" + KIND_ROWS_IN.format(table="awa.jobs_hot", filter="",
+                                           states="%(hot_states)s") + "\n) hot\n"
+    "UNION ALL\nSELECT * FROM (" + KIND_ROWS_IN.format(
+        table="awa.scheduled_jobs", filter="", states="%(deferred_states)s") + "\n) deferred\n"
+    "UNION ALL\nSELECT * FROM (" + COMPLETED_KINDS_IN.format(table="awa.jobs_hot")
+    + "\n) hot_completed")
+
+
+# COMPLETED_KINDS_IN must walk each queue's completions newest first and stop at the cap;
+# a bitmap scan -- which the planner prefers whenever queues average fewer completions than
+# the cap -- reads every completion of the queue, however many, to sort them.  Bitmap scans
+# are off for that statement only (the caller's setting restored after it).
+BITMAP_SCANS_OFF = ("SELECT current_setting('enable_bitmapscan') AS was,"
+                    " set_config('enable_bitmapscan', 'off', true)")
+BITMAP_SCANS_BACK = "SELECT set_config('enable_bitmapscan', %(was)s, true)"
+
+
+async def without_bitmap_scans(conn: psycopg.AsyncConnection[Any],
+                               read: Callable[[], Awaitable[list[dict[str, Any]]]]
+                               ) -> list[dict[str, Any]]:
+    """``read()``'s rows, planned without bitmap scans (in a transaction or savepoint)."""
+    async with conn.transaction():
+        [setting] = await fetch_all(conn, BITMAP_SCANS_OFF)
+        try:
+            return await read()
+        finally:
+            await fetch_all(conn, BITMAP_SCANS_BACK, {"was": setting["was"]})
+
+
+def kind_count_params(cap: int) -> dict[str, Any]:
+    """The parameters of ``CANONICAL_KIND_PARTS`` (and of the statements built on it)."""
+    return {"cap": cap, "max_kinds": config.OPS_KNOWN_QUEUE_LIMIT,
+            "hot_states": [s for s in HOT_STATES if s != "completed"],
+            "deferred_states": list(DEFERRED_STATES)}
+
+
+def kind_counts(rows: Iterable[dict[str, Any]]) -> list[KindCount]:
+    """Rows of (kind, queue, n, recent, capped), from every part of an engine, per kind."""
+    jobs: dict[str, int] = {}
+    queues: dict[str, set[str]] = {}
+    recent: dict[str, int] = {}
+    capped: set[str] = set()
+    for r in rows:
+        kind = r["kind"]
+        jobs[kind] = jobs.get(kind, 0) + int(r["n"])
+        queues.setdefault(kind, set()).add(r["queue"])
+        recent[kind] = recent.get(kind, 0) + int(r["recent"])
+        if r["capped"]:
+            capped.add(kind)
+    return [KindCount(kind, jobs[kind], len(queues[kind]), recent[kind], kind in capped)
+            for kind in sorted(jobs)]
+
+
+# Newest first by id, a page at a time: the jobs created since %(since)s are the newest, so
+# the walk stops at the first page reaching past the window (or at the cap).
+TIMESERIES_PAGE = 5_000
+WINDOW_START = "SELECT now() - make_interval(mins => %(minutes)s) AS since"
+
+
+async def created_buckets(conn: psycopg.AsyncConnection[Any], newest: NewestPage, *,
+                          minutes: int, cap: int) -> list[StateBucket]:
+    """``created_timeseries`` from ``newest(before_id, limit)`` (an engine's rows of
+    id, state, created_at, newest first, ids below ``before_id``), read up to ``cap``."""
+    [window] = await fetch_all(conn, WINDOW_START, {"minutes": minutes})
+    since: datetime = window["since"]
+    counts: dict[tuple[datetime, str], int] = {}
+    read, before, last = 0, None, None
+    while read < cap:
+        limit = min(TIMESERIES_PAGE, cap - read)
+        rows = await newest(before, limit)
+        read += len(rows)
+        for r in rows:
+            if r["created_at"] >= since:
+                key = (_minute(r["created_at"]), r["state"])
+                counts[key] = counts.get(key, 0) + 1
+        if len(rows) < limit or rows[-1]["created_at"] < since:
+            last = None  # the window was read whole
+            break
+        before, last = rows[-1]["id"], rows[-1]["created_at"]
+    edge = _minute(last) if last is not None else None  # the cap ended inside the window
+    return [StateBucket(bucket, state, n, bucket == edge)
+            for (bucket, state), n in sorted(counts.items())]
+
+
+def _minute(at: datetime) -> datetime:
+    return at - timedelta(seconds=at.second, microseconds=at.microsecond)
