@@ -479,7 +479,8 @@ def build_settings(**kwargs: Any) -> RuntimeSettings:
     if "global_max_workers" in values:
         _positive_int(values["global_max_workers"], "global_max_workers")
     pace = values.get("batch_operations_pace", 0)
-    if isinstance(pace, bool) or not isinstance(pace, (int, float)) or pace < 0:
+    if (isinstance(pace, bool) or not isinstance(pace, (int, float)) or not math.isfinite(pace)
+            or pace < 0):
         raise ValidationError(f"batch_operations_pace must be a number >= 0 (0: no rest "
                               f"between a batch operation's steps), got {pace!r}")
     if "metrics_addr" in values:

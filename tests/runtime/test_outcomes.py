@@ -257,6 +257,8 @@ async def test_start_errors_are_one_line(client, test_engine):
     with pytest.raises(awa.ValidationError, match=r"batch_operations_pace must be a number "
                                                   r">= 0 .*, got -1$"):
         await client.start([("default", 1)], batch_operations_pace=-1)
+    with pytest.raises(awa.ValidationError, match="batch_operations_pace must be a number"):
+        await client.start([("default", 1)], batch_operations_pace=float("inf"))
     with pytest.raises(awa.ValidationError, match="identifier"):
         await client.start([("default", 1)], queue_storage_schema="Bad Name")
     # Storage-transition arguments are accepted (the schema is the database's own).
