@@ -4,10 +4,10 @@ Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
 closure evidence (``OPEN_RECEIPT``), or while it has a ``leases`` row
-(materialized).  Ending a batch of attempts appends one
-``lease_claim_closure_batches`` row per claim slot, the ranges of the
-receipts it closes (``_close``) -- or deletes their lease rows -- then appends
-each job where it goes next: ``done_entries``, ``deferred_jobs`` or
+(materialized).  Ending a batch of attempts (the installed ``awa.qs_end_attempts``)
+appends one ``lease_claim_closure_batches`` row per claim slot, the ranges of the
+receipts it closes -- or deletes their lease rows -- then each destination function
+appends the jobs where they go next: ``done_entries``, ``deferred_jobs`` or
 ``awa.dlq_entries``.  One statement per batch.
 
 Exactly one of two concurrent closers of an attempt wins: each claim-slot
