@@ -233,12 +233,24 @@ async def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
                          "the resolved callback to be scraped")
         await asyncio.sleep(1.5)  # so the newest series have two samples for rate()
 
-        # one instant query for every awa series name that exists right now
-        names = {sample["metric"]["__name__"] for sample in await asyncio.to_thread(
-            query, 'count by (__name__) ({__name__=~"awa_.*"})')}
-        present = {entry.name for entry in metrics.ALL_METRICS
-                   if names & set(metrics.prometheus_series(entry))}
-        assert present >= produced, f"the workload did not produce {sorted(produced - present)}"
+        # every awa series name that exists, asked until the workload's have all arrived (the
+        # leader publishes some, the DLQ depth among them, once per health interval: on a
+        # loaded machine, after the waits above)
+        def present_names() -> set[str]:
+            names = {sample["metric"]["__name__"]
+                     for sample in query('count by (__name__) ({__name__=~"awa_.*"})')}
+            return {entry.name for entry in metrics.ALL_METRICS
+                    if names & set(metrics.prometheus_series(entry))}
+
+        def all_produced() -> set[str] | None:
+            present = present_names()
+            return present if present >= produced else None
+
+        try:
+            present = await wait_until(all_produced, 30, "every produced series")
+        except AssertionError:
+            missing = sorted(produced - present_names())
+            raise AssertionError(f"the workload did not produce {missing}") from None
 
         queries = dashboard_queries(files)
         promql = [substitute_grafana_variables(expr, E2E_SUBSTITUTIONS) for _, expr in queries]
