@@ -29,7 +29,7 @@ import pytest
 
 from awa.schema import catalogue
 from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
-from awa.storage.queue_storage import callbacks, execution, procedures
+from awa.storage.queue_storage import execution, procedures
 
 SCHEMA_DIR = Path(catalogue.__file__).parent
 QUEUE_STORAGE_SQL = Path(procedures.__file__).parent / "sql"
@@ -183,16 +183,11 @@ def test_the_queue_storage_layout_version_is_the_codes():
     assert f"$$ SELECT {QUEUE_STORAGE_LAYOUT_VERSION} $$" in text
 
 
-def test_every_destination_ends_its_attempts_through_one_function():
-    """Ending a batch's attempts (receipts closed, leases and attempt state dropped, unique
-    claims moved) is written once, in ``awa.qs_end_attempts``: the installed destinations
-    call it, and so do the callback statements (sent as SQL).  Only qs_finalize_plain's
-    short path, for attempts with no lease or attempt state, closes receipts itself."""
+def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
+    """The callback statements (sent as SQL) are built from ``execution._END``; the installed
+    attempt-closing functions write the same CTEs out.  With each ``%(name)s`` placeholder
+    as the function's parameter ``p_name``, ``_END`` is in each of them as written."""
+    end = re.sub(r"%\((\w+)\)s", r"p_\1", execution._END).strip()
     defs = definitions(SOURCES["queue_storage"])
     for name in ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter"):
-        body = defs[("function", f"awa.{name}")].sql
-        assert "awa.qs_end_attempts(" in body and "lease_claim_closure_batches" not in body
-    plain = defs[("function", "awa.qs_finalize_plain")].sql
-    assert "awa.qs_finalize(" in plain.split("ELSE", 1)[1]
-    for statement in (callbacks.FINALIZE_EXTERNAL, callbacks.RETRY_EXTERNAL):
-        assert statement.startswith(execution.ENDED)
+        assert end in defs[("function", f"awa.{name}")].sql, name

@@ -27,12 +27,12 @@ from awa.storage.engine import (
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import (
     _CLOSED_HERE,
+    _END,
     CLEARED_ON_COMPLETION,
-    ENDED,
     OPEN_RECEIPT,
     _close,
+    _ending_with,
     _select,
-    ending_with,
     finish,
 )
 from awa.storage.queue_storage.schema import InSchema
@@ -96,24 +96,24 @@ SELECT id, state::text FROM awa.done_entries WHERE callback_id = %(callback_id)s
 LIMIT 1"""
 
 # Resolved by the external system: terminal, the callback kept as a record.
-FINALIZE_EXTERNAL = ENDED + ending_with("""
+FINALIZE_EXTERNAL = _END + _ending_with("""
 INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
 SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
                                            "finalized_at": "now()",
                                            "progress": CLEARED_ON_COMPLETION,
                                            "callback_timeout_at": "NULL"}) + """
-  FROM ended e WHERE e.id IS NOT NULL
+  FROM ended e
 RETURNING id""")
 
 # A fresh start: the attempt ends and the job is appended to its lane with
 # attempt 0 and the callback cleared.
-RETRY_EXTERNAL = ENDED + """
+RETRY_EXTERNAL = _END + """
 , src AS (
     SELECT e.id, e.kind, e.queue, e.args, e.priority, 0::smallint AS attempt, e.max_attempts,
            now() AS run_at, e.attempted_at, e.created_at, e.errors, e.metadata, e.tags,
            e.unique_key, e.unique_states, e.run_lease, e.progress
-      FROM ended e WHERE e.id IS NOT NULL
-)""" + APPEND_READY + ending_with("SELECT id FROM ready")
+      FROM ended e
+)""" + APPEND_READY + _ending_with("SELECT id FROM ready")
 
 RESUME_EXTERNAL = """
 WITH hit AS (

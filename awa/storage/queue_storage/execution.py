@@ -4,10 +4,10 @@ Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
 closure evidence (``OPEN_RECEIPT``), or while it has a ``leases`` row
-(materialized).  Ending a batch of attempts (the installed ``awa.qs_end_attempts``)
-appends one ``lease_claim_closure_batches`` row per claim slot, the ranges of the
-receipts it closes -- or deletes their lease rows -- then each destination function
-appends the jobs where they go next: ``done_entries``, ``deferred_jobs`` or
+(materialized).  Ending a batch of attempts appends one
+``lease_claim_closure_batches`` row per claim slot, the ranges of the
+receipts it closes (``_close``) -- or deletes their lease rows -- then appends
+each job where it goes next: ``done_entries``, ``deferred_jobs`` or
 ``awa.dlq_entries``.  One statement per batch.
 
 Exactly one of two concurrent closers of an attempt wins: each claim-slot
@@ -96,20 +96,108 @@ def _close(source: str, outcome: str) -> str:
 )"""
 
 
-# The installed awa.qs_end_attempts (sql/execution.sql) ends a batch's attempts for every
-# destination: the installed qs_finalize / qs_retry / qs_snooze / qs_dead_letter, and the
-# callback statements (callbacks.py), which are sent as SQL and write ``ended`` themselves.
-END_ATTEMPTS = Procedure("qs_end_attempts")
-# ``ended``: each ended attempt's full job row, and one row whose id is NULL when contested.
-ENDED = f"WITH ended AS MATERIALIZED ({END_ATTEMPTS.call})"
-
-
-def ending_with(statement: str) -> str:
-    """After ``ENDED``: the statement's last write (``... RETURNING <id>``, over the ended
-    rows ``e.id IS NOT NULL``) as its result, with the contested NULL after the ids."""
+def _ending_with(statement: str) -> str:
+    """A finishing statement's last write (``... RETURNING <id>``) as the statement's
+    result, with ``contested``'s NULL after the ids it wrote."""
     return f"""
 , fin AS ({statement.strip()})
-SELECT * FROM fin UNION ALL SELECT e.id FROM ended e WHERE e.id IS NULL"""
+SELECT * FROM fin UNION ALL SELECT id FROM contested"""
+
+
+# What follows builds the callback statements (``callbacks.py``), which are sent as SQL.
+# The installed functions (sql/execution.sql) write the same CTEs out as text; the test
+# of the installed SQL checks that ``_END`` appears there as written here.
+#
+# The attempts a batch names (``u``: every buffered field of each write), joined to
+# their receipts.
+_ALL_FIELDS = """
+    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delay)s::float8[],
+                         %(error)s::jsonb[], %(progress)s::jsonb[], %(meta)s::jsonb[],
+                         %(reason)s::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)"""
+_ATTEMPTS = f"""
+WITH u AS MATERIALIZED ({_ALL_FIELDS}
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by, {OPEN_RECEIPT} AS c_open
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
+)"""
+
+# The unique claims of the attempts in ``ended`` as their jobs move to %(to_state)s:
+# taken where that state is in the key's mask (and running was not), given back
+# where it is not.
+_UNIQUE_MOVES = """
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+"""
+
+# End the running attempts: close the receipt (or delete the lease), then
+# ``ended`` holds each one's full job row (state running) for the target.
+_END = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
+, leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
+    DELETE FROM awa.leases l USING att
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(%(ids)s::bigint[])  -- an index scan however many leases run
+       AND l.state = ANY(%(from_states)s::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+      FROM att a
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE """ + entry_of("a", "id") + """ LIMIT 1) r
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
+     WHERE l.job_id IS NOT NULL
+        OR """ + _CLOSED_HERE + """
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(%(ids)s::bigint[])
+)""" + _UNIQUE_MOVES
 
 
 def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:

@@ -18,10 +18,7 @@
 --
 -- Tests: tests/storage/test_installed_sql.py checks that what is installed is this file.
 
--- End the running attempts a batch names, for every destination (qs_finalize, qs_retry,
--- qs_snooze, qs_dead_letter and the callback statements of callbacks.py): each ended
--- attempt's full job row, as it was running, for the caller to write where it goes,
--- plus one row whose id is NULL when the batch was contested.
+-- End running attempts as completed / failed / cancelled (p_to_state) into done_entries.
 --
 -- u: every buffered field of each write; att: each attempt joined to its receipt (one index
 -- probe per attempt) with c_open, the open-receipt rule (no closure evidence, per receipt
@@ -30,8 +27,9 @@
 -- of its receipts first (then one NULL id is returned: the engine runs the statement again
 -- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
 -- attempts, deleted; ended: each ended job's full row; dropped: its attempt state;
--- uq_take / uq_give: the unique claims as the job moves to p_to_state.
-CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS TABLE (id bigint, kind text, queue text, args jsonb, priority smallint, attempt smallint, max_attempts smallint, run_at timestamptz, heartbeat_at timestamptz, deadline_at timestamptz, attempted_at timestamptz, created_at timestamptz, errors jsonb[], metadata jsonb, tags text[], unique_key bytea, unique_states bit(8), callback_id uuid, callback_timeout_at timestamptz, callback_filter text, callback_on_complete text, callback_on_fail text, callback_transform text, run_lease bigint, progress jsonb, delay_s float8, reason text, claimed_by uuid)
+-- uq_take / uq_give: the unique claims as the job moves to p_to_state; fin: the terminal
+-- row.  Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
+CREATE OR REPLACE FUNCTION awa.qs_finalize(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
@@ -126,26 +124,12 @@ BEGIN
        AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
                                      WHERE k.unique_key IS NOT NULL))
 )
-SELECT e.* FROM ended e
-UNION ALL
-SELECT n.* FROM contested c LEFT JOIN ended n ON false;
-END $fn$;
 
--- End running attempts as completed / failed / cancelled (p_to_state) into done_entries
--- (qs_end_attempts ends them).  Completion clears the progress (awa-pg 0.6.9); failed and
--- cancelled keep it.
-CREATE OR REPLACE FUNCTION awa.qs_finalize(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY WITH ended AS MATERIALIZED (
-    SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta, p_reason, p_outcome, p_from_states, p_to_state)
-)
 , fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
-  FROM ended e WHERE e.id IS NOT NULL
+  FROM ended e
 RETURNING id)
-SELECT * FROM fin UNION ALL SELECT e.id FROM ended e WHERE e.id IS NULL;
+SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- The common completion: nothing buffered, so only ids and leases are sent.  When no
@@ -221,59 +205,420 @@ SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_
 RETURNING id)
 SELECT * FROM fin UNION ALL SELECT id FROM contested;
 ELSE
-    RETURN QUERY SELECT * FROM awa.qs_finalize(p_ids, p_leases, NULL, NULL, NULL, NULL, NULL,
-                                              p_outcome, p_from_states, p_to_state);
+    RETURN QUERY WITH u AS MATERIALIZED (
+    SELECT u.id, u.lease, 0::float8 AS delay_s, NULL::jsonb AS error, NULL::jsonb AS progress,
+           NULL::jsonb AS meta, NULL::text AS reason
+      FROM unnest(p_ids::bigint[], p_leases::bigint[]) AS u(id, lease)
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
+)
+, closed AS (
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
+      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
+    ON CONFLICT DO NOTHING
+    RETURNING claim_slot
+), contested AS (
+    SELECT NULL::bigint AS id
+     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
+           > (SELECT count(*) FROM closed)
+)
+, leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
+    DELETE FROM awa.leases l USING att
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
+       AND l.state = ANY(p_from_states::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+      FROM att a
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
+     WHERE l.job_id IS NOT NULL
+        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(p_ids::bigint[])
+)
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+
+, fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
+SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
+  FROM ended e
+RETURNING id)
+SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END IF;
 END $fn$;
 
 -- End running attempts as retryable into deferred_jobs (run_at = now() + delay);
--- finalized_at is when the attempt ended (as awa-pg 0.6.9).  Ended by qs_end_attempts.
+-- finalized_at is when the attempt ended (as awa-pg 0.6.9).  Same ending as qs_finalize.
 CREATE OR REPLACE FUNCTION awa.qs_retry(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    RETURN QUERY WITH ended AS MATERIALIZED (
-    SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta, p_reason, p_outcome, p_from_states, p_to_state)
+    RETURN QUERY WITH u AS MATERIALIZED (
+    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
+                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
+                         p_reason::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
+, closed AS (
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
+      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
+    ON CONFLICT DO NOTHING
+    RETURNING claim_slot
+), contested AS (
+    SELECT NULL::bigint AS id
+     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
+           > (SELECT count(*) FROM closed)
+)
+, leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
+    DELETE FROM awa.leases l USING att
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
+       AND l.state = ANY(p_from_states::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+      FROM att a
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
+     WHERE l.job_id IS NOT NULL
+        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(p_ids::bigint[])
+)
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+
 , fin AS (INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress)
 SELECT e.id AS id, e.kind, e.queue, e.args, 'retryable'::awa.job_state, e.priority, e.attempt, e.max_attempts, now() + e.delay_s * interval '1 second', NULL, NULL, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, NULL, NULL, NULL, NULL, NULL, NULL, e.run_lease, e.progress
-  FROM ended e WHERE e.id IS NOT NULL
+  FROM ended e
 RETURNING id)
-SELECT * FROM fin UNION ALL SELECT e.id FROM ended e WHERE e.id IS NULL;
+SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- End running attempts as scheduled into deferred_jobs (run_at = now() + delay), the
--- attempt given back.  Ended by qs_end_attempts.
+-- attempt given back.  Same ending as qs_finalize.
 CREATE OR REPLACE FUNCTION awa.qs_snooze(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    RETURN QUERY WITH ended AS MATERIALIZED (
-    SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta, p_reason, p_outcome, p_from_states, p_to_state)
+    RETURN QUERY WITH u AS MATERIALIZED (
+    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
+                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
+                         p_reason::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
+, closed AS (
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
+      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
+    ON CONFLICT DO NOTHING
+    RETURNING claim_slot
+), contested AS (
+    SELECT NULL::bigint AS id
+     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
+           > (SELECT count(*) FROM closed)
+)
+, leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
+    DELETE FROM awa.leases l USING att
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
+       AND l.state = ANY(p_from_states::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+      FROM att a
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
+     WHERE l.job_id IS NOT NULL
+        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(p_ids::bigint[])
+)
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+
 , fin AS (INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress)
 SELECT e.id AS id, e.kind, e.queue, e.args, 'scheduled'::awa.job_state, e.priority, greatest(e.attempt - 1, 0), e.max_attempts, now() + e.delay_s * interval '1 second', NULL, NULL, e.attempted_at, NULL, e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, NULL, NULL, NULL, NULL, NULL, NULL, e.run_lease, e.progress
-  FROM ended e WHERE e.id IS NOT NULL
+  FROM ended e
 RETURNING id)
-SELECT * FROM fin UNION ALL SELECT e.id FROM ended e WHERE e.id IS NULL;
+SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- End running attempts as failed into awa.dlq_entries, with the reason and the run lease.
--- Ended by qs_end_attempts.
+-- Same ending as qs_finalize.
 CREATE OR REPLACE FUNCTION awa.qs_dead_letter(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    RETURN QUERY WITH ended AS MATERIALIZED (
-    SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta, p_reason, p_outcome, p_from_states, p_to_state)
+    RETURN QUERY WITH u AS MATERIALIZED (
+    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
+                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
+                         p_reason::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)
+), att AS MATERIALIZED (
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash
+    -- join over the whole claim ring.
+    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
+           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
+           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                       AND x.run_lease = c.run_lease)
+               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
+                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+      FROM u CROSS JOIN LATERAL (
+           SELECT * FROM awa.lease_claims c
+            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+), opened AS (
+    SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
+, closed AS (
+    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
+    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
+      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
+    ON CONFLICT DO NOTHING
+    RETURNING claim_slot
+), contested AS (
+    SELECT NULL::bigint AS id
+     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
+           > (SELECT count(*) FROM closed)
+)
+, leased AS (
+    -- Only long attempts materialize: with no lease (or attempt state) at all, as
+    -- with short jobs, the per-attempt probes are skipped.
+    DELETE FROM awa.leases l USING att
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
+       AND l.job_id = att.id AND l.run_lease = att.lease
+       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
+       AND l.state = ANY(p_from_states::awa.job_state[])
+    RETURNING l.*
+), ended AS MATERIALIZED (
+    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
+           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
+           -- a lease's own deadline (NULL once parked), else the receipt's
+           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
+           a.claimed_at AS attempted_at,
+           r.created_at,
+           CASE WHEN a.error IS NULL THEN r.errors
+                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
+           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
+               AS metadata,
+           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
+           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
+           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+      FROM att a
+      -- An index probe per attempt, whatever the statistics say (a fresh ring
+      -- partition has none, and a hash join would read the whole partition).
+      CROSS JOIN LATERAL (
+           SELECT * FROM awa.ready_entries r
+            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
+      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
+      LEFT JOIN LATERAL (
+           SELECT * FROM awa.attempt_state st
+            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
+     WHERE l.job_id IS NOT NULL
+        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
+), dropped AS (
+    DELETE FROM awa.attempt_state s USING ended e
+     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
+       AND s.job_id = e.id AND s.run_lease = e.run_lease
+       AND s.job_id = ANY(p_ids::bigint[])
+)
+, uq_take AS (
+    INSERT INTO awa.job_unique_claims (unique_key, job_id)
+    SELECT e.unique_key, e.id FROM ended e
+     WHERE e.unique_key IS NOT NULL
+       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       AND NOT awa.qs_in_mask(e.unique_states, 'running')
+       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
+                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
+), uq_give AS (
+    DELETE FROM awa.job_unique_claims x USING ended e
+     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
+       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
+       -- probe the keys by index, never a scan of every claim held
+       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
+                                     WHERE k.unique_key IS NOT NULL))
+)
+
 , fin AS (INSERT INTO awa.dlq_entries (job_id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress,
                              dlq_reason, dlq_at, original_run_lease)
 SELECT e.id AS job_id, e.kind, e.queue, e.args, 'failed'::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, e.progress,
        e.reason, now(), e.run_lease
-  FROM ended e WHERE e.id IS NOT NULL
+  FROM ended e
 RETURNING job_id)
-SELECT * FROM fin UNION ALL SELECT e.id FROM ended e WHERE e.id IS NULL;
+SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- Park materialized running attempts waiting for their callback (waiting_external, the
