@@ -34,7 +34,7 @@ OTHER = "another awa distribution"
 # The Rust core's first migration; seen with its awa.storage_status(), it names the distribution.
 RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
 
-QUEUE_STORAGE_LAYOUT_VERSION = 5
+QUEUE_STORAGE_LAYOUT_VERSION = 6
 """The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
 has).  Raised with every change to the engine's layout or to a function it calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix

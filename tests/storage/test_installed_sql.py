@@ -191,3 +191,50 @@ def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
     defs = definitions(SOURCES["queue_storage"])
     for name in ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter"):
         assert end in defs[("function", f"awa.{name}")].sql, name
+
+
+# A statement testing one receipt by the open-receipt rule, as the attempt-closing
+# functions and the callback registration do.
+_RULE_CALL = """
+SELECT c.job_id, o.is_open FROM awa.lease_claims c
+  CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                            c.receipt_id) o
+ WHERE c.job_id = 1 AND c.run_lease = 1"""
+
+
+def _plan_nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+def _rule_plan(conn: psycopg.Connection) -> list[dict]:
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + _RULE_CALL).fetchone()
+    assert row is not None
+    return list(_plan_nodes(row[0][0]["Plan"]))
+
+
+@pytest.mark.parametrize("engine_name", ["queue_storage"])
+def test_the_open_receipt_rule_is_inlined_where_it_is_used(engine_name, database_url):
+    """awa.qs_receipt_is_open is the rule's one copy only because the planner inlines it:
+    the caller's plan probes the closure tables itself, with no function call per receipt.
+    The same function made VOLATILE (in a rolled-back transaction) shows the call."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        nodes = _rule_plan(conn)
+        assert not [n for n in nodes if n["Node Type"] == "Function Scan"], nodes
+        probed = {n.get("Relation Name", "") for n in nodes}
+        assert any(r.startswith("lease_claim_closure_batches") for r in probed), probed
+        with conn.transaction():
+            conn.execute("ALTER FUNCTION awa.qs_receipt_is_open(smallint, bigint, bigint, "
+                         "bigint) VOLATILE")
+            assert [n for n in _rule_plan(conn) if n["Node Type"] == "Function Scan"]
+            raise psycopg.Rollback()
+
+
+def test_the_open_receipt_rule_is_written_once():
+    """No statement of the engine spells out the closure probes but the rule itself."""
+    engine = Path(procedures.__file__).parent
+    probe = re.compile(r"NOT EXISTS \(SELECT 1 FROM awa\.lease_claim_closure_batches")
+    found = {str(p.relative_to(engine)): len(probe.findall(p.read_text()))
+             for p in [*engine.glob("*.py"), *engine.glob("sql/*.sql")]}
+    assert {k: n for k, n in found.items() if n} == {"sql/open_receipts.sql": 1}

@@ -8,6 +8,7 @@ Canonical routes each row to ``jobs_hot`` / ``scheduled_jobs`` (migration
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -103,6 +104,20 @@ async def test_a_running_attempt_keeps_running_when_its_heartbeat_is_set(engine,
     rescued = await engine.rescue_stale_heartbeats(aconn, staleness_s=60, limit=10,
                                                    dlq_enabled=lambda queue: False)
     assert [r.id for r in rescued.rescued] == [job.id]
+
+
+async def test_an_update_of_a_running_attempt_keeps_who_claimed_it(engine, client, aconn):
+    """Queue storage materializes the receipt into a lease the way a heartbeat does, so the
+    runtime that claimed the attempt stays named (the console's live-workers view reads it)."""
+    worker = uuid.uuid4()
+    job = await client.insert({"n": 1}, kind="k", queue="q")
+    await engine.claim_batch(aconn, "q", 1, 60_000, instance_id=worker)
+    cur = await aconn.execute("UPDATE awa.jobs SET deadline_at = now() + interval '1 hour' "
+                              "WHERE id = %s AND state = 'running'", (job.id,))
+    assert cur.rowcount == 1
+    assert await _rows(aconn, "SELECT state::text AS state, claimed_by FROM awa.jobs "
+                              "WHERE id = %s", (job.id,)) == [
+        {"state": "running", "claimed_by": worker}]
 
 
 async def test_an_update_read_before_a_claim_commits_leaves_the_claimed_attempt_alone(

@@ -1,8 +1,9 @@
 """Queue storage: the callbacks group.
 
 A callback lives on its attempt's ``leases`` row: registering one
-materializes the attempt (its receipt closed ``materialized``, under the
-closure guard of ``execution``) if the first heartbeat has not already.
+materializes the attempt through ``awa.qs_heartbeat`` (its receipt closed
+``materialized``, under the closure guard of ``execution``), the one way a
+receipt becomes a lease, if the first heartbeat has not already.
 Resolutions match ``callback_id`` and an open lease state (running,
 waiting_external) in one guarded statement.
 """
@@ -26,11 +27,9 @@ from awa.storage.engine import (
 )
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import (
-    _CLOSED_HERE,
     _END,
     CLEARED_ON_COMPLETION,
-    OPEN_RECEIPT,
-    _close,
+    HEARTBEAT,
     _ending_with,
     _select,
     finish,
@@ -43,32 +42,12 @@ _CALLBACK_SET = """
            callback_filter = %(filter)s, callback_on_complete = %(on_complete)s,
            callback_on_fail = %(on_fail)s, callback_transform = %(transform)s"""
 
-REGISTER_CALLBACK = f"""
-WITH att AS MATERIALIZED (
-    SELECT c.*, {OPEN_RECEIPT} AS c_open FROM awa.lease_claims c
-     WHERE c.job_id = %(job_id)s AND c.run_lease = %(run_lease)s
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-){_close("opened", "'materialized'")}
-, fresh AS (
-    INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt, claim_slot,
-                            receipt_id, ready_slot, ready_id, claimed_at, heartbeat_at,
-                            deadline_at, callback_id, callback_timeout_at, callback_filter,
-                            callback_on_complete, callback_on_fail, callback_transform,
-                            claimed_by)
-    SELECT (SELECT awa.qs_slot('lease')), a.job_id, a.run_lease, a.queue, 'running', a.attempt,
-           a.claim_slot, a.receipt_id, a.ready_slot, a.ready_id, a.claimed_at, now(),
-           a.deadline_at, %(callback_id)s, now() + make_interval(secs => %(timeout)s),
-           %(filter)s, %(on_complete)s, %(on_fail)s, %(transform)s, a.claimed_by
-      FROM att a
-     WHERE {_CLOSED_HERE}
-    RETURNING job_id
-), upd AS (
-    UPDATE awa.leases SET""" + _CALLBACK_SET + """
-     WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-    RETURNING job_id
-)
-SELECT job_id FROM fresh UNION ALL SELECT job_id FROM upd"""
+# The callback taken by the attempt's lease (materialized first by ``HEARTBEAT``, the one way
+# a receipt becomes a lease).
+REGISTER_CALLBACK = """
+UPDATE awa.leases SET""" + _CALLBACK_SET + """
+ WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
+RETURNING job_id"""
 
 # Parked: the attempt's deadline no longer applies, the callback timeout does.
 PARK_FOR_WAIT = """
@@ -169,12 +148,12 @@ class QueueStorageCallbacks(InSchema):
             "callback_id": spec.callback_id, "timeout": spec.timeout_s, "filter": spec.filter,
             "on_complete": spec.on_complete, "on_fail": spec.on_fail,
             "transform": spec.transform, "job_id": job_id, "run_lease": run_lease}
-        row = await self._row(conn, REGISTER_CALLBACK, params)
-        if row is None:
-            # A concurrent heartbeat may have just materialized the attempt (its
-            # lease invisible to that snapshot): once more, with a fresh one.
-            row = await self._row(conn, REGISTER_CALLBACK, params)
-        return row is not None
+        # A receipt becomes a lease as a heartbeat makes it one (a lease it already has is
+        # only refreshed; another closer's win is waited out by ``finish``); the next
+        # statement's snapshot sees the lease.
+        await finish(conn, self.schema, HEARTBEAT, [AttemptWrite(job_id, run_lease)],
+                     "materialized", None)
+        return await self._row(conn, REGISTER_CALLBACK, params) is not None
 
     async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                 run_lease: int, callback_id: uuid.UUID) -> bool:

@@ -3,7 +3,7 @@
 Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
-closure evidence (``OPEN_RECEIPT``), or while it has a ``leases`` row
+closure evidence (``RECEIPT_IS_OPEN``), or while it has a ``leases`` row
 (materialized).  Ending a batch of attempts appends one
 ``lease_claim_closure_batches`` row per claim slot, the ranges of the
 receipts it closes (``_close``) -- or deletes their lease rows -- then appends
@@ -48,20 +48,13 @@ log = logging.getLogger("awa.storage")
 
 CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 
-# The one rule for "this receipt's attempt is still open" (alias ``c``: a
-# ``lease_claims`` row): no closure evidence, per receipt or in a batch's ranges.
-# The per-receipt table is only read: nothing here writes it since layout version 2,
-# but a database laid out earlier may still hold such closures.
-_NO_RECEIPT_CLOSURE = """NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)"""
-OPEN_RECEIPT = f"""({_NO_RECEIPT_CLOSURE}
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id))"""
-
-# The same rule for a scan over many receipts (rescue, prune, depth counts, awa.jobs) is
-# the view awa.qs_open_receipts (sql/open_receipts.sql): the gaps between closed ranges, then
-# only the receipts in them.
+# The one rule for "this receipt's attempt is still open" is the installed function
+# awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; joined to a
+# ``lease_claims`` row ``c``, it gives ``o.is_open``.  Over many receipts (rescue, prune,
+# depth counts, awa.jobs) the view awa.qs_open_receipts applies it to the gaps between
+# closed ranges only.
+RECEIPT_IS_OPEN = """CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o"""
 
 
 def entry_of(alias: str, job_id: str = "job_id") -> str:
@@ -122,10 +115,11 @@ WITH u AS MATERIALIZED ({_ALL_FIELDS}
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, {OPEN_RECEIPT} AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      {RECEIPT_IS_OPEN}
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )"""

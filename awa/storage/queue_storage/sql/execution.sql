@@ -21,8 +21,8 @@
 -- End running attempts as completed / failed / cancelled (p_to_state) into done_entries.
 --
 -- u: every buffered field of each write; att: each attempt joined to its receipt (one index
--- probe per attempt) with c_open, the open-receipt rule (no closure evidence, per receipt
--- or in a batch's ranges: execution.OPEN_RECEIPT); closed / contested: one
+-- probe per attempt) with c_open, the open-receipt rule (awa.qs_receipt_is_open, inlined
+-- by the planner); closed / contested: one
 -- lease_claim_closure_batches row per claim slot, skipped whole when another closer got one
 -- of its receipts first (then one NULL id is returned: the engine runs the statement again
 -- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
@@ -43,14 +43,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -214,14 +212,12 @@ ELSE
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -320,14 +316,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -425,14 +419,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -530,14 +522,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -668,14 +658,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -738,14 +726,12 @@ BEGIN
     -- join over the whole claim ring.
     SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
            c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, (NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                     WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                       AND x.run_lease = c.run_lease)
-               AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                     WHERE b.claim_slot = c.claim_slot AND b.receipt_ranges @> c.receipt_id)) AS c_open
+           c.claimed_by AS c_claimed_by, o.is_open AS c_open
       FROM u CROSS JOIN LATERAL (
            SELECT * FROM awa.lease_claims c
             WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )

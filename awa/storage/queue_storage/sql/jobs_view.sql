@@ -107,13 +107,9 @@ BEGIN
         SELECT c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')),
                p_reason
           FROM awa.lease_claims c
-         WHERE c.job_id = p_id
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                              AND x.run_lease = c.run_lease)
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches b
-                            WHERE b.claim_slot = c.claim_slot
-                              AND b.receipt_ranges @> c.receipt_id)
+          CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                    c.receipt_id) o
+         WHERE c.job_id = p_id AND o.is_open
          ORDER BY c.claim_slot
         ON CONFLICT DO NOTHING;
         found_any := found_any OR FOUND;
@@ -196,32 +192,22 @@ END $$;
 
 CREATE OR REPLACE FUNCTION awa.qs_jobs_view_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    c record;
 BEGIN
     IF OLD.state IN ('running', 'waiting_external') AND NEW.state IN ('running', 'waiting_external')
        AND NEW.id = OLD.id AND NEW.run_lease = OLD.run_lease AND NEW.attempt = OLD.attempt THEN
-        -- Still the same attempt: it lives on in a (materialized) lease.
-        SELECT * INTO c FROM awa.lease_claims x
-         WHERE x.job_id = OLD.id AND x.run_lease = OLD.run_lease LIMIT 1;
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
+        -- Still the same attempt: it lives on in a lease, materialized from its receipt
+        -- first the one way a heartbeat does it (awa.qs_heartbeat: the receipt closed
+        -- 'materialized', the lease written with the receipt's fields).  Nothing comes back
+        -- when the attempt is no longer open (no receipt, or another closer won): the
+        -- update then changes nothing.
         IF NOT EXISTS (SELECT 1 FROM awa.leases l
                         WHERE l.job_id = OLD.id AND l.run_lease = OLD.run_lease) THEN
-            INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-            VALUES (c.claim_slot, int8multirange(int8range(c.receipt_id, c.receipt_id, '[]')),
-                    'materialized')
-            ON CONFLICT DO NOTHING;
-            IF NOT FOUND THEN
-                RETURN NULL;  -- closed meanwhile: the attempt is no longer running
+            IF NOT EXISTS (SELECT 1 FROM awa.qs_heartbeat(
+                               ARRAY[OLD.id], ARRAY[OLD.run_lease], '{NULL}', '{NULL}',
+                               '{NULL}', '{NULL}', '{NULL}') AS h(id)
+                            WHERE h.id = OLD.id) THEN
+                RETURN NULL;
             END IF;
-            INSERT INTO awa.leases (lease_slot, job_id, run_lease, queue, state, attempt,
-                                    claim_slot, receipt_id, ready_slot, ready_id, claimed_at,
-                                    heartbeat_at, deadline_at)
-            VALUES (awa.qs_slot('lease'), c.job_id, c.run_lease, c.queue, 'running', c.attempt,
-                    c.claim_slot, c.receipt_id, c.ready_slot, c.ready_id, c.claimed_at,
-                    COALESCE(OLD.heartbeat_at, now()), c.deadline_at);
         END IF;
         UPDATE awa.leases
            SET state = NEW.state, heartbeat_at = COALESCE(NEW.heartbeat_at, heartbeat_at),
