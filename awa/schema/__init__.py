@@ -22,17 +22,44 @@ from awa.schema.catalogue import (
     migrations,
     migrations_range,
 )
-from awa.schema.layout import StorageLayout, describe_layout, describe_layout_sync
+from awa.schema.layout import (
+    StorageLayout,
+    describe_layout,
+    describe_layout_steps,
+    describe_layout_sync,
+)
+from awa.statements import Query, Steps, in_transaction, run_async, run_sync
 
 __all__ = ["CREATE_VERSION_TABLE", "Migration", "current_migration_version", "migration_sql",
            "migrations", "migrations_range", "migrate", "migrate_sync", "not_migrated_error",
-           "ensure_migrated", "ensure_migrated_sync"]
+           "ensure_migrated", "ensure_migrated_sync", "migrate_steps"]
 
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 APPLIED_VERSIONS = "SELECT version FROM awa.schema_version"
 RECORD_VERSION = """
 INSERT INTO awa.schema_version (version, description) VALUES (%s, %s)
 ON CONFLICT (version) DO NOTHING"""
+
+
+def migrate_steps() -> Steps[list[int]]:
+    """The migrations this database lacks, applied in one transaction under the migration
+    lock; the versions applied (``migrate`` and ``migrate_sync``, and a step of
+    ``awa.storage.migrate``)."""
+    return (yield from in_transaction(_migrate_locked()))
+
+
+def _migrate_locked() -> Steps[list[int]]:
+    yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+    _refuse_foreign((yield from describe_layout_steps()))
+    yield Query(CREATE_VERSION_TABLE)
+    done = {r["version"] for r in (yield Query(APPLIED_VERSIONS))}
+    applied = []
+    for m in migrations():
+        if m.version not in done:
+            yield Query(m.sql)
+            yield Query(RECORD_VERSION, (m.version, m.description))
+            applied.append(m.version)
+    return applied
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
@@ -42,40 +69,12 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:
     before anything is written (the advisory lock is taken first, so the check
     and the migration see the same schema).
     """
-    async with conn.transaction():
-        await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
-        _refuse_foreign(await describe_layout(conn))
-        await conn.execute(CREATE_VERSION_TABLE)
-        cur = await conn.execute(APPLIED_VERSIONS)
-        done = {_first(row) for row in await cur.fetchall()}
-        applied = []
-        for m in migrations():
-            if m.version in done:
-                continue
-            await conn.execute(m.sql)
-            await conn.execute(RECORD_VERSION, (m.version, m.description))
-            applied.append(m.version)
-        return applied
+    return await run_async(conn, migrate_steps())
 
 
 def migrate_sync(conn: psycopg.Connection[Any]) -> list[int]:
-    """``migrate`` on a synchronous connection."""
-    with conn.transaction():
-        conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
-        _refuse_foreign(describe_layout_sync(conn))
-        conn.execute(CREATE_VERSION_TABLE)
-        done = {_first(row) for row in conn.execute(APPLIED_VERSIONS).fetchall()}
-        applied = []
-        for m in migrations():
-            if m.version not in done:
-                conn.execute(m.sql)
-                conn.execute(RECORD_VERSION, (m.version, m.description))
-                applied.append(m.version)
-        return applied
-
-
-def _first(row: Any) -> Any:
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+    """``migrate`` on a blocking connection."""
+    return run_sync(conn, migrate_steps())
 
 
 def not_migrated_error(found: int | None,

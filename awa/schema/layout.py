@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from awa.job import ForeignSchema
 from awa.schema import catalogue
+from awa.statements import Query, Steps, first_value, run_async, run_sync
 
 CANONICAL = "canonical"
 QUEUE_STORAGE = "queue_storage"
@@ -168,52 +168,30 @@ def classify(probe: Mapping[str, Any], versions: list[tuple[int, str]],
     return StorageLayout(engine, schema, max(found), foreign, distribution, code_version)
 
 
-async def describe_layout(conn: psycopg.AsyncConnection[Any]) -> StorageLayout:
-    """Read the layout (2 to 5 plain SELECTs; nothing is written)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(PROBE)
-        probe = await cur.fetchone()
-        assert probe is not None  # a SELECT without FROM returns one row
-        versions: list[tuple[int, str]] = []
-        active: str | None = None
-        backends: list[tuple[str, str]] = []
-        if probe["has_schema_version"]:
-            await cur.execute(VERSIONS)
-            versions = [(r["version"], r["description"]) for r in await cur.fetchall()]
-        if versions and probe["has_active_fn"]:
-            await cur.execute(ACTIVE_SCHEMA)
-            row = await cur.fetchone()
-            active = row["schema_name"] if row else None
-        if versions and probe["has_backends"]:
-            await cur.execute(BACKENDS)
-            backends = [(r["backend"], r["schema_name"]) for r in await cur.fetchall()]
-        qs_layout: int | None = None
-        if active and probe["has_qs_layout_version"]:
-            await cur.execute(QS_LAYOUT_VERSION)
-            row = await cur.fetchone()
-            qs_layout = row["layout_version"] if row else None
+def describe_layout_steps() -> Steps[StorageLayout]:
+    """Read the layout (2 to 5 plain SELECTs; nothing is written): ``describe_layout`` and
+    ``describe_layout_sync``, and a step of longer sequences (``migrate``)."""
+    [probe] = yield Query(PROBE)  # a SELECT without FROM returns one row
+    versions: list[tuple[int, str]] = []
+    active: str | None = None
+    backends: list[tuple[str, str]] = []
+    if probe["has_schema_version"]:
+        versions = [(r["version"], r["description"]) for r in (yield Query(VERSIONS))]
+    if versions and probe["has_active_fn"]:
+        active = first_value((yield Query(ACTIVE_SCHEMA)))
+    if versions and probe["has_backends"]:
+        backends = [(r["backend"], r["schema_name"]) for r in (yield Query(BACKENDS))]
+    qs_layout: int | None = None
+    if active and probe["has_qs_layout_version"]:
+        qs_layout = first_value((yield Query(QS_LAYOUT_VERSION)))
     return classify(probe, versions, active, backends, qs_layout)
+
+
+async def describe_layout(conn: psycopg.AsyncConnection[Any]) -> StorageLayout:
+    """The database's layout (``describe_layout_steps``)."""
+    return await run_async(conn, describe_layout_steps())
 
 
 def describe_layout_sync(conn: psycopg.Connection[Any]) -> StorageLayout:
-    """``describe_layout`` on a synchronous connection."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        probe = cur.execute(PROBE).fetchone()
-        assert probe is not None  # a SELECT without FROM returns one row
-        versions: list[tuple[int, str]] = []
-        active: str | None = None
-        backends: list[tuple[str, str]] = []
-        if probe["has_schema_version"]:
-            versions = [(r["version"], r["description"])
-                        for r in cur.execute(VERSIONS).fetchall()]
-        if versions and probe["has_active_fn"]:
-            row = cur.execute(ACTIVE_SCHEMA).fetchone()
-            active = row["schema_name"] if row else None
-        if versions and probe["has_backends"]:
-            backends = [(r["backend"], r["schema_name"])
-                        for r in cur.execute(BACKENDS).fetchall()]
-        qs_layout: int | None = None
-        if active and probe["has_qs_layout_version"]:
-            row = cur.execute(QS_LAYOUT_VERSION).fetchone()
-            qs_layout = row["layout_version"] if row else None
-    return classify(probe, versions, active, backends, qs_layout)
+    """``describe_layout`` on a blocking connection."""
+    return run_sync(conn, describe_layout_steps())

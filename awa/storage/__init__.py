@@ -34,8 +34,10 @@ from awa.schema.layout import (
     StorageLayout,
     classify,
     describe_layout,
+    describe_layout_steps,
     describe_layout_sync,
 )
+from awa.statements import Steps, run_async, run_sync
 from awa.storage.engine import Engine
 
 __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_STORAGE",
@@ -118,8 +120,8 @@ def forget_engine(source: ConnectionSource) -> None:
     _SOURCE_ENGINES.pop(source, None)
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None,
-                  queue_storage_schema: str | None = None) -> list[int]:
+def migrate_steps(engine: str | None = None,
+                  queue_storage_schema: str | None = None) -> Steps[list[int]]:
     """``awa migrate``: our numbered migrations, then the engine's own layout.
 
     ``engine`` None keeps the database's engine (``config.DEFAULT_STORAGE_ENGINE``
@@ -127,27 +129,26 @@ async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None,
     (idempotent), since a migration may replace the ``awa.jobs`` view it extends;
     ``queue_storage_schema`` is where a new layout goes (an existing one stays put).
     """
-    before = await describe_layout(conn)
+    before = yield from describe_layout_steps()
     wanted = _wanted_engine(before, engine, queue_storage_schema)
-    applied = await schema.migrate(conn)
+    applied = yield from schema.migrate_steps()
     if wanted == QUEUE_STORAGE:
-        from awa.storage.queue_storage.schema import install_queue_storage
+        from awa.storage.queue_storage.schema import install_steps
 
-        await install_queue_storage(conn, queue_storage_schema)
+        yield from install_steps(queue_storage_schema)
     return applied
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any], engine: str | None = None,
+                  queue_storage_schema: str | None = None) -> list[int]:
+    """``migrate_steps`` on an async connection."""
+    return await run_async(conn, migrate_steps(engine, queue_storage_schema))
 
 
 def migrate_sync(conn: psycopg.Connection[Any], engine: str | None = None,
                  queue_storage_schema: str | None = None) -> list[int]:
-    """``migrate`` on a blocking connection (test templates, benchmarks, ``awa.migrate``)."""
-    before = describe_layout_sync(conn)
-    wanted = _wanted_engine(before, engine, queue_storage_schema)
-    applied = schema.migrate_sync(conn)
-    if wanted == QUEUE_STORAGE:
-        from awa.storage.queue_storage.schema import install_queue_storage_sync
-
-        install_queue_storage_sync(conn, queue_storage_schema)
-    return applied
+    """``migrate_steps`` on a blocking connection (test templates, benchmarks, ``awa.migrate``)."""
+    return run_sync(conn, migrate_steps(engine, queue_storage_schema))
 
 
 def _wanted_engine(before: StorageLayout, engine: str | None,

@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
+from awa.statements import Query, Steps, first_value, in_transaction, run_async, run_sync
 from awa.storage.queue_storage import procedures
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
@@ -104,8 +105,7 @@ def check_schema(schema: str) -> None:
                               f"PostgreSQL's own; choose another (e.g. awa_qs)")
 
 
-async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
-                                schema: str | None = None) -> str:
+def install_steps(schema: str | None = None) -> Steps[str]:
     """Lay the database out for queue storage (canonical migrations first); idempotent.
     ``schema``: where the layout goes (None: where it is, else the default).  The schema
     it is in is returned.
@@ -115,32 +115,29 @@ async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
     """
     if schema is not None:
         check_schema(schema)
-    await migrations.migrate(conn)
-    async with conn.transaction():
-        await conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
-        cur = await conn.execute(CANONICAL_ROWS)
-        row = await cur.fetchone()
-        if row is not None and _first(row):
-            raise ValidationError(_CANONICAL_BUSY)
-        target = _target(await active_schema(conn), schema)
-        await conn.execute(install_sql(target))
+    yield from migrations.migrate_steps()
+    return (yield from in_transaction(_install_locked(schema)))
+
+
+def _install_locked(schema: str | None) -> Steps[str]:
+    yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
+    if first_value((yield Query(CANONICAL_ROWS))):
+        raise ValidationError(_CANONICAL_BUSY)
+    target = _target((yield from active_schema_steps()), schema)
+    yield Query(install_sql(target))
     return target
+
+
+async def install_queue_storage(conn: psycopg.AsyncConnection[Any],
+                                schema: str | None = None) -> str:
+    """``install_steps`` on an async connection."""
+    return await run_async(conn, install_steps(schema))
 
 
 def install_queue_storage_sync(conn: psycopg.Connection[Any],
                                schema: str | None = None) -> str:
-    """``install_queue_storage`` on a blocking connection (tests' templates, the CLI)."""
-    if schema is not None:
-        check_schema(schema)
-    migrations.migrate_sync(conn)
-    with conn.transaction():
-        conn.execute(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
-        row = conn.execute(CANONICAL_ROWS).fetchone()
-        if row is not None and _first(row):
-            raise ValidationError(_CANONICAL_BUSY)
-        target = _target(_active_schema_sync(conn), schema)
-        conn.execute(install_sql(target))
-    return target
+    """``install_steps`` on a blocking connection (tests' templates, the CLI)."""
+    return run_sync(conn, install_steps(schema))
 
 
 _CANONICAL_BUSY = ("the canonical job tables hold jobs: drain them before switching this "
@@ -156,25 +153,14 @@ def _target(active: str | None, wanted: str | None) -> str:
     return active or wanted or DEFAULT_SCHEMA
 
 
-async def active_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
+def active_schema_steps() -> Steps[str | None]:
     """The queue-storage schema of this database, or None when canonical serves it."""
-    cur = await conn.execute(HAS_ACTIVE_FN)
-    row = await cur.fetchone()
-    if row is None or not _first(row):
+    if not first_value((yield Query(HAS_ACTIVE_FN))):
         return None
-    cur = await conn.execute(ACTIVE_SCHEMA)
-    row = await cur.fetchone()
-    return None if row is None else _first(row)
+    name: str | None = first_value((yield Query(ACTIVE_SCHEMA)))
+    return name
 
 
-def _active_schema_sync(conn: psycopg.Connection[Any]) -> str | None:
-    """``active_schema`` on a blocking connection."""
-    row = conn.execute(HAS_ACTIVE_FN).fetchone()
-    if row is None or not _first(row):
-        return None
-    row = conn.execute(ACTIVE_SCHEMA).fetchone()
-    return None if row is None else _first(row)
-
-
-def _first(row: Any) -> Any:
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+async def active_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """``active_schema_steps`` on an async connection."""
+    return await run_async(conn, active_schema_steps())

@@ -1,0 +1,89 @@
+"""One definition of a statement sequence for both kinds of connection.
+
+Some work runs on an ``AsyncConnection`` (the runtime, the async client) and on a blocking
+``Connection`` (the CLI, the sync client, test templates, a user's own connection through
+the bridge): reading the layout, migrating, installing queue storage.  Written twice, the
+two copies drift.  Here it is written once, as a generator of ``Query`` (and
+``InTransaction``) steps that receives each query's rows as dicts; ``run_sync`` and
+``run_async`` send the steps down one connection or the other.  The steps themselves never
+touch a connection, so the logic between the statements is the same code on both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import psycopg
+from psycopg.rows import dict_row
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One statement; its rows (dicts; none for a statement without a result) come back."""
+
+    sql: str
+    params: Mapping[str, Any] | Sequence[Any] | None = None
+
+
+@dataclass(frozen=True)
+class InTransaction:
+    """Steps run inside one transaction (rolled back when they raise); their result comes
+    back."""
+
+    steps: Steps[Any]
+
+
+Step = Query | InTransaction
+Rows = list[dict[str, Any]]
+# Yields the steps, receives what each step returns (rows, or a nested transaction's
+# result), returns the sequence's result.
+Steps = Generator[Step, Any, T]
+
+
+def run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
+    """Run ``steps`` on a blocking connection; their result."""
+    reply: Any = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as end:
+            return cast(T, end.value)
+        if isinstance(step, InTransaction):
+            with conn.transaction():
+                reply = run_sync(conn, step.steps)
+            continue
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(step.sql, step.params)
+            reply = cur.fetchall() if cur.description is not None else []
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
+    """Run ``steps`` on an async connection; their result."""
+    reply: Any = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as end:
+            return cast(T, end.value)
+        if isinstance(step, InTransaction):
+            async with conn.transaction():
+                reply = await run_async(conn, step.steps)
+            continue
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(step.sql, step.params)
+            reply = await cur.fetchall() if cur.description is not None else []
+
+
+def in_transaction(steps: Steps[T]) -> Steps[T]:
+    """``steps`` inside one transaction, as a part of a longer sequence (``yield from``)."""
+    result: T = yield InTransaction(steps)
+    return result
+
+
+def first_value(rows: Rows) -> Any:
+    """The first column of the first row, or None when there is none."""
+    return next(iter(rows[0].values())) if rows else None
