@@ -136,6 +136,9 @@ class _AsyncpgCursor:
         self._conn = conn
         self._rows: list[dict[str, Any]] = []
         self.rowcount = -1
+        # psycopg's says whether a statement returned rows at all; asyncpg's fetch() gives
+        # a list either way, so every statement reads as one with (maybe no) rows.
+        self.description: tuple[()] | None = None
 
     async def __aenter__(self) -> _AsyncpgCursor:
         return self
@@ -151,6 +154,7 @@ class _AsyncpgCursor:
         # returning statements, so the row count is the number of rows.
         self._rows = [dict(r) for r in await self._conn.fetch(sql, *args)]
         self.rowcount = len(self._rows)
+        self.description = ()
         return self
 
     async def fetchall(self) -> list[dict[str, Any]]:

@@ -38,44 +38,69 @@ class InTransaction:
 
 
 Step = Query | InTransaction
-Rows = list[dict[str, Any]]
-# Yields the steps, receives what each step returns (rows, or a nested transaction's
-# result), returns the sequence's result.
+
+
+class Rows(list[dict[str, Any]]):
+    """A query's rows (dicts; none for a statement without a result), with ``rowcount``:
+    how many rows the statement touched (an INSERT without RETURNING says it only here)."""
+
+    rowcount: int = -1
+
+
+# Yields the steps, receives what each returns (``Rows``, or a nested transaction's result),
+# returns the sequence's result.  A step that raises (a unique violation, say) is thrown
+# into the steps at their ``yield``, so they may catch it and go on.
 Steps = Generator[Step, Any, T]
+
+
+def _rows(fetched: list[dict[str, Any]], rowcount: int) -> Rows:
+    rows = Rows(fetched)
+    rows.rowcount = rowcount
+    return rows
 
 
 def run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
     """Run ``steps`` on a blocking connection; their result."""
-    reply: Any = None
+    advance, reply = steps.send, None
     while True:
         try:
-            step = steps.send(reply)
+            step = advance(reply)
         except StopIteration as end:
             return cast(T, end.value)
-        if isinstance(step, InTransaction):
-            with conn.transaction():
-                reply = run_sync(conn, step.steps)
-            continue
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(step.sql, step.params)
-            reply = cur.fetchall() if cur.description is not None else []
+        try:
+            if isinstance(step, InTransaction):
+                with conn.transaction():
+                    reply = run_sync(conn, step.steps)
+            else:
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(step.sql, step.params)
+                    reply = _rows(cur.fetchall() if cur.description is not None else [],
+                                  cur.rowcount)
+            advance = steps.send
+        except Exception as exc:  # noqa: BLE001 (not swallowed: thrown into the steps)
+            advance, reply = steps.throw, exc
 
 
 async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
     """Run ``steps`` on an async connection; their result."""
-    reply: Any = None
+    advance, reply = steps.send, None
     while True:
         try:
-            step = steps.send(reply)
+            step = advance(reply)
         except StopIteration as end:
             return cast(T, end.value)
-        if isinstance(step, InTransaction):
-            async with conn.transaction():
-                reply = await run_async(conn, step.steps)
-            continue
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(step.sql, step.params)
-            reply = await cur.fetchall() if cur.description is not None else []
+        try:
+            if isinstance(step, InTransaction):
+                async with conn.transaction():
+                    reply = await run_async(conn, step.steps)
+            else:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(step.sql, step.params)
+                    fetched = await cur.fetchall() if cur.description is not None else []
+                    reply = _rows(fetched, cur.rowcount)
+            advance = steps.send
+        except Exception as exc:  # noqa: BLE001 (not swallowed: thrown into the steps)
+            advance, reply = steps.throw, exc
 
 
 def in_transaction(steps: Steps[T]) -> Steps[T]:

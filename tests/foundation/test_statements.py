@@ -63,3 +63,26 @@ async def test_migrating_through_either_driver_gives_the_same_layout(admin_url, 
     finally:
         for name in names:
             drop_database(admin_url, name)
+
+
+def _catching_a_failed_step() -> Steps[str]:
+    """A step that fails is raised at its ``yield``; the steps catch it and go on."""
+    yield Query("CREATE TABLE IF NOT EXISTS steps_once (n int PRIMARY KEY)")
+    yield Query("INSERT INTO steps_once VALUES (1) ON CONFLICT DO NOTHING")
+    try:
+        yield from in_transaction(_insert_once())
+    except psycopg.errors.UniqueViolation:
+        rows = yield Query("SELECT count(*) AS n FROM steps_once")
+        return f"caught, {rows[0]['n']} row"
+    return "not raised"
+
+
+def _insert_once() -> Steps[None]:
+    yield Query("INSERT INTO steps_once VALUES (1)")
+
+
+async def test_a_failed_step_is_raised_in_the_steps(empty_database_url):
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        assert run_sync(conn, _catching_a_failed_step()) == "caught, 1 row"
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as aconn:
+        assert await run_async(aconn, _catching_a_failed_step()) == "caught, 1 row"

@@ -15,12 +15,14 @@ with a concurrent producer is retried (``common.enqueue.give_up``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
+from awa.statements import Rows, Steps, run_async, run_sync
 from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
@@ -35,6 +37,7 @@ from awa.storage.common.enqueue import (
     counted,
     give_up,
     in_transaction,
+    insert_steps,
     returned,
     unnest_params,
 )
@@ -93,25 +96,24 @@ def _statement(batch: EnqueueBatch, returning: bool) -> str:
     return PLAIN_INSERT_RETURNING if returning else PLAIN_INSERT_COUNT
 
 
-async def _outcome(batch: EnqueueBatch, cur: psycopg.AsyncCursor[dict[str, Any]],
-                   returning: bool) -> InsertOutcome:
-    """What the insert ``cur`` just ran wrote: its rows, or (general statements) its count row."""
+def _outcome(batch: EnqueueBatch, rows: Rows, returning: bool) -> InsertOutcome:
+    """What an insert wrote: its rows, its count row (general statements) or its rowcount."""
     if returning:
-        return returned(batch, await cur.fetchall())
+        return returned(batch, rows)
     if not batch.needs_general:
-        return counted(batch, cur.rowcount)
-    row = await cur.fetchone()
-    return counted(batch, int(row["inserted"]) if row else 0)
+        return counted(batch, rows.rowcount)
+    return counted(batch, int(rows[0]["inserted"]) if rows else 0)
 
 
-def _outcome_sync(batch: EnqueueBatch, cur: psycopg.Cursor[dict[str, Any]],
-                  returning: bool) -> InsertOutcome:
-    if returning:
-        return returned(batch, cur.fetchall())
-    if not batch.needs_general:
-        return counted(batch, cur.rowcount)
-    row = cur.fetchone()
-    return counted(batch, int(row["inserted"]) if row else 0)
+def _insert_steps(batch: EnqueueBatch, returning: bool,
+                  in_transaction_now: Callable[[], bool]) -> Steps[InsertOutcome]:
+    """One statement for the whole batch; a lost unique race is retried."""
+    if not len(batch):
+        return InsertOutcome([], 0, 0)
+    rows = yield from insert_steps(
+        _statement(batch, returning), unnest_params(batch),
+        has_unique=batch.has_unique, in_transaction_now=in_transaction_now)
+    return _outcome(batch, rows, returning)
 
 
 class CanonicalEnqueue(UniqueHolders):
@@ -119,45 +121,12 @@ class CanonicalEnqueue(UniqueHolders):
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                            returning: bool = True) -> InsertOutcome:
-        """One statement for the whole batch; retries a lost unique race."""
-        if not len(batch):
-            return InsertOutcome([], 0, 0)
-        sql, params = _statement(batch, returning), unnest_params(batch)
-        guard = batch.has_unique and in_transaction(conn)
-        for attempt in range(UNIQUE_RACE_RETRIES):
-            try:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    if guard:
-                        async with conn.transaction():
-                            await cur.execute(sql, params)
-                    else:
-                        await cur.execute(sql, params)
-                    return await _outcome(batch, cur, returning)
-            except pg_errors.UniqueViolation as exc:
-                if give_up(exc, attempt, conn, guard):
-                    raise conflict_from(exc) from None
-        raise AssertionError("unreachable")
+        return await run_async(conn, _insert_steps(batch, returning, lambda: in_transaction(conn)))
 
     def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
                           returning: bool = True) -> InsertOutcome:
-        """The blocking twin of ``insert_batch`` for the caller's own sync connection."""
-        if not len(batch):
-            return InsertOutcome([], 0, 0)
-        sql, params = _statement(batch, returning), unnest_params(batch)
-        guard = batch.has_unique and in_transaction(conn)
-        for attempt in range(UNIQUE_RACE_RETRIES):
-            try:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    if guard:
-                        with conn.transaction():
-                            cur.execute(sql, params)
-                    else:
-                        cur.execute(sql, params)
-                    return _outcome_sync(batch, cur, returning)
-            except pg_errors.UniqueViolation as exc:
-                if give_up(exc, attempt, conn, guard):
-                    raise conflict_from(exc) from None
-        raise AssertionError("unreachable")
+        """``insert_batch`` for the caller's own blocking connection."""
+        return run_sync(conn, _insert_steps(batch, returning, lambda: in_transaction(conn)))
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                          returning: bool = True) -> InsertOutcome:
@@ -186,8 +155,8 @@ class CanonicalEnqueue(UniqueHolders):
                         async with conn.transaction():
                             await cur.execute(sql)
                         # (not returning implies needs_general here: the count arrives as a row)
-                        return await _outcome(batch, cur, returning)
+                        return _outcome(batch, Rows(await cur.fetchall()), returning)
                     except pg_errors.UniqueViolation as exc:
-                        if give_up(exc, attempt, conn, guarded=True):
+                        if give_up(exc, attempt):
                             raise conflict_from(exc) from None
         raise AssertionError("unreachable")

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -31,11 +31,11 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
 
-from awa import config, telemetry
+from awa import config, statements, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
 from awa.serialization import derive_kind, json_default
+from awa.statements import Query, Rows, Steps, run_async, run_sync
 from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
 from awa.unique import UniqueOpts, key_for
 
@@ -467,11 +467,35 @@ def in_transaction(conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any])
     return conn.info.transaction_status != TransactionStatus.IDLE
 
 
-def give_up(exc: BaseException, attempt: int,
-            conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any], guarded: bool) -> bool:
-    """Retry only a lost unique race, while attempts remain and a savepoint can undo it."""
+def give_up(exc: BaseException, attempt: int, unguarded_in_transaction: bool = False) -> bool:
+    """Retry only a lost unique race, while attempts remain and a savepoint can undo it
+    (``unguarded_in_transaction``: the statement ran in the caller's transaction with no
+    savepoint of its own, so the transaction is lost)."""
     return (not _is_unique_race(exc) or attempt == UNIQUE_RACE_RETRIES - 1
-            or (in_transaction(conn) and not guarded))
+            or unguarded_in_transaction)
+
+
+def insert_steps(sql: str, params: Any, *, has_unique: bool,
+                 in_transaction_now: Callable[[], bool]) -> Steps[Rows]:
+    """An engine's batch insert, written once for async and blocking connections: ``sql``,
+    inside a savepoint when a unique batch runs in the caller's transaction, run again
+    after a lost unique race while attempts remain.  Its rows (with ``rowcount``).
+    ``in_transaction_now``: the connection's transaction state, asked before the insert and
+    after a failure (a blocking connection that is not autocommit opens one implicitly)."""
+    guard = has_unique and in_transaction_now()
+    for attempt in range(UNIQUE_RACE_RETRIES):
+        try:
+            run = statements.in_transaction(_query(sql, params)) if guard else _query(sql, params)
+            return (yield from run)
+        except pg_errors.UniqueViolation as exc:
+            if give_up(exc, attempt, in_transaction_now() and not guard):
+                raise conflict_from(exc) from None
+    raise AssertionError("unreachable")
+
+
+def _query(sql: str, params: Any) -> Steps[Rows]:
+    rows: Rows = yield Query(sql, params)
+    return rows
 
 
 def conflict_from(exc: BaseException) -> UniqueConflict:
@@ -501,11 +525,13 @@ class UniqueHolders:
     async def unique_holder(self, conn: psycopg.AsyncConnection[Any],
                             key: bytes) -> UniqueHolder | None:
         """The one unique-claim-holder lookup (insert conflicts and admin's cancel by key)."""
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(UNIQUE_HOLDER, (key,))
-            return _holder(await cur.fetchone())
+        return await run_async(conn, _unique_holder_steps(key))
 
     def unique_holder_sync(self, conn: psycopg.Connection[Any],
                            key: bytes) -> UniqueHolder | None:
-        with conn.cursor(row_factory=dict_row) as cur:
-            return _holder(cur.execute(UNIQUE_HOLDER, (key,)).fetchone())
+        return run_sync(conn, _unique_holder_steps(key))
+
+
+def _unique_holder_steps(key: bytes) -> Steps[UniqueHolder | None]:
+    rows: Rows = yield Query(UNIQUE_HOLDER, (key,))
+    return _holder(rows[0] if rows else None)

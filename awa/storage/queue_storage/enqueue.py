@@ -15,12 +15,14 @@ of full job rows it appends them to their lanes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
+from awa.statements import Query, Steps, run_async, run_sync
 from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
@@ -35,6 +37,7 @@ from awa.storage.common.enqueue import (
     counted,
     give_up,
     in_transaction,
+    insert_steps,
     returned,
     unnest_params,
 )
@@ -143,53 +146,27 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
 
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                            returning: bool = True) -> InsertOutcome:
-        if not len(batch):
-            return InsertOutcome([], 0, 0)
-        if not batch.needs_general:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
-                return _plain_outcome(batch, await cur.fetchall(), returning)
-        sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = unnest_params(batch)
-        guard = batch.has_unique and in_transaction(conn)
-        for attempt in range(UNIQUE_RACE_RETRIES):
-            try:
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    if guard:
-                        async with conn.transaction():
-                            await cur.execute(self.sql(sql), params)
-                    else:
-                        await cur.execute(self.sql(sql), params)
-                    return _outcome_rows(batch, await cur.fetchall(), returning)
-            except pg_errors.UniqueViolation as exc:
-                if give_up(exc, attempt, conn, guard):
-                    raise conflict_from(exc) from None
-        raise AssertionError("unreachable")
+        return await run_async(conn, self._insert_steps(batch, returning,
+                                                        lambda: in_transaction(conn)))
 
     def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: EnqueueBatch,
                           returning: bool = True) -> InsertOutcome:
+        """``insert_batch`` for the caller's own blocking connection."""
+        return run_sync(conn, self._insert_steps(batch, returning, lambda: in_transaction(conn)))
+
+    def _insert_steps(self, batch: EnqueueBatch, returning: bool,
+                      in_transaction_now: Callable[[], bool]) -> Steps[InsertOutcome]:
+        """A plain batch by ``awa.qs_insert_plain``; any other by one statement, a lost
+        unique race retried."""
         if not len(batch):
             return InsertOutcome([], 0, 0)
         if not batch.needs_general:
-            with conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(self.sql(INSERT_PLAIN.call), _plain_params(batch))
-                return _plain_outcome(batch, cur.fetchall(), returning)
-        sql = INSERT_RETURNING if returning else INSERT_COUNT
-        params = unnest_params(batch)
-        guard = batch.has_unique and in_transaction(conn)
-        for attempt in range(UNIQUE_RACE_RETRIES):
-            try:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    if guard:
-                        with conn.transaction():
-                            cur.execute(self.sql(sql), params)
-                    else:
-                        cur.execute(self.sql(sql), params)
-                    return _outcome_rows(batch, cur.fetchall(), returning)
-            except pg_errors.UniqueViolation as exc:
-                if give_up(exc, attempt, conn, guard):
-                    raise conflict_from(exc) from None
-        raise AssertionError("unreachable")
+            rows = yield Query(self.sql(INSERT_PLAIN.call), _plain_params(batch))
+            return _plain_outcome(batch, rows, returning)
+        rows = yield from insert_steps(
+            self.sql(INSERT_RETURNING if returning else INSERT_COUNT), unnest_params(batch),
+            has_unique=batch.has_unique, in_transaction_now=in_transaction_now)
+        return _outcome_rows(batch, rows, returning)
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                          returning: bool = True) -> InsertOutcome:
@@ -214,7 +191,7 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
                             await cur.execute(self.sql(sql))
                         return _outcome_rows(batch, await cur.fetchall(), returning)
                     except pg_errors.UniqueViolation as exc:
-                        if give_up(exc, attempt, conn, guarded=True):
+                        if give_up(exc, attempt):
                             raise conflict_from(exc) from None
         raise AssertionError("unreachable")
 
