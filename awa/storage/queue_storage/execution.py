@@ -51,8 +51,8 @@ CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 # The one rule for "this receipt's attempt is still open" is the installed function
 # awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; joined to a
 # ``lease_claims`` row ``c``, it gives ``o.is_open``.  Over many receipts (rescue, prune,
-# depth counts, awa.jobs) the view awa.qs_open_receipts applies it to the gaps between
-# closed ranges only.
+# depth counts, awa.jobs) the view awa.qs_open_receipts is its set form: the gaps between
+# closed ranges, then the per-receipt closures.
 RECEIPT_IS_OPEN = """CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
                                                 c.receipt_id) o"""
 

@@ -96,8 +96,8 @@ END $$;
 -- The one rule for "this receipt's attempt is still open": no closure evidence, neither
 -- per receipt (awa.lease_claim_closures, written by no layout since version 2 but still
 -- read) nor in a batch's ranges.  Called as CROSS JOIN LATERAL awa.qs_receipt_is_open(...)
--- by the attempt-closing functions, the callback registration, qs_remove_live and
--- qs_open_receipts.  LANGUAGE sql, STABLE, one SELECT and no SET: the planner inlines it
+-- by the attempt-closing functions, the callback registration and qs_remove_live
+-- (qs_open_receipts below is its set form).  LANGUAGE sql, STABLE, one SELECT and no SET: the planner inlines it
 -- into the calling statement, so a caller's plan holds the two index probes as if written
 -- in place, never a function call per receipt (tests/storage/test_installed_sql.py checks).
 CREATE OR REPLACE FUNCTION awa.qs_receipt_is_open(p_claim_slot smallint, p_job_id bigint,
@@ -111,8 +111,11 @@ LANGUAGE sql STABLE AS $$
                         WHERE b.claim_slot = p_claim_slot AND b.receipt_ranges @> p_receipt_id)
 $$;
 
--- The rule over many receipts: only the receipts in the gaps between closed ranges (so
--- no batch covers them), each then tested by the rule.
+-- The rule over many receipts, in set form: the batch ranges are subtracted as ranges
+-- (awa.qs_open_receipt_gaps), so only the receipts in the gaps are read and only the
+-- per-receipt closures are probed.  Testing each of them by awa.qs_receipt_is_open instead
+-- probes the batches again for every open receipt: counting 5,000 open receipts took
+-- 7.1-7.4 ms that way against 1.3 ms this way, on every rescue, depth count and read.
 CREATE OR REPLACE VIEW awa.qs_open_receipts AS
     SELECT c.*
       FROM awa.qs_open_receipt_gaps() AS gap
@@ -121,9 +124,9 @@ CREATE OR REPLACE VIEW awa.qs_open_receipts AS
      CROSS JOIN LATERAL (SELECT x.* FROM awa.lease_claims x
                           WHERE x.receipt_id >= lower(gap) AND x.receipt_id < upper(gap)
                          OFFSET 0) c
-     CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                               c.receipt_id) o
-     WHERE o.is_open;
+     WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures cx
+                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
+                          AND cx.run_lease = c.run_lease);
 
 CREATE OR REPLACE VIEW awa.qs_ready_live AS
     SELECT r.*
