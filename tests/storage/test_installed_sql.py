@@ -193,13 +193,18 @@ def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
         assert end in defs[("function", f"awa.{name}")].sql, name
 
 
-# A statement testing one receipt by the open-receipt rule, as the attempt-closing
-# functions and the callback registration do.
-_RULE_CALL = """
+# Statements calling the open-receipt rule and the attempt step built on it, as the
+# attempt-ending functions and the callback registration do.
+_RULE_CALLS = {
+    "qs_receipt_is_open": """
 SELECT c.job_id, o.is_open FROM awa.lease_claims c
   CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
                                             c.receipt_id) o
- WHERE c.job_id = 1 AND c.run_lease = 1"""
+ WHERE c.job_id = 1 AND c.run_lease = 1""",
+    "qs_attempt_receipt": """
+SELECT u.*, c.* FROM unnest('{1,2}'::bigint[], '{1,1}'::bigint[]) AS u(id, lease)
+ CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c""",
+}
 
 
 def _plan_nodes(plan: dict) -> Iterator[dict]:
@@ -208,27 +213,30 @@ def _plan_nodes(plan: dict) -> Iterator[dict]:
         yield from _plan_nodes(child)
 
 
-def _rule_plan(conn: psycopg.Connection) -> list[dict]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + _RULE_CALL).fetchone()
+def _calls_and_relations(conn: psycopg.Connection, statement: str) -> tuple[set, set]:
+    """The functions the plan calls, and the relations it reads."""
+    row = conn.execute("EXPLAIN (FORMAT JSON) " + statement).fetchone()
     assert row is not None
-    return list(_plan_nodes(row[0][0]["Plan"]))
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    return ({n["Function Name"] for n in nodes if "Function Name" in n},
+            {n["Relation Name"] for n in nodes if "Relation Name" in n})
 
 
 @pytest.mark.parametrize("engine_name", ["queue_storage"])
 def test_the_open_receipt_rule_is_inlined_where_it_is_used(engine_name, database_url):
-    """awa.qs_receipt_is_open is the rule's one copy only because the planner inlines it:
-    the caller's plan probes the closure tables itself, with no function call per receipt.
-    The same function made VOLATILE (in a rolled-back transaction) shows the call."""
+    """awa.qs_receipt_is_open is the rule's one copy, and awa.qs_attempt_receipt the one
+    ``att`` step, only because the planner inlines them: the caller's plan probes the claim
+    and closure tables itself, with no function call per receipt.  The same function made
+    VOLATILE (in a rolled-back transaction) shows the call."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        nodes = _rule_plan(conn)
-        assert not [n for n in nodes if n["Node Type"] == "Function Scan"], nodes
-        probed = {n.get("Relation Name", "") for n in nodes}
-        assert any(r.startswith("lease_claim_closure_batches") for r in probed), probed
-        with conn.transaction():
-            conn.execute("ALTER FUNCTION awa.qs_receipt_is_open(smallint, bigint, bigint, "
-                         "bigint) VOLATILE")
-            assert [n for n in _rule_plan(conn) if n["Node Type"] == "Function Scan"]
-            raise psycopg.Rollback()
+        for name, statement in _RULE_CALLS.items():
+            calls, relations = _calls_and_relations(conn, statement)
+            assert name not in calls, (name, calls)
+            assert any(r.startswith("lease_claim_closure_batches") for r in relations), name
+            with conn.transaction():
+                conn.execute(f"ALTER FUNCTION awa.{name} VOLATILE")
+                assert name in _calls_and_relations(conn, statement)[0], name
+                raise psycopg.Rollback()
 
 
 def test_the_open_receipt_rule_is_written_once():

@@ -3,7 +3,7 @@
 Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
-closure evidence (``RECEIPT_IS_OPEN``), or while it has a ``leases`` row
+closure evidence (``awa.qs_receipt_is_open``), or while it has a ``leases`` row
 (materialized).  Ending a batch of attempts appends one
 ``lease_claim_closure_batches`` row per claim slot, the ranges of the
 receipts it closes (``_close``) -- or deletes their lease rows -- then appends
@@ -49,12 +49,10 @@ log = logging.getLogger("awa.storage")
 CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 
 # The one rule for "this receipt's attempt is still open" is the installed function
-# awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; joined to a
-# ``lease_claims`` row ``c``, it gives ``o.is_open``.  Over many receipts (rescue, prune,
-# depth counts, awa.jobs) the view awa.qs_open_receipts is its set form: the gaps between
-# closed ranges, then the per-receipt closures.
-RECEIPT_IS_OPEN = """CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o"""
+# awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; every
+# attempt-ending statement reads it through awa.qs_attempt_receipt (``_ATTEMPTS``).  Over many
+# receipts (rescue, prune, depth counts, awa.jobs) the view awa.qs_open_receipts is its set
+# form: the gaps between closed ranges, then the per-receipt closures.
 
 
 def entry_of(alias: str, job_id: str = "job_id") -> str:
@@ -113,13 +111,7 @@ WITH u AS MATERIALIZED ({_ALL_FIELDS}
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      {RECEIPT_IS_OPEN}
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )"""

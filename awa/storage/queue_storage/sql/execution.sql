@@ -20,9 +20,9 @@
 
 -- End running attempts as completed / failed / cancelled (p_to_state) into done_entries.
 --
--- u: every buffered field of each write; att: each attempt joined to its receipt (one index
--- probe per attempt) with c_open, the open-receipt rule (awa.qs_receipt_is_open, inlined
--- by the planner); closed / contested: one
+-- u: every buffered field of each write; att: each attempt joined to its receipt
+-- (awa.qs_attempt_receipt: one index probe per attempt, c_open by the open-receipt rule,
+-- both inlined by the planner); closed / contested: one
 -- lease_claim_closure_batches row per claim slot, skipped whole when another closer got one
 -- of its receipts first (then one NULL id is returned: the engine runs the statement again
 -- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
@@ -41,14 +41,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -210,14 +203,7 @@ ELSE
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -314,14 +300,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -417,14 +396,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -520,14 +492,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -656,14 +621,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -724,14 +682,7 @@ BEGIN
 ), att AS MATERIALIZED (
     -- One index probe per attempt (a receipt is unique per attempt): never a hash
     -- join over the whole claim ring.
-    SELECT u.*, c.claim_slot, c.receipt_id, c.attempt AS c_attempt, c.claimed_at,
-           c.deadline_at AS c_deadline, c.ready_slot, c.ready_id, c.queue AS c_queue,
-           c.claimed_by AS c_claimed_by, o.is_open AS c_open
-      FROM u CROSS JOIN LATERAL (
-           SELECT * FROM awa.lease_claims c
-            WHERE c.job_id = u.id AND c.run_lease = u.lease LIMIT 1) c
-      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
-                                                c.receipt_id) o
+    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )

@@ -111,6 +111,23 @@ LANGUAGE sql STABLE AS $$
                         WHERE b.claim_slot = p_claim_slot AND b.receipt_ranges @> p_receipt_id)
 $$;
 
+-- One attempt's receipt (by job id and run lease: a receipt is unique per attempt), with
+-- what ending or materializing the attempt needs and c_open, the rule above.  The ``att``
+-- step of every attempt-ending function (sql/execution.sql).  Inlined like the rule: one
+-- index probe per attempt in the caller's plan, never a hash join over the claim ring.
+CREATE OR REPLACE FUNCTION awa.qs_attempt_receipt(p_job_id bigint, p_run_lease bigint)
+RETURNS TABLE (claim_slot smallint, receipt_id bigint, c_attempt smallint,
+               claimed_at timestamptz, c_deadline timestamptz, ready_slot smallint,
+               ready_id bigint, c_queue text, c_claimed_by uuid, c_open boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT c.claim_slot, c.receipt_id, c.attempt, c.claimed_at, c.deadline_at, c.ready_slot,
+           c.ready_id, c.queue, c.claimed_by, o.is_open
+      FROM (SELECT * FROM awa.lease_claims x
+             WHERE x.job_id = p_job_id AND x.run_lease = p_run_lease LIMIT 1) c
+      CROSS JOIN LATERAL awa.qs_receipt_is_open(c.claim_slot, c.job_id, c.run_lease,
+                                                c.receipt_id) o
+$$;
+
 -- The rule over many receipts, in set form: the batch ranges are subtracted as ranges
 -- (awa.qs_open_receipt_gaps), so only the receipts in the gaps are read and only the
 -- per-receipt closures are probed.  Testing each of them by awa.qs_receipt_is_open instead
