@@ -97,7 +97,10 @@ async def test_leader_ring_series_match_the_database(client, db):
                 return {(r, n): value(s, P(n), awa_ring=r) for r in TABLES
                         for n in ("awa.ring.current_slot", "awa.ring.generation",
                                   "awa.ring.occupied_slots",
-                                  "awa.maintenance.rotate.attempts")}
+                                  "awa.maintenance.rotate.attempts",
+                                  # a scrape can read a tick's attempt before its skip
+                                  # (the scraper is a thread): both must hold still
+                                  "awa.maintenance.rotate.skipped")}
             settled = ring_values(after)
             # a tick between the scrapes, or one that committed its rotation but had not
             # recorded it yet when the database was read: look again
