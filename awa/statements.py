@@ -103,7 +103,13 @@ async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
             advance, reply = steps.throw, exc
 
 
-def in_transaction(steps: Steps[T]) -> Steps[T]:
+def query(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> Steps[Rows]:
+    """One statement as steps of its own (``yield from``), typed: its rows."""
+    rows: Rows = yield Query(sql, params)
+    return rows
+
+
+def transaction(steps: Steps[T]) -> Steps[T]:
     """``steps`` inside one transaction, as a part of a longer sequence (``yield from``)."""
     result: T = yield InTransaction(steps)
     return result

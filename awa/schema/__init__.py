@@ -28,7 +28,7 @@ from awa.schema.layout import (
     describe_layout_steps,
     describe_layout_sync,
 )
-from awa.statements import Query, Steps, in_transaction, run_async, run_sync
+from awa.statements import Query, Steps, run_async, run_sync, transaction
 
 __all__ = ["CREATE_VERSION_TABLE", "Migration", "current_migration_version", "migration_sql",
            "migrations", "migrations_range", "migrate", "migrate_sync", "not_migrated_error",
@@ -45,7 +45,7 @@ def migrate_steps() -> Steps[list[int]]:
     """The migrations this database lacks, applied in one transaction under the migration
     lock; the versions applied (``migrate`` and ``migrate_sync``, and a step of
     ``awa.storage.migrate``)."""
-    return (yield from in_transaction(_migrate_locked()))
+    return (yield from transaction(_migrate_locked()))
 
 
 def _migrate_locked() -> Steps[list[int]]:

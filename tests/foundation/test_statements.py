@@ -14,14 +14,14 @@ from psycopg.conninfo import make_conninfo
 
 from awa import storage
 from awa.schema.layout import describe_layout, describe_layout_sync
-from awa.statements import Query, Steps, in_transaction, run_async, run_sync
+from awa.statements import Query, Steps, run_async, run_sync, transaction
 from support.databases import create_database, drop_database
 
 
 def _count_and_insert(fail: bool) -> Steps[int]:
     """Insert a row inside a transaction (failing after it when ``fail``), then count."""
     yield Query("CREATE TABLE IF NOT EXISTS steps_probe (n int)")
-    yield from in_transaction(_insert(fail))
+    yield from transaction(_insert(fail))
     [row] = yield Query("SELECT count(*) AS n FROM steps_probe")
     return int(row["n"])
 
@@ -70,7 +70,7 @@ def _catching_a_failed_step() -> Steps[str]:
     yield Query("CREATE TABLE IF NOT EXISTS steps_once (n int PRIMARY KEY)")
     yield Query("INSERT INTO steps_once VALUES (1) ON CONFLICT DO NOTHING")
     try:
-        yield from in_transaction(_insert_once())
+        yield from transaction(_insert_once())
     except psycopg.errors.UniqueViolation:
         rows = yield Query("SELECT count(*) AS n FROM steps_once")
         return f"caught, {rows[0]['n']} row"

@@ -34,11 +34,10 @@ from awa.storage.common.enqueue import (
     UniqueHolders,
     conflict_from,
     copy_rows,
-    counted,
     give_up,
     in_transaction,
+    insert_outcome,
     insert_steps,
-    returned,
     unnest_params,
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
@@ -96,15 +95,6 @@ def _statement(batch: EnqueueBatch, returning: bool) -> str:
     return PLAIN_INSERT_RETURNING if returning else PLAIN_INSERT_COUNT
 
 
-def _outcome(batch: EnqueueBatch, rows: Rows, returning: bool) -> InsertOutcome:
-    """What an insert wrote: its rows, its count row (general statements) or its rowcount."""
-    if returning:
-        return returned(batch, rows)
-    if not batch.needs_general:
-        return counted(batch, rows.rowcount)
-    return counted(batch, int(rows[0]["inserted"]) if rows else 0)
-
-
 def _insert_steps(batch: EnqueueBatch, returning: bool,
                   in_transaction_now: Callable[[], bool]) -> Steps[InsertOutcome]:
     """One statement for the whole batch; a lost unique race is retried."""
@@ -113,7 +103,7 @@ def _insert_steps(batch: EnqueueBatch, returning: bool,
     rows = yield from insert_steps(
         _statement(batch, returning), unnest_params(batch),
         has_unique=batch.has_unique, in_transaction_now=in_transaction_now)
-    return _outcome(batch, rows, returning)
+    return insert_outcome(batch, rows, returning)
 
 
 class CanonicalEnqueue(UniqueHolders):
@@ -155,7 +145,7 @@ class CanonicalEnqueue(UniqueHolders):
                         async with conn.transaction():
                             await cur.execute(sql)
                         # (not returning implies needs_general here: the count arrives as a row)
-                        return _outcome(batch, Rows(await cur.fetchall()), returning)
+                        return insert_outcome(batch, Rows(await cur.fetchall()), returning)
                     except pg_errors.UniqueViolation as exc:
                         if give_up(exc, attempt):
                             raise conflict_from(exc) from None

@@ -32,10 +32,10 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from awa import config, statements, telemetry
+from awa import config, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
 from awa.serialization import derive_kind, json_default
-from awa.statements import Query, Rows, Steps, run_async, run_sync
+from awa.statements import Query, Rows, Steps, query, run_async, run_sync, transaction
 from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
 from awa.unique import UniqueOpts, key_for
 
@@ -485,17 +485,22 @@ def insert_steps(sql: str, params: Any, *, has_unique: bool,
     guard = has_unique and in_transaction_now()
     for attempt in range(UNIQUE_RACE_RETRIES):
         try:
-            run = statements.in_transaction(_query(sql, params)) if guard else _query(sql, params)
-            return (yield from run)
+            one = query(sql, params)
+            return (yield from (transaction(one) if guard else one))
         except pg_errors.UniqueViolation as exc:
             if give_up(exc, attempt, in_transaction_now() and not guard):
                 raise conflict_from(exc) from None
     raise AssertionError("unreachable")
 
 
-def _query(sql: str, params: Any) -> Steps[Rows]:
-    rows: Rows = yield Query(sql, params)
-    return rows
+def insert_outcome(batch: EnqueueBatch, rows: Rows, returning: bool) -> InsertOutcome:
+    """What a batch insert wrote: its rows (``returning``), else its count -- the count row
+    a general statement ends with, or the rows a plain one touched (``rowcount``)."""
+    if returning:
+        return returned(batch, rows)
+    if batch.needs_general:
+        return counted(batch, int(rows[0]["inserted"]) if rows else 0)
+    return counted(batch, rows.rowcount)
 
 
 def conflict_from(exc: BaseException) -> UniqueConflict:

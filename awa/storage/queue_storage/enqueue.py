@@ -22,7 +22,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
-from awa.statements import Query, Steps, run_async, run_sync
+from awa.statements import Rows, Steps, query, run_async, run_sync
 from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
@@ -34,11 +34,10 @@ from awa.storage.common.enqueue import (
     UniqueHolders,
     conflict_from,
     copy_rows,
-    counted,
     give_up,
     in_transaction,
+    insert_outcome,
     insert_steps,
-    returned,
     unnest_params,
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
@@ -127,19 +126,6 @@ def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
     return {name: getattr(batch, name) for name in _PLAIN_COLUMNS}
 
 
-def _plain_outcome(batch: EnqueueBatch, rows: list[dict[str, Any]],
-                   returning: bool) -> InsertOutcome:
-    """Every row of a plain batch is written, in input order."""
-    return returned(batch, rows) if returning else counted(batch, len(rows))
-
-
-def _outcome_rows(batch: EnqueueBatch, rows: list[dict[str, Any]],
-                  returning: bool) -> InsertOutcome:
-    if returning:
-        return returned(batch, rows)
-    return counted(batch, int(rows[0]["inserted"]) if rows else 0)
-
-
 class QueueStorageEnqueue(InSchema, UniqueHolders):
     """The enqueue group on queue storage (``unique_holder`` is the common one: it reads
     the view)."""
@@ -161,12 +147,12 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
         if not len(batch):
             return InsertOutcome([], 0, 0)
         if not batch.needs_general:
-            rows = yield Query(self.sql(INSERT_PLAIN.call), _plain_params(batch))
-            return _plain_outcome(batch, rows, returning)
+            rows = yield from query(self.sql(INSERT_PLAIN.call), _plain_params(batch))
+            return insert_outcome(batch, rows, returning)
         rows = yield from insert_steps(
             self.sql(INSERT_RETURNING if returning else INSERT_COUNT), unnest_params(batch),
             has_unique=batch.has_unique, in_transaction_now=in_transaction_now)
-        return _outcome_rows(batch, rows, returning)
+        return insert_outcome(batch, rows, returning)
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                          returning: bool = True) -> InsertOutcome:
@@ -189,7 +175,7 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
                     try:
                         async with conn.transaction():
                             await cur.execute(self.sql(sql))
-                        return _outcome_rows(batch, await cur.fetchall(), returning)
+                        return insert_outcome(batch, Rows(await cur.fetchall()), returning)
                     except pg_errors.UniqueViolation as exc:
                         if give_up(exc, attempt):
                             raise conflict_from(exc) from None

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
-from awa.statements import Query, Steps, first_value, in_transaction, run_async, run_sync
+from awa.statements import Query, Steps, first_value, run_async, run_sync, transaction
 from awa.storage.queue_storage import procedures
 
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
@@ -116,7 +116,7 @@ def install_steps(schema: str | None = None) -> Steps[str]:
     if schema is not None:
         check_schema(schema)
     yield from migrations.migrate_steps()
-    return (yield from in_transaction(_install_locked(schema)))
+    return (yield from transaction(_install_locked(schema)))
 
 
 def _install_locked(schema: str | None) -> Steps[str]:
