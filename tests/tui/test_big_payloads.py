@@ -43,6 +43,7 @@ async def test_a_10mb_argument_job_renders_fast_and_the_console_stays_responsive
     warned = [r.getMessage() for r in caplog.records if r.name == "awa.producer"]
     assert len(warned) == 1 and "over 1.0 MiB" in warned[0] and "'blob'" in warned[0]
     gc.collect()
+    before_mb = rss_mb()
 
     async with running_console(database_url) as (app, pilot):
         started = time.monotonic()
@@ -62,7 +63,12 @@ async def test_a_10mb_argument_job_renders_fast_and_the_console_stays_responsive
         await press(app, pilot, "3")
         assert app.screen.TITLE == "Jobs" and str(job_id) in screen_text(app)
         assert time.monotonic() - started <= BOUND_S
-        assert rss_mb() < 200, rss_mb()
+        # What the console added while showing the job (alone: 81 MB before, 14 MB grown):
+        # the bound was 200 MB of the whole process, but a pytest worker's RSS also holds
+        # every test it ran before (one clean-clone run: 202 MB).  100 MB grown is the room
+        # that absolute bound left when the test runs alone.
+        grown = rss_mb() - before_mb
+        assert grown < 100, (before_mb, grown)
 
 
 async def test_oversized_metadata_and_errors_are_capped_too(database_url, db):
