@@ -2760,7 +2760,11 @@ def _cron_rows(ctx: Any, prefix: str) -> list[dict[str, Any]]:
 
 @scenario
 async def cron_synced_at_start(ctx: Any) -> Any:
-    """A fresh database: periodic schedules are stored by start(), with every column."""
+    """A fresh database: periodic schedules are stored once start() has run, with every column.
+
+    How many are there the moment start() returns is not compared: 0.6.9 syncs them beside
+    its start, so under load it can return with one of two stored (ours stores both before
+    it returns: tests/maintenance/test_cron.py)."""
     c = awa.AsyncClient(ctx.url)
 
     @c.task(CompatPing, queue=ctx.q)
@@ -2773,14 +2777,13 @@ async def cron_synced_at_start(ctx: Any) -> Any:
                missed_fire_policy="coalesce")
     await c.start([(ctx.q, 1)])
     try:
-        at_return = len(_cron_rows(ctx, "compat_cron_"))
         found: list[dict[str, Any]] = []
         for _ in range(50):
             found = _cron_rows(ctx, "compat_cron_")
             if len(found) == 2:
                 break
             await asyncio.sleep(0.1)
-        return {"rows": found, "at_return": at_return}
+        return {"rows": found}
     finally:
         await c.shutdown(500)
         await c.close()

@@ -46,6 +46,21 @@ def test_duplicate_name_and_wrong_args_type(client):
     assert [p.kind for p in client._periodic_jobs] == ["report"]
 
 
+async def test_start_stores_every_schedule_before_it_returns(client, db):
+    register(client, name="nightly")
+    register(client, name="hourly", expr="0 * * * *")
+
+    @client.task(Report, queue="reports")
+    async def handle(job):
+        return None
+    await client.start([("reports", 1)])
+    try:
+        names = [r["name"] for r in db.execute("SELECT name FROM awa.cron_jobs ORDER BY name")]
+        assert names == ["hourly", "nightly"]
+    finally:
+        await client.shutdown(500)
+
+
 async def test_sync_upserts_and_keeps_progress_and_pause(client, db):
     register(client, timezone="Europe/Berlin", tags=["t"], metadata={"m": 1})
     assert await client.sync_cron_jobs() == 1
