@@ -185,12 +185,11 @@ def test_the_queue_storage_layout_version_is_the_codes():
 
 def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
     """The callback statements (sent as SQL) are built from ``execution._END``; the installed
-    attempt-closing functions write the same CTEs out.  With each ``%(name)s`` placeholder
+    attempt-ending function writes the same CTEs out.  With each ``%(name)s`` placeholder
     as the function's parameter ``p_name``, ``_END`` is in each of them as written."""
     end = re.sub(r"%\((\w+)\)s", r"p_\1", execution._END).strip()
     defs = definitions(SOURCES["queue_storage"])
-    for name in ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter"):
-        assert end in defs[("function", f"awa.{name}")].sql, name
+    assert end in defs[("function", "awa.qs_end_attempts")].sql
 
 
 # Statements calling the open-receipt rule and the attempt step built on it, as the

@@ -48,7 +48,7 @@ from awa.storage.engine import (
 from awa.storage.queue_storage import reads
 from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import FINALIZE, finish
+from awa.storage.queue_storage.execution import END_ATTEMPTS, finish
 from awa.storage.queue_storage.schema import InSchema
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
@@ -342,7 +342,7 @@ class QueueStorageAdmin(InSchema, SharedAdmin):
             if state not in ("running", "waiting_external"):
                 return None
             attempt = AttemptWrite(job_id, current["run_lease"])
-            done = await finish(conn, self.schema, FINALIZE, [attempt], "cancelled",
+            done = await finish(conn, self.schema, END_ATTEMPTS, [attempt], "cancelled",
                                 "cancelled", from_states=("running", "waiting_external"))
             if not done:
                 return None
@@ -395,7 +395,7 @@ class QueueStorageAdmin(InSchema, SharedAdmin):
             rows = await self._rows(conn, DRAIN_QUEUE, {"queue": queue})
             waiting = [AttemptWrite(r["job_id"], r["run_lease"])
                        for r in await self._rows(conn, WAITING_IN_QUEUE, {"queue": queue})]
-            ended = await finish(conn, self.schema, FINALIZE, waiting, "cancelled",
+            ended = await finish(conn, self.schema, END_ATTEMPTS, waiting, "cancelled",
                                  "cancelled", from_states=("waiting_external",)) if waiting else []
             counts = {r["kind"]: int(r["drained"]) for r in rows}
             for r in await self._rows(conn, KINDS_OF, {"ids": ended}) if ended else []:

@@ -197,12 +197,10 @@ CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' TH
                          "ELSE e.progress END")
 
 # The hot path's installed functions (sql/execution.sql), as the engine calls them.
-FINALIZE = Procedure("qs_finalize")
+# Every ending of an attempt; ``to_state`` says which (None: dead-lettered).
+END_ATTEMPTS = Procedure("qs_end_attempts")
 # The common completion: nothing buffered, so only ids and leases are sent.
 FINALIZE_PLAIN = Procedure("qs_finalize_plain")
-RETRY = Procedure("qs_retry")
-SNOOZE = Procedure("qs_snooze")
-DEAD_LETTER = Procedure("qs_dead_letter")
 PARK = Procedure("qs_park")
 HEARTBEAT = Procedure("qs_heartbeat")
 FLUSH_PROGRESS = Procedure("qs_flush_progress")
@@ -318,34 +316,34 @@ class QueueStorageExecution(InSchema, RuntimeSnapshotWrites):
             return AppliedBatch()
         if _nothing_buffered(attempts):
             return AppliedBatch(await finish(conn, self.schema, FINALIZE_PLAIN, attempts,
-                                             "completed", "completed", fallback=FINALIZE))
-        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "completed",
+                                             "completed", "completed", fallback=END_ATTEMPTS))
+        return AppliedBatch(await finish(conn, self.schema, END_ATTEMPTS, attempts, "completed",
                                          "completed"))
 
     async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
-        return await self._move(conn, RETRY, attempts, "retry", "retryable")
+        return await self._move(conn, attempts, "retry", "retryable")
 
     async def snooze_batch(self, conn: psycopg.AsyncConnection[Any],
                            attempts: Sequence[AttemptWrite]) -> AppliedBatch:
-        return await self._move(conn, SNOOZE, attempts, "snooze", "scheduled")
+        return await self._move(conn, attempts, "snooze", "scheduled")
 
     async def dead_letter_batch(self, conn: psycopg.AsyncConnection[Any],
                                 attempts: Sequence[AttemptWrite]) -> AppliedBatch:
-        return await self._move(conn, DEAD_LETTER, attempts, "dead-letter", None)
+        return await self._move(conn, attempts, "dead-letter", None)
 
     async def cancel_batch(self, conn: psycopg.AsyncConnection[Any],
                            attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "cancelled",
+        return AppliedBatch(await finish(conn, self.schema, END_ATTEMPTS, attempts, "cancelled",
                                          "cancelled"))
 
     async def fail_batch(self, conn: psycopg.AsyncConnection[Any],
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
-        return AppliedBatch(await finish(conn, self.schema, FINALIZE, attempts, "failed",
+        return AppliedBatch(await finish(conn, self.schema, END_ATTEMPTS, attempts, "failed",
                                          "failed"))
 
     async def park_batch(self, conn: psycopg.AsyncConnection[Any],
@@ -366,7 +364,7 @@ class QueueStorageExecution(InSchema, RuntimeSnapshotWrites):
                                error=lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE,
                                                            a.attempt))
                   for a in attempts]
-        return await finish(conn, self.schema, FINALIZE, marked, "superseded", "cancelled")
+        return await finish(conn, self.schema, END_ATTEMPTS, marked, "superseded", "cancelled")
 
     async def heartbeat_batch(self, conn: psycopg.AsyncConnection[Any],
                               attempts: Sequence[AttemptWrite]) -> list[int]:
@@ -386,7 +384,7 @@ class QueueStorageExecution(InSchema, RuntimeSnapshotWrites):
         await cur.execute(self.sql(AVAILABLE_COUNTS), (list(queues),))
         return {queue: int(n) for queue, n in await cur.fetchall()}
 
-    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: Procedure,
+    async def _move(self, conn: psycopg.AsyncConnection[Any],
                     attempts: Sequence[AttemptWrite], what: str,
                     to_state: str | None) -> AppliedBatch:
         """Retry, snooze, dead-letter: one statement; on a unique collision the shared
@@ -396,13 +394,13 @@ class QueueStorageExecution(InSchema, RuntimeSnapshotWrites):
         outcome_name = to_state or "dead_lettered"
         if conn.autocommit:
             try:
-                return AppliedBatch(await finish(conn, self.schema, statement, attempts,
+                return AppliedBatch(await finish(conn, self.schema, END_ATTEMPTS, attempts,
                                                  outcome_name, to_state))
             except psycopg.errors.UniqueViolation:
                 pass
 
         async def batch(items: Sequence[AttemptWrite]) -> list[int]:
-            return await finish(conn, self.schema, statement, items, outcome_name, to_state)
+            return await finish(conn, self.schema, END_ATTEMPTS, items, outcome_name, to_state)
 
         async def supersede(item: AttemptWrite) -> list[int]:
             return await self.cancel_superseded(conn, [item])

@@ -36,13 +36,7 @@ from awa.storage.engine import (
 )
 from awa.storage.queue_storage import rings
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import (
-    DEAD_LETTER,
-    FINALIZE,
-    RETRY,
-    entry_of,
-    finish,
-)
+from awa.storage.queue_storage.execution import END_ATTEMPTS, entry_of, finish
 from awa.storage.queue_storage.schema import InSchema
 
 RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
@@ -308,11 +302,10 @@ class QueueStorageMaintenance(InSchema, SharedMaintenance):
                 action, write = plan(row)
                 by_action[action].append(write)
             done: list[RescuedAttempt] = []
-            for action, statement, to_state in (("retry", RETRY, "retryable"),
-                                                ("fail", FINALIZE, "failed"),
-                                                ("dlq", DEAD_LETTER, None)):
+            for action, to_state in (("retry", "retryable"), ("fail", "failed"),
+                                     ("dlq", None)):
                 if by_action[action]:
-                    ids = set(await finish(conn, self.schema, statement, by_action[action],
+                    ids = set(await finish(conn, self.schema, END_ATTEMPTS, by_action[action],
                                            f"rescued_{rescue.name}", to_state, from_states))
                     done += [_rescued(r, action, rescue.dlq_reason if action == "dlq" else None)
                              for r in rows if r["id"] in ids]
@@ -321,7 +314,7 @@ class QueueStorageMaintenance(InSchema, SharedMaintenance):
         async def cancel(row: dict[str, Any]) -> list[RescuedAttempt]:
             error = lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, row["attempt"],
                                           terminal=True, cause=rescue.error)
-            ids = await finish(conn, self.schema, FINALIZE,
+            ids = await finish(conn, self.schema, END_ATTEMPTS,
                                [AttemptWrite(row["id"], row["run_lease"], error=error)],
                                "superseded", "cancelled", from_states)
             return [_rescued(row, "cancel", None)] if ids else []

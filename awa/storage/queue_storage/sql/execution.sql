@@ -18,7 +18,13 @@
 --
 -- Tests: tests/storage/test_installed_sql.py checks that what is installed is this file.
 
--- End running attempts as completed / failed / cancelled (p_to_state) into done_entries.
+-- End running attempts, every way an attempt ends, as one statement: p_to_state completed,
+-- failed or cancelled into done_entries; retryable (finalized_at is when the attempt ended,
+-- as awa-pg 0.6.9) or scheduled (the attempt given back) into deferred_jobs, run_at =
+-- now() + delay; NULL: dead-lettered, as failed, into dlq_entries with the reason and the
+-- run lease.  Any other state is refused.  One function, so the ending is written once: the
+-- two destinations a call does not take are never reached (each is gated on p_to_state,
+-- which the generic plan tests once per call).
 --
 -- u: every buffered field of each write; att: each attempt joined to its receipt
 -- (awa.qs_attempt_receipt: one index probe per attempt, c_open by the open-receipt rule,
@@ -27,12 +33,22 @@
 -- of its receipts first (then one NULL id is returned: the engine runs the statement again
 -- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
 -- attempts, deleted; ended: each ended job's full row; dropped: its attempt state;
--- uq_take / uq_give: the unique claims as the job moves to p_to_state; fin: the terminal
--- row.  Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
-CREATE OR REPLACE FUNCTION awa.qs_finalize(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
+-- uq_take / uq_give: the unique claims as the job moves to p_to_state; done / deferred /
+-- dead: the job's row where p_to_state puts it.  Completion clears the progress (awa-pg
+-- 0.6.9); every other ending keeps it.
+-- Layouts before 7 had one function per destination.
+DROP FUNCTION IF EXISTS awa.qs_finalize(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
+    IF p_to_state IS NOT NULL
+       AND p_to_state NOT IN ('completed', 'failed', 'cancelled', 'retryable', 'scheduled') THEN
+        RAISE EXCEPTION 'awa.qs_end_attempts: an attempt cannot end as %', p_to_state;
+    END IF;
     RETURN QUERY WITH u AS MATERIALIZED (
     SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
                          p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
@@ -116,18 +132,32 @@ BEGIN
                                      WHERE k.unique_key IS NOT NULL))
 )
 
-, fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
+, done AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
 SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
   FROM ended e
+ WHERE p_to_state::awa.job_state IN ('completed', 'failed', 'cancelled')
 RETURNING id)
-SELECT * FROM fin UNION ALL SELECT id FROM contested;
+, deferred AS (INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress)
+SELECT e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, CASE WHEN p_to_state::awa.job_state = 'scheduled' THEN greatest(e.attempt - 1, 0) ELSE e.attempt END, e.max_attempts, now() + e.delay_s * interval '1 second', NULL, NULL, e.attempted_at, CASE WHEN p_to_state::awa.job_state = 'scheduled' THEN NULL ELSE now() END, e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, NULL, NULL, NULL, NULL, NULL, NULL, e.run_lease, e.progress
+  FROM ended e
+ WHERE p_to_state::awa.job_state IN ('retryable', 'scheduled')
+RETURNING id)
+, dead AS (INSERT INTO awa.dlq_entries (job_id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress,
+                             dlq_reason, dlq_at, original_run_lease)
+SELECT e.id AS job_id, e.kind, e.queue, e.args, 'failed'::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, e.progress,
+       e.reason, now(), e.run_lease
+  FROM ended e
+ WHERE p_to_state IS NULL
+RETURNING job_id)
+SELECT id FROM done UNION ALL SELECT id FROM deferred UNION ALL SELECT job_id FROM dead
+UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- The common completion: nothing buffered, so only ids and leases are sent.  When no
 -- attempt of the batch has a lease, attempt state or per-receipt closure, the short path
 -- reads only the receipt and the ready entry (a receipt closed already makes the closure
--- row contested, and the engine runs qs_finalize for those attempts); else the same
--- statement as qs_finalize, over ids and leases only.  Each emptiness test first asks
+-- row contested, and the engine runs qs_end_attempts for those attempts); else
+-- qs_end_attempts itself, over ids and leases only.  Each emptiness test first asks
 -- whether the table holds anything (one probe per partition) before probing every id.
 CREATE OR REPLACE FUNCTION awa.qs_finalize_plain(p_ids bigint[], p_leases bigint[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
@@ -196,384 +226,11 @@ SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_
 RETURNING id)
 SELECT * FROM fin UNION ALL SELECT id FROM contested;
 ELSE
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT u.id, u.lease, 0::float8 AS delay_s, NULL::jsonb AS error, NULL::jsonb AS progress,
-           NULL::jsonb AS meta, NULL::text AS reason
-      FROM unnest(p_ids::bigint[], p_leases::bigint[]) AS u(id, lease)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-)
-, closed AS (
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
-      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
-    ON CONFLICT DO NOTHING
-    RETURNING claim_slot
-), contested AS (
-    SELECT NULL::bigint AS id
-     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
-           > (SELECT count(*) FROM closed)
-)
-, leased AS (
-    -- Only long attempts materialize: with no lease (or attempt state) at all, as
-    -- with short jobs, the per-attempt probes are skipped.
-    DELETE FROM awa.leases l USING att
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
-       AND l.job_id = att.id AND l.run_lease = att.lease
-       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
-       AND l.state = ANY(p_from_states::awa.job_state[])
-    RETURNING l.*
-), ended AS MATERIALIZED (
-    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
-           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           -- a lease's own deadline (NULL once parked), else the receipt's
-           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
-           a.claimed_at AS attempted_at,
-           r.created_at,
-           CASE WHEN a.error IS NULL THEN r.errors
-                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
-           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
-               AS metadata,
-           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
-           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
-           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
-      FROM att a
-      -- An index probe per attempt, whatever the statistics say (a fresh ring
-      -- partition has none, and a hash join would read the whole partition).
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
-      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN LATERAL (
-           SELECT * FROM awa.attempt_state st
-            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
-     WHERE l.job_id IS NOT NULL
-        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
-), dropped AS (
-    DELETE FROM awa.attempt_state s USING ended e
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-       AND s.job_id = e.id AND s.run_lease = e.run_lease
-       AND s.job_id = ANY(p_ids::bigint[])
-)
-, uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-
-, fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
-SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
-  FROM ended e
-RETURNING id)
-SELECT * FROM fin UNION ALL SELECT id FROM contested;
+    -- Unbuffered writes: no delay, error, progress, metadata or reason (unnest pads the
+    -- empty arrays with NULLs).
+    RETURN QUERY SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, '{}', '{}', '{}', '{}', '{}',
+                                                   p_outcome, p_from_states, p_to_state);
 END IF;
-END $fn$;
-
--- End running attempts as retryable into deferred_jobs (run_at = now() + delay);
--- finalized_at is when the attempt ended (as awa-pg 0.6.9).  Same ending as qs_finalize.
-CREATE OR REPLACE FUNCTION awa.qs_retry(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-)
-, closed AS (
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
-      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
-    ON CONFLICT DO NOTHING
-    RETURNING claim_slot
-), contested AS (
-    SELECT NULL::bigint AS id
-     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
-           > (SELECT count(*) FROM closed)
-)
-, leased AS (
-    -- Only long attempts materialize: with no lease (or attempt state) at all, as
-    -- with short jobs, the per-attempt probes are skipped.
-    DELETE FROM awa.leases l USING att
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
-       AND l.job_id = att.id AND l.run_lease = att.lease
-       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
-       AND l.state = ANY(p_from_states::awa.job_state[])
-    RETURNING l.*
-), ended AS MATERIALIZED (
-    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
-           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           -- a lease's own deadline (NULL once parked), else the receipt's
-           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
-           a.claimed_at AS attempted_at,
-           r.created_at,
-           CASE WHEN a.error IS NULL THEN r.errors
-                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
-           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
-               AS metadata,
-           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
-           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
-           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
-      FROM att a
-      -- An index probe per attempt, whatever the statistics say (a fresh ring
-      -- partition has none, and a hash join would read the whole partition).
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
-      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN LATERAL (
-           SELECT * FROM awa.attempt_state st
-            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
-     WHERE l.job_id IS NOT NULL
-        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
-), dropped AS (
-    DELETE FROM awa.attempt_state s USING ended e
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-       AND s.job_id = e.id AND s.run_lease = e.run_lease
-       AND s.job_id = ANY(p_ids::bigint[])
-)
-, uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-
-, fin AS (INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress)
-SELECT e.id AS id, e.kind, e.queue, e.args, 'retryable'::awa.job_state, e.priority, e.attempt, e.max_attempts, now() + e.delay_s * interval '1 second', NULL, NULL, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, NULL, NULL, NULL, NULL, NULL, NULL, e.run_lease, e.progress
-  FROM ended e
-RETURNING id)
-SELECT * FROM fin UNION ALL SELECT id FROM contested;
-END $fn$;
-
--- End running attempts as scheduled into deferred_jobs (run_at = now() + delay), the
--- attempt given back.  Same ending as qs_finalize.
-CREATE OR REPLACE FUNCTION awa.qs_snooze(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-)
-, closed AS (
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
-      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
-    ON CONFLICT DO NOTHING
-    RETURNING claim_slot
-), contested AS (
-    SELECT NULL::bigint AS id
-     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
-           > (SELECT count(*) FROM closed)
-)
-, leased AS (
-    -- Only long attempts materialize: with no lease (or attempt state) at all, as
-    -- with short jobs, the per-attempt probes are skipped.
-    DELETE FROM awa.leases l USING att
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
-       AND l.job_id = att.id AND l.run_lease = att.lease
-       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
-       AND l.state = ANY(p_from_states::awa.job_state[])
-    RETURNING l.*
-), ended AS MATERIALIZED (
-    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
-           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           -- a lease's own deadline (NULL once parked), else the receipt's
-           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
-           a.claimed_at AS attempted_at,
-           r.created_at,
-           CASE WHEN a.error IS NULL THEN r.errors
-                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
-           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
-               AS metadata,
-           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
-           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
-           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
-      FROM att a
-      -- An index probe per attempt, whatever the statistics say (a fresh ring
-      -- partition has none, and a hash join would read the whole partition).
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
-      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN LATERAL (
-           SELECT * FROM awa.attempt_state st
-            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
-     WHERE l.job_id IS NOT NULL
-        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
-), dropped AS (
-    DELETE FROM awa.attempt_state s USING ended e
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-       AND s.job_id = e.id AND s.run_lease = e.run_lease
-       AND s.job_id = ANY(p_ids::bigint[])
-)
-, uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-
-, fin AS (INSERT INTO awa.deferred_jobs (id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress)
-SELECT e.id AS id, e.kind, e.queue, e.args, 'scheduled'::awa.job_state, e.priority, greatest(e.attempt - 1, 0), e.max_attempts, now() + e.delay_s * interval '1 second', NULL, NULL, e.attempted_at, NULL, e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, NULL, NULL, NULL, NULL, NULL, NULL, e.run_lease, e.progress
-  FROM ended e
-RETURNING id)
-SELECT * FROM fin UNION ALL SELECT id FROM contested;
-END $fn$;
-
--- End running attempts as failed into awa.dlq_entries, with the reason and the run lease.
--- Same ending as qs_finalize.
-CREATE OR REPLACE FUNCTION awa.qs_dead_letter(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-)
-, closed AS (
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), p_outcome::text
-      FROM opened o GROUP BY o.claim_slot ORDER BY o.claim_slot
-    ON CONFLICT DO NOTHING
-    RETURNING claim_slot
-), contested AS (
-    SELECT NULL::bigint AS id
-     WHERE (SELECT count(DISTINCT o.claim_slot) FROM opened o)
-           > (SELECT count(*) FROM closed)
-)
-, leased AS (
-    -- Only long attempts materialize: with no lease (or attempt state) at all, as
-    -- with short jobs, the per-attempt probes are skipped.
-    DELETE FROM awa.leases l USING att
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
-       AND l.job_id = att.id AND l.run_lease = att.lease
-       AND l.job_id = ANY(p_ids::bigint[])  -- an index scan however many leases run
-       AND l.state = ANY(p_from_states::awa.job_state[])
-    RETURNING l.*
-), ended AS MATERIALIZED (
-    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
-           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           -- a lease's own deadline (NULL once parked), else the receipt's
-           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
-           a.claimed_at AS attempted_at,
-           r.created_at,
-           CASE WHEN a.error IS NULL THEN r.errors
-                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
-           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
-               AS metadata,
-           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
-           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
-           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
-      FROM att a
-      -- An index probe per attempt, whatever the statistics say (a fresh ring
-      -- partition has none, and a hash join would read the whole partition).
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE r.job_id = a.id AND r.ready_slot = a.ready_slot AND r.ready_id = a.ready_id LIMIT 1) r
-      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN LATERAL (
-           SELECT * FROM awa.attempt_state st
-            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
-     WHERE l.job_id IS NOT NULL
-        OR (a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))
-), dropped AS (
-    DELETE FROM awa.attempt_state s USING ended e
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-       AND s.job_id = e.id AND s.run_lease = e.run_lease
-       AND s.job_id = ANY(p_ids::bigint[])
-)
-, uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, p_to_state::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-
-, fin AS (INSERT INTO awa.dlq_entries (job_id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress,
-                             dlq_reason, dlq_at, original_run_lease)
-SELECT e.id AS job_id, e.kind, e.queue, e.args, 'failed'::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, e.progress,
-       e.reason, now(), e.run_lease
-  FROM ended e
-RETURNING job_id)
-SELECT * FROM fin UNION ALL SELECT id FROM contested;
 END $fn$;
 
 -- Park materialized running attempts waiting for their callback (waiting_external, the
