@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
 from awa.storage.common.enqueue import InsertOptions, build_batch
 from awa.storage.engine import AttemptWrite
 from awa.storage.queue_storage import QueueStorageEngine, install_queue_storage
@@ -194,6 +195,41 @@ async def test_a_layout_older_than_the_code_is_refused_until_migrated(engine_url
         job = await client.insert({"n": 1}, kind="k", queue="q")
         assert job.state.value == "available"
     assert not (await describe_layout(aconn)).behind
+
+
+_PER_DESTINATION = ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter")
+_ENDING_ARGS = ("bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, "
+                "awa.job_state[], awa.job_state")
+
+
+@QS
+async def test_migrating_a_layout_6_database_drops_the_per_destination_functions(
+        engine_url, aconn):
+    """Layout 7 ends every attempt through awa.qs_end_attempts; a layout-6 database's four
+    functions, one per destination, are dropped by `awa migrate`, not left to be called."""
+    import awa
+
+    await aconn.execute("CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int "
+                        "LANGUAGE sql IMMUTABLE AS $$ SELECT 6 $$")
+    for name in _PER_DESTINATION:
+        await aconn.execute(f"CREATE FUNCTION awa.{name}({_ENDING_ARGS}) RETURNS SETOF bigint "
+                            f"LANGUAGE sql AS $$ SELECT 1::bigint $$")
+    async with awa.AsyncClient(engine_url) as client:
+        await client.migrate()
+    found = await (await aconn.execute(
+        "SELECT proname::text AS name FROM pg_proc WHERE pronamespace = 'awa'::regnamespace "
+        "AND proname = ANY(%s)", (list(_PER_DESTINATION) + ["qs_end_attempts"],))).fetchall()
+    assert [row["name"] for row in found] == ["qs_end_attempts"]
+    version = await (await aconn.execute("SELECT awa.qs_layout_version() AS v")).fetchone()
+    assert version == {"v": QUEUE_STORAGE_LAYOUT_VERSION} and QUEUE_STORAGE_LAYOUT_VERSION >= 7
+
+
+@QS
+async def test_an_attempt_cannot_end_in_a_state_that_is_not_an_ending(engine_url, aconn):
+    with pytest.raises(psycopg.errors.RaiseException,
+                       match="an attempt cannot end as running"):
+        await aconn.execute("SELECT * FROM awa.qs_end_attempts('{}', '{}', '{}', '{}', "
+                            "'{}', '{}', '{}', 'x', '{running}', 'running')")
 
 
 @QS
