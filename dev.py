@@ -26,9 +26,12 @@ STAMP = VENV / ".dev-stamp"
 # What `dev.py lint` checks when given no paths: the whole tree.
 LINT_PATHS = ["dev.py", "awa", "awa_ops", "awa_tui", "tests", "benchmarks"]
 
-# The suite mostly waits (on PostgreSQL, subprocesses, short intervals): on 2 cores, 4 workers
-# take it from 24 to under 10 minutes.  Every test owns its database; tests that share a costly
-# fixture are kept on one worker by `xdist_group` marks, hence ``--dist loadgroup``.
+# The suite waits as much as it computes (on PostgreSQL, subprocesses, short intervals): with 4
+# workers on 2 cores its processes use about 77 % of the CPU.  More workers are bounded by the
+# server's 100 connections, not the cores: 6 took 11:55 once (13:06 with 4), then a clean-clone
+# run at 6 ran out of connections (`too many clients already`, 3 tests); 8 ran out and was
+# slower.  Every test owns its database; tests that share a costly fixture, or must not run
+# beside each other, are kept on one worker by `xdist_group` marks, hence ``--dist loadgroup``.
 TEST_WORKERS = 4
 
 
