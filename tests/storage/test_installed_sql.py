@@ -186,7 +186,7 @@ def test_the_queue_storage_layout_version_is_the_codes():
 def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
     """The callback statements (sent as SQL) are built from ``execution._END``; the installed
     attempt-ending function writes the same CTEs out.  With each ``%(name)s`` placeholder
-    as the function's parameter ``p_name``, ``_END`` is in each of them as written."""
+    as the function's parameter ``p_name``, ``_END`` is in it as written."""
     end = re.sub(r"%\((\w+)\)s", r"p_\1", execution._END).strip()
     defs = definitions(SOURCES["queue_storage"])
     assert end in defs[("function", "awa.qs_end_attempts")].sql

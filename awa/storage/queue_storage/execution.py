@@ -96,8 +96,8 @@ SELECT * FROM fin UNION ALL SELECT id FROM contested"""
 
 
 # What follows builds the callback statements (``callbacks.py``), which are sent as SQL.
-# The installed functions (sql/execution.sql) write the same CTEs out as text; the test
-# of the installed SQL checks that ``_END`` appears there as written here.
+# The installed ``awa.qs_end_attempts`` (sql/execution.sql) writes the same CTEs out as text;
+# the test of the installed SQL checks that ``_END`` appears there as written here.
 #
 # The attempts a batch names (``u``: every buffered field of each write), joined to
 # their receipts.

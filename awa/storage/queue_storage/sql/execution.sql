@@ -18,6 +18,12 @@
 --
 -- Tests: tests/storage/test_installed_sql.py checks that what is installed is this file.
 
+-- Layouts before 7 had one function per destination.
+DROP FUNCTION IF EXISTS awa.qs_finalize(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+
 -- End running attempts, every way an attempt ends, as one statement: p_to_state completed,
 -- failed or cancelled into done_entries; retryable (finalized_at is when the attempt ended,
 -- as awa-pg 0.6.9) or scheduled (the attempt given back) into deferred_jobs, run_at =
@@ -36,11 +42,6 @@
 -- uq_take / uq_give: the unique claims as the job moves to p_to_state; done / deferred /
 -- dead: the job's row where p_to_state puts it.  Completion clears the progress (awa-pg
 -- 0.6.9); every other ending keeps it.
--- Layouts before 7 had one function per destination.
-DROP FUNCTION IF EXISTS awa.qs_finalize(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
 CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
