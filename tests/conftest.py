@@ -21,6 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 from awa import config, storage
 from support.databases import _admin_url, create_database, drop_database
+from support.server_connections import DEFAULT_RESERVATION, ConnectionBudget, server_budget
 
 TEST_ENGINE = os.environ.get("AWA_TEST_ENGINE") or config.DEFAULT_STORAGE_ENGINE
 
@@ -29,11 +30,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "engine(name): the test arranges this storage engine's tables directly, "
                    "so its database is laid out for that engine whatever the default")
+    config.addinivalue_line(
+        "markers", "connections(n): the most connections the test holds on the shared test "
+                   "server at once, when more than the default reservation "
+                   "(tests/support/server_connections.py)")
 
 
 @pytest.fixture(scope="session")
 def admin_url() -> str:
     return _admin_url()
+
+
+@pytest.fixture(scope="session")
+def connection_budget(admin_url: str, tmp_path_factory: pytest.TempPathFactory
+                      ) -> ConnectionBudget:
+    """The shared server's connections, one budget for every xdist worker of the run (their
+    base temporary directories share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return server_budget(admin_url, run_dir / "server-connections")
+
+
+@pytest.fixture(autouse=True)
+def _reserved_connections(request: pytest.FixtureRequest,
+                          connection_budget: ConnectionBudget) -> Iterator[None]:
+    """Wait for room on the server for this test's connections before its fixtures run."""
+    marker = request.node.get_closest_marker("connections")
+    with connection_budget.reserve(int(marker.args[0]) if marker else DEFAULT_RESERVATION):
+        yield
 
 
 class _Templates:

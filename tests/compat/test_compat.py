@@ -27,6 +27,7 @@ from awa import config, storage
 from compat import scenarios
 from support.awa_pg import awa_pg_python
 from support.rust_awa import as_url
+from support.server_connections import ConnectionBudget
 
 HERE = Path(__file__).parent
 RUNNER = HERE / "runner.py"
@@ -63,7 +64,7 @@ def _run_side(python: str, url: str) -> tuple[dict[str, Any], dict[str, list[Any
 
 
 @pytest.fixture(scope="session")
-def compat_results(admin_url: str) -> Any:
+def compat_results(admin_url: str, connection_budget: ConnectionBudget) -> Any:
     reference = str(awa_pg_python())
     names = [f"awa_compat_{os.getpid()}_ref", f"awa_compat_{os.getpid()}_ours"]
     for n in names:
@@ -73,10 +74,12 @@ def compat_results(admin_url: str) -> Any:
     with psycopg.connect(urls[1], autocommit=True) as conn:
         storage.migrate_sync(conn, ENGINE)
     try:
-        with ThreadPoolExecutor(2) as pool:
+        # Both sides' runners at once: 21 connections at the most (measured), 26 reserved.
+        with connection_budget.reserve(26), ThreadPoolExecutor(2) as pool:
             ref = pool.submit(_run_side, reference, urls[0])
             ours = pool.submit(_run_side, sys.executable, urls[1])
-            yield ref.result(), ours.result()
+            results = ref.result(), ours.result()
+        yield results
     finally:
         # The unmigrated_database scenario's own database too: the reference client can
         # still hold a connection to it when that scenario drops it.

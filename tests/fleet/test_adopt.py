@@ -137,6 +137,7 @@ async def drain_with_our_worker(url: str, runnable: set[int]) -> Counter[int]:
 @pytest.mark.parametrize(("layout", "target"), [
     ("queue_storage", "queue_storage"), ("canonical", "queue_storage"),
     ("queue_storage", "canonical"), ("canonical", "canonical")])
+@pytest.mark.connections(19)
 def test_adopt_a_real_069_database(layout: str, target: str, empty_database_url: str,
                                    tmp_path: Path) -> None:
     """``layout``: the Rust core's engine; ``target``: ours (``awa adopt --engine``)."""

@@ -116,6 +116,7 @@ def compact_completions(url: str) -> tuple[int, int]:
     return int(row["kept"]), int(row["folded"])
 
 
+@pytest.mark.connections(33)
 def test_compact_claims_and_completions_are_read(fleet_db: str, tmp_path: Path) -> None:  # noqa: F811
     url, rust_url = fleet_db, as_url(fleet_db)
     python = rust_awa_python()

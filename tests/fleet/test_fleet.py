@@ -201,6 +201,7 @@ def fleet_db(empty_database_url: str) -> str:
     return empty_database_url
 
 
+@pytest.mark.connections(30)
 def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) -> None:
     url, rust_url = fleet_db, as_url(fleet_db)
     python = rust_awa_python()

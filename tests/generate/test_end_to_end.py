@@ -147,6 +147,7 @@ def register_handlers(client: awa.AsyncClient) -> None:
         return awa.WaitForCallback(token)
 
 
+@pytest.mark.connections(20)
 @pytest.mark.timeout(120)
 async def test_prometheus_evaluates_every_dashboard_query_and_the_horizon_alert(
         client, database_url, db, tmp_path, test_engine):

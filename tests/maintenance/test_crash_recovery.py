@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import awa
 from awa.storage.queue_storage.maintenance import RECEIPT_STALE_ERROR
 from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 HEARTBEAT_STALE_ERROR = "heartbeat stale: worker presumed dead"
 # A killed attempt that never heartbeated is, on queue storage, a receipt nobody closed.
@@ -20,6 +23,7 @@ def done_lines(workers, job_id: int) -> list[list[str]]:
             if line[0] == "done" and int(line[2]) == job_id]
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_sigkilled_worker_job_is_rescued_and_completed_exactly_once(database_url, db, log_dir,
                                                                    test_engine):
     first = start_worker(database_url, "default:2", log_dir=log_dir, settings=QUEUE_SETTINGS)
@@ -40,6 +44,7 @@ def test_sigkilled_worker_job_is_rescued_and_completed_exactly_once(database_url
         second.terminate()
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_handler_hanging_past_its_deadline_is_rescued_and_its_slot_freed(
         database_url, db, log_dir):
     settings = {**QUEUE_SETTINGS, "deadline_drop_grace_ms": 1000,
@@ -69,6 +74,7 @@ def test_handler_hanging_past_its_deadline_is_rescued_and_its_slot_freed(
         worker.terminate()
 
 
+@pytest.mark.connections(with_worker_processes(2))
 def test_poison_job_ends_in_dlq_and_jobs_sharing_its_process_finish(database_url, db, log_dir,
                                                                    test_engine):
     """A job that kills its worker on every attempt: a supervisor restarts the worker

@@ -7,10 +7,13 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+import pytest
+
 import awa
 from awa import config
 from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 ELECTION_MS = 300
 SETTINGS = {"leader_election_interval_ms": ELECTION_MS, "snapshot_interval_ms": 100,
@@ -38,6 +41,7 @@ def leader_of(db, workers):
     return leaders[0] if len(leaders) == 1 and len(ids) == 1 else None
 
 
+@pytest.mark.connections(with_worker_processes(3))
 def test_sigkilled_leader_is_replaced_within_the_election_interval(database_url, db):
     workers = [start_worker(database_url, "default:2", settings=SETTINGS) for _ in range(3)]
     try:
@@ -76,6 +80,7 @@ class Tick:
     n: int
 
 
+@pytest.mark.connections(with_worker_processes(3))
 def test_cron_fires_every_slot_exactly_once_across_leader_kills(database_url, db):
     with awa.Client(database_url) as client:
         client.periodic("every_second", "* * * * * *", Tick, Tick(n=1), queue="cronq",

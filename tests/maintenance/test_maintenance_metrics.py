@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from awa import metrics
 from awa.metrics import by_name, prometheus_label, prometheus_name
 from metrics.conftest import scrape, value
 from runtime.conftest import wait_until
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 from .conftest import insert_job
 
@@ -30,6 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.connections(with_worker_processes(2))
 def test_leader_publishes_queue_health_and_counts_its_work(database_url, db):
     for _ in range(3):
         insert_job(db, state="available", queue="idle", attempt=0, run_at_offset_s=-5)

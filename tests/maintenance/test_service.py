@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import pytest
+
 import awa
 from awa import config
 
@@ -33,6 +35,7 @@ def make_client(database_url: str) -> awa.AsyncClient:
     return client
 
 
+@pytest.mark.connections(17)
 async def test_runtime_start_stores_declarations_and_one_runtime_leads(database_url, db):
     first, second = make_client(database_url), make_client(database_url)
     try:
@@ -79,6 +82,7 @@ async def test_runtime_start_stores_declarations_and_one_runtime_leads(database_
     assert holders == []
 
 
+@pytest.mark.connections(16)
 async def test_leader_whose_lock_connection_dies_steps_down_and_leadership_moves(
         database_url, db):
     first, second = make_client(database_url), make_client(database_url)

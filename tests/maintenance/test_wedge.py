@@ -9,6 +9,7 @@ import pytest
 import awa
 from runtime.conftest import job_row, wait_until
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 from .conftest import WEDGE_QUERY
 
@@ -16,6 +17,7 @@ MASK_WITHOUT_RUNNING = {"states": ["scheduled", "available", "retryable"]}
 SETTINGS = {"heartbeat_staleness_ms": 600}
 
 
+@pytest.mark.connections(with_worker_processes(1))
 @pytest.mark.engine("canonical")  # the guide's wedge query reads awa.jobs_hot
 def test_rescue_cancels_the_superseded_attempt_and_keeps_rescuing(database_url, db, log_dir):
     first = start_worker(database_url, "uq:4", log_dir=log_dir, settings=SETTINGS)

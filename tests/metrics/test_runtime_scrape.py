@@ -8,6 +8,7 @@ import time
 import uuid
 
 import psycopg
+import pytest
 
 import awa
 import awa.bridge
@@ -52,6 +53,7 @@ async def _scrape_until(url: str, check, timeout: float = 10.0):
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.connections(16)
 async def test_mixed_workload_metrics_match_the_database(client, db, database_url):
     queue, dlq_queue = _queue("mx"), _queue("mxdlq")
     release = asyncio.Event()

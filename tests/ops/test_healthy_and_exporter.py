@@ -8,13 +8,16 @@ import sys
 import time
 
 import httpx
+import pytest
 
 import awa
 from awa import metrics
 from ops.ops_helpers import summaries
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_healthy_busy_queue_every_check_is_ok(ops, database_url, db):
     worker = start_worker(database_url, "default:8,email:4")
     try:

@@ -11,11 +11,14 @@ import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 import awa
 from awa_ops.diagnose import CHECKS
 from awa_ops.exporter import DatabaseCollector
 from support.arrange import insert_job
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 
 def add_runtime(db, *, host: str, age_s: float, leader: bool = False,
@@ -38,6 +41,7 @@ def diagnose_all(database_url: str, tmp_path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=env)
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_diagnose_all_is_short_and_dead_runtimes_read_dead(database_url, db, tmp_path):
     worker = start_worker(database_url, "default:4")
     try:
@@ -84,6 +88,7 @@ async def test_exporter_has_no_negative_ages_nor_empty_labels(database_url, db):
     json.dumps([s.labels for s in samples])
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_runtimes_publish_their_heartbeat_timing_and_checks_use_it(database_url, tmp_path):
     from awa_ops.diagnose import Options, resolve_timing
     from awa_ops.session import OpsSession

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 TOTAL = 100_000
 # Steps back to back (pace 0): the kill and the resume are under test here, not the rest
@@ -41,6 +42,7 @@ async def wait_op(client, op_id, predicate, timeout: float, what: str) -> dict:
 @pytest.mark.parametrize("engine_name", [
     pytest.param("queue_storage", marks=pytest.mark.engine("queue_storage"), id="queue_storage"),
     pytest.param("canonical", marks=pytest.mark.engine("canonical"), id="canonical")])
+@pytest.mark.connections(with_worker_processes(1, besides=8))
 async def test_sigkilled_move_queue_resumes_and_moves_every_job_once(client, db,
                                                                       database_url,
                                                                       tmp_path, engine_name):

@@ -10,15 +10,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 import awa
 from support.polling import eventually
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 from .conftest import job_row, wait_until
 
 AWA_CLI = Path(sys.executable).with_name("awa")
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_cli_cancel_is_seen_within_a_second_and_the_late_finish_is_ignored(
         database_url, db, log_dir):
     worker = start_worker(database_url, "default:2", log_dir=log_dir)
@@ -74,6 +78,7 @@ async def test_admin_cancel_flips_the_flag_quickly(client, db):
     assert job_row(db, job.id)["state"] == "cancelled"
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_blocking_sync_handler_does_not_delay_other_heartbeats(database_url, db, log_dir):
     worker = start_worker(database_url, "default:4", log_dir=log_dir,
                           settings={"run_maintenance": False})

@@ -5,12 +5,16 @@ from __future__ import annotations
 import collections
 import time
 
+import pytest
+
 import awa
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 
 from .conftest import job_row, wait_until
 
 
+@pytest.mark.connections(with_worker_processes(1))
 def test_sigkill_mid_job_leaves_it_running_with_a_stalled_heartbeat(database_url, db, log_dir):
     worker = start_worker(database_url, "default:2", log_dir=log_dir,
                           settings={"run_maintenance": False})  # no rescue in this test
@@ -34,6 +38,7 @@ def test_sigkill_mid_job_leaves_it_running_with_a_stalled_heartbeat(database_url
     assert after["progress"]["percent"] > 0
 
 
+@pytest.mark.connections(with_worker_processes(4))
 def test_ten_thousand_jobs_across_four_processes_each_run_once(database_url, db, log_dir):
     total = 10_000
     workers = [start_worker(database_url, "default:32", log_dir=log_dir,

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.connections(33)
 def test_demo_runs_for_a_while_and_stops(database_url, db):
     out = subprocess.run([sys.executable, "-m", "awa.demo", "--duration", "6", "--workers", "2",
                           "--no-tui", "--database-url", database_url],
@@ -21,6 +24,7 @@ def test_demo_runs_for_a_while_and_stops(database_url, db):
     assert alive == 0
 
 
+@pytest.mark.connections(20)
 def test_demo_piped_prints_its_stats_while_it_runs(database_url):
     """Piped (no terminal to redraw a live table in), the demo prints a whole stats table
     every few seconds while it runs, not nothing until it stops."""

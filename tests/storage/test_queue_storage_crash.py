@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from awa.storage.queue_storage.maintenance import RECEIPT_STALE_ERROR
+from support.server_connections import with_worker_processes
 
 pytestmark = pytest.mark.parametrize("engine_name", ["queue_storage"])
 
@@ -77,6 +78,7 @@ async def job_row(aconn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str,
 @pytest.mark.parametrize("heartbeat_ms, error", [
     (600_000, RECEIPT_STALE_ERROR), (100, "heartbeat stale: worker presumed dead")],
     ids=["receipt", "lease"])
+@pytest.mark.connections(with_worker_processes(1))
 @pytest.mark.timeout(90)
 async def test_sigkilled_worker_job_is_rescued_and_completed_once(
         engine, engine_url, aconn, heartbeat_ms, error):
@@ -132,6 +134,7 @@ asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))
 CHURN_JOBS = 10_000
 
 
+@pytest.mark.connections(with_worker_processes(4, besides=12))
 @pytest.mark.timeout(300)
 async def test_ten_thousand_jobs_across_four_processes_with_kills_complete_exactly_once(
         engine, engine_url, aconn):

@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from awa import demo
 from tui.conftest import press, running_console, screen_text, seed_system
 from tui.test_terminal import Terminal, tmux  # noqa: F401  (the fixture)
 
 
+@pytest.mark.connections(18)
 def test_demo_duration_ends_the_tui_and_says_what_is_left(tmux, database_url, db, tmp_path):  # noqa: F811
     script = tmp_path / "run.sh"
     script.write_text(f"{sys.executable} -m awa.demo --duration 8 --workers 1 "
@@ -33,6 +35,7 @@ def test_demo_duration_ends_the_tui_and_says_what_is_left(tmux, database_url, db
         term.close()
 
 
+@pytest.mark.connections(29)
 def test_demo_serves_metrics_and_writes_prometheus_yml(database_url, db):
     proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--duration", "20", "--workers",
                              "2", "--no-tui", "--database-url", database_url],

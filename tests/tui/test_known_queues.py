@@ -17,6 +17,7 @@ from awa.storage import open_engine
 from awa.storage.engine import AttemptWrite
 from awa_ops.exporter import DatabaseCollector
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 from tui.conftest import NARROW, running_console, screen_text
 from tui.test_live_workers import eventually
 
@@ -35,6 +36,7 @@ def completed(database_url: str) -> int:
         return sum(s.completed_last_hour for s in client.queue_stats() if s.queue == "email")
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_a_drained_queue_and_an_idle_served_one_are_listed_everywhere(database_url,
                                                                                log_dir):
     worker = start_worker(database_url, "email:4,idle:1", log_dir=log_dir)
@@ -77,6 +79,7 @@ async def test_a_drained_queue_and_an_idle_served_one_are_listed_everywhere(data
     assert rate["email"] > 0 and rate["idle"] == 0
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_a_drained_queue_stays_listed_after_its_runtimes_row_is_gone(database_url, db,
                                                                           log_dir):
     """Retention dropped the registry row of the worker that drained the queue (or it never

@@ -9,8 +9,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 import awa
 from support.processes import start_worker
+from support.server_connections import with_worker_processes
 from tui.conftest import add_dlq, press, running_console, screen_text
 
 STALE_AFTER_S = 1.0  # the workers' heartbeat_staleness_ms (support.processes.SHORT_INTERVALS)
@@ -41,6 +44,7 @@ def running_row(app, job_id: int) -> dict[str, str] | None:
     return None
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_leader_is_marked_and_a_sigkilled_workers_job_goes_stale(database_url, log_dir):
     worker = start_worker(database_url, "default:2", log_dir=log_dir)
     try:
@@ -76,6 +80,7 @@ async def test_leader_is_marked_and_a_sigkilled_workers_job_goes_stale(database_
         worker.kill()
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_cancel_reaches_the_running_handler(database_url, db, log_dir):
     worker = start_worker(database_url, "default:2", log_dir=log_dir)
     try:
@@ -98,6 +103,7 @@ async def test_cancel_reaches_the_running_handler(database_url, db, log_dir):
         worker.kill()
 
 
+@pytest.mark.connections(with_worker_processes(1))
 async def test_dlq_retry_is_run_by_a_live_worker(database_url, db, log_dir):
     # dlq_at now, or the worker's retention would clean it up before we look.
     add_dlq(db, 777, kind="fast", queue="default", reason="terminal_error",
@@ -122,6 +128,7 @@ async def test_dlq_retry_is_run_by_a_live_worker(database_url, db, log_dir):
         worker.kill()
 
 
+@pytest.mark.connections(with_worker_processes(2))
 async def test_a_sigkilled_workers_attempt_is_named_with_its_dead_runtime(database_url, log_dir,
                                                                           tmp_path):
     """Who runs what: the attempt names the runtime that claimed it (recorded at claim),
