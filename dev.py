@@ -26,12 +26,13 @@ STAMP = VENV / ".dev-stamp"
 # What `dev.py lint` checks when given no paths: the whole tree.
 LINT_PATHS = ["dev.py", "awa", "awa_ops", "awa_tui", "tests", "benchmarks"]
 
-# The suite waits as much as it computes (on PostgreSQL, subprocesses, short intervals): with 4
-# workers on 2 cores its processes use about 77 % of the CPU.  More workers are bounded by the
-# server's 100 connections, not the cores: 6 took 11:55 once (13:06 with 4), then a clean-clone
-# run at 6 ran out of connections (`too many clients already`, 3 tests); 8 ran out and was
-# slower.  Every test owns its database; tests that share a costly fixture, or must not run
-# beside each other, are kept on one worker by `xdist_group` marks, hence ``--dist loadgroup``.
+# The suite is bound by the 2 cores now, not by waiting: its processes and the server's
+# backends use about 1,200 s of CPU, 10 minutes of both cores.  With 4 workers a run took
+# 12:59; with 6 (the server's connections shared out by tests/support/server_connections.py)
+# 12:33 and 12:41, at a load of 8-10 that makes the timing-sensitive tests likelier to
+# flake, so 4 stay.  Every test owns its database; tests that share a costly fixture, or
+# must not run beside each other, are kept on one worker by `xdist_group` marks, hence
+# ``--dist loadgroup``.
 TEST_WORKERS = 4
 
 

@@ -60,6 +60,25 @@ def test_a_reservation_waits_until_it_fits_and_a_large_one_is_not_overtaken(
     assert events.index("a out") < events.index("large in") < events.index("small in")
 
 
+def test_a_small_one_passes_a_large_one_that_must_wait_for_another_large_one(
+        tmp_path: Path) -> None:
+    budget = ConnectionBudget(20, tmp_path / "ledger", light=4)
+    events: list[str] = []
+    heavy, release_heavy = _start(budget, 12, events, "heavy")
+    _wait_for(events, "heavy in")
+    large, release_large = _start(budget, 10, events, "large")  # 22 > 20: until heavy ends
+    time.sleep(0.3)
+    small, release_small = _start(budget, 3, events, "small")
+    _wait_for(events, "small in")
+    assert "large in" not in events
+    release_heavy.set()
+    _wait_for(events, "large in")  # 3 + 10 fit
+    release_large.set()
+    release_small.set()
+    for thread in (heavy, large, small):
+        thread.join(10)
+
+
 def test_two_reservations_that_fit_together_hold_at_once(tmp_path: Path) -> None:
     budget = ConnectionBudget(10, tmp_path / "ledger")
     events: list[str] = []
@@ -78,7 +97,7 @@ def test_a_dead_process_reservation_is_not_counted(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
     (tmp_path / "ledger" / f"held-1-{pid}-10").touch()
-    (tmp_path / "ledger" / f"wait-2-{pid}").touch()
+    (tmp_path / "ledger" / f"wait-2-{pid}-5").touch()
     with budget.reserve(10) as granted:
         assert granted == 10
     assert sorted(p.name for p in (tmp_path / "ledger").iterdir()) == ["counter", "lock"]

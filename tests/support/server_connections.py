@@ -8,13 +8,13 @@ refused new clients (``too many clients already``) and an unrelated test failed.
 
 So each test reserves, before its fixtures run, the most connections it holds at once:
 ``DEFAULT_RESERVATION`` unless it says more with ``@pytest.mark.connections(n)``.  A
-reservation waits until it fits beside the others, first come first served (so a large one
-is not starved by a stream of small ones).  The figures were measured: a sampler read
+reservation waits until it fits beside the others, in turn (``ConnectionBudget``: a large
+one is not starved by a stream of small ones).  The figures were measured: a sampler read
 ``pg_stat_activity`` every 100 ms through a whole suite run, and each marked test declares
 its peak with room to spare.
 
-The ledger is a directory of small files under one ``flock``: ``wait-<ticket>-<pid>`` for a
-reservation in line, ``held-<ticket>-<pid>-<n>`` for one granted.  A file whose process has
+The ledger is a directory of small files under one ``flock``: ``wait-<ticket>-<pid>-<n>``
+for a reservation in line, ``held-<ticket>-<pid>-<n>`` for one granted.  A file whose process has
 died (a worker killed mid-test) is ignored and removed, so a crash does not leak slots.
 """
 
@@ -62,10 +62,17 @@ def _alive(pid: int) -> bool:
 
 
 class ConnectionBudget:
-    """Reservations against ``capacity`` connections, in one ledger directory."""
+    """Reservations against ``capacity`` connections, in one ledger directory.
 
-    def __init__(self, capacity: int, ledger: Path) -> None:
+    A reservation is granted when it fits beside those held and no older one in line could
+    fit once the light reservations (at most ``light``) now held are done.  So a large
+    reservation waits only for the short tests ahead of it, never for ever; and while it
+    cannot fit until a large one ends, small ones do not wait behind it.
+    """
+
+    def __init__(self, capacity: int, ledger: Path, light: int = DEFAULT_RESERVATION) -> None:
         self.capacity = capacity
+        self.light = light
         self.ledger = ledger
         ledger.mkdir(exist_ok=True)
         self._lock_path = self.ledger / "lock"
@@ -80,53 +87,56 @@ class ConnectionBudget:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _entries(self) -> tuple[list[tuple[int, Path]], int]:
-        """The live waiters (ticket, file) and the sum of the live reservations; files of dead
-        processes are removed on the way."""
-        waiting: list[tuple[int, Path]] = []
-        held = 0
+    def _ledger(self) -> tuple[dict[int, int], list[int]]:
+        """The live waiters (ticket: connections wanted) and the live reservations held;
+        files of dead processes are removed on the way."""
+        waiting: dict[int, int] = {}
+        held: list[int] = []
         for path in self.ledger.iterdir():
             kind, _, rest = path.name.partition("-")
             if kind not in ("wait", "held"):
                 continue
-            fields = rest.split("-")
-            if not _alive(int(fields[1])):
+            ticket, pid, wanted = (int(field) for field in rest.split("-"))
+            if not _alive(pid):
                 path.unlink(missing_ok=True)
             elif kind == "wait":
-                waiting.append((int(fields[0]), path))
+                waiting[ticket] = wanted
             else:
-                held += int(fields[2])
+                held.append(wanted)
         return waiting, held
 
-    def _take_ticket(self) -> int:
-        with self._locked():
-            text = self._counter_path.read_text() if self._counter_path.exists() else "0"
-            ticket = int(text) + 1
-            self._counter_path.write_text(str(ticket))
-            (self.ledger / f"wait-{ticket}-{os.getpid()}").touch()
-        return ticket
+    def _grantable(self, ticket: int, wanted: int) -> bool:
+        waiting, held = self._ledger()
+        if sum(held) + wanted > self.capacity:
+            return False
+        heavy_held = sum(n for n in held if n > self.light)
+        return not any(older < ticket and n + heavy_held <= self.capacity
+                       for older, n in waiting.items())
 
     @contextlib.contextmanager
     def reserve(self, wanted: int) -> Iterator[int]:
         """Hold ``wanted`` connections (at most the whole capacity) while the block runs."""
         wanted = max(1, min(wanted, self.capacity))
-        ticket = self._take_ticket()
         pid = os.getpid()
+        with self._locked():
+            text = self._counter_path.read_text() if self._counter_path.exists() else "0"
+            ticket = int(text) + 1
+            self._counter_path.write_text(str(ticket))
+            waiting_path = self.ledger / f"wait-{ticket}-{pid}-{wanted}"
+            waiting_path.touch()
         held_path = self.ledger / f"held-{ticket}-{pid}-{wanted}"
         try:
             while True:
                 with self._locked():
-                    waiting, held = self._entries()
-                    first = min(t for t, _ in waiting) if waiting else ticket
-                    if first == ticket and held + wanted <= self.capacity:
+                    if self._grantable(ticket, wanted):
                         held_path.touch()
-                        (self.ledger / f"wait-{ticket}-{pid}").unlink(missing_ok=True)
+                        waiting_path.unlink()
                         break
                 time.sleep(POLL_S)
             yield wanted
         finally:
             with self._locked():
-                (self.ledger / f"wait-{ticket}-{pid}").unlink(missing_ok=True)
+                waiting_path.unlink(missing_ok=True)
                 held_path.unlink(missing_ok=True)
 
 

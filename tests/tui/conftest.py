@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from textual.widgets import DataTable
 
 from awa_tui.app import AwaConsole
 from support.arrange import insert_job
@@ -143,10 +145,19 @@ def screen_text(app: AwaConsole) -> str:
 
 
 async def settle(app: AwaConsole, pilot) -> None:
-    """Wait for every refresh/action the app started, then for the screen to repaint."""
+    """Wait for every refresh/action the app started, then for the screen to repaint.
+
+    A DataTable sizes its columns to new rows only when it next goes idle; on a loaded
+    machine that can come after the pauses, and a snapshot then shows columns as wide as
+    their headers.  So wait, briefly, for every table to have laid out its rows (Textual
+    keeps that pending flag private: ``_require_update_dimensions``)."""
     await pilot.pause()
     await app.workers.wait_for_complete()
     await pilot.pause()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+            table._require_update_dimensions for table in app.screen.query(DataTable)):
+        await pilot.pause(0.02)
 
 
 async def press(app: AwaConsole, pilot, *keys: str) -> None:
