@@ -26,13 +26,14 @@ STAMP = VENV / ".dev-stamp"
 # What `dev.py lint` checks when given no paths: the whole tree.
 LINT_PATHS = ["dev.py", "awa", "awa_ops", "awa_tui", "tests", "benchmarks"]
 
-# The suite is bound by the 2 cores now, not by waiting: its processes and the server's
-# backends use about 1,200 s of CPU, 10 minutes of both cores.  With 4 workers a run took
-# 12:59; with 6 (the server's connections shared out by tests/support/server_connections.py)
-# 12:33 and 12:41, at a load of 8-10 that makes the timing-sensitive tests likelier to
-# flake, so 4 stay.  Every test owns its database; tests that share a costly fixture, or
-# must not run beside each other, are kept on one worker by `xdist_group` marks, hence
-# ``--dist loadgroup``.
+# The suite is bound mostly by the 2 cores: its processes and the server's backends keep
+# both cores about 80 % busy.  Clean-clone runs with 4 workers took 12:56 and 12:59, then
+# 11:41 and 13:02 once Python could cache compiled modules (suite_environment): runs of one
+# commit differ by a minute or more, so compare subsets A B B A.  6 workers (the server's
+# connections shared out by tests/support/server_connections.py) took 12:33 and 12:41, at a
+# load of 8-10 that makes the timing-sensitive tests likelier to flake, so 4 stay.  Every
+# test owns its database; tests that share a costly fixture, or must not run beside each
+# other, are kept on one worker by `xdist_group` marks, hence ``--dist loadgroup``.
 TEST_WORKERS = 4
 
 
