@@ -14,8 +14,9 @@ one is not starved by a stream of small ones).  The figures were measured: a sam
 its peak with room to spare.
 
 The ledger is a directory of small files under one ``flock``: ``wait-<ticket>-<pid>-<n>``
-for a reservation in line, ``held-<ticket>-<pid>-<n>`` for one granted.  A file whose process has
-died (a worker killed mid-test) is ignored and removed, so a crash does not leak slots.
+for a reservation in line, ``held-<ticket>-<pid>-<n>`` for one granted.  A file whose
+process has died (a worker killed mid-test) is ignored and removed, so a crash does not
+leak slots.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ def with_worker_processes(count: int, *, besides: int = 4) -> int:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # no signal sent: only whether the process exists
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, as another user's
     return True
 
 
