@@ -19,19 +19,18 @@ import re
 import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from awa import config
 from awa import metrics as awa_metrics
 from awa.job import SerializationError, ValidationError
 from awa.producer import build_batch, raise_if_unique_skipped
 from awa.serialization import derive_kind
 from awa.storage import describe_layout, engine_for, open_engine_sync
 from awa.storage.common import enqueue
-from awa.storage.common.enqueue import InsertOptions
+from awa.storage.common.enqueue import InsertKeywords, insert_options
 from awa.storage.engine import Engine, EnqueueBatch, EnqueueOps, InsertOutcome
 
 
@@ -302,31 +301,21 @@ def _row(batch: EnqueueBatch, outcome: InsertOutcome) -> dict[str, Any]:
     return row
 
 
-def _one_job_batch(args: Any, *, kind: str | None, queue: str, priority: int,
-                   max_attempts: int, tags: list[str] | None, metadata: dict[str, Any] | None,
-                   run_at: Any, ordering_key: Any,
-                   unique_opts: dict[str, Any] | None) -> EnqueueBatch:
+def _one_job_batch(call: str, args: Any, options: InsertKeywords) -> EnqueueBatch:
     """The one-row batch both bridge inserts write (args prepared as 0.6.9's bridge did)."""
-    args, kind, run_at, ordering_key = _prepared(args, kind, metadata, run_at, ordering_key)
-    return build_batch([args], InsertOptions(
-        kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-        metadata=metadata, run_at=run_at, unique_opts=unique_opts, ordering_key=ordering_key))
+    given = insert_options(call, options)
+    args, kind, run_at, ordering_key = _prepared(args, given.kind, given.metadata,
+                                                 given.run_at, given.ordering_key)
+    return build_batch([args], dataclasses.replace(given, kind=kind, run_at=run_at,
+                                                   ordering_key=ordering_key))
 
 
-async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
-                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                     run_at: str | datetime | None = None,
-                     ordering_key: bytes | str | None = None,
-                     unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
+async def insert_job(conn: Any, args: Any, **options: Unpack[InsertKeywords]) -> dict[str, Any]:
     """Insert one job on an ``psycopg.AsyncConnection`` or an asyncpg connection (or a
     SQLAlchemy async Session/Connection on either), inside its transaction; returns the row
     as a dict."""
     aconn = await _unwrap_async(conn)
-    batch = _one_job_batch(args, kind=kind, queue=queue, priority=priority,
-                           max_attempts=max_attempts, tags=tags, metadata=metadata,
-                           run_at=run_at, ordering_key=ordering_key, unique_opts=unique_opts)
+    batch = _one_job_batch("insert_job", args, options)
     engine = await _engine_of(aconn)
     outcome = await engine.insert_batch(aconn, batch)
     await raise_if_unique_skipped(engine, aconn, batch, outcome)
@@ -334,18 +323,10 @@ async def insert_job(conn: Any, args: Any, *, kind: str | None = None,
     return _row(batch, outcome)
 
 
-def insert_job_sync(conn: Any, args: Any, *, kind: str | None = None,
-                    queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                    max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                    tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                    run_at: str | datetime | None = None,
-                    ordering_key: bytes | str | None = None,
-                    unique_opts: dict[str, Any] | None = None) -> dict[str, Any]:
+def insert_job_sync(conn: Any, args: Any, **options: Unpack[InsertKeywords]) -> dict[str, Any]:
     """Insert one job on a blocking ``psycopg.Connection``; returns the row as a dict."""
     sconn = _unwrap(conn, psycopg.Connection)
-    batch = _one_job_batch(args, kind=kind, queue=queue, priority=priority,
-                           max_attempts=max_attempts, tags=tags, metadata=metadata,
-                           run_at=run_at, ordering_key=ordering_key, unique_opts=unique_opts)
+    batch = _one_job_batch("insert_job_sync", args, options)
     engine = _sync_engine(sconn)
     outcome = engine.insert_batch_sync(sconn, batch)
     if outcome.skipped and batch.unique_key[0] is not None:

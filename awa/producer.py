@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,7 +24,7 @@ from awa import metrics as awa_metrics
 from awa.job import AwaError, DatabaseError, Job, Timestamp, ValidationError
 from awa.metrics import METRICS
 from awa.storage.common import enqueue
-from awa.storage.common.enqueue import InsertOptions
+from awa.storage.common.enqueue import InsertKeywords, InsertOptions, insert_options
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
 
 log = logging.getLogger("awa.producer")
@@ -147,16 +147,8 @@ class ProducerMixin:
     async def _get_engine(self) -> Engine:
         raise NotImplementedError  # provided by AsyncClient
 
-    async def insert(self, args: Any, *, kind: str | None = None,
-                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                     run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
-                     ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = build_batch([args], InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key))
+    async def insert(self, args: Any, **options: Unpack[InsertKeywords]) -> Job[Any]:
+        batch = build_batch([args], insert_options("insert", options))
         pool = await self._get_pool()
         engine = await self._get_engine()
         async with pool.connection() as conn:
@@ -166,58 +158,30 @@ class ProducerMixin:
         awa_metrics.record_inserted_jobs((job,))
         return job
 
-    async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
-                          queue: str = config.DEFAULT_QUEUE,
-                          priority: int = config.DEFAULT_PRIORITY,
-                          max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                          tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                          run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
-                          ordering_key: bytes | str | None = None,
-                          opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
+    async def insert_many(self, jobs: Sequence[Any], *,
+                          opts: list[dict[str, Any] | None] | None = None,
+                          **options: Unpack[InsertKeywords]) -> InsertedJobs:
         """Insert with ``unnest`` arrays, one statement per batch, all in one transaction."""
-        batch = build_batch(jobs, InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key), opts=opts)
+        batch = build_batch(jobs, insert_options("insert_many", options), opts=opts)
         return cast(InsertedJobs, await self._write(batch, copy=False))
 
-    async def insert_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
-                               queue: str = config.DEFAULT_QUEUE,
-                               priority: int = config.DEFAULT_PRIORITY,
-                               max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                               tags: list[str] | None = None,
-                               metadata: dict[str, Any] | None = None,
-                               run_at: Any | None = None,
-                               unique_opts: dict[str, Any] | None = None,
-                               ordering_key: bytes | str | None = None,
-                               opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
+    async def insert_many_copy(self, jobs: Sequence[Any], *,
+                               opts: list[dict[str, Any] | None] | None = None,
+                               **options: Unpack[InsertKeywords]) -> InsertedJobs:
         """COPY into a staging table, then one INSERT ... SELECT returning the jobs."""
-        batch = build_batch(jobs, InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key), opts=opts)
+        batch = build_batch(jobs, insert_options("insert_many_copy", options), opts=opts)
         return cast(InsertedJobs, await self._write(batch, copy=True))
 
-    async def enqueue_many_copy(self, jobs: Sequence[Any], *, kind: str | None = None,
-                                queue: str = config.DEFAULT_QUEUE,
-                                priority: int = config.DEFAULT_PRIORITY,
-                                max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                                tags: list[str] | None = None,
-                                metadata: dict[str, Any] | None = None,
-                                run_at: Any | None = None,
-                                unique_opts: dict[str, Any] | None = None,
-                                ordering_key: bytes | str | None = None,
+    async def enqueue_many_copy(self, jobs: Sequence[Any], *,
                                 opts: list[dict[str, Any] | None] | None = None,
-                                queue_storage_queue_stripe_count: int = 1) -> EnqueueCount:
+                                queue_storage_queue_stripe_count: int = 1,
+                                **options: Unpack[InsertKeywords]) -> EnqueueCount:
         """The fastest path: COPY straight into awa.jobs_hot; returns the row count.
 
         ``queue_storage_queue_stripe_count`` belongs to the queue-storage
         engine and is accepted for compatibility only.
         """
-        batch = build_batch(jobs, InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key), opts=opts)
+        batch = build_batch(jobs, insert_options("enqueue_many_copy", options), opts=opts)
         return cast(EnqueueCount, await self._write(batch, copy=True, returning=False))
 
     async def _write(self, batch: EnqueueBatch, *, copy: bool,
@@ -349,32 +313,16 @@ class Transaction:
             raise DatabaseError("fetch_one: the query returned no row")
         return row
 
-    async def insert(self, args: Any, *, kind: str | None = None,
-                     queue: str = config.DEFAULT_QUEUE, priority: int = config.DEFAULT_PRIORITY,
-                     max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                     run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
-                     ordering_key: bytes | str | None = None) -> Job[Any]:
-        batch = build_batch([args], InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key))
+    async def insert(self, args: Any, **options: Unpack[InsertKeywords]) -> Job[Any]:
+        batch = build_batch([args], insert_options("insert", options))
         job = await insert_one(self._engine, self.connection, batch)
         awa_metrics.record_inserted_pending(self, (job,))
         return job
 
-    async def insert_many(self, jobs: Sequence[Any], *, kind: str | None = None,
-                          queue: str = config.DEFAULT_QUEUE,
-                          priority: int = config.DEFAULT_PRIORITY,
-                          max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
-                          tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
-                          run_at: Any | None = None, unique_opts: dict[str, Any] | None = None,
-                          ordering_key: bytes | str | None = None,
-                          opts: list[dict[str, Any] | None] | None = None) -> InsertedJobs:
-        batch = build_batch(jobs, InsertOptions(
-            kind=kind, queue=queue, priority=priority, max_attempts=max_attempts, tags=tags,
-            metadata=metadata, run_at=run_at, unique_opts=unique_opts,
-            ordering_key=ordering_key), opts=opts)
+    async def insert_many(self, jobs: Sequence[Any], *,
+                          opts: list[dict[str, Any] | None] | None = None,
+                          **options: Unpack[InsertKeywords]) -> InsertedJobs:
+        batch = build_batch(jobs, insert_options("insert_many", options), opts=opts)
         conn = self.connection
         jobs = inserted_jobs(batch, [await self._engine.insert_batch(conn, chunk)
                                      for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])

@@ -16,7 +16,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -84,27 +84,11 @@ class QueueSummary:
         return f"{n}+" if state in self.capped else str(n)
 
 
-@dataclass
-class RuntimeSummary:
-    instance_id: str
-    hostname: str | None
-    pid: int | None
-    version: str | None
-    started_at: datetime | None
-    last_seen_at: datetime
-    snapshot_interval_ms: int
-    healthy: bool
-    postgres_connected: bool
-    poll_loop_alive: bool
-    heartbeat_alive: bool
-    maintenance_alive: bool
-    leader: bool
-    shutting_down: bool
-    queues: list[str]
+@dataclass(frozen=True)
+class RuntimeSummary(RuntimeInstance):
+    """A registry row as the console judges it: with the console's ``--stale-after``."""
 
     stale_after_s: float | None = None  # the console's --stale-after (None: its own)
-    heartbeat_interval_ms: int | None = None  # its own timing, as its snapshot published it
-    heartbeat_staleness_ms: int | None = None  # (None: it did not, e.g. awa-pg 0.6.9)
 
     def live(self, now: datetime) -> bool:
         """The rule awa-ops uses (``runtime_live``), on the console's clock, with its own
@@ -482,15 +466,8 @@ class ConsoleReader:
             await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT))
 
     def _runtime_summaries(self, instances: list[RuntimeInstance]) -> list[RuntimeSummary]:
-        return [RuntimeSummary(
-            instance_id=r.instance_id, hostname=r.hostname, pid=r.pid, version=r.version,
-            started_at=r.started_at, last_seen_at=r.last_seen_at,
-            snapshot_interval_ms=r.snapshot_interval_ms, healthy=r.healthy,
-            postgres_connected=r.postgres_connected, poll_loop_alive=r.poll_loop_alive,
-            heartbeat_alive=r.heartbeat_alive, maintenance_alive=r.maintenance_alive,
-            leader=r.leader, shutting_down=r.shutting_down, queues=list(r.queues),
-            stale_after_s=self.stale_after_s, heartbeat_interval_ms=r.heartbeat_interval_ms,
-            heartbeat_staleness_ms=r.heartbeat_staleness_ms) for r in instances]
+        return [RuntimeSummary(**{f.name: getattr(r, f.name) for f in fields(r)},
+                               stale_after_s=self.stale_after_s) for r in instances]
 
     # -- running ----------------------------------------------------------------
     async def running(self, min_age_s: float = 0.0) -> RunningSnapshot:

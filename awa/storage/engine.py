@@ -405,20 +405,26 @@ class PurgedBatch:
 
 
 @dataclass(frozen=True)
-class ActiveCronSchedule:
-    """An active (unpaused) cron schedule as stored, with the database clock it was read at."""
+class CronSchedule:
+    """One declared schedule as stored (the ``awa.cron_jobs`` definition columns)."""
 
     name: str
     cron_expr: str
     timezone: str
     kind: str
     queue: str
-    args: Any
+    args: dict[str, Any]
     priority: int
     max_attempts: int
     tags: list[str]
     metadata: dict[str, Any]
     missed_fire_policy: str
+
+
+@dataclass(frozen=True)
+class ActiveCronSchedule(CronSchedule):
+    """An active (unpaused) cron schedule as stored, with the database clock it was read at."""
+
     last_enqueued_at: datetime | None
     created_at: datetime
     db_now: datetime
@@ -984,38 +990,11 @@ class CallbackOps(Protocol):
 # ============================================================================
 # cron admin: the stored schedules behind the client's cron API and the CLI
 # ============================================================================
+# CronSchedule, the stored definition, is declared with ActiveCronSchedule above.
 @dataclass(frozen=True)
-class CronSchedule:
-    """One declared schedule as stored (the ``awa.cron_jobs`` definition columns)."""
-
-    name: str
-    cron_expr: str
-    timezone: str
-    kind: str
-    queue: str
-    args: dict[str, Any]
-    priority: int
-    max_attempts: int
-    tags: list[str]
-    metadata: dict[str, Any]
-    missed_fire_policy: str
-
-
-@dataclass(frozen=True)
-class CronJobInfo:
+class CronJobInfo(CronSchedule):
     """A stored schedule with its firing and pause state, for ``awa cron list``."""
 
-    name: str
-    cron_expr: str
-    timezone: str
-    kind: str
-    queue: str
-    args: dict[str, Any]
-    priority: int
-    max_attempts: int
-    tags: list[str]
-    metadata: dict[str, Any]
-    missed_fire_policy: str
     last_enqueued_at: datetime | None
     paused_at: datetime | None
     paused_by: str | None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 import awa
+import awa.bridge
 
 from .test_cli import awa_cmd
 
@@ -36,6 +38,30 @@ async def test_nul_in_args_is_refused_but_a_literal_backslash_u0000_is_kept(clie
     row = db.execute("SELECT args->>'body' AS body FROM awa.jobs WHERE id = %s",
                      (job.id,)).fetchone()
     assert row["body"] == "a literal \\u0000 stays text"
+
+
+async def test_a_misspelt_insert_keyword_is_refused_with_the_call_s_name(client, db,
+                                                                        database_url):
+    """The keywords are declared once (``InsertKeywords``); a typo still fails as a Python
+    signature would, naming the call, and writes nothing."""
+    args = {"to": "a@example.com"}
+    calls = {"insert": lambda **kw: client.insert(args, **kw),
+             "insert_many": lambda **kw: client.insert_many([args], **kw),
+             "insert_many_copy": lambda **kw: client.insert_many_copy([args], **kw),
+             "enqueue_many_copy": lambda **kw: client.enqueue_many_copy([args], **kw),
+             "insert_job": lambda **kw: awa.bridge.insert_job(aconn, args, **kw)}
+    aconn = await psycopg.AsyncConnection.connect(database_url)
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^{name}\(\) got an unexpected keyword "
+                                            r"argument 'queu'$"):
+            await call(kind="send", queu="email")
+    with pytest.raises(TypeError, match=r"^insert_job_sync\(\) .* 'priorty'$"):
+        awa.bridge.insert_job_sync(db, args, kind="send", priorty=2)
+    async with await client.transaction() as tx:
+        with pytest.raises(TypeError, match=r"^insert_many\(\) .* 'queu'$"):
+            await tx.insert_many([args], kind="send", queu="email")
+    await aconn.close()
+    assert db.execute("SELECT count(*) AS n FROM awa.jobs").fetchone()["n"] == 0
 
 
 async def test_admin_queue_operations_validate_the_name(client, db):

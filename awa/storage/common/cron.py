@@ -11,7 +11,7 @@ one, is each engine's own statement.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 import psycopg
@@ -96,14 +96,7 @@ RETURNING name
 
 
 def cron_info(row: dict[str, Any]) -> CronJobInfo:
-    return CronJobInfo(
-        name=row["name"], cron_expr=row["cron_expr"], timezone=row["timezone"],
-        kind=row["kind"], queue=row["queue"], args=row["args"], priority=row["priority"],
-        max_attempts=row["max_attempts"], tags=row["tags"],
-        metadata=row["metadata"], missed_fire_policy=row["missed_fire_policy"],
-        last_enqueued_at=row["last_enqueued_at"], paused_at=row["paused_at"],
-        paused_by=row["paused_by"], created_at=row["created_at"],
-        updated_at=row["updated_at"])
+    return CronJobInfo(**{f.name: row[f.name] for f in fields(CronJobInfo)})
 
 
 class CronAdmin:

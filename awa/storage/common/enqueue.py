@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -147,9 +147,35 @@ class InsertOptions:
     ordering_key: bytes | str | None = None
 
 
+class InsertKeywords(TypedDict, total=False):
+    """The keywords of every public insert call (awa-pg 0.6.9's names and types), declared
+    once for the signatures (``**options: Unpack[InsertKeywords]``); what is not given
+    takes ``InsertOptions``' default."""
+
+    kind: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    tags: list[str] | None
+    metadata: dict[str, Any] | None
+    run_at: Any
+    """A datetime (naive = UTC), an ISO-8601 string, a delay (timedelta), or None: now."""
+    unique_opts: dict[str, Any] | None
+    ordering_key: bytes | str | None
+
+
 DEFAULT_OPTIONS = InsertOptions()
 # What ``opts`` may override per row: every option.
 _PER_ROW_OPTIONS = frozenset(f.name for f in dataclasses.fields(InsertOptions))
+
+
+def insert_options(call: str, given: InsertKeywords) -> InsertOptions:
+    """The options of one insert call; an unknown keyword is refused with the call's name,
+    as a Python signature would refuse it."""
+    unknown = given.keys() - _PER_ROW_OPTIONS
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {min(unknown)!r}")
+    return InsertOptions(**given)
 
 
 @dataclass(frozen=True)
