@@ -130,6 +130,14 @@ class Descriptor(_Doc):
     extra: dict[str, Any] = {}
 
 
+class _Described(Descriptor):
+    """A queue or a kind with its descriptor's fields inline, and how current they are."""
+
+    descriptor_last_seen_at: datetime | None = None
+    descriptor_stale: bool
+    descriptor_mismatch: bool
+
+
 class JobRow(_Doc):
     id: int
     kind: str
@@ -179,17 +187,8 @@ class DlqRow(JobRow):
     original_run_lease: int
 
 
-class QueueOverview(_Doc):
+class QueueOverview(_Described):
     queue: str
-    display_name: str | None = None
-    description: str | None = None
-    owner: str | None = None
-    docs_url: str | None = None
-    tags: list[str] = []
-    extra: dict[str, Any] = {}
-    descriptor_last_seen_at: datetime | None = None
-    descriptor_stale: bool
-    descriptor_mismatch: bool
     total_queued: int
     scheduled: int
     available: int
@@ -202,17 +201,8 @@ class QueueOverview(_Doc):
     paused: bool
 
 
-class JobKindOverview(_Doc):
+class JobKindOverview(_Described):
     kind: str
-    display_name: str | None = None
-    description: str | None = None
-    owner: str | None = None
-    docs_url: str | None = None
-    tags: list[str] = []
-    extra: dict[str, Any] = {}
-    descriptor_last_seen_at: datetime | None = None
-    descriptor_stale: bool
-    descriptor_mismatch: bool
     job_count: int
     queue_count: int
     completed_last_hour: int
