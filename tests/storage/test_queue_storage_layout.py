@@ -317,6 +317,26 @@ async def test_enqueue_shards_let_concurrent_producers_append_without_waiting(en
 
 
 @QS
+async def test_a_copy_over_several_lanes_numbers_each_lane_densely(engine, aconn):
+    """The direct COPY numbers each job from its own lane's reserved base, rows of several
+    lanes interleaved or one lane alone; a later COPY goes on where the lane ended."""
+    mixed = build_batch([{"n": i} for i in range(9)], InsertOptions(kind="k", queue="m"),
+                        opts=[{"priority": 1 + i % 3, "queue": "m" if i < 6 else "o"}
+                              for i in range(9)])
+    await engine.copy_batch(aconn, mixed, returning=False)
+    await engine.copy_batch(aconn, build_batch([{"n": 9}, {"n": 10}], InsertOptions(
+        kind="k", queue="m", priority=2)), returning=False)
+    rows = await _all(aconn, "SELECT queue, priority, lane_seq, (args->>'n')::int AS n "
+                             "FROM awa.ready_entries ORDER BY queue, priority, lane_seq")
+    lanes: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in rows:
+        lanes.setdefault((r["queue"], r["priority"]), []).append((r["lane_seq"], r["n"]))
+    assert lanes == {("m", 1): [(0, 0), (1, 3)], ("m", 2): [(0, 1), (1, 4), (2, 9), (3, 10)],
+                     ("m", 3): [(0, 2), (1, 5)], ("o", 1): [(0, 6)], ("o", 2): [(0, 7)],
+                     ("o", 3): [(0, 8)]}, lanes
+
+
+@QS
 async def test_the_hot_path_leaves_one_dead_head_tuple_per_stride_of_claims(engine, aconn):
     """Enqueue updates no row; the claim head moves once per 128 claimed positions."""
     async with aconn.transaction():

@@ -15,7 +15,8 @@ of full job rows it appends them to their lanes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any
 
 import psycopg
@@ -126,6 +127,23 @@ def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
     return {name: getattr(batch, name) for name in _PLAIN_COLUMNS}
 
 
+def _ready_rows(batch: EnqueueBatch,
+                reserved: dict[tuple[str, int], list[Any]]) -> Iterator[tuple[Any, ...]]:
+    """COPY_INTO_READY's rows: each job at the next position of its lane, from the lane's
+    reserved base.  A batch of one lane (the usual one) numbers its rows with a range."""
+    columns = (batch.kind, batch.args, batch.max_attempts, batch.metadata, batch.tags)
+    if len(reserved) == 1:
+        (shard, base, slot), = reserved.values()
+        return zip(repeat(slot), batch.queue, batch.priority, repeat(shard),
+                   range(base, base + len(batch)), *columns)
+    lanes = [reserved[lane] for lane in zip(batch.queue, batch.priority)]
+    shards, seqs = [lane[0] for lane in lanes], []
+    for lane in lanes:
+        seqs.append(lane[1])
+        lane[1] += 1
+    return zip(repeat(lanes[0][2]), batch.queue, batch.priority, shards, seqs, *columns)
+
+
 class QueueStorageEnqueue(InSchema, UniqueHolders):
     """The enqueue group on queue storage (``unique_holder`` is the common one: it reads
     the view)."""
@@ -192,10 +210,5 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
                 reserved = {(q, p): [shard, base, slot]
                             for q, p, shard, base, slot in await cur.fetchall()}
                 async with cur.copy(self.sql(COPY_INTO_READY)) as copy:
-                    for kind, queue, args, priority, max_attempts, metadata, tags in zip(
-                            batch.kind, batch.queue, batch.args, batch.priority,
-                            batch.max_attempts, batch.metadata, batch.tags, strict=True):
-                        lane = reserved[(queue, priority)]
-                        await copy.write_row((lane[2], queue, priority, lane[0], lane[1], kind,
-                                              args, max_attempts, metadata, tags))
-                        lane[1] += 1
+                    for row in _ready_rows(batch, reserved):
+                        await copy.write_row(row)
