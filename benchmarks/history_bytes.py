@@ -1,6 +1,7 @@
 """Disk per job on each storage engine: waiting (available) and kept as history (completed).
 
     python3 dev.py bench benchmarks/history_bytes.py [--jobs 5000] [--engines canonical]
+    python3 dev.py bench benchmarks/history_bytes.py --jobs 20000 --breakdown
 
 A size measurement, not a timing one: for each engine a scratch database, the size of
 every relation in schema ``awa`` (tables with their indexes and TOAST) before, after
@@ -8,7 +9,8 @@ inserting ``--jobs`` jobs (args of about 60 bytes of JSON), and after a runtime 
 them all and ``VACUUM`` ran (completed jobs stay until retention deletes them,
 ``completed_retention_hours``, 24 h by default).  Divided by the job count: the figures
 docs/production.md sizes retention with.  Sizes grow in 8 kB pages, so small runs
-over-state the per-job figure; use thousands of jobs.
+over-state the per-job figure; use thousands of jobs.  ``--breakdown`` adds, per engine,
+the bytes per job each table kept (a ring's partitions counted under their table).
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'm')
 """
+# Per table (a partition under its parent), with its indexes and TOAST.
+SIZE_BY_TABLE = """
+SELECT coalesce(p.relname, c.relname) AS relname,
+       sum(pg_total_relation_size(c.oid))::bigint AS bytes
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+  LEFT JOIN pg_class p ON p.oid = i.inhparent
+ WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'm')
+ GROUP BY 1
+"""
 COMPLETED = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
 
 
@@ -35,6 +47,12 @@ def size(url: str) -> int:
         conn.execute("VACUUM")
         row = conn.execute(SIZE).fetchone()
     return int(row[0]) if row else 0
+
+
+def sizes_by_table(url: str) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM")
+        return {name: int(n) for name, n in conn.execute(SIZE_BY_TABLE).fetchall()}
 
 
 async def complete_all(url: str, jobs: int) -> None:
@@ -56,9 +74,11 @@ async def complete_all(url: str, jobs: int) -> None:
         await client.close()
 
 
-def measure(engine: str, jobs: int) -> tuple[float, float]:
+def measure(engine: str, jobs: int) -> tuple[float, float, dict[str, float]]:
+    """Bytes per job waiting and kept as history, and the history's bytes per job by table."""
     with _support.scratch_database("awa_bench_history", engine) as url:
         empty = size(url)
+        empty_tables = sizes_by_table(url)
         with awa.Client(url) as producer:
             for first in range(0, jobs, 1000):
                 producer.insert_many(
@@ -68,18 +88,25 @@ def measure(engine: str, jobs: int) -> tuple[float, float]:
         waiting = size(url)
         asyncio.run(complete_all(url, jobs))
         done = size(url)
-    return (waiting - empty) / jobs, (done - empty) / jobs
+        by_table = {name: (n - empty_tables.get(name, 0)) / jobs
+                    for name, n in sizes_by_table(url).items()}
+    return (waiting - empty) / jobs, (done - empty) / jobs, by_table
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--engines", default="canonical,queue_storage")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also the history's bytes per job by table")
     args = parser.parse_args()
     for engine in args.engines.split(","):
-        waiting, kept = measure(engine, args.jobs)
+        waiting, kept, by_table = measure(engine, args.jobs)
         print(f"{engine:<14} available: {waiting:7.0f} bytes/job   "
               f"completed (history): {kept:7.0f} bytes/job   ({args.jobs} jobs)", flush=True)
+        if args.breakdown:
+            grown = sorted(((n, name) for name, n in by_table.items() if n >= 1), reverse=True)
+            print("    " + ", ".join(f"{name} {n:.0f}" for n, name in grown), flush=True)
     return 0
 
 
