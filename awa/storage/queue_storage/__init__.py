@@ -40,8 +40,12 @@ on this engine:
 4. *No attempt left open by a stop* -- a stopping dispatcher lets a claim it
    already sent finish and runs its jobs (a cancelled claim statement may still
    commit); only then does shutdown's handling of in-flight handlers apply.
-5. *One copy of history* -- not yet: a completed job's ``done_entries`` row
-   repeats its payload (the open speed issue).
+5. *One copy of history* -- a job completed while its ready entry is in the
+   queue ring's current slot gets a ``done_entries`` row in that slot without
+   args, naming the entry by ``ready_id``; the two go together when the slot is
+   truncated, and ``awa.qs_done_rows`` (behind ``awa.jobs`` and the job lists)
+   reads the args from the entry.  Failed and cancelled rows, and completions
+   whose entry is in an older slot, stay whole.
 """
 
 from __future__ import annotations

@@ -164,7 +164,8 @@ _END = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
            r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
            l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
            a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by,
+           a.ready_slot AS entry_slot, a.ready_id AS entry_id
       FROM att a
       -- An index probe per attempt, whatever the statistics say (a fresh ring
       -- partition has none, and a hash join would read the whole partition).

@@ -204,13 +204,7 @@ SELECT l.job_id AS id, r.kind, r.queue, r.args, l.state, r.priority, l.attempt, 
   JOIN awa.ready_entries r
     ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
   LEFT JOIN awa.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease"""
-_DONE = """
-SELECT d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt, d.max_attempts,
-       d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at, d.created_at,
-       d.errors, d.metadata, d.tags, d.unique_key, d.unique_states, d.callback_id,
-       d.callback_timeout_at, d.callback_filter, d.callback_on_complete, d.callback_on_fail,
-       d.callback_transform, d.run_lease, d.progress, d.claimed_by
-  FROM awa.done_entries d"""
+_DONE = "SELECT * FROM awa.qs_done_rows"
 
 # The parts other than the available one, and the states each can hold.
 _OTHER_PARTS: tuple[tuple[str, frozenset[str]], ...] = (

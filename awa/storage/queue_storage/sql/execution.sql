@@ -96,7 +96,8 @@ BEGIN
            r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
            l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
            a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by
+           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by,
+           a.ready_slot AS entry_slot, a.ready_id AS entry_id
       FROM att a
       -- An index probe per attempt, whatever the statistics say (a fresh ring
       -- partition has none, and a hash join would read the whole partition).
@@ -133,8 +134,8 @@ BEGIN
                                      WHERE k.unique_key IS NOT NULL))
 )
 
-, done AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
-SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
+, done AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by, ready_id)
+SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN e.entry_id END
   FROM ended e
  WHERE p_to_state::awa.job_state IN ('completed', 'failed', 'cancelled')
 RETURNING id)
@@ -198,7 +199,8 @@ AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures) THEN
            r.unique_key, r.unique_states, NULL::uuid AS callback_id,
            NULL::timestamptz AS callback_timeout_at, NULL::text AS callback_filter,
            NULL::text AS callback_on_complete, NULL::text AS callback_on_fail,
-           NULL::text AS callback_transform, a.run_lease, r.progress, a.claimed_by
+           NULL::text AS callback_transform, a.run_lease, r.progress, a.claimed_by,
+           a.ready_slot AS entry_slot, a.ready_id AS entry_id
       FROM closed k JOIN att a ON a.claim_slot = k.claim_slot
       CROSS JOIN LATERAL (
            SELECT * FROM awa.ready_entries r
@@ -221,8 +223,8 @@ AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures) THEN
                                      WHERE k.unique_key IS NOT NULL))
 )
 
-, fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by)
-SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, e.args, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by
+, fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by, ready_id)
+SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN e.entry_id END
   FROM ended e
 RETURNING id)
 SELECT * FROM fin UNION ALL SELECT id FROM contested;

@@ -2,6 +2,22 @@
 -- function, and the view's INSTEAD OF triggers (writes through the view applied where the
 -- row lives).  Installed after claim.sql (see procedures.FILES).
 
+-- Terminal history as whole job rows, the one way to read done_entries' columns: a done
+-- entry with no args of its own (a completion kept at one copy, layout.sql) takes them from
+-- the ready entry it names, one index probe, made only when the args are read (a join
+-- would read the entries for counts and pages too).
+CREATE OR REPLACE VIEW awa.qs_done_rows AS
+    SELECT d.id, d.kind, d.queue,
+           COALESCE(d.args, (SELECT r.args FROM awa.ready_entries r
+                              WHERE r.job_id = d.id AND r.ready_slot = d.ready_slot
+                                AND r.ready_id = d.ready_id)) AS args,
+           d.state, d.priority, d.attempt, d.max_attempts, d.run_at, d.heartbeat_at,
+           d.deadline_at, d.attempted_at, d.finalized_at, d.created_at, d.errors, d.metadata,
+           d.tags, d.unique_key, d.unique_states, d.callback_id, d.callback_timeout_at,
+           d.callback_filter, d.callback_on_complete, d.callback_on_fail, d.callback_transform,
+           d.run_lease, d.progress, d.claimed_by
+      FROM awa.done_entries d;
+
 -- The operator read surface: canonical rows plus every live queue-storage row.
 -- Running attempts are the open receipts (awa.qs_open_receipts) and the leases.
 CREATE OR REPLACE VIEW awa.jobs AS
@@ -40,12 +56,7 @@ CREATE OR REPLACE VIEW awa.jobs AS
         ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
       LEFT JOIN awa.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
     UNION ALL
-    SELECT d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt, d.max_attempts,
-           d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
-           d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
-           d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
-           d.callback_on_fail, d.callback_transform, d.run_lease, d.progress, d.claimed_by
-      FROM awa.done_entries d
+    SELECT * FROM awa.qs_done_rows
     UNION ALL
     SELECT * FROM awa.deferred_jobs;
 

@@ -233,6 +233,22 @@ ALTER TABLE awa.deferred_jobs ADD COLUMN IF NOT EXISTS claimed_by uuid;
 -- An attempt that ended in place (completed, failed, cancelled by its handler) keeps it.
 ALTER TABLE awa.done_entries ADD COLUMN IF NOT EXISTS claimed_by uuid;
 
+-- One copy of history (layout 8): a job completed while its ready entry is in the queue
+-- ring's current slot gets its done entry in that same slot with no args of its own, only
+-- the entry's ready_id; readers take the args from the entry (awa.qs_done_rows).  The two
+-- rows go together when the slot is truncated.  Every other done entry (failed,
+-- cancelled, or a ready entry from an earlier slot, which is truncated sooner) is whole.
+ALTER TABLE awa.done_entries ADD COLUMN IF NOT EXISTS ready_id bigint;
+ALTER TABLE awa.done_entries ALTER COLUMN args DROP NOT NULL;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                    WHERE conrelid = 'awa.done_entries'::regclass
+                      AND conname = 'done_entries_args_check') THEN
+        ALTER TABLE awa.done_entries ADD CONSTRAINT done_entries_args_check
+            CHECK (args IS NOT NULL OR (ready_id IS NOT NULL AND state = 'completed'));
+    END IF;
+END $$;
+
 -- A claim that took its lane's entries from start_seq on without a gap records
 -- where the next claim may begin (everything below it is claimed) in its newest
 -- receipt, so that claim reads one receipt instead of counting them all.  Added before
