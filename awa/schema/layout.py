@@ -50,8 +50,8 @@ called by batch moves; 6: the open-receipt rule as ``awa.qs_receipt_is_open`` an
 ``awa.qs_attempt_receipt``, the ``awa.jobs`` update trigger through ``awa.qs_heartbeat``; 7:
 every ending of an attempt through ``awa.qs_end_attempts`` (``qs_finalize``, ``qs_retry``,
 ``qs_snooze`` and ``qs_dead_letter`` dropped); 8: one copy of history, a completed job's done
-entry naming its ready entry (``ready_id``) instead of repeating its args, read through
-``awa.qs_done_rows``.  Kept here, so that
+entry naming its ready entry (``ready_id``; ``awa.qs_done_names_entry``) instead of repeating
+its args, read through ``awa.qs_done_rows``.  Kept here, so that
 checking a database needs no engine loaded; ``awa/storage/queue_storage/sql/layout_version.sql``
 installs the same number (a test checks)."""
 

@@ -24,6 +24,15 @@ DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], json
 DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
 DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
 
+-- One copy of history (layout.sql): a job's done entry names its ready entry instead of
+-- repeating its args when the job completed and the done entry goes to the entry's own
+-- slot (an entry in an older slot is truncated sooner).  Inlined where it is called.
+CREATE OR REPLACE FUNCTION awa.qs_done_names_entry(p_state awa.job_state, p_entry_slot smallint,
+                                                   p_done_slot smallint) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT p_state = 'completed' AND p_entry_slot = p_done_slot
+$$;
+
 -- End running attempts, every way an attempt ends, as one statement: p_to_state completed,
 -- failed or cancelled into done_entries; retryable (finalized_at is when the attempt ended,
 -- as awa-pg 0.6.9) or scheduled (the attempt given back) into deferred_jobs, run_at =
@@ -135,7 +144,7 @@ BEGIN
 )
 
 , done AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by, ready_id)
-SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN e.entry_id END
+SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN awa.qs_done_names_entry(p_to_state, e.entry_slot, (SELECT awa.qs_slot('queue'))) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN awa.qs_done_names_entry(p_to_state, e.entry_slot, (SELECT awa.qs_slot('queue'))) THEN e.entry_id END
   FROM ended e
  WHERE p_to_state::awa.job_state IN ('completed', 'failed', 'cancelled')
 RETURNING id)
@@ -224,7 +233,7 @@ AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures) THEN
 )
 
 , fin AS (INSERT INTO awa.done_entries (ready_slot, id, kind, queue, args, state, priority, attempt, max_attempts, run_at, heartbeat_at, deadline_at, attempted_at, finalized_at, created_at, errors, metadata, tags, unique_key, unique_states, callback_id, callback_timeout_at, callback_filter, callback_on_complete, callback_on_fail, callback_transform, run_lease, progress, claimed_by, ready_id)
-SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN p_to_state::awa.job_state = 'completed' AND e.entry_slot = (SELECT awa.qs_slot('queue')) THEN e.entry_id END
+SELECT (SELECT awa.qs_slot('queue')), e.id AS id, e.kind, e.queue, CASE WHEN awa.qs_done_names_entry(p_to_state, e.entry_slot, (SELECT awa.qs_slot('queue'))) THEN NULL ELSE e.args END, p_to_state::awa.job_state, e.priority, e.attempt, e.max_attempts, e.run_at, e.heartbeat_at, e.deadline_at, e.attempted_at, now(), e.created_at, e.errors, e.metadata, e.tags, e.unique_key, e.unique_states, e.callback_id, e.callback_timeout_at, e.callback_filter, e.callback_on_complete, e.callback_on_fail, e.callback_transform, e.run_lease, CASE WHEN p_to_state::awa.job_state = 'completed' THEN NULL ELSE e.progress END, e.claimed_by, CASE WHEN awa.qs_done_names_entry(p_to_state, e.entry_slot, (SELECT awa.qs_slot('queue'))) THEN e.entry_id END
   FROM ended e
 RETURNING id)
 SELECT * FROM fin UNION ALL SELECT id FROM contested;
