@@ -96,7 +96,6 @@ async def test_history_at_one_copy_takes_fewer_bytes_per_job(engine, aconn):
     done_entries grow by far less than the ready entries do."""
     jobs = await _claimed(engine, aconn, 300)
     await engine.complete_batch(aconn, [AttemptWrite(j.id, j.run_lease) for j in jobs])
-    await aconn.execute("ANALYZE awa.done_entries")
     sizes = {r["t"]: r["bytes"] for r in await _all(aconn, """
         SELECT 'ready' AS t, sum(pg_column_size(r.args))::bigint AS bytes
           FROM awa.ready_entries r
