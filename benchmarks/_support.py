@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+from _proc import backend_cpu_s, proc_stat, server_cpu_s  # benchmarks/: the script's own dir
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -209,27 +210,14 @@ class ServerCpu:
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]  # one row
-        stat = _proc_stat(self.backend)
+        stat = proc_stat(self.backend)
         self.postmaster = stat[0] if stat else None
 
     def read(self) -> float | None:
         if self.postmaster is None:
             return None
-        own = _proc_stat(self.postmaster)
-        if own is None:
-            return None
-        ticks = sum(own[1][10:14])  # utime, stime, cutime, cstime
-        for child in Path("/proc").iterdir():
-            stat = _proc_stat(int(child.name)) if child.name.isdigit() else None
-            if stat and stat[0] == self.postmaster:
-                ticks += sum(stat[1][10:12])
-        return ticks / os.sysconf("SC_CLK_TCK") - backend_cpu_s(self.backend)
-
-
-def backend_cpu_s(pid: int) -> float:
-    """CPU seconds one server backend (on this machine) has run, to the nanosecond
-    (/proc/<pid>/schedstat; /proc/<pid>/stat counts in 10 ms ticks, coarser than a batch)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+        total = server_cpu_s(self.postmaster)
+        return None if total is None else total - backend_cpu_s(self.backend)
 
 
 class Backend:
@@ -241,17 +229,6 @@ class Backend:
 
     def cpu(self) -> float:
         return backend_cpu_s(self.pid)
-
-
-def _proc_stat(pid: int) -> tuple[int, list[int]] | None:
-    """(parent pid, the numeric fields after the state) from /proc/<pid>/stat."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces
-    numbers = [int(f) for f in fields[1:]]
-    return numbers[0], numbers
 
 
 def alternation(sizes: str, repeat: int, engines: str) -> Iterator[tuple[int, str]]:

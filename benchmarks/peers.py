@@ -23,7 +23,10 @@ producer starts once the worker claims.  Reported, on the machine's monotonic cl
 
 * enqueue jobs/s   -- N / the time the batches took (alongside the worker);
 * processed jobs/s -- N / (the N-th handler call - the first enqueue started);
-* CPU ms/job       -- user+sys CPU of the process(es) (producer and worker) / N.
+* CPU ms/job       -- user+sys CPU of the process(es) (producer and worker) / N;
+* server ms/job    -- CPU of the whole PostgreSQL server over the same span (the first
+  enqueue to the N-th handler call) / N, when the server runs on this machine (``-``
+  otherwise): the database's share, the same for every system (``_proc.server_cpu_s``).
 
 Each system keeps its defaults otherwise (awa: claim batch, flush interval,
 maintenance on; PgQueuer: ``batch_size`` = W/2, the most it allows with
@@ -43,6 +46,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import math
 import os
 import resource
 import statistics
@@ -54,11 +58,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from _proc import server_cpu_s  # benchmarks/, the script's own dir: stdlib only
+
 QUEUE = "bench"
 BATCH = 1_000
 AWA_PG_VERSION = "0.6.9"
 PGQUEUER_VERSION = "1.6.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+# The local server's postmaster pid, from the driver to the measured processes.
+POSTMASTER_ENV = "AWA_BENCH_POSTMASTER"
 
 
 @dataclasses.dataclass
@@ -77,17 +85,24 @@ class Tally:
         self.seen = 0
         self.done = asyncio.Event()
         self.finished_at = 0.0
+        self.server_cpu_at_finish: float | None = None
 
     def hit(self) -> None:
         self.seen += 1
         if self.seen == self.expect:
             self.finished_at = time.monotonic()
+            self.server_cpu_at_finish = _server_cpu()
             self.done.set()
 
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def _server_cpu() -> float | None:
+    postmaster = os.environ.get(POSTMASTER_ENV)
+    return server_cpu_s(int(postmaster)) if postmaster else None
 
 
 # Each system's worker and producer, as coroutines; ``run_roles`` runs one or both in this
@@ -185,7 +200,8 @@ async def pgqueuer_producer(url: str) -> tuple[Callable[[int], Awaitable[None]],
 async def run_roles(system: str, role: str, url: str, n: int, workers: int) -> dict[str, float]:
     """``role``: ``both`` (producer and worker in this process), ``worker`` or ``producer``.
     The producer's part reports when it started and ended, the worker's when the N-th
-    handler ran; each part the CPU this process spent from the producer's start."""
+    handler ran (and the server's CPU at those moments); each part the CPU this process
+    spent from the producer's start."""
     pgqueuer = system == "pgqueuer"
     if pgqueuer and role != "producer":
         await pgqueuer_install(url)
@@ -204,14 +220,18 @@ async def run_roles(system: str, role: str, url: str, n: int, workers: int) -> d
         await asyncio.to_thread(sys.stdin.readline)  # the producer process is about to start
     if role in ("both", "producer"):
         send, close = await (pgqueuer_producer if pgqueuer else awa_producer)(url)
-    cpu0, started = _cpu(), time.monotonic()
+    cpu0, server0, started = _cpu(), _server_cpu(), time.monotonic()
     if role in ("both", "producer"):
         await send(n)
         out.update(started=started, enqueued=time.monotonic())
+        if server0 is not None:
+            out["server_started"] = server0
         await close()
     if worker is not None:
         await worker
         out["finished"] = tally.finished_at
+        if tally.server_cpu_at_finish is not None:
+            out["server_finished"] = tally.server_cpu_at_finish
     out["cpu_s"] = _cpu() - cpu0
     return out
 
@@ -339,10 +359,13 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
             worker.stdin.flush()
             made = _result(system, workers, producer, producer.communicate(timeout=900)[0])
             ran = _result(system, workers, worker, worker.communicate(timeout=900)[0])
-            raw = {**made, "finished": ran["finished"], "cpu_s": made["cpu_s"] + ran["cpu_s"]}
+            raw = {**made, **{k: v for k, v in ran.items() if k in ("finished", "server_finished")},
+                   "cpu_s": made["cpu_s"] + ran["cpu_s"]}
+    server = (1000 * (raw["server_finished"] - raw["server_started"]) / n
+              if "server_started" in raw and "server_finished" in raw else math.nan)
     return {"enqueue_per_s": n / (raw["enqueued"] - raw["started"]),
             "processed_per_s": n / (raw["finished"] - raw["started"]),
-            "cpu_ms_per_job": 1000 * raw["cpu_s"] / n}
+            "cpu_ms_per_job": 1000 * raw["cpu_s"] / n, "server_ms_per_job": server}
 
 
 def _result(system: System, workers: int, proc: subprocess.Popen[str],
@@ -364,6 +387,11 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2",
                         help="1: producer and worker in one process; 2: in two; 1,2: both")
     args = parser.parse_args()
+    import psycopg
+    with psycopg.connect(_support.admin_url(), autocommit=True) as conn:
+        postmaster = _support.ServerCpu(conn).postmaster
+    if postmaster is not None:  # the server is on this machine: its CPU is measured
+        os.environ[POSTMASTER_ENV] = str(postmaster)
     chosen = systems(args.systems.split(","))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"N={args.jobs} no-op async jobs, batches of {BATCH}; machine: {os.cpu_count()} "
@@ -374,19 +402,24 @@ def main() -> None:
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
+
+
 def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) -> None:
     """Every W and system alternated, then the medians and the per-round ratios."""
-    print(f"{'system':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11}")
+    print(f"{'system':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
+          f"{'server ms/job':>14}")
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
     for w, name in _support.alternation(args.workers, args.repeat, ",".join(chosen)):
         r = one_run(chosen[name], args.jobs, w, processes)
         results.setdefault((w, name), []).append(r)
         print(f"{name:>14} {w:>5} {r['enqueue_per_s']:>10.0f} {r['processed_per_s']:>12.0f} "
-              f"{r['cpu_ms_per_job']:>11.3f}", flush=True)
+              f"{r['cpu_ms_per_job']:>11.3f} {_ms(r['server_ms_per_job']):>14}", flush=True)
     first = next(iter(chosen))
     print(f"\nmedians over the rounds (first: {first})\n{'system':>14} {'W':>5} "
           f"{'enqueue/s':>10} {'of first':>9} {'processed/s':>12} {'of first':>9} "
-          f"{'CPU ms/job':>11}")
+          f"{'CPU ms/job':>11} {'server ms/job':>14}")
     for (w, name), runs in results.items():
         base = results[(w, first)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -395,7 +428,7 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
               f"{100 * med['enqueue_per_s'] / bmed['enqueue_per_s']:>8.1f}% "
               f"{med['processed_per_s']:>12.0f} "
               f"{100 * med['processed_per_s'] / bmed['processed_per_s']:>8.1f}% "
-              f"{med['cpu_ms_per_job']:>11.3f}")
+              f"{med['cpu_ms_per_job']:>11.3f} {_ms(med['server_ms_per_job']):>14}")
     for measure in ("processed_per_s", "enqueue_per_s"):
         for (w, name), runs in results.items():
             if name != first:
