@@ -17,16 +17,19 @@ The workload, the same for each: one process (the system's python) starts a work
 with W concurrent no-op async handlers on a fresh database, then enqueues N jobs in
 batches of 1000 through the system's bulk path (awa and awa-pg: ``enqueue_many_copy``,
 COPY; PgQueuer: ``Queries.enqueue`` with arrays) while the worker is already claiming.
-With ``--processes 2`` (the default runs both layouts, one after the other) the worker
-runs in one process and the producer in another, both under the system's python: the
-producer starts once the worker claims.  Reported, on the machine's monotonic clock:
+With ``--processes 2`` the worker runs in one process and the producer in another, both
+under the system's python: the producer starts once the worker claims.  With
+``--processes 0`` the producer runs alone, no worker anywhere: the enqueue path itself,
+without a worker's share of the event loop and the server (W is shown as 0).  The default
+runs the three layouts, one after the other.  Reported, on the machine's monotonic clock:
 
-* enqueue jobs/s   -- N / the time the batches took (alongside the worker);
+* enqueue jobs/s   -- N / the time the batches took (alongside the worker, if any);
 * processed jobs/s -- N / (the N-th handler call - the first enqueue started);
 * CPU ms/job       -- user+sys CPU of the process(es) (producer and worker) / N;
 * server ms/job    -- CPU of the whole PostgreSQL server over the same span (the first
-  enqueue to the N-th handler call) / N, when the server runs on this machine (``-``
-  otherwise): the database's share, the same for every system (``_proc.server_cpu_s``).
+  enqueue to the N-th handler call, or to the last batch with no worker) / N, when the
+  server runs on this machine (``-`` otherwise): the database's share, the same for every
+  system (``_proc.server_cpu_s``).
 
 Each system keeps its defaults otherwise (awa: claim batch, flush interval,
 maintenance on; PgQueuer: ``batch_size`` = W/2, the most it allows with
@@ -198,7 +201,8 @@ async def pgqueuer_producer(url: str) -> tuple[Callable[[int], Awaitable[None]],
 
 
 async def run_roles(system: str, role: str, url: str, n: int, workers: int) -> dict[str, float]:
-    """``role``: ``both`` (producer and worker in this process), ``worker`` or ``producer``.
+    """``role``: ``both`` (producer and worker in this process), ``worker``, ``producer``
+    (beside a worker process) or ``alone`` (the producer with no worker anywhere).
     The producer's part reports when it started and ended, the worker's when the N-th
     handler ran (and the server's CPU at those moments); each part the CPU this process
     spent from the producer's start."""
@@ -218,14 +222,16 @@ async def run_roles(system: str, role: str, url: str, n: int, workers: int) -> d
     if role == "worker":
         print("READY", flush=True)
         await asyncio.to_thread(sys.stdin.readline)  # the producer process is about to start
-    if role in ("both", "producer"):
+    producing = role in ("both", "producer", "alone")
+    if producing:
         send, close = await (pgqueuer_producer if pgqueuer else awa_producer)(url)
     cpu0, server0, started = _cpu(), _server_cpu(), time.monotonic()
-    if role in ("both", "producer"):
+    if producing:
         await send(n)
         out.update(started=started, enqueued=time.monotonic())
-        if server0 is not None:
-            out["server_started"] = server0
+        server1 = _server_cpu()
+        if server0 is not None and server1 is not None:
+            out.update(server_started=server0, server_enqueued=server1)
         await close()
     if worker is not None:
         await worker
@@ -332,8 +338,9 @@ def database_for(system: System) -> Iterator[str]:
 
 
 def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, float]:
-    """One run: producer and worker in one process (``processes`` 1), or the worker in one
-    and the producer in another (2), both under the system's python."""
+    """One run: producer and worker in one process (``processes`` 1), the worker in one
+    and the producer in another (2), or the producer alone (0: enqueue only), under the
+    system's python."""
     with database_for(system) as url:
         if system.name == "awa-pg":
             migrate_awa_pg(system.python, system.env, url)
@@ -343,7 +350,10 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
                                      str(n), str(workers)], stdout=subprocess.PIPE, text=True,
                                     env=system.env, cwd="/", **kw)
 
-        if processes == 1:
+        if processes == 0:
+            alone = role("alone")
+            raw = _result(system, workers, alone, alone.communicate(timeout=900)[0])
+        elif processes == 1:
             both = role("both")
             raw = _result(system, workers, both, both.communicate(timeout=900)[0])
         else:
@@ -361,10 +371,12 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
             ran = _result(system, workers, worker, worker.communicate(timeout=900)[0])
             raw = {**made, **{k: v for k, v in ran.items() if k in ("finished", "server_finished")},
                    "cpu_s": made["cpu_s"] + ran["cpu_s"]}
-    server = (1000 * (raw["server_finished"] - raw["server_started"]) / n
-              if "server_started" in raw and "server_finished" in raw else math.nan)
+    server_end = raw.get("server_finished", raw.get("server_enqueued"))
+    server = (1000 * (server_end - raw["server_started"]) / n
+              if "server_started" in raw and server_end is not None else math.nan)
     return {"enqueue_per_s": n / (raw["enqueued"] - raw["started"]),
-            "processed_per_s": n / (raw["finished"] - raw["started"]),
+            "processed_per_s": (n / (raw["finished"] - raw["started"]) if "finished" in raw
+                                else math.nan),
             "cpu_ms_per_job": 1000 * raw["cpu_s"] / n, "server_ms_per_job": server}
 
 
@@ -384,8 +396,9 @@ def main() -> None:
     parser.add_argument("--workers", default="64,256")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--systems", default="canonical,queue_storage,awa-pg,pgqueuer")
-    parser.add_argument("--processes", default="1,2",
-                        help="1: producer and worker in one process; 2: in two; 1,2: both")
+    parser.add_argument("--processes", default="0,1,2",
+                        help="0: the producer alone; 1: producer and worker in one process; "
+                             "2: in two; a comma-separated list runs each")
     args = parser.parse_args()
     import psycopg
     with psycopg.connect(_support.admin_url(), autocommit=True) as conn:
@@ -397,13 +410,27 @@ def main() -> None:
     print(f"N={args.jobs} no-op async jobs, batches of {BATCH}; machine: {os.cpu_count()} "
           f"cores, load average {load}")
     for processes in (int(p) for p in args.processes.split(",")):
-        print(f"\n== producer and worker in {'one process' if processes == 1 else 'two processes'}")
+        if processes not in LAYOUTS:
+            raise SystemExit(f"--processes: {processes} is not one of 0, 1, 2")
+        print(f"\n== {LAYOUTS[processes]}")
         series(chosen, args, processes)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+LAYOUTS = {0: "the producer alone, no worker (enqueue only)",
+           1: "producer and worker in one process", 2: "producer and worker in two processes"}
+
+
 def _ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.3f}"
+
+
+def _rate(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0f}"
+
+
+def _share(value: float, base: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value / base:.1f}%"
 
 
 def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) -> None:
@@ -411,10 +438,11 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
     print(f"{'system':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
           f"{'server ms/job':>14}")
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
-    for w, name in _support.alternation(args.workers, args.repeat, ",".join(chosen)):
+    workers = "0" if processes == 0 else args.workers
+    for w, name in _support.alternation(workers, args.repeat, ",".join(chosen)):
         r = one_run(chosen[name], args.jobs, w, processes)
         results.setdefault((w, name), []).append(r)
-        print(f"{name:>14} {w:>5} {r['enqueue_per_s']:>10.0f} {r['processed_per_s']:>12.0f} "
+        print(f"{name:>14} {w:>5} {r['enqueue_per_s']:>10.0f} {_rate(r['processed_per_s']):>12} "
               f"{r['cpu_ms_per_job']:>11.3f} {_ms(r['server_ms_per_job']):>14}", flush=True)
     first = next(iter(chosen))
     print(f"\nmedians over the rounds (first: {first})\n{'system':>14} {'W':>5} "
@@ -425,13 +453,13 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         bmed = {k: statistics.median(r[k] for r in base) for k in runs[0]}
         print(f"{name:>14} {w:>5} {med['enqueue_per_s']:>10.0f} "
-              f"{100 * med['enqueue_per_s'] / bmed['enqueue_per_s']:>8.1f}% "
-              f"{med['processed_per_s']:>12.0f} "
-              f"{100 * med['processed_per_s'] / bmed['processed_per_s']:>8.1f}% "
+              f"{_share(med['enqueue_per_s'], bmed['enqueue_per_s']):>9} "
+              f"{_rate(med['processed_per_s']):>12} "
+              f"{_share(med['processed_per_s'], bmed['processed_per_s']):>9} "
               f"{med['cpu_ms_per_job']:>11.3f} {_ms(med['server_ms_per_job']):>14}")
     for measure in ("processed_per_s", "enqueue_per_s"):
         for (w, name), runs in results.items():
-            if name != first:
+            if name != first and not math.isnan(runs[0][measure]):
                 print(f"{name} / {first} {measure.replace('_per_s', '/s')}, W={w}, "
                       + _support.paired_ratio([r[measure] for r in runs],
                                               [r[measure] for r in results[(w, first)]]))
