@@ -130,6 +130,23 @@ async def awa_worker(url: str, n: int, workers: int, ready: asyncio.Event,
     await worker.close()
 
 
+async def awa_pg_activate(url: str) -> None:
+    """awa-pg's COPY needs queue storage active, which its runtime's start makes it (as
+    the worker process does in the other layouts): a runtime started and stopped before
+    the clock, for the producer alone."""
+    import awa
+
+    runtime = awa.AsyncClient(url)
+
+    @runtime.task(BenchNoop, queue=QUEUE)
+    async def noop(job: Any) -> None:  # never runs: nothing is enqueued yet
+        pass
+
+    await runtime.start([{"name": QUEUE, "max_workers": 1}])
+    await runtime.shutdown(5_000)
+    await runtime.close()
+
+
 async def awa_producer(url: str) -> tuple[Callable[[int], Awaitable[None]],
                                          Callable[[], Awaitable[None]]]:
     """(send N jobs, close): connected before the clock starts."""
@@ -209,6 +226,8 @@ async def run_roles(system: str, role: str, url: str, n: int, workers: int) -> d
     pgqueuer = system == "pgqueuer"
     if pgqueuer and role != "producer":
         await pgqueuer_install(url)
+    if system == "awa-pg" and role == "alone":
+        await awa_pg_activate(url)
     out: dict[str, float] = {}
     tally, ready = Tally(n), asyncio.Event()
     worker = None
