@@ -419,6 +419,10 @@ def main() -> None:
                         help="0: the producer alone; 1: producer and worker in one process; "
                              "2: in two; a comma-separated list runs each")
     args = parser.parse_args()
+    layouts = args.processes.split(",")
+    if not set(layouts) <= {str(k) for k in LAYOUTS}:
+        raise SystemExit(f"--processes {args.processes}: give 0, 1 or 2, or a comma-separated "
+                         "list of them")
     import psycopg
     with psycopg.connect(_support.admin_url(), autocommit=True) as conn:
         postmaster = _support.ServerCpu(conn).postmaster
@@ -428,9 +432,7 @@ def main() -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"N={args.jobs} no-op async jobs, batches of {BATCH}; machine: {os.cpu_count()} "
           f"cores, load average {load}")
-    for processes in (int(p) for p in args.processes.split(",")):
-        if processes not in LAYOUTS:
-            raise SystemExit(f"--processes: {processes} is not one of 0, 1, 2")
+    for processes in (int(p) for p in layouts):
         print(f"\n== {LAYOUTS[processes]}")
         series(chosen, args, processes)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
