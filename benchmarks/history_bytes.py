@@ -24,11 +24,6 @@ import psycopg
 
 import awa
 
-SIZE = """
-SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'm')
-"""
 # Per table (a partition under its parent), with its indexes and TOAST.
 SIZE_BY_TABLE = """
 SELECT coalesce(p.relname, c.relname) AS relname,
@@ -42,14 +37,8 @@ SELECT coalesce(p.relname, c.relname) AS relname,
 COMPLETED = "SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
 
 
-def size(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM")
-        row = conn.execute(SIZE).fetchone()
-    return int(row[0]) if row else 0
-
-
 def sizes_by_table(url: str) -> dict[str, int]:
+    """Bytes of every table in schema ``awa`` after a VACUUM; their sum is the layout's."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM")
         return {name: int(n) for name, n in conn.execute(SIZE_BY_TABLE).fetchall()}
@@ -77,19 +66,20 @@ async def complete_all(url: str, jobs: int) -> None:
 def measure(engine: str, jobs: int) -> tuple[float, float, dict[str, float]]:
     """Bytes per job waiting and kept as history, and the history's bytes per job by table."""
     with _support.scratch_database("awa_bench_history", engine) as url:
-        empty = size(url)
         empty_tables = sizes_by_table(url)
+        empty = sum(empty_tables.values())
         with awa.Client(url) as producer:
             for first in range(0, jobs, 1000):
                 producer.insert_many(
                     [{"user_id": first + i, "email": f"user{first + i}@example.com",
                       "template": "welcome"} for i in range(min(1000, jobs - first))],
                     kind="signup_email")
-        waiting = size(url)
+        waiting = sum(sizes_by_table(url).values())
         asyncio.run(complete_all(url, jobs))
-        done = size(url)
+        done_tables = sizes_by_table(url)
+        done = sum(done_tables.values())
         by_table = {name: (n - empty_tables.get(name, 0)) / jobs
-                    for name, n in sizes_by_table(url).items()}
+                    for name, n in done_tables.items()}
     return (waiting - empty) / jobs, (done - empty) / jobs, by_table
 
 

@@ -57,7 +57,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,40 +111,40 @@ def _server_cpu() -> float | None:
 # Each system's worker and producer, as coroutines; ``run_roles`` runs one or both in this
 # process.  A worker prints READY once it claims; the times are time.monotonic(), one
 # clock for every process of the machine, so two processes' times subtract.
-async def awa_worker(url: str, n: int, workers: int, ready: asyncio.Event,
-                     tally: Tally) -> None:
-    """awa (this checkout's) or awa-pg: the same client API."""
-    import awa
-
-    worker = awa.AsyncClient(url)
-
-    @worker.task(BenchNoop, queue=QUEUE)
-    async def noop(job: Any) -> None:
-        tally.hit()
-
-    await worker.start([{"name": QUEUE, "max_workers": workers}])
-    await asyncio.sleep(0.5)  # the runtime settles (leader, listeners) before the clock
-    ready.set()
-    await asyncio.wait_for(tally.done.wait(), 600)
-    await worker.shutdown(5_000)
-    await worker.close()
-
-
-async def awa_pg_activate(url: str) -> None:
-    """awa-pg's COPY needs queue storage active, which its runtime's start makes it (as
-    the worker process does in the other layouts): a runtime started and stopped before
-    the clock, for the producer alone."""
+@contextlib.asynccontextmanager
+async def awa_runtime(url: str, workers: int, tally: Tally) -> AsyncIterator[None]:
+    """awa (this checkout's) or awa-pg, the same client API: a runtime whose no-op handler
+    counts in ``tally``, started, then shut down after the block."""
     import awa
 
     runtime = awa.AsyncClient(url)
 
     @runtime.task(BenchNoop, queue=QUEUE)
-    async def noop(job: Any) -> None:  # never runs: nothing is enqueued yet
-        pass
+    async def noop(job: Any) -> None:
+        tally.hit()
 
-    await runtime.start([{"name": QUEUE, "max_workers": 1}])
-    await runtime.shutdown(5_000)
-    await runtime.close()
+    await runtime.start([{"name": QUEUE, "max_workers": workers}])
+    try:
+        yield
+    finally:
+        await runtime.shutdown(5_000)
+        await runtime.close()
+
+
+async def awa_worker(url: str, n: int, workers: int, ready: asyncio.Event,
+                     tally: Tally) -> None:
+    async with awa_runtime(url, workers, tally):
+        await asyncio.sleep(0.5)  # the runtime settles (leader, listeners) before the clock
+        ready.set()
+        await asyncio.wait_for(tally.done.wait(), 600)
+
+
+async def awa_pg_activate(url: str) -> None:
+    """awa-pg's COPY needs queue storage active, which its runtime's start makes it (as
+    the worker process does in the other layouts): a runtime started and stopped before
+    the clock, for the producer alone (nothing is enqueued yet, so it runs nothing)."""
+    async with awa_runtime(url, 1, Tally(0)):
+        pass
 
 
 async def awa_producer(url: str) -> tuple[Callable[[int], Awaitable[None]],
@@ -388,8 +388,9 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
             worker.stdin.flush()
             made = _result(system, workers, producer, producer.communicate(timeout=900)[0])
             ran = _result(system, workers, worker, worker.communicate(timeout=900)[0])
-            raw = {**made, **{k: v for k, v in ran.items() if k in ("finished", "server_finished")},
-                   "cpu_s": made["cpu_s"] + ran["cpu_s"]}
+            raw = {**made, "cpu_s": made["cpu_s"] + ran["cpu_s"], "finished": ran["finished"]}
+            if "server_finished" in ran:
+                raw["server_finished"] = ran["server_finished"]
     server_end = raw.get("server_finished", raw.get("server_enqueued"))
     server = (1000 * (server_end - raw["server_started"]) / n
               if "server_started" in raw and server_end is not None else math.nan)
