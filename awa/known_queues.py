@@ -21,7 +21,7 @@ It lives in ``awa`` (the bottom layer) so the ``awa`` CLI can use it;
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -68,3 +68,31 @@ async def read_known_queues(engine: OpsReads, conn: psycopg.AsyncConnection[Any]
     return known_queues(holding=holding, configured=configured, descriptors=descriptors,
                         runtimes=runtimes, recent=[*recent, *completed], history_s=history_s,
                         limit=limit)
+
+
+# --- the one "stranded queue" rule ----------------------------------------------
+
+# States whose jobs wait for a worker of their queue: runnable now, or due to run again
+# (a retryable job is promoted by the leader and then claimed by a worker of its queue).
+WAITING_STATES = ("available", "retryable")
+
+
+def has_waiting(depth: Mapping[str, int]) -> bool:
+    """Whether a queue's depth (state -> count) holds jobs that need a worker."""
+    return any(depth.get(state, 0) > 0 for state in WAITING_STATES)
+
+
+def unserved_queues(waiting: Iterable[str], serving: Iterable[Sequence[str]]) -> list[str]:
+    """The queues among ``waiting`` (queues with waiting jobs) that no live runtime serves.
+
+    ``serving``: the queue lists of the live runtimes that are not shutting down (each
+    caller judges liveness by its own clock); an empty list serves any queue.  Such a
+    queue is stranded: nothing will ever claim its jobs until a worker for it starts --
+    the one rule of ``awa health``, ``awa-ops diagnose runtime``, the console's Overview
+    and the exporter's ``awa_db_queue_unserved``.
+    """
+    lists = [set(queues) for queues in serving]
+    if any(not queues for queues in lists):
+        return []
+    served = set().union(*lists)
+    return sorted({q for q in waiting if q} - served)

@@ -308,7 +308,8 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
              "Maintenance passes that took longer than their branch's interval."),
     # queue storage: ring rotation and prune (leader, once per cleanup tick)
     _counter("awa.maintenance.rotate.attempts", "{rotation}", _RING,
-             "Rotations the leader tried, per ring (one per ring per cleanup tick)."),
+             "Rotations that were due and the leader tried, per ring (the lease and claim rings "
+             "at every cleanup tick, the queue ring once per slot span)."),
     _counter("awa.maintenance.rotate.skipped", "{rotation}", _RING + (ATTR_PRUNE_BLOCKER,),
              "Rotations that could not move the ring on because its next slot still held rows, "
              "by what held them (awa.prune.blocker; retention is expected, the rest is wrap "
@@ -386,6 +387,10 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
            "Jobs per queue and state, counted in the database.", "database"),
     _gauge("awa.db.queue.lag", UNIT_SECONDS, _Q,
            "Age of the oldest available job per queue, in seconds.", "database"),
+    _gauge("awa.db.queue.unserved", "1", _Q,
+           "1 when the queue has waiting jobs (available or retryable) and no live runtime "
+           "serves it (awa.known_queues.unserved_queues): nothing will claim them until a "
+           "worker for the queue starts; else 0.", "database"),
     _gauge("awa.db.queue.completed_rate", "{job}/s", _Q,
            "Completions per second per queue over the last minute "
            "(config.OPS_COMPLETED_WINDOW_S), counted in the database; 0 for a known idle "

@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, lifecycle, metrics
+from awa.known_queues import has_waiting, unserved_queues
 from awa.storage.engine import RingState, RuntimeInstance
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.queues import CONFIGURED_QUEUES, known_queues
@@ -211,6 +212,12 @@ class DatabaseCollector(Collector):
                 if state not in lifecycle.DEPTH_STATES:
                     depth.add_metric([queue, state], n)
             lag.add_metric([queue], (d.lag_s if d is not None else None) or 0.0)
+        unserved_gauge, _ = _family("awa.db.queue.unserved")
+        unserved = set(unserved_queues((d.queue for d in depths if has_waiting(d.depth)),
+                                       (r.queues for r in live_runtimes if not r.shutting_down)))
+        for queue in queues:
+            unserved_gauge.add_metric([queue], 1.0 if queue in unserved else 0.0)
+        out.append(unserved_gauge)
         completed, _ = _family("awa.db.queue.completed_rate")
         rate_by_queue = {d.queue: d.completed / config.OPS_COMPLETED_WINDOW_S for d in details}
         previous, self._last_totals = self._last_totals, (

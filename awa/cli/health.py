@@ -22,6 +22,7 @@ import click
 from awa import config, db, schema
 from awa.cli.options import database_url_option, json_option, print_json, resolved_database_url
 from awa.job import AwaError
+from awa.known_queues import has_waiting, unserved_queues
 
 EXIT_READY = 0
 EXIT_DEGRADED = 1
@@ -61,10 +62,9 @@ async def health_report(url: str, connect_timeout_s: float) -> dict[str, Any]:
             report["unhealthy_runtimes"] = sum(1 for r in live if not r.healthy)
             report["leader"] = any(r.leader for r in live)
             waiting = [d.queue for d in await engine.queue_depths(conn, cap=1)
-                       if d.count("available") or d.count("retryable")]
-            orphaned = sorted(q for q in waiting
-                              if not any(not r.queues or q in r.queues for r in live))
-            report["queues_without_runtime"] = orphaned
+                       if has_waiting(d.depth)]
+            report["queues_without_runtime"] = unserved_queues(waiting,
+                                                               (r.queues for r in live))
         finally:
             await conn.close()
 

@@ -488,7 +488,9 @@ class RingPass:
     """One ring in one rotate-and-prune tick, for metrics and the ops console.
 
     ``prune_s`` / ``rotate_s``: how long its prune and its rotation took;
-    ``rotated``: whether the rotation moved the ring on (False: the next slot
+    ``due``: whether a rotation was due at all (the queue ring moves once per
+    slot span, hours apart; a tick before that is no attempt); ``rotated``:
+    whether the rotation moved the ring on (due and not rotated: the next slot
     still held rows).  ``current_slot`` / ``generation`` / ``slot_count``: the
     ring after the tick; ``occupied``: its slots holding any row after the
     tick (the current one included).
@@ -500,6 +502,7 @@ class RingPass:
     generation: int
     prune_s: float = 0.0
     rotate_s: float = 0.0
+    due: bool = True
     rotated: bool = False
     occupied: tuple[int, ...] = ()
 

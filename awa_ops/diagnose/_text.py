@@ -14,12 +14,13 @@ USING: ContextVar[str | None] = ContextVar("awa_ops_database_url", default=None)
 
 
 def db_ref() -> str:
-    """``"$DATABASE_URL"`` when that is the database in use, else the URL in use, quoted,
-    its password redacted (``***``: put it back, or use a .pgpass file)."""
+    """``"$DATABASE_URL"`` when that variable names the database in use, else the URL in
+    use exactly as the operator gave it, quoted: a suggested command must run as printed,
+    and a masked password (``***``) would make it fail."""
     url = USING.get()
     if url is None or os.environ.get(db.DATABASE_URL_ENV) == url:
         return ENV_REF
-    return shell_quote(db.redact(url))
+    return shell_quote(url)
 
 
 def secs(value: float | None) -> str:

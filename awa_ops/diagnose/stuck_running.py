@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa import config
 from awa_ops import runtimes as runtimes_
-from awa_ops.diagnose._text import awa, ops, plural, secs
+from awa_ops.diagnose._text import ops, plural, secs, shell_quote
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import (
     REPORT_NAMES,
@@ -138,6 +138,10 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
     by_id = {r.instance_id: r for r in runtimes}
     for a in attempts:
         hb = a.get("heartbeat_age_s")
+        if hb is None:
+            # never heartbeated (or its heartbeat row is already gone, mid-rescue): its age
+            # since the claim is its heartbeat age, as rescue judges it
+            hb = a.get("running_for_s")
         remaining = a.get("deadline_remaining_s")
         timing = attempt_timing(runtimes, a["queue"],
                                 str(a["claimed_by"]) if a.get("claimed_by") else None,
@@ -194,7 +198,6 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
         oldest = max((r["heartbeat_age_s"] or 0) for r in rows)
         cutoff = max(cutoffs[r["job_id"]] for r in rows)
         rescue_overdue = cutoff + 2 * options.rescue_interval_s
-        first = rows[0]["job_id"]
         if cls == OVERDUE:
             worst = min(r["deadline_remaining_s"] for r in rows)
             critical = -worst > 2 * options.rescue_interval_s or not leader_alive
@@ -222,8 +225,8 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
                        "rescue due at next scan")
             why = ("the runtime serving the queue is alive but these attempts stopped "
                    "heartbeating: its heartbeat loop or its connections are starved")
-        step = (ops("runtime") if not leader_alive else
-                "wait for rescue, or intervene now: " + awa(f"job cancel {first}"))
+        summary += "; " + _rescue_eta(cls, rows, cutoffs, options)
+        step = _next_step(cls, rows, critical, leader_alive, options)
         findings.append(Finding(Severity.CRITICAL if critical else Severity.WARNING, summary, why,
                                 step, rows[:limit], RUNBOOK))
 
@@ -244,9 +247,42 @@ def classify(attempts: list[dict[str, Any]], cancelled: list[dict[str, Any]],
     alive = groups.get(ALIVE, [])
     total = int(attempts[0]["total"]) if attempts else 0
     if not any(f.severity > Severity.OK for f in findings):
-        oldest = max((r["heartbeat_age_s"] or 0 for r in alive), default=0)
+        beats = [r["heartbeat_age_s"] for r in alive if r["heartbeat_age_s"] is not None]
         findings.append(Finding(
             Severity.OK, f"{plural(total, 'running attempt')}, all alive"
-                         + (f" (oldest heartbeat {secs(oldest)})" if alive else ""),
+                         + (f" (oldest heartbeat {secs(max(beats))})" if beats else ""),
             evidence=alive[:limit], runbook=RUNBOOK))
     return findings
+
+
+def _rescue_eta(cls: str, rows: list[dict[str, Any]], cutoffs: dict[Any, float],
+                options: Options) -> str:
+    """When the leader's rescue takes these attempts back: each is due when its heartbeat
+    passes its cutoff (or its deadline passes), and taken at the next rescue scan after."""
+    if cls == OVERDUE:
+        due = 0.0  # already past the deadline: the next deadline scan takes it
+    else:
+        due = max(max(cutoffs[r["job_id"]] - (r["heartbeat_age_s"] or 0), 0.0) for r in rows)
+    latest = due + options.rescue_interval_s
+    if due == 0:
+        return (f"rescue retries {'it' if len(rows) == 1 else 'them'} at its next scan "
+                f"(within {secs(options.rescue_interval_s)})")
+    return (f"rescue retries {'it' if len(rows) == 1 else 'them'} within {secs(latest)} "
+            f"(due in {secs(due)}, then its next scan)")
+
+
+def _next_step(cls: str, rows: list[dict[str, Any]], critical: bool, leader_alive: bool,
+               options: Options) -> str:
+    """What to do: never cancel an attempt rescue would retry (cancel discards the job);
+    wait for rescue while it is on time, and look at the leader when it is not."""
+    queues = sorted({str(r["queue"]) for r in rows})
+    recheck = ops("stuck-running") + (f" --queue {shell_quote(queues[0])}" if len(queues) == 1
+                                      else "")
+    if not leader_alive or critical:
+        return (ops("runtime") + "   # rescue is late: is a leader running maintenance? "
+                "Once it runs, these attempts are retried, not lost")
+    if cls == STALE:
+        return (f"wait for rescue (it retries them; the job is not lost), then {recheck}; "
+                "if the handlers still run, check the runtime named in the evidence: "
+                + ops("runtime"))
+    return f"wait for rescue (it retries them; the job is not lost), then {recheck}"

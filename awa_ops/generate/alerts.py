@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from awa import metrics
+from awa import config, metrics
 from awa_ops.generate.promql import selector
 from awa_ops.generate.templating import render_template
 
@@ -75,6 +75,7 @@ QUEUE_INFO = _metric("awa.queue.info")
 KIND_INFO = _metric("awa.job_kind.info")
 DB_DEPTH = _metric("awa.db.queue.depth")
 DB_LAG = _metric("awa.db.queue.lag")
+DB_UNSERVED = _metric("awa.db.queue.unserved")
 DB_HEARTBEAT_AGE = _metric("awa.db.running.oldest_heartbeat_age")
 DB_DEADLINE_OVERDUE = _metric("awa.db.running.deadline_overdue")
 DB_RUNTIMES_LIVE = _metric("awa.db.runtimes.live")
@@ -103,7 +104,10 @@ class Thresholds:
     throughput_collapse_ratio: float = 0.25
     throughput_collapse_min_backlog: float = 100
     rescues_per_10m: float = 10
-    heartbeat_age_seconds: float = 180  # twice the default staleness: rescue should have fired
+    # rescue takes a stale attempt within staleness + one rescue interval (120 s by
+    # default); another interval on top and rescue has failed to act
+    heartbeat_age_seconds: float = (config.HEARTBEAT_STALENESS_MS
+                                    + 2 * config.HEARTBEAT_RESCUE_INTERVAL_MS) / 1000
     deadline_overdue_jobs: float = 0
     dlq_growth_per_30m: float = 10
     xmin_horizon_age_seconds: float = 900
@@ -267,6 +271,30 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             ],
         ),
         AlertRule(
+            name="AwaQueueUnserved",
+            severity="critical",
+            expr=f"max by ({Q}) ({DB_UNSERVED}) > 0",
+            # a runtime counts as gone two snapshot intervals (20 s) after its last one; a
+            # rolling restart leaves a queue unserved for a drain (shutdown_timeout, 2 s)
+            # and a start; three minutes is neither
+            for_="3m",
+            summary="Jobs wait in a queue that no live runtime serves.",
+            description=(
+                "Queue {{ $labels.awa_job_queue }} has waiting jobs and no live runtime serves "
+                "it: nothing will claim them until a worker for this queue starts."),
+            runbook_check="runtime",
+            cases=lambda r: [
+                RuleCase({_labels_selector(DB_UNSERVED, {Q: "long"}):
+                          constant(1, r.for_minutes + 5)}, r.for_minutes + 3,
+                         (Expected({Q: "long"}, 1),)),
+                RuleCase({_labels_selector(DB_UNSERVED, {Q: "long"}):
+                          constant(0, r.for_minutes + 5)}, r.for_minutes + 3),
+                # unserved for a minute during a rolling restart: no alert
+                RuleCase({_labels_selector(DB_UNSERVED, {Q: "long"}):
+                          f"0 1 {constant(0, r.for_minutes + 5)}"}, r.for_minutes + 3),
+            ],
+        ),
+        AlertRule(
             name="AwaQueueLagHigh",
             severity="warning",
             expr=f"max by ({Q}) ({DB_LAG}) > {num(t.queue_lag_seconds)}",
@@ -340,12 +368,15 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             name="AwaHeartbeatsStale",
             severity="warning",
             expr=f"max by ({Q}) ({DB_HEARTBEAT_AGE}) > {num(t.heartbeat_age_seconds)}",
-            for_="5m",
+            # fires about 4.5 minutes after the last heartbeat: 2.5 past staleness + rescue
+            for_="2m",
             summary="Running jobs stopped heartbeating and are not rescued.",
             description=(
                 "The oldest heartbeat of a running job in queue {{ $labels.awa_job_queue }} is "
-                "{{ $value | humanizeDuration }} old: its worker is gone or starved, and "
-                "stale-heartbeat rescue has not picked it up."),
+                "{{ $value | humanizeDuration }} old, past the staleness cutoff and a rescue "
+                "interval: stale-heartbeat rescue is not running (no leader, or its "
+                "maintenance fails). A worker that merely died does not fire this: rescue "
+                "retries its jobs within staleness + one rescue interval."),
             runbook_check="heartbeats",
             cases=lambda r: _gauge_cases(r, DB_HEARTBEAT_AGE, {Q: "email"},
                                          t.heartbeat_age_seconds),

@@ -602,6 +602,11 @@ def postgres(t: Thresholds) -> DashboardSpec:
                   (Target(f"max by ({Q}) ({q('awa.db.queue.lag')})", "{{awa_job_queue}}"),),
                   unit="s", thresholds=warn_at(t.queue_lag_seconds),
                   runbooks=(alert_runbook("AwaQueueLagHigh"),)),
+        PanelSpec("Unserved queues", "Queues with waiting jobs and no live runtime serving "
+                  "them (1): nothing claims their jobs until a worker for them starts.",
+                  (Target(f"max by ({Q}) ({q('awa.db.queue.unserved')})", "{{awa_job_queue}}"),),
+                  thresholds=warn_at(1, "red"),
+                  runbooks=(alert_runbook("AwaQueueUnserved"), diagnostic("runtime"))),
         PanelSpec("Completions per second (database)", "Jobs completed per second per queue "
                   "over the last minute, counted by the exporter; 0 for a known idle queue.",
                   (Target(f"sum by ({Q}) ({q('awa.db.queue.completed_rate')})",

@@ -66,7 +66,9 @@ def test_sigkilled_worker_leaves_a_stale_job_and_a_dead_runtime(ops, database_ur
     assert row["job_id"] == job and row["class"] == "orphaned"
     assert row["heartbeat_age_s"] > 1.0
     assert str(worker.pid) in row["runtime"] and "gone" in row["runtime"]
-    assert f"job cancel {job}" in orphaned[0]["next_step"] or "runtime" in orphaned[0]["next_step"]
+    # rescue retries an orphaned attempt: never advise cancelling (it discards the job)
+    assert "cancel" not in orphaned[0]["next_step"]
+    assert "rescue retries it" in orphaned[0]["summary"]
 
     runtime = ops("runtime", *FAST_FLAGS)
     assert runtime.code == 2  # its only runtime is gone: no live runtime at all

@@ -97,9 +97,11 @@ def record_ring_tick(report: PruneReport, blocked_age: Mapping[tuple[str, str], 
     for p in report.rings:
         key = (p.ring,)
         METRICS.maintenance_prune_duration.observe(key, p.prune_s)
-        METRICS.maintenance_rotate_attempts.inc(key)
-        METRICS.maintenance_rotate_duration.observe(key, p.rotate_s)
-        if not p.rotated:
+        if p.due:
+            # a rotation that is not due yet is neither an attempt nor a skip
+            METRICS.maintenance_rotate_attempts.inc(key)
+            METRICS.maintenance_rotate_duration.observe(key, p.rotate_s)
+        if p.due and not p.rotated:
             # the next slot held rows; prune just looked at it and named what held them
             nxt = (p.current_slot + 1) % p.slot_count
             METRICS.maintenance_rotate_skipped.inc(

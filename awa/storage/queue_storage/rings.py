@@ -153,14 +153,15 @@ async def _slot_empty(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
 
 
 async def rotate(conn: psycopg.AsyncConnection[Any], ring: Ring, min_age_s: float = 0.0, *,
-                 schema: str = DEFAULT_SCHEMA) -> bool:
+                 schema: str = DEFAULT_SCHEMA) -> bool | None:
     """Move ``ring`` to its next slot when that slot is empty and the current one has been
-    written for ``min_age_s``; False when not yet."""
+    written for ``min_age_s``.  True: it moved; False: it was due but the next slot still
+    held rows (wrap pressure); None: not due yet, which is no attempt at all."""
     async with conn.transaction():
         state = await _one(conn, LOCK_RING, schema, {"ring": ring})
         current, count = int(state["current_slot"]), int(state["slot_count"])
         if float(state["age_s"]) < min_age_s:
-            return False
+            return None
         following = (current + 1) % count
         if not await _slot_empty(conn, ring, following, schema):
             return False
@@ -280,9 +281,11 @@ async def rotate_and_prune(conn: psycopg.AsyncConnection[Any], *, completed_rete
     passes = {p.ring: p for p in report.rings}
     for ring in RINGS:
         started = time.perf_counter()
-        passes[ring].rotated = await rotate(conn, ring, queue_slot_span_s(
+        outcome = await rotate(conn, ring, queue_slot_span_s(
             completed_retention_s, passes[ring].slot_count) if ring == "queue" else 0.0,
             schema=schema)
+        passes[ring].due = outcome is not None
+        passes[ring].rotated = bool(outcome)
         passes[ring].rotate_s = time.perf_counter() - started
     # Where each ring stands after the tick (reporting only).
     states = await ring_state(conn, schema=schema)
