@@ -152,6 +152,7 @@ OPS_LOCK_TIMEOUT_MS = 1_000
 OPS_EVIDENCE_LIMIT = 50  # rows shown per finding
 OPS_RUNTIME_LIVE_FACTOR = 3  # live while last_seen_at is within N snapshot intervals
 OPS_RUNTIME_LIVE_MIN_S = 2.0  # ...and never less: a late snapshot on a busy host is not a death
+OPS_WAITING_COUNT_CAP = 10_000  # diagnose runtime counts a stranded queue's jobs up to this
 OPS_RUNTIME_GONE_S = 900  # a runtime silent longer than this is history, not an alarm
 OPS_XACT_WARNING_S = 300  # a transaction pinning the xmin horizon this long warns
 OPS_XACT_CRITICAL_S = 3_600
@@ -205,7 +206,6 @@ SERVE_SUMMARY_CAP = 50_000  # /api/stats/timeseries, /api/kinds: rows read per p
 SERVE_BULK_PREVIEW_MAX = 10_000  # ids a filter-wide bulk preview lists (more: use awa batch)
 # Worker health endpoints (/healthz, /readyz): off unless an address is given.
 HEALTH_ADDR_ENV = "AWA_HEALTH_ADDR"
-HEALTH_LIVE_WINDOW_S = 90.0
 # Durable batch operations (awa.batch): run by the maintenance leader, a tick per interval.
 BATCH_OPERATIONS_INTERVAL_MS = 1_000
 BATCH_OP_CHUNK_SIZE = 500  # items changed (and recorded) per transaction

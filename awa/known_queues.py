@@ -21,7 +21,7 @@ It lives in ``awa`` (the bottom layer) so the ``awa`` CLI can use it;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -82,7 +82,7 @@ def has_waiting(depth: Mapping[str, int]) -> bool:
     return any(depth.get(state, 0) > 0 for state in WAITING_STATES)
 
 
-def unserved_queues(waiting: Iterable[str], serving: Iterable[Sequence[str]]) -> list[str]:
+def unserved_queues(waiting: Iterable[str], serving: Iterable[Collection[str]]) -> list[str]:
     """The queues among ``waiting`` (queues with waiting jobs) that no live runtime serves.
 
     ``serving``: the queue lists of the live runtimes that are not shutting down (each

@@ -28,6 +28,7 @@ from awa.batch import BatchMixin
 from awa.bulk import DLQ as DLQ_PLACE
 from awa.bulk import BulkFilter
 from awa.job import JOB_COLUMNS
+from awa.known_queues import has_waiting, unserved_queues
 from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord, Oversized, RuntimeInstance
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
@@ -125,6 +126,12 @@ class Overview:
 
     def live_runtimes(self) -> list[RuntimeSummary]:
         return [r for r in self.runtimes if r.live(self.now) and not r.shutting_down]
+
+    def unserved(self) -> list[str]:
+        """Queues with waiting jobs that no live runtime serves (``unserved_queues``, the
+        rule of ``awa health``, ``diagnose runtime`` and the exporter): stranded."""
+        return unserved_queues((q.queue for q in self.queues if has_waiting(q.depth)),
+                               (r.queues for r in self.live_runtimes()))
 
     def lock_holder_id(self) -> str | None:
         """The instance id of the runtime the lock holder names (``awa-leader <id>``)."""

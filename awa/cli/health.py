@@ -23,6 +23,7 @@ from awa import config, db, schema
 from awa.cli.options import database_url_option, json_option, print_json, resolved_database_url
 from awa.job import AwaError
 from awa.known_queues import has_waiting, unserved_queues
+from awa.liveness import runtime_live
 
 EXIT_READY = 0
 EXIT_DEGRADED = 1
@@ -55,9 +56,11 @@ async def health_report(url: str, connect_timeout_s: float) -> dict[str, Any]:
                 return
             engine = engine_for(layout)
             report["storage_state"] = "active" if engine.name != "canonical" else "canonical"
-            window = config.HEALTH_LIVE_WINDOW_S
             live = [r for r in await engine.runtime_instances(conn)
-                    if r.last_seen_age_s <= window and not r.shutting_down]
+                    if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms,
+                                    r.heartbeat_staleness_ms / 1000
+                                    if r.heartbeat_staleness_ms else None)
+                    and not r.shutting_down]
             report["live_runtimes"] = len(live)
             report["unhealthy_runtimes"] = sum(1 for r in live if not r.healthy)
             report["leader"] = any(r.leader for r in live)
@@ -78,8 +81,8 @@ async def health_report(url: str, connect_timeout_s: float) -> dict[str, Any]:
         return report
     problems = report["problems"]
     if report["live_runtimes"] == 0:
-        problems.append("no live runtime (no worker reported within "
-                        f"{config.HEALTH_LIVE_WINDOW_S:.0f}s)")
+        problems.append("no live runtime (no worker reported within two of its snapshot "
+                        "intervals)")
     elif not report["leader"]:
         problems.append("no live runtime holds maintenance leadership")
     if report["unhealthy_runtimes"]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa import config
 from awa_ops.diagnose import mvcc_horizon
-from awa_ops.diagnose._text import db_ref, ops, plural, secs
+from awa_ops.diagnose._text import ops, plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import literal, render
 
@@ -100,25 +100,28 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     tables = await session.fetch_all(churn_query(engine))
     pinning = [f for f in mvcc_horizon.holders(await mvcc_horizon.gather(session), options)
                if f.severity > Severity.OK]
-    return assess(tables, pinning, options)
+    return assess(tables, pinning, options, engine.schema)
 
 
 def assess(tables: list[dict[str, Any]], pinning: list[Finding],
-           options: Options) -> list[Finding]:
+           options: Options, schema: str = "awa") -> list[Finding]:
+    """Dead tuples worth an operator's time: past the table's own autovacuum trigger AND
+    at least ``OPS_DEAD_TUPLES_MIN`` (a small, busy table -- the runtime registry, a ring's
+    state -- collects a few hundred dead rows between two vacuums, which costs nothing);
+    blamed on the xmin horizon only when a holder pins it right now."""
     findings: list[Finding] = []
     for t in tables:
         limit = trigger(t)
         dead, live = int(t["n_dead_tup"]), int(t["n_live_tup"])
         t["autovacuum_trigger"] = round(limit)
         t["dead_ratio"] = round(dead / max(live, 1), 3)
-        if dead <= limit:
+        if dead <= limit or dead < config.OPS_DEAD_TUPLES_MIN:
             continue
         since = t["since_vacuum_s"]
         vacuumed_recently = since is not None and since <= config.OPS_VACUUM_RECENT_S
         evidence = [t]
-        if pinning or (vacuumed_recently and dead > max(limit, live)):
-            holder = (pinning[0].summary if pinning
-                      else "no holder older than the threshold right now")
+        if pinning:
+            holder = pinning[0].summary
             findings.append(Finding(
                 Severity.WARNING,
                 f"{t['relname']}: {dead} dead tuples (autovacuum trigger {round(limit)}, "
@@ -128,13 +131,12 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding],
                 "vacuum runs but cannot reclaim rows a pinned MVCC horizon still needs; the queue "
                 f"tables bloat and dispatch slows. Oldest holder: {holder}",
                 ops("mvcc-horizon"), evidence, RUNBOOK))
-        elif not autovacuum_enabled(t) and dead >= config.OPS_DEAD_TUPLES_MIN:
+        elif not autovacuum_enabled(t):
             findings.append(Finding(
                 Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
                                   f"for it", "nothing will reclaim them; the table bloats",
-                f"psql {db_ref()} -c 'VACUUM (VERBOSE) {t['relname']}'", evidence, RUNBOOK))
-        elif (dead > 2 * limit and dead >= config.OPS_DEAD_TUPLES_MIN
-              and (since is None or since > config.OPS_VACUUM_STALE_S)):
+                psql(f"VACUUM (VERBOSE) {schema}.{t['relname']}"), evidence, RUNBOOK))
+        elif dead > 2 * limit and (since is None or since > config.OPS_VACUUM_STALE_S):
             findings.append(Finding(
                 Severity.WARNING,
                 f"{t['relname']}: {dead} dead tuples, {round(dead / max(limit, 1), 1)}x its "
@@ -142,8 +144,8 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding],
                 "autovacuum is not keeping up with queue churn (autovacuum_count flat): check "
                 "autovacuum_max_workers, cost limits and naptime, or lower this table's "
                 "scale factor",
-                f"psql {db_ref()} -c \"ALTER TABLE <schema>.{t['relname']} SET "
-                f"(autovacuum_vacuum_scale_factor = 0.01)\"", evidence, RUNBOOK))
+                psql(f"ALTER TABLE {schema}.{t['relname']} SET "
+                     "(autovacuum_vacuum_scale_factor = 0.01)"), evidence, RUNBOOK))
     if not findings:
         worst = max(tables, key=lambda t: t["n_dead_tup"], default=None)
         over = [t for t in tables if int(t["n_dead_tup"]) > t["autovacuum_trigger"]]

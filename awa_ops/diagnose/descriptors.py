@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from awa_ops.diagnose._text import plural, psql, secs
+from awa_ops.diagnose._text import ops, plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
 from awa_ops.storage import column_exists, storage_engine
@@ -81,10 +81,10 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
             + ("..." if len(stale) > 5 else "") + ")"
             + (": no live runtime" if window is None else
                f": not refreshed by a live runtime within {secs(window)}"),
-            "the code that declared them was retired, or no worker declaring them is running",
-            "if retired: " + psql("DELETE FROM awa.queue_descriptors WHERE queue = 'retired-queue'")
-            + "; if workers should run, " + "awa-ops diagnose runtime",
-            stale[:limit], RUNBOOK))
+            "the code that declared them was retired, or no worker declaring them is running "
+            "(a queue that still holds waiting jobs is not retired: `awa-ops diagnose runtime` "
+            "names it)",
+            _retire_step(stale), stale[:limit], RUNBOOK))
     drifted = {k: v for k, v in reported.items() if len(v) > 1}
     if drifted:
         findings.append(Finding(
@@ -102,3 +102,21 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
                          f"across {plural(len(live), 'live runtime')}",
             evidence=descriptors[:limit], runbook=RUNBOOK))
     return findings
+
+
+# Where each descriptor type is stored, and its key column.
+DESCRIPTOR_TABLES = {"queue": ("awa.queue_descriptors", "queue"),
+                     "kind": ("awa.job_kind_descriptors", "kind")}
+
+
+def _retire_step(stale: list[dict[str, Any]]) -> str:
+    """If the code was retired on purpose: the statements that forget exactly these
+    descriptors, by name; if workers should run: the runtime check."""
+    statements = []
+    for type_, (table, column) in DESCRIPTOR_TABLES.items():
+        keys = sorted(str(d["key"]) for d in stale if d["type"] == type_)
+        if keys:
+            names = ", ".join("'" + k.replace("'", "''") + "'" for k in keys)
+            statements.append(psql(f"DELETE FROM {table} WHERE {column} IN ({names})"))
+    return ("if workers should run: " + ops("runtime") + "; if the code was retired: "
+            + " ; ".join(statements))

@@ -17,9 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from awa import config
-from awa_ops.diagnose._text import db_ref, ops, plural, secs
+from awa.known_queues import WAITING_STATES, has_waiting, unserved_queues
+from awa.storage.engine import QueueDepth
+from awa_ops.diagnose._text import db_ref, ops, plural, secs, shell_quote
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import LeaderLock, Runtime, leader_lock, load_runtimes
+from awa_ops.storage import storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
@@ -39,13 +42,21 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     lock_source = await primary_or_none(session, options) if runtimes else None
     lock = await leader_lock(lock_source) if lock_source is not None else (
         LeaderLock(False) if not runtimes else None)
-    return assess(runtimes, options, lock)
+    reads = await storage_engine(session)
+    async with session.read():
+        depths = await reads.queue_depths(session.conn, cap=config.OPS_WAITING_COUNT_CAP)
+    waiting = [d for d in depths if has_waiting(d.depth)]
+    return assess(runtimes, options, lock, waiting)
 
 
 def assess(runtimes: list[Runtime], options: Options,
-           lock: LeaderLock | None = None) -> list[Finding]:
-    """``lock``: who holds the leader lock (None: not known, e.g. on a standby)."""
-    findings: list[Finding] = []
+           lock: LeaderLock | None = None, waiting: list[QueueDepth] | None = None
+           ) -> list[Finding]:
+    """``lock``: who holds the leader lock (None: not known, e.g. on a standby);
+    ``waiting``: the queues holding jobs that need a worker."""
+    findings: list[Finding] = _unserved(runtimes, waiting or [], options)
+    if findings and not any(r.live for r in runtimes):
+        findings = []  # "no live runtime at all" below says it for every queue
     live = [r for r in runtimes if r.live]
     active = [r for r in live if not r.draining]
     draining = [r for r in live if r.draining]
@@ -64,7 +75,10 @@ def assess(runtimes: list[Runtime], options: Options,
         else:
             summary = (f"no live runtime: the most recent, {newest.label()}, was last seen "
                        f"{secs(newest.age_s)} ago")
-        return [Finding(Severity.CRITICAL, summary,
+        stranded = sorted(d.queue for d in waiting or [])
+        return [Finding(Severity.CRITICAL, summary
+                        + (f"; jobs wait in {plural(len(stranded), 'queue')}: "
+                           + ", ".join(stranded[:5]) if stranded else ""),
                         "last_seen_at is stale for every runtime instance: no worker is claiming "
                         "jobs and no leader runs maintenance (escalate per the guide)",
                         "check the worker processes and Postgres connectivity from their hosts",
@@ -147,6 +161,38 @@ def assess(runtimes: list[Runtime], options: Options,
             Severity.OK, f"{plural(len(active), 'live runtime')}; leader {leader.label()} with "
                          f"maintenance alive{more}",
             evidence=[r.evidence() for r in live[:limit]], runbook=RUNBOOK))
+    return findings
+
+
+def _unserved(runtimes: list[Runtime], waiting: list[QueueDepth],
+              options: Options) -> list[Finding]:
+    """A queue with waiting jobs that no live runtime serves (awa.known_queues'
+    ``unserved_queues``, the rule of ``awa health`` and the exporter): nothing will claim
+    its jobs, however healthy the rest of the fleet is."""
+    serving = [r.queues for r in runtimes if r.live and not r.draining]
+    stranded = set(unserved_queues((d.queue for d in waiting), serving))
+    findings = []
+    for d in sorted((d for d in waiting if d.queue in stranded), key=lambda d: d.queue):
+        last = min((r for r in runtimes if r.serves(d.queue) and r.queues), default=None,
+                   key=lambda r: r.age_s)
+        count = sum(d.count(s) for s in WAITING_STATES)
+        capped = "+" if d.capped & set(WAITING_STATES) else ""
+        findings.append(Finding(
+            Severity.CRITICAL,
+            f"queue {d.queue}: {plural(count, 'job')}{capped} waiting"
+            + (f" (oldest {secs(d.lag_s)})" if d.lag_s is not None else "")
+            + " and no live runtime serves it"
+            + (f"; it was last served by {last.label()}, {last.status} "
+               f"{secs(last.age_s)} ago" if last is not None else ""),
+            "nothing will claim these jobs until a worker for this queue starts; the rest of "
+            "the fleet may look healthy",
+            f"start a worker that serves the queue (awa worker MODULE:CLIENT --queue "
+            f"{shell_quote(d.queue + ':N')} --database-url {db_ref()}); then "
+            + ops("runtime"),
+            [{"queue": d.queue, **{s: d.count(s) for s in WAITING_STATES}, "lag_s": d.lag_s,
+              "last_served_by": last.label() if last else None}]
+            + [r.evidence() for r in runtimes if r.serves(d.queue)][:options.evidence_limit - 1],
+            RUNBOOK))
     return findings
 
 

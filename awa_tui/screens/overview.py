@@ -98,6 +98,11 @@ class OverviewScreen(ConsoleScreen):
             return ("NO LEADER: no live runtime holds leadership, so maintenance (rescue, "
                     "promotion, cleanup) is not running. A new leader is elected within the "
                     "election interval; if none appears, check the workers' database connectivity.")
+        unserved = self.data.unserved()
+        if unserved:
+            return (f"UNSERVED: jobs wait in {', '.join(unserved)} and no live runtime serves "
+                    f"{'it' if len(unserved) == 1 else 'them'}; nothing will claim them until "
+                    "a worker for the queue starts (awa worker MODULE:CLIENT --queue NAME:N).")
         return None
 
     def show(self, data: Overview) -> None:
@@ -110,6 +115,7 @@ class OverviewScreen(ConsoleScreen):
         table = self.query_one("#queues", ResponsiveTable)
         keep = table.cursor_row
         table.clear()
+        unserved = set(data.unserved())
         for q in data.queues:
             lag = q.lag_seconds(now)
             cells: list[Any] = [q.queue]
@@ -119,7 +125,9 @@ class OverviewScreen(ConsoleScreen):
             cells.append(f"{q.throughput[-1]:.1f}" if q.throughput else "-")
             cells.append(spark(q.throughput))
             cells.append(Text(f"PAUSED by {q.paused_by or '?'}", style="bold yellow")
-                         if q.paused else "")
+                         if q.paused else
+                         Text("UNSERVED: no live runtime", style="bold red")
+                         if q.queue in unserved else "")
             table.put_row(*cells, key=q.queue)
         if table.row_count:
             table.move_cursor(row=min(keep, table.row_count - 1), animate=False)
