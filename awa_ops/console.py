@@ -29,6 +29,7 @@ from awa.bulk import DLQ as DLQ_PLACE
 from awa.bulk import BulkFilter
 from awa.job import JOB_COLUMNS
 from awa.known_queues import has_waiting, unserved_queues
+from awa.liveness import runtime_live
 from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord, Oversized, RuntimeInstance
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
@@ -47,7 +48,6 @@ from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
     attempt_timing,
     classify_attempt,
     judging_timing,
-    runtime_live,
 )
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine

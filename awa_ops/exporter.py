@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, lifecycle, metrics
 from awa.known_queues import has_waiting, unserved_queues
+from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.queues import CONFIGURED_QUEUES, known_queues
@@ -35,7 +36,6 @@ from awa_ops.runtimes import (
     Runtime,
     judged_running_counts,
     judging_timing,
-    runtime_live,
 )
 from awa_ops.session import OpsSession
 from awa_ops.storage import Engine, column_exists, detect_engine, storage_engine

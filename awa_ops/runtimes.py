@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awa import config
-from awa.liveness import live_window_s, runtime_live  # noqa: F401 (re-exported: the ops tools' liveness rule)
+from awa.liveness import live_window_s, runtime_live
 from awa.runtime.leader import leader_instance_of
 from awa.storage.engine import RunningCounts, RuntimeInstance
 from awa_ops.session import OpsSession

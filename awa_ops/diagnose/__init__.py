@@ -18,10 +18,10 @@ import psycopg
 
 from awa import config, db
 from awa.job import AwaError
+from awa.liveness import runtime_live
 from awa_ops.diagnose._text import USING, awa
 from awa_ops.findings import CheckResult, Finding, Severity
 from awa_ops.replication import on_standby
-from awa_ops.runtimes import runtime_live
 from awa_ops.session import OpsSession
 from awa_ops.storage import Engine, detect_engine, storage_engine
 

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from awa.liveness import live_window_s, runtime_live
 from awa.storage.canonical.execution import CLAIM_JOBS
 from awa.storage.engine import DlqCursor, DlqPageQuery, JobListQuery
 from awa_ops.runtimes import (
@@ -24,8 +25,6 @@ from awa_ops.runtimes import (
     OVERDUE,
     STALE,
     classify_attempt,
-    live_window_s,
-    runtime_live,
 )
 
 DEADLINE_MS = 300_000
