@@ -127,6 +127,24 @@ class Overview:
     def live_runtimes(self) -> list[RuntimeSummary]:
         return [r for r in self.runtimes if r.live(self.now) and not r.shutting_down]
 
+    def problem(self) -> str | None:
+        """The Overview's finding: the fleet-wide condition an operator must act on first,
+        in one banner line (None: nothing fleet-wide is wrong)."""
+        if not self.live_runtimes():
+            return ("NO LIVE RUNTIME: no worker has reported recently, so nothing is being "
+                    "processed or rescued. Start a worker (awa worker) and check its logs.")
+        if self.leader() is None and not self.leader_lock_held:
+            return ("NO LEADER: no live runtime holds leadership, so maintenance (rescue, "
+                    "promotion, cleanup) is not running. A new leader is elected within the "
+                    "election interval; if none appears, check the workers' database "
+                    "connectivity.")
+        unserved = self.unserved()
+        if unserved:
+            return (f"UNSERVED: jobs wait in {', '.join(unserved)} and no live runtime serves "
+                    f"{'it' if len(unserved) == 1 else 'them'}; nothing will claim them until "
+                    "a worker for the queue starts (awa worker MODULE:CLIENT --queue NAME:N).")
+        return None
+
     def unserved(self) -> list[str]:
         """Queues with waiting jobs that no live runtime serves (``unserved_queues``, the
         rule of ``awa health``, ``diagnose runtime`` and the exporter): stranded."""

@@ -928,3 +928,32 @@ def readme(rules: list[AlertRule], t: Thresholds) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+# --- time-scaled rules (the incident matrix) ---------------------------------------
+# Thresholds that are durations: scaled with the rules' windows and for:.
+TIME_THRESHOLDS = ("queue_lag_seconds", "heartbeat_age_seconds", "xmin_horizon_age_seconds",
+                   "idle_in_transaction_seconds", "prune_blocked_seconds")
+_RANGE = re.compile(r"\[(\d+[smhdw])\]")
+_OFFSET = re.compile(r"offset (\d+[smhdw])")
+
+
+def _scaled_duration(text: str, factor: float) -> str:
+    """``text`` (a PromQL duration) times ``factor``, in whole seconds, at least 1 s."""
+    return f"{max(1, round(duration_seconds(text) * factor))}s"
+
+
+def scaled_rules(t: Thresholds, factor: float) -> list[AlertRule]:
+    """The same rules on a faster clock, for a runtime whose intervals are all scaled by
+    ``factor`` (the incident matrix runs workers with every interval x 1/30 and these rules
+    with ``factor`` = 1/30): every ``for:``, range window, offset and duration threshold is
+    multiplied by ``factor``; counts and ratios stay.  One source: ``build_rules``."""
+    scaled_t = dataclasses.replace(t, **{name: getattr(t, name) * factor
+                                         for name in TIME_THRESHOLDS})
+    out = []
+    for rule in build_rules(scaled_t):
+        expr = _RANGE.sub(lambda m: f"[{_scaled_duration(m.group(1), factor)}]", rule.expr)
+        expr = _OFFSET.sub(lambda m: f"offset {_scaled_duration(m.group(1), factor)}", expr)
+        out.append(dataclasses.replace(rule, expr=expr,
+                                       for_=_scaled_duration(rule.for_, factor)))
+    return out

@@ -88,22 +88,7 @@ class OverviewScreen(ConsoleScreen):
         return overview
 
     def problem(self) -> str | None:
-        if self.data is None:
-            return None
-        live = self.data.live_runtimes()
-        if not live:
-            return ("NO LIVE RUNTIME: no worker has reported recently, so nothing is being "
-                    "processed or rescued. Start a worker (awa worker) and check its logs.")
-        if self.data.leader() is None and not self.data.leader_lock_held:
-            return ("NO LEADER: no live runtime holds leadership, so maintenance (rescue, "
-                    "promotion, cleanup) is not running. A new leader is elected within the "
-                    "election interval; if none appears, check the workers' database connectivity.")
-        unserved = self.data.unserved()
-        if unserved:
-            return (f"UNSERVED: jobs wait in {', '.join(unserved)} and no live runtime serves "
-                    f"{'it' if len(unserved) == 1 else 'them'}; nothing will claim them until "
-                    "a worker for the queue starts (awa worker MODULE:CLIENT --queue NAME:N).")
-        return None
+        return None if self.data is None else self.data.problem()
 
     def show(self, data: Overview) -> None:
         if data is not self.data:
