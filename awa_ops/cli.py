@@ -114,6 +114,9 @@ def main(ctx: click.Context) -> None:
 @click.option("--election-interval", type=click.FloatRange(min=0.001), metavar="SECONDS",
               default=config.LEADER_ELECTION_INTERVAL_MS / 1000, show_default=True,
               help="The leader_election_interval your runtimes use.")
+@click.option("--rescue-interval", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              default=config.HEARTBEAT_RESCUE_INTERVAL_MS / 1000, show_default=True,
+              help="The heartbeat_rescue_interval your runtimes use (when rescue acts).")
 @click.option("--metrics-url", help="A worker's /metrics URL (enqueue batch sizes and durations).")
 @click.option("--primary-url", envvar=PRIMARY_URL_ENV,
               help="When --database-url is a hot standby: the primary, for the checks only it "
@@ -124,11 +127,13 @@ def main(ctx: click.Context) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show evidence for OK findings too.")
 def diagnose(check: str, database_url: str | None, queue: str | None, min_age: float | None,
              heartbeat_staleness: float | None, heartbeat_interval: float | None,
-             election_interval: float, metrics_url: str | None, primary_url: str | None,
-             as_json: bool, watch: float | None, verbose: bool) -> None:
+             election_interval: float, rescue_interval: float, metrics_url: str | None,
+             primary_url: str | None, as_json: bool, watch: float | None,
+             verbose: bool) -> None:
     options = Options(queue=queue, min_age_s=min_age, heartbeat_staleness_s=heartbeat_staleness,
                       heartbeat_interval_s=heartbeat_interval,
-                      election_interval_s=election_interval, metrics_url=metrics_url,
+                      election_interval_s=election_interval,
+                      rescue_interval_s=rescue_interval, metrics_url=metrics_url,
                       primary_url=primary_url or None)
     try:
         url = db.resolve_database_url(database_url)

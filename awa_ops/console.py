@@ -214,10 +214,18 @@ class RunningAttempt:
         return None if self.deadline_at is None else (self.deadline_at - now).total_seconds()
 
     def status(self, now: datetime) -> str:
-        """Its class (awa_ops.runtimes.classify_attempt), ticking with the console's clock."""
-        return classify_attempt(heartbeat_age_s=self.heartbeat_age(now),
+        """Its class (awa_ops.runtimes.classify_attempt), ticking with the console's clock.
+
+        Its runtime is gone when the claimer it names is not live; an attempt that names
+        none is tied to a dead runtime only once its heartbeat is stale (the inference)."""
+        age = self.heartbeat_age(now)
+        if age is None:
+            age = self.running_for(now)
+        inferred_stale = age is not None and age > self.stale_after_s
+        owner_gone = self.gone is not None and (self.claimed_by is not None or inferred_stale)
+        return classify_attempt(heartbeat_age_s=age,
                                 deadline_remaining_s=self.deadline_remaining(now),
-                                stale_after_s=self.stale_after_s, owner_gone=self.gone is not None,
+                                stale_after_s=self.stale_after_s, owner_gone=owner_gone,
                                 served=bool(self.servers), overdue_grace_s=self.grace_s)
 
     def runtime(self, now: datetime) -> str:

@@ -162,15 +162,17 @@ def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: flo
 
     overdue: past its hard deadline by more than ``overdue_grace_s`` (one heartbeat
     interval: the runtime ends an attempt at its deadline on its next beat, so a job
-    a moment past it is not news; deadline rescue takes it); orphaned: its
-    heartbeat is stale and a runtime that served its queue is gone, or no live
-    runtime serves the queue at all; stale: heartbeat older than the cutoff
+    a moment past it is not news; deadline rescue takes it); orphaned: the runtime
+    that ran it is gone (``owner_gone``: the claimer it names is not live, or -- for
+    an attempt that names none -- a dead runtime inferred from its stale heartbeat),
+    so no heartbeat will come and rescue will retry it, even before it is stale; or
+    no live runtime serves the queue at all; stale: heartbeat older than the cutoff
     while its runtime lives; alive otherwise.
     """
     if past_deadline(deadline_remaining_s, overdue_grace_s):
         return OVERDUE
     stale = heartbeat_age_s is not None and heartbeat_age_s > stale_after_s
-    if (stale and owner_gone) or not served:
+    if owner_gone or not served:
         return ORPHANED
     return STALE if stale else ALIVE
 

@@ -300,8 +300,9 @@ class Runtime:
                     break
 
     def _start_maintenance(self) -> None:
-        if not self.settings.run_maintenance:
-            return
+        # Every runtime runs the service: its declarations loop (cron schedules, descriptor
+        # refresh) is every runtime's; only the election, and so the leader's branches,
+        # depend on run_maintenance (MaintenanceService.run).
         self.maintenance = MaintenanceService(self)
         self.maintenance.elector.use(self.session_url or self.database_url,
                                      self.leader_lock_scope)

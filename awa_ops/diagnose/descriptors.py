@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from awa.known_queues import DESCRIPTOR_QUEUE, has_waiting
 from awa_ops.diagnose._text import ops, plural, psql, secs
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import load_runtimes
@@ -54,6 +55,8 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     reads = await storage_engine(session)
     async with session.read() as cur:
         descriptors = [asdict(d) for d in await reads.descriptors(session.conn)]
+        waiting = {d.queue for d in await reads.queue_depths(session.conn, cap=1)
+                   if has_waiting(d.depth)}
         if combined:
             hashes = [asdict(h) for h in await reads.runtime_descriptor_hashes(session.conn)]
         else:
@@ -73,6 +76,9 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
         stale = descriptors
     else:
         stale = [d for d in descriptors if d["age_s"] > window]
+    # A queue whose jobs wait is not retired, whatever its descriptor's age: it is stranded,
+    # and `diagnose runtime` names it (forgetting its descriptor would be the wrong advice).
+    stale = [d for d in stale if not (d["type"] == DESCRIPTOR_QUEUE and d["key"] in waiting)]
     if stale:
         findings.append(Finding(
             Severity.WARNING,

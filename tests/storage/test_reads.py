@@ -162,8 +162,10 @@ async def test_stale_and_overdue_counted_and_classified(engine, aconn, arrange):
                             owner_gone=True, served=True) == ORPHANED
     assert classify_attempt(heartbeat_age_s=1, deadline_remaining_s=30, stale_after_s=90,
                             owner_gone=False, served=False) == ORPHANED
+    # the runtime that claimed it is gone: orphaned at once, before its heartbeat is stale
+    # (no beat will come; "alive" here once hid a SIGKILLed worker's jobs)
     assert classify_attempt(heartbeat_age_s=1, deadline_remaining_s=30, stale_after_s=90,
-                            owner_gone=True, served=True) == ALIVE
+                            owner_gone=True, served=True) == ORPHANED
 
 
 async def test_cancelled_while_running_is_listed_until_its_deadline(engine, aconn, arrange):

@@ -1,0 +1,278 @@
+"""The incidents of the matrix, played against real parts (harness.Fleet).
+
+Each scenario is a function that sets up a healthy fleet, calls ``fleet.incident_begins()``
+and then causes its incident (or, for the healthy ones, nothing).  What every signal must
+say is data, in expected.yaml beside this file; ``run`` plays a scenario, observes at the
+times the data names, and compares.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+import awa
+from incidents.harness import Fleet, Observation, Verdict
+
+EXPECTED = Path(__file__).with_name("expected.yaml")
+STATUS_ORDER = ("ok", "warning", "critical", "could not run")
+
+
+def expectations() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load(EXPECTED.read_text())["scenarios"]
+
+
+@contextmanager
+def producing(url: str, queue: str = "default", period_s: float = 0.25,
+              flaky_every: int = 25) -> Iterator[None]:
+    """A producer enqueueing the demo's healthy mix until the block ends: fast jobs, a few
+    that take a while, and now and then one that fails once and then succeeds."""
+    stop = threading.Event()
+
+    def run() -> None:
+        n = 0
+        with awa.Client(url) as client:
+            while not stop.is_set():
+                client.insert_many([{}] * 10, kind="fast", queue=queue)
+                client.insert_many([{"ms": 300}] * 2, kind="sleep", queue=queue)
+                n += 1
+                if n % max(1, flaky_every // 12) == 0:
+                    client.insert({"fail_times": 1}, kind="flaky", queue=queue)
+                stop.wait(period_s)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+# --- scenarios ------------------------------------------------------------------------
+
+def healthy_idle(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4,email:2")
+    fleet.worker("default:4,email:2")
+    fleet.incident_begins()
+    observe_all(fleet, spec)
+
+
+def healthy_busy(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:8")
+    fleet.worker("default:8")
+    with producing(fleet.url):
+        fleet.incident_begins()
+        observe_all(fleet, spec)
+
+
+def rolling_restart(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:8")
+    fleet.worker("default:8")
+    with producing(fleet.url):
+        time.sleep(2)
+        fleet.incident_begins()
+        for old in list(fleet.workers):
+            fleet.worker("default:8")  # the replacement first, then the old one drains
+            old.terminate()
+            fleet.forget_dead()
+            time.sleep(2)
+        observe_all(fleet, spec)
+
+
+def worker_killed_long_jobs(fleet: Fleet, spec: dict[str, Any]) -> None:
+    victim = fleet.worker("long:4")
+    # four long jobs, all on the victim (the only worker of "long" until the second starts)
+    with awa.Client(fleet.url) as client:
+        client.insert_many([{"seconds": 600}] * 4, kind="slow", queue="long")
+    victim.wait_for_log("start", kind="slow", count=4, timeout=20)
+    fleet.worker("default:4,long:4")  # another worker serves the queue: rescue re-runs there
+    fleet.incident_begins()
+    victim.kill()
+    fleet.forget_dead()
+    observe_all(fleet, spec)
+
+
+def only_worker_of_queue_gone(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4")
+    only = fleet.worker("long:2")
+    time.sleep(1)
+    fleet.incident_begins()
+    only.kill()
+    fleet.forget_dead()
+    with awa.Client(fleet.url) as client:
+        client.insert_many([{}] * 4, kind="fast", queue="long")
+    observe_all(fleet, spec)
+
+
+def no_leader(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.incident_begins()
+    fleet.worker("default:4", run_maintenance=False)
+    fleet.worker("default:4", run_maintenance=False)
+    observe_all(fleet, spec)
+
+
+def frozen_leader(fleet: Fleet, spec: dict[str, Any]) -> None:
+    first = fleet.worker("default:4")
+    time.sleep(1)  # it wins the election
+    fleet.worker("default:4")
+    with producing(fleet.url):
+        time.sleep(1)
+        fleet.incident_begins()
+        os.kill(first.pid, signal.SIGSTOP)
+        observe_all(fleet, spec)
+        os.kill(first.pid, signal.SIGCONT)
+
+
+def idle_in_transaction(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4")
+    with psycopg.connect(fleet.url, application_name="report-job") as holder:
+        fleet.incident_begins()
+        holder.execute("SELECT txid_current()")  # holds an xid and stays idle, uncommitted
+        observe_all(fleet, spec)
+        holder.rollback()
+
+
+def dlq_one_cause(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4,imports:4", dlq_enabled_by_default=True)
+    fleet.incident_begins()
+    with awa.Client(fleet.url) as client:
+        for _ in range(6):
+            client.insert_many([{"message": "cannot parse row: bad date '2024-13-01'"}] * 5,
+                               kind="fail", queue="imports", max_attempts=1)
+            time.sleep(1)
+    observe_all(fleet, spec)
+
+
+def exporter_down(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4")
+    time.sleep(1)
+    fleet.incident_begins()
+    fleet.stop_exporter()
+    observe_all(fleet, spec)
+
+
+def backlog_not_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:1")
+    fleet.incident_begins()
+    with awa.Client(fleet.url) as client:
+        client.insert_many([{"ms": 200}] * 400, kind="sleep", queue="default")
+    observe_all(fleet, spec)
+
+
+def backlog_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:16")
+    fleet.incident_begins()
+    with awa.Client(fleet.url) as client:
+        client.insert_many([{"ms": 50}] * 300, kind="sleep", queue="default")
+    observe_all(fleet, spec)
+
+
+SCENARIOS: dict[str, Callable[[Fleet, dict[str, Any]], None]] = {
+    f.__name__: f for f in (healthy_idle, healthy_busy, rolling_restart, worker_killed_long_jobs,
+                            only_worker_of_queue_gone, no_leader, frozen_leader,
+                            idle_in_transaction, dlq_one_cause, exporter_down,
+                            backlog_not_draining, backlog_draining)}
+
+
+# --- observing and comparing -----------------------------------------------------------
+
+def observe_all(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """Observe at each time the expectation names, then wait out the scenario."""
+    for point in spec.get("observations", []):
+        fleet.sleep_until(float(point["at"]))
+        fleet.observations.append(fleet.observe())
+    fleet.sleep_until(float(spec["duration_s"]))
+
+
+def run(name: str, url: str, directory: Path) -> Verdict:
+    spec = expectations()[name]
+    fleet = Fleet(url, directory)
+    fleet.diagnose_flags = [str(f) for f in spec.get("diagnose_flags", [])]
+    try:
+        fleet.start()
+        SCENARIOS[name](fleet, spec)
+    finally:
+        fleet.close()
+    return compare(name, spec, fleet.alerts, fleet.observations)
+
+
+def compare(name: str, spec: dict[str, Any], alerts: dict[str, Any],
+            observations: list[Observation]) -> Verdict:
+    expected_alerts = {k: float(v) for k, v in (spec.get("alerts") or {}).items()}
+    verdict = Verdict(name, expected_alerts, dict(alerts), observations)
+    from awa_ops.generate.alerts import Thresholds, build_rules
+    for rule in build_rules(Thresholds()):
+        want = rule.name in expected_alerts
+        seen = alerts.get(rule.name)
+        on_time = seen is not None and seen.at_s <= expected_alerts.get(rule.name, 0.0)
+        verdict.tally.append((f"alert:{rule.name}", want, seen is not None and (on_time
+                                                                             or not want)))
+        if want and seen is None:
+            verdict.problems.append(f"{rule.name} never fired (expected within "
+                                    f"{expected_alerts[rule.name]}s)")
+        elif want and not on_time and seen is not None:
+            verdict.problems.append(f"{rule.name} fired late: {seen.at_s:.1f}s > "
+                                    f"{expected_alerts[rule.name]}s")
+        elif not want and seen is not None:
+            verdict.problems.append(f"{rule.name} fired (false alarm) at {seen.at_s:.1f}s "
+                                    f"{seen.labels}")
+    for point, seen_at in zip(spec.get("observations", []), observations, strict=False):
+        _compare_observation(verdict, point, seen_at)
+    return verdict
+
+
+def _compare_observation(verdict: Verdict, point: dict[str, Any], seen: Observation) -> None:
+    where = f"at {seen.at_s:.1f}s"
+    wanted = point.get("diagnose") or {}
+    for check, got in seen.diagnose.items():
+        want = wanted.get(check) or {"status": "ok"}
+        status = want["status"]
+        bad = got["status"] != "ok"
+        verdict.tally.append((f"diagnose:{check}", status != "ok", bad))
+        if got["status"] != status:
+            verdict.problems.append(f"{where}: diagnose {check} is {got['status']} "
+                                    f"({'; '.join(got['summaries'])[:300]}), expected {status}")
+            continue
+        text = " | ".join(got["summaries"])
+        steps = " | ".join(got["next_steps"])
+        for phrase in want.get("says", []):
+            if phrase not in text:
+                verdict.problems.append(f"{where}: diagnose {check} does not say {phrase!r}: "
+                                        f"{text[:300]}")
+        for phrase in want.get("advises", []):
+            if phrase not in steps:
+                verdict.problems.append(f"{where}: diagnose {check} does not advise "
+                                        f"{phrase!r}: {steps[:300]}")
+        for phrase in want.get("never_advises", []):
+            if phrase in steps:
+                verdict.problems.append(f"{where}: diagnose {check} advises {phrase!r}: "
+                                        f"{steps[:300]}")
+    health = point.get("health")
+    if health is not None:
+        if seen.health.get("status") != health["status"]:
+            verdict.problems.append(f"{where}: awa health is {seen.health.get('status')} "
+                                    f"({seen.health.get('problems')}), expected "
+                                    f"{health['status']}")
+        if "unserved" in health and seen.health.get("queues_without_runtime") != \
+                health["unserved"]:
+            verdict.problems.append(f"{where}: awa health names unserved queues "
+                                    f"{seen.health.get('queues_without_runtime')}, expected "
+                                    f"{health['unserved']}")
+    if "console" in point:
+        want_console = point["console"]
+        if want_console is None and seen.console is not None:
+            verdict.problems.append(f"{where}: the console's Overview says {seen.console!r}")
+        elif want_console is not None and (seen.console is None
+                                           or want_console not in seen.console):
+            verdict.problems.append(f"{where}: the console's Overview says {seen.console!r}, "
+                                    f"expected {want_console!r}")

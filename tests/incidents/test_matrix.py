@@ -1,0 +1,19 @@
+"""The compressed incident matrix (issue 46): each scenario of expected.yaml marked ``ci``,
+against real worker processes, `awa-ops exporter` and a real Prometheus, on the default
+engine; a false or missing signal fails.  benchmarks/incidents.py runs every scenario on
+both engines and prints precision, recall and time to detect."""
+
+from __future__ import annotations
+
+import pytest
+
+from incidents.scenarios import expectations, run
+
+CI_SCENARIOS = [name for name, spec in expectations().items() if spec.get("ci")]
+
+
+@pytest.mark.connections(12)
+@pytest.mark.parametrize("scenario", CI_SCENARIOS)
+def test_every_signal_says_what_the_matrix_expects(scenario, database_url, tmp_path):
+    verdict = run(scenario, database_url, tmp_path)
+    assert not verdict.problems, f"{scenario}:\n  " + "\n  ".join(verdict.problems)
