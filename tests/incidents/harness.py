@@ -115,11 +115,11 @@ class Fleet:
         return self
 
     def start_exporter(self) -> None:
-        self.exporter = subprocess.Popen(
-            [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", self.url,
-             "--listen", f"127.0.0.1:{self.exporter_port}"],
-            stdout=subprocess.DEVNULL, stderr=open(self.directory / "exporter.log", "ab"),
-            env=self.env)
+        with open(self.directory / "exporter.log", "ab") as log:  # the child keeps its own
+            self.exporter = subprocess.Popen(
+                [sys.executable, "-m", "awa_ops.cli", "exporter", "--database-url", self.url,
+                 "--listen", f"127.0.0.1:{self.exporter_port}"],
+                stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.monotonic() + 20
         while True:
             try:
