@@ -8,11 +8,13 @@ from __future__ import annotations
 import pytest
 
 from incidents.scenarios import expectations, run
+from support.server_connections import with_worker_processes
 
 CI_SCENARIOS = [name for name, spec in expectations().items() if spec.get("ci")]
 
 
-@pytest.mark.connections(12)
+# three worker processes at most (a rolling restart), the exporter, the observers, a producer
+@pytest.mark.connections(with_worker_processes(3, besides=14))
 @pytest.mark.parametrize("scenario", CI_SCENARIOS)
 def test_every_signal_says_what_the_matrix_expects(scenario, database_url, tmp_path):
     verdict = run(scenario, database_url, tmp_path)
