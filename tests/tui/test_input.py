@@ -42,10 +42,11 @@ async def type_keys(app, text: str, gap_s: float) -> None:
 
 
 async def caught_up(app, pilot) -> None:
-    """Let the console finish with what was typed (and the reads it started)."""
-    for _ in range(3):
+    """Let the console finish with what was typed (and the reads it started): the keys
+    still waiting are read by workers, which ``settle`` waits for; twice, for the reads
+    the last keys started."""
+    for _ in range(2):
         await settle(app, pilot)
-        await pilot.pause(0.05)
 
 
 async def insert(database_url: str, queue: str, n: int, kind: str = "typed") -> list[int]:
@@ -122,6 +123,16 @@ async def test_number_keys_leave_a_job_detail(database_url, gap):
         await caught_up(app, pilot)
         assert isinstance(app.screen, OverviewScreen), app.screen
         assert len(app.screen_stack) == 1
+        # the DLQ's causes view is a detail too: 2 leaves it, 4 then shows the DLQ list
+        await type_keys(app, "4g", gap)
+        await caught_up(app, pilot)
+        assert app.screen.TITLE == "DLQ causes"
+        await type_keys(app, "2", gap)
+        await caught_up(app, pilot)
+        assert isinstance(app.screen, RunningScreen), app.screen
+        await type_keys(app, "4", gap)
+        await caught_up(app, pilot)
+        assert type(app.screen) is DlqScreen and len(app.screen_stack) == 1
 
 
 async def test_jobs_list_at_the_top_follows_the_newest_rows(database_url):
