@@ -10,10 +10,12 @@ at the refresh rate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -22,9 +24,11 @@ import click
 import psycopg
 from psycopg import errors as pg_errors
 from rich.markup import escape
+from textual import events
 from textual._files import generate_datetime_filename
 from textual.app import App
 from textual.binding import Binding
+from textual.message_pump import MessagePump
 from textual.timer import Timer
 from textual.worker import WorkType
 
@@ -45,6 +49,9 @@ from awa_tui.screens.overview import OverviewScreen
 from awa_tui.screens.running import RunningScreen
 
 REFRESH_STEPS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# The longest a typed key waits for what the key before it started (a screen to mount, a
+# prompt to open) before it is read anyway: a widget removed meanwhile never answers.
+KEY_WAIT_S = 1.0
 Action = Callable[[ConsoleActions], Awaitable[str]]
 # A filter-wide action's preview: (question, action), or (notice, None) when nothing to do.
 Preview = Callable[[ConsoleActions], Awaitable[tuple[str, Action | None]]]
@@ -58,7 +65,7 @@ GLOBAL_HELP = """
 [b]Everywhere[/b]
   1 2 3 4 5   Overview, Running, Jobs, DLQ, Diagnostics
   ?           this help          esc   back / close
-  :           open a job by id, from any screen
+  :           open a job by id   /     filter (else the Jobs filter)
   + / -       refresh faster / slower
   f           freeze: stop refreshing (and ticking) to read the screen
   q           quit
@@ -92,13 +99,15 @@ class AwaConsole(App[None]):
     MODES = {"overview": OverviewScreen, "running": RunningScreen, "jobs": JobsScreen,
              "dlq": DlqScreen, "diagnostics": DiagnosticsScreen}
     BINDINGS = [
-        Binding("1", "switch_mode('overview')", "Overview"),
-        Binding("2", "switch_mode('running')", "Running"),
-        Binding("3", "switch_mode('jobs')", "Jobs"),
-        Binding("4", "switch_mode('dlq')", "DLQ"),
-        Binding("5", "switch_mode('diagnostics')", "Diagnostics"),
+        Binding("1", "show('overview')", "Overview"),
+        Binding("2", "show('running')", "Running"),
+        Binding("3", "show('jobs')", "Jobs"),
+        Binding("4", "show('dlq')", "DLQ"),
+        Binding("5", "show('diagnostics')", "Diagnostics"),
         Binding("question_mark", "help", "Help"),
         Binding("colon", "jump", "Job id", show=False),
+        # Reached only from a screen without a filter of its own (theirs come first).
+        Binding("slash", "filter_jobs", "Filter", show=False),
         Binding("plus", "faster", "Faster", show=False),
         Binding("minus", "slower", "Slower", show=False),
         Binding("f", "freeze", "Freeze"),
@@ -135,11 +144,15 @@ class AwaConsole(App[None]):
         self.findings_mono: float | None = None
         self.refresh_timer: Timer | None = None
         self.refreshes = 0
+        # Keys typed and not read yet, and the key being read (None: ready for the next).
+        self.typed: deque[events.Key] = deque()
+        self.key_busy: object | None = None
 
     # -- lifecycle -------------------------------------------------------------
     def on_mount(self) -> None:
         self.db_lock = asyncio.Lock()
         self.switch_mode("overview")
+        self._hold_keys(self)  # until the first screen is up
         if self.live:
             self.refresh_timer = self.set_interval(self.refresh_s, self.scheduled_refresh)
             self.set_interval(1.0, self.tick)
@@ -162,6 +175,8 @@ class AwaConsole(App[None]):
         screen = self.screen
         if not self.frozen and isinstance(screen, ConsoleScreen) and screen.composed():
             screen.tick()
+            if self.problem is not None:
+                screen.sync_chrome()  # the age of the data, while reads fail
 
     def display_now(self) -> datetime:
         """The database's clock as of the last refresh, advanced by local time."""
@@ -190,10 +205,12 @@ class AwaConsole(App[None]):
             return
         async with self.db_lock:
             ok, data = await self._read(screen.fetch)
+        if ok:
+            # The database's clock at this read (a job that does not exist has no row to
+            # carry it: the best estimate of it then).
+            now = getattr(data, "now", None) or self.display_now()
+            self.anchor, self.anchor_mono = now, time.monotonic()
         if ok and screen.composed():
-            now = getattr(data, "now", None)
-            if now is not None:
-                self.anchor, self.anchor_mono = now, time.monotonic()
             screen.show(data)
             screen.refit()
             self.refreshes += 1
@@ -294,15 +311,24 @@ class AwaConsole(App[None]):
             parts.append("[b reverse] READ-ONLY [/]")
         if self.frozen:
             parts.append("[b reverse] FROZEN [/]")
-        if self.anchor is not None or self.clock is not None:
-            parts.append("updated " + self.display_now().astimezone(UTC)
-                         .strftime("%H:%M:%S UTC"))
+        parts += self.updated()
         if self.replication is not None and self.replication.standby:
             lag = self.replication.replay_lag_s
             parts.append("[b reverse] STANDBY [/] replay lag "
                          + ("unknown" if lag is None else f"{lag:.1f}s"))
         parts += [self.label, f"every {self._every()}"]
         return " │ ".join(parts)
+
+    def updated(self) -> list[str]:
+        """When the last read succeeded (the database's clock), and, once a read has
+        failed since, how old what is shown is."""
+        if self.anchor is None:
+            return ["no successful read yet"] if self.problem is not None else []
+        text = "updated " + self.anchor.astimezone(UTC).strftime("%H:%M:%S UTC")
+        if self.problem is not None:
+            age = max((self.display_now() - self.anchor).total_seconds(), 0.0)
+            text += f", {age:.0f}s old"
+        return [text]
 
     def sync_screen(self) -> None:
         if isinstance(self.screen, ConsoleScreen) and self.screen.composed():
@@ -312,11 +338,98 @@ class AwaConsole(App[None]):
         self.notice = text
         self.sync_screen()
 
+    # -- keys ------------------------------------------------------------------------
+    async def on_event(self, event: events.Event) -> None:
+        """Keys are read one at a time, in the order typed, by the screen showing when each
+        is read: a key waits until what the key before it started is done (a screen
+        switched to and mounted, a filter or a prompt open and focused, a character typed
+        into it).  Textual alone hands each key to whatever has focus when it arrives, so
+        ``3/queue`` typed quickly gave the ``/`` to the old screen and the ``q`` quit."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            self.app_focus = True
+            self.typed.append(event)
+            await self._next_key()
+            return
+        await super().on_event(event)
+
+    async def _next_key(self) -> None:
+        while self.typed and self.key_busy is None:
+            event = self.typed.popleft()
+            # Textual's own order: priority bindings; then the focused widget, when it
+            # takes the key as input (a character into the filter); else the bindings from
+            # the focused widget up to the app.  (Textual's private dispatch, called here
+            # so that the key is read now, not after it bubbles back from a widget.)
+            taker: MessagePump = self
+            if not await self._check_bindings(event.key, priority=True):
+                focused = self.focused
+                if focused is not None and focused.check_consume_key(event.key,
+                                                                     event.character):
+                    focused._forward_event(event)
+                    taker = focused
+                else:
+                    await self._check_bindings(event.key)
+            self._hold_keys(taker)
+
+    def _hold_keys(self, taker: MessagePump) -> None:
+        """Read no key until what the last one started is done (see ``_settle``)."""
+        token = self.key_busy = object()
+        self.run_worker(self._settle(token, taker), group="keys", exit_on_error=False)
+
+    async def _settle(self, token: object, taker: MessagePump) -> None:
+        """Each of these handles its messages in order, so once each has handled one
+        posted now, what the key started is done: the widget that took the key, the app
+        (focus changes, a prompt's answer), the focused widget (a row selected), the screen
+        (mounted, when new), and again for a screen the key opened."""
+        try:
+            await self._drained(taker)
+            await self._drained(self)
+            await self._drained(self.focused)
+            seen: set[int] = set()
+            while id(self.screen) not in seen and len(seen) < 3:
+                seen.add(id(self.screen))
+                await self._drained(self.screen)
+                await self._drained(self)
+        finally:  # the next key is read whatever happened (no screen: the app is exiting)
+            self.call_later(self._key_read, token)
+
+    @staticmethod
+    async def _drained(pump: MessagePump | None) -> None:
+        """Until ``pump`` has handled what was posted to it before now (at most KEY_WAIT_S:
+        one removed meanwhile never does)."""
+        if pump is None:
+            return
+        done = asyncio.Event()
+        if pump.call_later(done.set):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), KEY_WAIT_S)
+
+    async def _key_read(self, token: object) -> None:
+        if self.key_busy is token:
+            self.key_busy = None
+            await self._next_key()
+
     # -- navigation ----------------------------------------------------------------
     def switch_mode(self, mode: str) -> Any:
         """A notice is about the screen it was said on: a new screen starts without it."""
         self.notice = ""
         return super().switch_mode(mode)
+
+    def action_show(self, mode: str) -> None:
+        """A number key: that screen's own view, closing a job or a detail opened over
+        the screen showing (the footer names the screen; the screen must be it)."""
+        while len(self.screen_stack) > 1 and not self.screen.is_modal:
+            self.pop_screen()
+        self.switch_mode(mode)
+
+    def action_filter_jobs(self) -> None:
+        """``/`` where the screen has no filter (Overview, Diagnostics, a job): the Jobs
+        filter, so what is typed next goes into a filter, never to this screen's keys."""
+        self.action_show("jobs")
+        screen = self.screen
+        if isinstance(screen, JobsScreen):
+            # After the screen's mount (the first visit composes it).
+            screen.call_later(screen.action_filter)
+            self.say("filter jobs (this screen has no filter of its own)")
 
     def action_help(self) -> None:
         screen = self.screen
@@ -359,7 +472,7 @@ class AwaConsole(App[None]):
         self.push_screen(JobDetailScreen(job_id))
 
     def open_jobs(self, **filters: str) -> None:
-        self.switch_mode("jobs")
+        self.action_show("jobs")
         screen = self.screen
         if isinstance(screen, JobsScreen):
             screen.set_filter(JobFilter(**filters))

@@ -260,16 +260,18 @@ class ConsoleScreen(Screen[Any]):
         """Called every second between refreshes (not when frozen)."""
 
     # -- filter -------------------------------------------------------------------
+    # Focus moves at once (``set_focus``), not after the app's next message (``focus()``):
+    # the next key typed is read by what has focus then.
     def action_filter(self) -> None:
         bar = self.query_one(FilterBar)
         bar.value = self.filter_text
         bar.display = True
-        bar.focus()
+        self.set_focus(bar)
 
-    def on_input_submitted(self, event: FilterBar.Submitted) -> None:
-        event.stop()
+    def filter_submitted(self, value: str) -> None:
+        """Enter in the filter bar (called at once, see FilterBar.action_submit)."""
         self.query_one(FilterBar).display = False
-        error = self.apply_filter(event.value.strip())
+        error = self.apply_filter(value.strip())
         if error:
             self.console.say(error)
         self.focus_main()
@@ -283,7 +285,7 @@ class ConsoleScreen(Screen[Any]):
     def focus_main(self) -> None:
         tables = self.query(DataTable)
         if tables:
-            tables.first().focus()
+            self.set_focus(tables.first())
 
 
 class SortableScreen(ConsoleScreen):
@@ -392,10 +394,20 @@ class TaggableTable(ResponsiveTable):
     Its rows are given without the tag cell: a cell for every declared column
     after it."""
 
-    BINDINGS = [Binding("space", "toggle_tag", "Tag", show=True)]
+    BINDINGS = [Binding("space", "toggle_tag", "Tag", show=True),
+                Binding("home,ctrl+home", "top", "Top", show=False)]
 
     class Scrolled(Message):
         """Other rows came into view (their ticking cells may be behind)."""
+
+    def action_top(self) -> None:
+        """Home: the first row, read again now (the newest, on a newest-first list), not
+        the page of the last read.  (A row table's own Home only scrolls to the left.)"""
+        self.action_scroll_top()
+        self.scroll_to(y=0, animate=False)
+        screen = self.screen
+        if isinstance(screen, ConsoleScreen):
+            screen.console.request_refresh()
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
@@ -450,8 +462,12 @@ class TaggableTable(ResponsiveTable):
         return [key] if key is not None else []
 
     def replace_rows(self, rows: list[tuple[str, list[Any]]], key_column: str = "id",
-                     lazy: bool = False) -> None:
+                     lazy: bool = False, follow_top: bool = False) -> None:
         """Show exactly these rows in this order, touching only what changed.
+
+        The cursor stays on its row's key, wherever that row moves; with ``follow_top``,
+        a cursor on the first row stays on the first row (and the view at the top), so a
+        newest-first list keeps showing the newest rows as they arrive.
 
         Adding a row makes the table measure it, which is what costs CPU; so
         rows still present are updated cell by cell, and the order is set by
@@ -466,6 +482,7 @@ class TaggableTable(ResponsiveTable):
         gone, new = present - wanted.keys(), wanted.keys() - present
         self.tagged &= wanted.keys()
         keep = self.current_key()
+        at_top = follow_top and self.cursor_row == 0
         if len(gone) + len(new) > max(len(rows), 1) // 2:
             self.clear()
             for key, cells in rows:
@@ -487,5 +504,8 @@ class TaggableTable(ResponsiveTable):
                                                       self.project([" ", *cells])[1:]):
                             if old != value:
                                 self.update_cell(key, column, value)
-        if keep is not None and keep in wanted:
+        if at_top and self.row_count:
+            self.move_cursor(row=0, animate=False)
+            self.scroll_to(y=0, animate=False)
+        elif keep is not None and keep in wanted:
             self.move_cursor(row=self.get_row_index(keep), animate=False)

@@ -123,7 +123,8 @@ class JobsScreen(JobTableScreen):
         self.query_one(TaggableTable).replace_rows([(str(r["id"]), [
             str(r["id"]), r["kind"], r["queue"], r["state"], f"{r['attempt']}/{r['max_attempts']}",
             str(r["priority"]), relative(r["created_at"], data.now),
-            relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])]) for r in rows])
+            relative(r["finalized_at"], data.now), ",".join(r["tags"] or [])]) for r in rows],
+            follow_top=True)
         note = " (kind/tag/args filters search the newest rows per state and queue)" \
             if data.windowed else ""
         self.query_one("#summary", TextLine).set(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -28,6 +30,14 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+class PromptInput(Input):
+    """Enter answers now, not after a Submitted message travels to the screen: a key
+    typed right after it is read by the screen the answer opens."""
+
+    async def action_submit(self) -> None:
+        cast(PromptScreen, self.screen).answer(self.value)
+
+
 class PromptScreen(ModalScreen[str | None]):
     """One line of input (e.g. a DLQ reason); escape cancels."""
 
@@ -41,11 +51,10 @@ class PromptScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(self.question, id="question")
-            yield Input(value=self.default, id="answer")
+            yield PromptInput(value=self.default, id="answer")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value.strip() or None)
+    def answer(self, value: str) -> None:
+        self.dismiss(value.strip() or None)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

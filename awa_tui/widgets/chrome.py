@@ -12,6 +12,8 @@ class _FocusesMain(Protocol):
 
     def focus_main(self) -> None: ...
 
+    def filter_submitted(self, value: str) -> None: ...
+
 
 class TextLine(Static):
     """Text that repaints only when it changes: screens re-set it every tick."""
@@ -49,3 +51,8 @@ class FilterBar(Input):
     def action_dismiss(self) -> None:
         self.display = False
         cast(_FocusesMain, self.screen).focus_main()
+
+    async def action_submit(self) -> None:
+        """Enter applies the filter now, not after a Submitted message travels to the
+        screen: a key typed right after it goes to the table again, not into the bar."""
+        cast(_FocusesMain, self.screen).filter_submitted(self.value)
