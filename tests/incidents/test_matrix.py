@@ -15,6 +15,7 @@ CI_SCENARIOS = [name for name, spec in expectations().items() if spec.get("ci")]
 
 # three worker processes at most (a rolling restart), the exporter, the observers, a producer
 @pytest.mark.connections(with_worker_processes(3, besides=14))
+@pytest.mark.timeout(420)  # the longest scenario plays two production hours in 120 s
 @pytest.mark.parametrize("scenario", CI_SCENARIOS)
 def test_every_signal_says_what_the_matrix_expects(scenario, database_url, tmp_path):
     verdict = run(scenario, database_url, tmp_path)
