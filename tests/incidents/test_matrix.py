@@ -1,6 +1,6 @@
 """The compressed incident matrix (issue 46): each scenario of expected.yaml marked ``ci``,
 against real worker processes, `awa-ops exporter` and a real Prometheus, on the default
-engine; a false or missing signal fails.  benchmarks/incidents.py runs every scenario on
+engine; a false or missing signal fails.  benchmarks/incident_matrix.py runs every scenario on
 both engines and prints precision, recall and time to detect."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The incident matrix, whole (issue 46): every scenario of tests/incidents/expected.yaml on
 both engines, then each signal's precision, recall and time to detect.
 
-    python3 dev.py bench benchmarks/incidents.py                       # all, both engines
-    python3 dev.py bench benchmarks/incidents.py --engines queue_storage --only no_leader
-    python3 dev.py bench benchmarks/incidents.py --parallel 2 --json out.json
+    python3 dev.py bench benchmarks/incident_matrix.py                       # all, both engines
+    python3 dev.py bench benchmarks/incident_matrix.py --engines queue_storage --only no_leader
+    python3 dev.py bench benchmarks/incident_matrix.py --parallel 2 --json out.json
 
 Each scenario runs in a scratch database against real worker processes, `awa-ops exporter`
 and a real Prometheus on the matrix's clock (tests/incidents/harness.py: SCALE = 1/15, so
