@@ -389,7 +389,9 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             name="AwaDeadlinesOverdue",
             severity="warning",
             expr=f"sum by ({Q}) ({DB_DEADLINE_OVERDUE}) > {num(t.deadline_overdue_jobs)}",
-            for_="5m",
+            # overdue = a heartbeat interval past the deadline; deadline rescue scans every 30 s:
+            # two minutes more and rescue is not acting
+            for_="2m",
             summary="Running jobs are past their deadline and not rescued.",
             description=(
                 "{{ $value | humanize }} running jobs of queue {{ $labels.awa_job_queue }} are "
