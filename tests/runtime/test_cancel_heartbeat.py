@@ -218,29 +218,11 @@ def test_awa_worker_command_runs_a_client_and_stops_on_sigterm(database_url, db,
         "shutting_down"]
 
 
-def test_sync_client_starts_and_stops_the_runtime_on_its_own_thread(database_url, db):
-    client = awa.Client(database_url)
-    done = []
-
-    @client.task(dict, kind="plain")
-    def plain(job):  # a plain def: runs in the handler thread pool
-        done.append(job.id)
-
-    client.start([("default", 2)], poll_interval_ms=50, run_maintenance=False)
-    job = client.insert({}, kind="plain")
-    wait_until(lambda: job_row(db, job.id)["state"] == "completed", timeout=10,
-               message="the sync client's runtime to run the job")
-    assert client.health_check().healthy
-    client.shutdown()
-    client.close()
-    assert done == [job.id]
-
-
 def test_awa_worker_exits_on_sigterm_even_with_a_blocked_sync_handler(database_url, db,
                                                                      tmp_path):
     (tmp_path / "stuckapp.py").write_text(
         "import time, awa\n"
-        "client = awa.Client()\n"
+        "client = awa.AsyncClient()\n"
         "@client.task(dict, kind='stuck')\n"
         "def stuck(job):\n"
         "    time.sleep(60)\n")
