@@ -81,9 +81,9 @@ def compat_results(admin_url: str, connection_budget: ConnectionBudget) -> Any:
             results = ref.result(), ours.result()
         yield results
     finally:
-        # The unmigrated_database scenario's own database too: the reference client can
-        # still hold a connection to it when that scenario drops it.
-        for n in names + [f"{n}_empty" for n in names]:
+        # The scenarios' own databases too (unmigrated_database's, the queue-storage one of
+        # run_deadline_and_aging_zero): the reference client can still hold a connection.
+        for n in names + [f"{n}{suffix}" for n in names for suffix in ("_empty", "_qs")]:
             _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
 
 
