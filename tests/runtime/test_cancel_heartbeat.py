@@ -144,6 +144,34 @@ async def test_a_hung_async_handler_is_dropped_after_its_deadline(client, db):
     assert job_row(db, hung.id)["state"] == "running"
 
 
+async def test_deadline_zero_runs_without_a_deadline(client, db):
+    """deadline_duration_ms 0 (awa-pg 0.6.9: no attempt deadline): deadline_at stays NULL,
+    the handler outlives the drop grace and several deadline-rescue passes, one attempt."""
+    @dataclass
+    class Long:
+        pass
+
+    seen = []
+
+    @client.task(Long)
+    async def long(job):
+        seen.append(job_row(db, job.id)["deadline_at"])
+        await asyncio.sleep(0.7)
+
+    await client.start([{"name": "default", "max_workers": 1, "deadline_duration_ms": 0}],
+                       poll_interval_ms=50, heartbeat_interval_ms=100,
+                       deadline_rescue_interval_ms=100, deadline_drop_grace_ms=100)
+    job = await client.insert(Long())
+    for _ in range(300):
+        if job_row(db, job.id)["state"] == "completed":
+            break
+        await asyncio.sleep(0.01)
+    await client.shutdown()
+    row = job_row(db, job.id)
+    assert (row["state"], row["attempt"]) == ("completed", 1)
+    assert seen == [None]
+
+
 async def test_shutdown_waits_for_handlers_flips_flags_and_leaves_hangs_to_rescue(client, db):
     @dataclass
     class Short:
