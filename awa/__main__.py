@@ -30,6 +30,8 @@ from awa.cli.options import URL_REQUIRED, database_url_option, job_id_argument
 from awa.schema.catalogue import migration_header
 
 HELP = "Awa job queue CLI: inspect and operate the Postgres-native job queue."
+URL_HELP = ("PostgreSQL connection URL. Required for all commands except "
+            "migrate --sql/--version/--from/--to.")
 EXACTLY_ONE_FILTER = "Specify exactly one of --kind or --queue (or --fingerprint)"
 
 
@@ -100,6 +102,15 @@ def _retry_failed_one_filter(original: click.Command) -> click.Command:
                          params=original.params)
 
 
+def _say_url_required(command: click.Command) -> None:
+    """--database-url's help as it is here (no $DATABASE_URL, no embedded server)."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name == "database_url":
+            param.help = URL_HELP
+    for sub in getattr(command, "commands", {}).values():
+        _say_url_required(sub)
+
+
 def build() -> click.Group:
     main.help = HELP
     main.add_command(_migrate_with_ranges())
@@ -110,6 +121,7 @@ def build() -> click.Group:
     job.add_command(dump_run)
     dlq.add_command(dlq.commands["retry-bulk"], "retry-all")
     main.add_command(storage)
+    _say_url_required(main)
     return main
 
 
