@@ -122,13 +122,12 @@ def require_json(value: Any, what: str) -> None:
 
 def decode_args(args_type: type[T] | None, data: Any) -> T:
     """Build ``args_type`` from stored JSON; ``SerializationError`` when it does not fit."""
-    if args_type is None or args_type is dict or args_type is Any:
+    # Not a class (0.6.9 registered ``task("not_a_class")`` too): the handler gets the dict.
+    if args_type is None or args_type is dict or args_type is Any or not isinstance(
+            args_type, type):
         if not isinstance(data, dict):
             raise SerializationError(f"job args must be a JSON object, got {type(data).__name__}")
         return data  # type: ignore[return-value]  # T is dict (or Any) on this branch
-    if not isinstance(args_type, type):
-        raise SerializationError(f"cannot build job args: the handler's args type "
-                                 f"{args_type!r} is not a class")
     if not isinstance(data, dict):
         raise SerializationError(f"cannot build {args_type.__name__} from "
                                  f"{type(data).__name__}: a JSON object is needed")

@@ -255,8 +255,7 @@ class WorkerMixin:
         (default: the snake_case of ``args_type``'s name) on ``queue``.
 
         An ``args_type`` that is not a class registers as 0.6.9 did (kind
-        ``unknown`` unless ``kind`` is given); its jobs then fail when their args
-        are built (``SerializationError``).
+        ``unknown`` unless ``kind`` is given); its handler gets the args as a dict.
         """
         if kind is not None and (not isinstance(kind, str) or not kind):
             raise ValidationError(f"kind must be a non-empty string, got {kind!r}")

@@ -3016,22 +3016,29 @@ def sync_client_no_worker_methods(ctx: Any) -> Any:
 
 @scenario
 async def task_args_not_a_class(ctx: Any) -> Any:
-    """@task("not_a_class") registers (0.6.9 validated lazily) and start() runs."""
+    """@task("not_a_class") registers (kind "unknown"), start() runs, and the handler of
+    a job of that kind gets its args as a dict."""
     c = awa.AsyncClient(ctx.url)
+    seen: list[str] = []
 
     async def handle(job: Any) -> None:
-        return None
+        seen.append(tn(job.args))
     # 0.6.9 accepted a non-class here; the scenario checks that we do too.
     registered = c.task("not_a_class", queue=ctx.q)(handle) is handle  # type: ignore[arg-type]
+    j = await ctx.client.insert({"x": 1}, kind="unknown", queue=ctx.q)
     try:
-        await c.start([(ctx.q, 1)])
+        await c.start([(ctx.q, 1)], poll_interval_ms=50)
         started = "started"
+        for _ in range(100):
+            if str((await ctx.client.get_job(j.id)).state) == "completed":
+                break
+            await asyncio.sleep(0.05)
     except Exception as exc:
         started = raised(exc)
     finally:
         await c.shutdown(500)
         await c.close()
-    return {"registered": registered, "start": started}
+    return {"registered": registered, "start": started, "args": seen}
 
 
 # --- 49.4 errors and their classes -----------------------------------------------------
