@@ -47,11 +47,12 @@ class PartitionedQueue:
                              physical_queues: list[str]) -> PartitionedQueue:
         queues = list(physical_queues)
         if not queues:
-            raise ValidationError("a partitioned queue needs at least one physical queue")
-        if len(set(queues)) != len(queues):
-            raise ValidationError("partitioned queue physical queues must be distinct")
+            raise ValidationError("partitioned queue partitions must be > 0")
         if any(not isinstance(q, str) or not q for q in queues):
-            raise ValidationError("physical queue names must be non-empty strings")
+            raise ValidationError("partitioned queue physical queue must not be empty")
+        for i, q in enumerate(queues):
+            if q in queues[:i]:
+                raise ValidationError(f"partitioned queue physical queue {q!r} is duplicated")
         self = cls(logical_queue, 1)
         self._physical = queues
         return self
@@ -105,7 +106,14 @@ class PartitionedQueue:
         if (max_workers_per_partition is None) == (min_workers_per_partition is None):
             raise ValidationError("use max_workers_per_partition or min_workers_per_partition,"
                                   " not both" if max_workers_per_partition is not None else
-                                  "pass max_workers_per_partition or min_workers_per_partition")
+                                  "queue_configs requires max_workers_per_partition or "
+                                  "min_workers_per_partition")
+        # Refused here with 0.6.9's messages, not later by start().
+        for name, value in (("weight", weight if min_workers_per_partition is not None
+                             else None), ("claimers", claimers),
+                            ("claim_batch_size", claim_batch_size)):
+            if value is not None and value < 1:
+                raise ValidationError(f"{name} must be > 0")
         base: dict[str, Any] = {}
         if max_workers_per_partition is not None:
             if max_workers_per_partition < 0:

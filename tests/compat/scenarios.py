@@ -3098,7 +3098,17 @@ def pq_messages(ctx: Any) -> Any:
             "zero": raises_msg(awa.PartitionedQueue, ctx.q, 0),
             "negative": raises_msg(awa.PartitionedQueue, ctx.q, -3),
             "configs_zero": raises_msg(pq.queue_configs, 0),
-            "configs_negative": raises(pq.queue_configs, -1)}
+            "configs_negative": raises(pq.queue_configs, -1),
+            "configs_none": raises_msg(pq.queue_configs),
+            "configs_weight_zero": raises_msg(pq.queue_configs, min_workers_per_partition=0,
+                                              weight=0),
+            "configs_claimers_zero": raises_msg(pq.queue_configs, 1, claimers=0),
+            "configs_batch_zero": raises_msg(pq.queue_configs, 1, claim_batch_size=0),
+            "physical_none": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q, []),
+            "physical_blank": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q,
+                                         ["a", ""]),
+            "physical_twice": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q,
+                                         ["a", "a"])}
 
 
 # --- 49.5 the CLI --------------------------------------------------------------------
