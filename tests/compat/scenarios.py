@@ -2970,55 +2970,47 @@ def _queue_storage_database(ctx: Any) -> str:
     return url
 
 
-async def _settled_get(client: Any, job_id: int) -> Any:
-    """get_job, asked again when it misses: 0.6.9's queue storage briefly reports a job
-    moving between its tables as "job not found"."""
-    for _ in range(20):
-        try:
-            return await client.get_job(job_id)
-        except awa.AwaError:
-            await asyncio.sleep(0.05)
-    return await client.get_job(job_id)
-
-
 @scenario
 def run_deadline_and_aging_zero(ctx: Any) -> Any:
     """deadline_duration_ms = 0 (no attempt deadline) and priority_aging_interval_ms = 0
-    (no aging) on queue storage: a job outlives many deadline-rescue passes and completes
+    (no aging) on queue storage: a job outlives many deadline-rescue passes and runs once,
     on its first attempt; a priority-4 job waiting behind it keeps its priority.
 
-    A plain function (no per-scenario timeout): laying out a fresh queue-storage database
-    takes awa-pg 0.6.9 some 20 s on a loaded machine."""
+    What the handlers saw is the outcome (0.6.9 folds a compact claim's completion into
+    its tables seconds later, so get_job may not find the job meanwhile).  A plain
+    function (no per-scenario timeout): laying out a fresh queue-storage database takes
+    awa-pg 0.6.9 some 20 s on a loaded machine."""
     url = _queue_storage_database(ctx)
 
     async def run() -> Any:
         producer = awa.AsyncClient(url)
         c = awa.AsyncClient(url)
-        seen: list[bool] = []
+        seen: list[tuple[int, int, int, bool]] = []
+        finished: list[int] = []
 
         @c.task(CompatPing, queue=ctx.q)
         async def handle(job: Any) -> None:
-            seen.append(job.deadline is None)
+            seen.append((job.args.n, job.attempt, job.priority, job.deadline is None))
             await asyncio.sleep(0.8 if job.args.n == 1 else 0)
-        first = await producer.insert(CompatPing(n=1), queue=ctx.q)
+            finished.append(job.args.n)
+        await producer.insert(CompatPing(n=1), queue=ctx.q)
         await c.start([{"name": ctx.q, "max_workers": 1, "deadline_duration_ms": 0,
                         "priority_aging_interval_ms": 0}],
                       poll_interval_ms=50, deadline_rescue_interval_ms=100,
                       heartbeat_interval_ms=100)
         try:
             await asyncio.sleep(0.2)
-            second = await producer.insert(CompatPing(n=2), queue=ctx.q, priority=4)
+            await producer.insert(CompatPing(n=2), queue=ctx.q, priority=4)
             for _ in range(200):
-                done = [await _settled_get(producer, j.id) for j in (first, second)]
-                if all(str(j.state) == "completed" for j in done):
+                if len(finished) >= 2:
                     break
                 await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a rescued attempt would run again meanwhile
         finally:
             await c.shutdown(1000)
             await c.close()
             await producer.close()
-        return {"deadline_none": seen,
-                "jobs": [(str(j.state), j.attempt, j.priority) for j in done]}
+        return {"seen": sorted(seen), "finished": sorted(finished)}
     return asyncio.run(asyncio.wait_for(run(), 30))
 
 
