@@ -66,10 +66,11 @@ def _unwrap(conn: Any, wanted: type) -> Any:
     for candidate in _candidates(conn):
         if isinstance(candidate, wanted):
             return candidate
+    # 0.6.9's first sentence, then what this bridge takes.
     raise UnsupportedConnection(
-        f"expected a {wanted.__module__}.{wanted.__name__}, or a SQLAlchemy Session/Connection "
-        f"or Django connection using psycopg 3; got {type(conn).__module__}."
-        f"{type(conn).__qualname__}")
+        f"Unsupported connection type: {type(conn).__qualname__} (module="
+        f"{type(conn).__module__}). Expected a {wanted.__module__}.{wanted.__name__}, or a "
+        f"SQLAlchemy Session/Connection or Django connection using psycopg 3")
 
 
 async def _unwrap_async(conn: Any) -> Any:

@@ -205,11 +205,15 @@ def _wrap_result(value: Any, loop: _LoopThread) -> Any:
     return value
 
 
-class Client(_SyncProxy):
-    """The synchronous client: the same API as ``AsyncClient``, blocking.
+# The worker role stays on AsyncClient: as in awa-pg 0.6.9, ``hasattr(awa.Client, "task")``
+# is False (workers are async; ``awa worker`` runs them as a process).
+WORKER_ONLY = frozenset({"task", "worker", "start", "shutdown", "on_event"})
 
-    ``start()`` runs the worker runtime on the client's background loop, so a
-    Django or Flask process can run workers without asyncio of its own.
+
+class Client(_SyncProxy):
+    """The synchronous client: the producer, admin and callback API of ``AsyncClient``,
+    blocking.  Workers (``task``, ``start``, ``shutdown``, ``on_event``) are the
+    ``AsyncClient``'s alone, as in awa-pg 0.6.9.
     """
 
     def __init__(self, database_url: str | None = None,
@@ -221,6 +225,12 @@ class Client(_SyncProxy):
                                      application_name=application_name,
                                      direct_database_url=direct_database_url,
                                      behind_pooler=behind_pooler), _LoopThread())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in WORKER_ONLY:
+            raise AttributeError(f"awa.Client has no {name}(): workers run on awa.AsyncClient "
+                                 "(or as a process: awa worker MODULE:CLIENT)")
+        return super().__getattr__(name)
 
     @property
     def async_client(self) -> AsyncClient:

@@ -70,6 +70,12 @@ class ValidationError(AwaError, ValueError, TypeError):
     """
 
 
+class ArgsNotAnObject(SerializationError, ValidationError):
+    """Job args that are not a dataclass, pydantic model or dict: awa-pg 0.6.9's
+    ``ValidationError`` (with its wording), and the ``SerializationError`` of every
+    other args that cannot be stored."""
+
+
 class CallbackNotFound(AwaError):
     """No job waits on this callback id (unknown, or already resolved)."""
 

@@ -12,6 +12,7 @@ from typing import Any
 import blake3
 
 from awa.job import ValidationError
+from awa.worker import OutOfRange
 
 MAX_PARTITIONS = 1024
 
@@ -31,11 +32,12 @@ class PartitionedQueue:
         if not isinstance(partitions, int) or isinstance(partitions, bool):
             raise TypeError(f"partitions must be an int, got {type(partitions).__name__}")
         if not isinstance(logical_queue, str) or not logical_queue:
-            raise ValidationError("logical_queue must be a non-empty string")
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise ValidationError(
-                f"partitioned queue supports at most {MAX_PARTITIONS} partitions and at "
-                f"least 1, got {partitions}")
+            raise ValidationError("partitioned queue logical queue must not be empty")
+        if partitions < 1:
+            raise ValidationError("partitioned queue partitions must be > 0")
+        if partitions > MAX_PARTITIONS:
+            raise ValidationError(f"partitioned queue supports at most {MAX_PARTITIONS} "
+                                  f"partitions, got {partitions}")
         self._logical = logical_queue
         self._physical = [logical_queue] + [f"{logical_queue}__p{i}"
                                             for i in range(1, partitions)]
@@ -45,11 +47,12 @@ class PartitionedQueue:
                              physical_queues: list[str]) -> PartitionedQueue:
         queues = list(physical_queues)
         if not queues:
-            raise ValidationError("a partitioned queue needs at least one physical queue")
-        if len(set(queues)) != len(queues):
-            raise ValidationError("partitioned queue physical queues must be distinct")
+            raise ValidationError("partitioned queue partitions must be > 0")
         if any(not isinstance(q, str) or not q for q in queues):
-            raise ValidationError("physical queue names must be non-empty strings")
+            raise ValidationError("partitioned queue physical queue must not be empty")
+        for i, q in enumerate(queues):
+            if q in queues[:i]:
+                raise ValidationError(f"partitioned queue physical queue {q!r} is duplicated")
         self = cls(logical_queue, 1)
         self._physical = queues
         return self
@@ -73,8 +76,10 @@ class PartitionedQueue:
         return f"PartitionedQueue(logical_queue={self._logical!r}, partitions={len(self)})"
 
     def _index(self, index: int) -> int:
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise ValidationError(f"partition index must be a non-negative int, got {index!r}")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise ValidationError(f"partition index must be an int, got {index!r}")
+        if index < 0:
+            raise ValidationError("index must be >= 0")
         return index % len(self._physical)
 
     def queue_for_index(self, index: int) -> str:
@@ -101,16 +106,25 @@ class PartitionedQueue:
         if (max_workers_per_partition is None) == (min_workers_per_partition is None):
             raise ValidationError("use max_workers_per_partition or min_workers_per_partition,"
                                   " not both" if max_workers_per_partition is not None else
-                                  "pass max_workers_per_partition or min_workers_per_partition")
+                                  "queue_configs requires max_workers_per_partition or "
+                                  "min_workers_per_partition")
+        # Refused here with 0.6.9's messages, not later by start().
+        for name, value in (("weight", weight if min_workers_per_partition is not None
+                             else None), ("claimers", claimers),
+                            ("claim_batch_size", claim_batch_size)):
+            if value is not None and value < 1:
+                raise ValidationError(f"{name} must be > 0")
         base: dict[str, Any] = {}
         if max_workers_per_partition is not None:
+            if max_workers_per_partition < 0:
+                raise OutOfRange("out of range integral type conversion attempted")
             if max_workers_per_partition < 1:
-                raise ValidationError("max_workers_per_partition must be at least 1")
+                raise ValidationError("max_workers_per_partition must be > 0")
             base["max_workers"] = max_workers_per_partition
         else:
             assert min_workers_per_partition is not None
             if min_workers_per_partition < 0:
-                raise ValidationError("min_workers_per_partition must be non-negative")
+                raise OutOfRange("out of range integral type conversion attempted")
             base["min_workers"] = min_workers_per_partition
             base["weight"] = weight
         for name, value in (("rate_limit", rate_limit_per_partition),

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, TypeVar
 
-from awa.job import SerializationError, ValidationError
+from awa.job import ArgsNotAnObject, SerializationError, ValidationError
 
 T = TypeVar("T")
 
@@ -47,8 +47,7 @@ def kind_for(args: Any, kind: str | None = None) -> str:
         raise ValidationError("dict args need an explicit kind= (there is no class to "
                               "derive the kind from)")
     if args is None or isinstance(args, (str, int, float, bool, list, tuple)):
-        raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
-                                 f"not {type(args).__name__}")
+        raise not_an_object()
     return derive_kind(args)
 
 
@@ -62,6 +61,11 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def not_an_object() -> ArgsNotAnObject:
+    """The error for args that are not a dataclass, pydantic model or dict."""
+    return ArgsNotAnObject("Job args must be a dataclass, pydantic BaseModel, or dict")
+
+
 def _plain_object(args: Any) -> dict[str, Any]:
     if isinstance(args, dict):
         plain = args
@@ -69,8 +73,7 @@ def _plain_object(args: Any) -> dict[str, Any]:
         try:
             plain = json_default(args)
         except TypeError:
-            raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
-                                     f"not {type(args).__name__}") from None
+            raise not_an_object() from None
     if not isinstance(plain, dict):
         raise SerializationError(f"job args of {type(args).__name__} must serialise to a JSON "
                                  f"object, got {type(plain).__name__}")
@@ -119,7 +122,9 @@ def require_json(value: Any, what: str) -> None:
 
 def decode_args(args_type: type[T] | None, data: Any) -> T:
     """Build ``args_type`` from stored JSON; ``SerializationError`` when it does not fit."""
-    if args_type is None or args_type is dict or args_type is Any:
+    # Not a class (0.6.9 registered ``task("not_a_class")`` too): the handler gets the dict.
+    if args_type is None or args_type is dict or args_type is Any or not isinstance(
+            args_type, type):
         if not isinstance(data, dict):
             raise SerializationError(f"job args must be a JSON object, got {type(data).__name__}")
         return data  # type: ignore[return-value]  # T is dict (or Any) on this branch

@@ -30,7 +30,11 @@ T = TypeVar("T")
 # A job handler as registered: sync or async, taking the job (and a context when it asks).
 Handler = Callable[..., Any]
 
+# The kind 0.6.9 registered for a handler whose args type is not a class.
+UNKNOWN_KIND = "unknown"
 NO_WORKERS_ERROR = "register at least one worker before starting the runtime"
+UNCONFIGURED_QUEUES_ERROR = ("start() must configure the worker queues declared via "
+                             "@client.worker(..., queue=...)")
 WEIGHTED_NEEDS_QUEUES_ERROR = ("weighted mode requires explicit queue configs "
                                "(global_max_workers set but queues=None)")
 
@@ -169,8 +173,7 @@ def parse_queue_configs(queues: Any, weighted: bool,
             raise ValidationError(f"queue {cfg.name!r} configured more than once")
         out[cfg.name] = cfg
     if not out:
-        raise ValidationError("start() must configure the worker queues declared via "
-                              f"@client.worker(..., queue=...): {', '.join(registered)}")
+        raise ValidationError(f"{UNCONFIGURED_QUEUES_ERROR}: {', '.join(registered)}")
     return out
 
 
@@ -202,8 +205,8 @@ def _queue_from_dict(item: dict[str, Any], weighted: bool) -> QueueConfig:
                                          else max_workers, name)
     kwargs["rate_limit"] = _rate_limit(item.get("rate_limit"), name)
     if item.get("deadline_duration_ms") is not None:
-        kwargs["deadline_duration_ms"] = _interval_ms(item["deadline_duration_ms"],
-                                                      f"queue {name!r} deadline_duration_ms")
+        # 0: no attempt deadline (0.6.9's compact claims); heartbeats alone rescue.
+        kwargs["deadline_duration_ms"] = _count(item["deadline_duration_ms"], bits=64)
     if item.get("claim_batch_size") is not None:
         kwargs["claim_batch_size"] = _positive_int(item["claim_batch_size"], "claim_batch_size")
     if item.get("poll_interval_ms") is not None:
@@ -249,12 +252,15 @@ class WorkerMixin:
     def task(self, args_type: type[T], *, kind: str | None = None,
              queue: str = config.DEFAULT_QUEUE) -> Callable[[Handler], Handler]:
         """Register the decorated function as the handler of ``kind``
-        (default: the snake_case of ``args_type``'s name) on ``queue``."""
-        if args_type is None or not (isinstance(args_type, type) or args_type is Any):
-            raise ValidationError(f"task() needs the args class first, got {args_type!r}")
+        (default: the snake_case of ``args_type``'s name) on ``queue``.
+
+        An ``args_type`` that is not a class registers as 0.6.9 did (kind
+        ``unknown`` unless ``kind`` is given); its handler gets the args as a dict.
+        """
         if kind is not None and (not isinstance(kind, str) or not kind):
             raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
-        job_kind = kind or derive_kind(args_type)
+        is_class = isinstance(args_type, type) or args_type is Any
+        job_kind = kind or (derive_kind(args_type) if is_class else UNKNOWN_KIND)
         queue_name = _queue_name(queue)
 
         def register(fn: Handler) -> Handler:
@@ -320,6 +326,7 @@ class WorkerMixin:
                                                      "queue_storage_target"] = "auto",
                     dlq_enabled_by_default: bool = False,
                     metrics_addr: str | None = None,
+                    only_these_queues: bool = False,
                     **more: Any) -> None:
         """Start the runtime in the background; returns once it is claiming.
 
@@ -330,7 +337,9 @@ class WorkerMixin:
         rings keep the sizes and cadences the maintenance leader gives them).
         Further RuntimeSettings fields (``cleanup_interval_ms``,
         ``snapshot_interval_ms``, ``sync_handler_threads``, ``run_maintenance``,
-        ...) may be passed by name.
+        ...) may be passed by name.  ``queues`` must include every queue a handler
+        names, as in 0.6.9, unless ``only_these_queues`` (``awa worker --queue``: a
+        process dedicated to some of the application's queues).
         """
         if self._runtime is not None:
             raise AwaError("the runtime is already started; call shutdown() first")
@@ -357,6 +366,9 @@ class WorkerMixin:
         registered = sorted({h.queue for h in self._handlers.values()})
         queue_configs = parse_queue_configs(queues, settings.global_max_workers is not None,
                                             registered)
+        not_run = [q for q in registered if q not in queue_configs]
+        if not_run and not only_these_queues:
+            raise ValidationError(f"{UNCONFIGURED_QUEUES_ERROR}: {', '.join(not_run)}")
         declared_queues = getattr(self, "_queue_descriptors", {})
         undeclared = descriptors.undeclared_queue_error(declared_queues, queue_configs)
         if undeclared is not None:

@@ -124,7 +124,7 @@ def migrate(print_sql: bool, engine: str | None, queue_storage_schema: str | Non
     if print_sql:
         click.echo(schema.migration_sql())
         return
-    url = db.resolve_database_url(current_database_url())
+    url = resolved_database_url()
 
     async def apply() -> tuple[list[int], str]:
         conn = await db.connect(url, config.APP_NAME_CLI)

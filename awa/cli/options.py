@@ -59,8 +59,19 @@ def current_database_url() -> str | None:
     return url
 
 
+# Set in the root context's obj by ``python -m awa``: as in awa-pg 0.6.9, a command that
+# needs the database takes it from --database-url alone (no $DATABASE_URL, no embedded
+# server), else exits 1 with this line.
+URL_REQUIRED = "database_url_required"
+URL_REQUIRED_ERROR = "--database-url is required."
+
+
 def resolved_database_url() -> str:
-    return db.resolve_database_url(current_database_url())
+    explicit = current_database_url()
+    ctx = click.get_current_context(silent=True)
+    if explicit is None and ctx is not None and (ctx.find_root().obj or {}).get(URL_REQUIRED):
+        fail(URL_REQUIRED_ERROR)
+    return db.resolve_database_url(explicit)
 
 
 def run_client(operation: Callable[[AsyncClient], Awaitable[T]]) -> T:

@@ -78,7 +78,7 @@ async def run_worker(client: Any, queues: list[tuple[str, int]] | None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await client.start(queues, metrics_addr=metrics_addr)
+    await client.start(queues, metrics_addr=metrics_addr, only_these_queues=True)
     runtime = client.runtime
     log.info("worker %s (pid %d) running queues %s%s", runtime.instance_id, os.getpid(),
              ", ".join(runtime.queues),

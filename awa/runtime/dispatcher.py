@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,8 @@ class Dispatcher:
         self.bucket = TokenBucket(queue.rate_limit) if queue.rate_limit else None
         poll_ms = queue.poll_interval_ms or runtime.settings.poll_interval_ms
         self.poll_interval = poll_ms / 1000.0
-        self.deadline_ms = queue.deadline_duration_ms
+        # 0: attempts without a deadline (deadline_at NULL, never dropped), as 0.6.9.
+        self.deadline_ms = queue.deadline_duration_ms or None
         self.batch_size = max(queue.claim_batch_size, 1)
         # Claimers sharing this queue's permits: a second one claims while the
         # first waits for the database, when there are slots for two batches.
@@ -200,7 +202,8 @@ class Dispatcher:
 
     def _start_jobs(self, jobs: list[Job[Any]]) -> None:
         start_job = self.runtime.executor.start_job
-        deadline = time.monotonic() + self.deadline_ms / 1000.0
+        deadline = (math.inf if self.deadline_ms is None
+                    else time.monotonic() + self.deadline_ms / 1000.0)
         for job in jobs:
             start_job(job, self.permits, deadline)
 

@@ -48,11 +48,16 @@ def migrations_range(from_version: int, to_version: int) -> list[Migration]:
     return [m for m in migrations() if from_version < m.version <= to_version]
 
 
+def migration_header(m: Migration) -> str:
+    """The comment line above a migration's SQL, as awa-pg 0.6.9 printed it."""
+    return f"-- Migration V{m.version}: {m.description}"
+
+
 def migration_sql() -> str:
     """Every migration as one script, for ``awa migrate --sql``."""
     parts = [CREATE_VERSION_TABLE + ";"]
     for m in migrations():
-        parts.append(f"-- migration {m.version}: {m.description}\n{m.sql}")
+        parts.append(f"{migration_header(m)}\n{m.sql}")
         parts.append(f"INSERT INTO awa.schema_version (version, description) "
                      f"VALUES ({m.version}, '{m.description}') ON CONFLICT (version) DO NOTHING;")
     return "\n".join(parts)

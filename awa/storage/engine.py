@@ -208,13 +208,14 @@ class ExecutionOps(Protocol):
     """
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int, instance_id: uuid.UUID | None = None,
+                          deadline_ms: int | None, instance_id: uuid.UUID | None = None,
                           aging_interval_ms: int = 0) -> list[Job[Any]]:
         """Claim up to ``limit`` available jobs of ``queue`` (none when it is paused) in
         dispatch order (priority, run_at, id), skipping rows other claimers hold.
 
         Each claimed job is ``running`` with ``attempt`` and ``run_lease`` one
-        higher, a fresh heartbeat and ``deadline_at = now() + deadline_ms``.
+        higher, a fresh heartbeat and ``deadline_at = now() + deadline_ms`` (NULL when
+        ``deadline_ms`` is None: no deadline).
         ``instance_id`` (the claiming runtime, ``awa.runtime_instances``) is
         recorded with the attempt: ``claimed_by`` of ``awa.jobs`` and of the
         running-attempt reads.  The jobs come back with raw (undecoded) args.

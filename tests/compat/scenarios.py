@@ -2857,3 +2857,307 @@ def cli_job_dump_missing(ctx: Any) -> Any:
 def cli_bad_command(ctx: Any) -> Any:
     return {"rc": _cli(ctx, "no-such-command").returncode}
 
+
+
+# === issue 49: what awa-pg 0.6.9's own tests still tripped on ==========================
+# --- 49.1 rows changed through awa.jobs inside a client transaction -------------------
+FAIL_TWO = ("UPDATE awa.jobs SET state = 'failed', finalized_at = now() "
+            "WHERE id = $1 OR id = $2")
+FAIL_ONE = "UPDATE awa.jobs SET state = 'failed', finalized_at = now() WHERE id = $1"
+
+
+def _tx_execute(client: Any, query: str, *params: Any) -> Any:
+    """0.6.9's tests' way: a client transaction, ``$n`` placeholders, positional params."""
+    tx = client.transaction()
+    n = tx.execute(query, *params)
+    tx.commit()
+    return n
+
+
+@scenario
+def admin_failed_in_client_tx(ctx: Any) -> Any:
+    """Two rows failed in one client transaction: retry_failed, retry and discard_failed
+    find them (sync client)."""
+    kind = "compat_fail_tx_sync"
+    a = ctx.client.insert({"n": 1}, kind=kind, queue=ctx.q)
+    b = ctx.client.insert({"n": 2}, kind=kind, queue=ctx.q)
+    updated = _tx_execute(ctx.client, FAIL_TWO, a.id, b.id)
+    states = [str(ctx.client.get_job(j.id).state) for j in (a, b)]
+    r = ctx.client.retry_failed(queue=ctx.q)
+    _tx_execute(ctx.client, FAIL_ONE, a.id)
+    retried = job(ctx.client.retry(a.id))
+    _tx_execute(ctx.client, FAIL_ONE, b.id)
+    return {"updated": updated, "states": states, "retry_failed": r.matched,
+            "retried_jobs": len(r.jobs), "retried": retried,
+            "discarded": ctx.client.discard_failed(kind)}
+
+
+@scenario
+async def aadmin_failed_in_client_tx(ctx: Any) -> Any:
+    """The same through the AsyncClient's transaction."""
+    kind = "compat_fail_tx_async"
+    a = await ctx.client.insert({"n": 1}, kind=kind, queue=ctx.q)
+    b = await ctx.client.insert({"n": 2}, kind=kind, queue=ctx.q)
+
+    async def execute(query: str, *params: Any) -> Any:
+        tx = await ctx.client.transaction()
+        n = await tx.execute(query, *params)
+        await tx.commit()
+        return n
+    updated = await execute(FAIL_TWO, a.id, b.id)
+    r = await ctx.client.retry_failed(queue=ctx.q)
+    await execute(FAIL_ONE, a.id)
+    retried = job(await ctx.client.retry(a.id))
+    await execute(FAIL_ONE, b.id)
+    return {"updated": updated, "retry_failed": r.matched, "retried": retried,
+            "discarded": await ctx.client.discard_failed(kind)}
+
+
+@scenario
+async def run_available_by_client_tx(ctx: Any) -> Any:
+    """A scheduled job and a failed one made available through awa.jobs in a client
+    transaction: a worker then runs both."""
+    ran: list[int] = []
+    c = awa.AsyncClient(ctx.url)
+
+    @c.task(CompatPing, queue=ctx.q)
+    async def handle(job: Any) -> None:
+        ran.append(job.args.n)
+    later = await ctx.client.insert(CompatPing(n=1), queue=ctx.q, run_at=future())
+    failed = await ctx.client.insert(CompatPing(n=2), queue=ctx.q, run_at=future())
+    tx = await ctx.client.transaction()
+    await tx.execute(FAIL_ONE, failed.id)
+    await tx.commit()
+    tx = await ctx.client.transaction()
+    made = await tx.execute("UPDATE awa.jobs SET state = 'available', run_at = now() "
+                            "WHERE id = $1 OR id = $2", later.id, failed.id)
+    await tx.commit()
+    states = [str((await ctx.client.get_job(j.id)).state) for j in (later, failed)]
+    await c.start([(ctx.q, 2)], poll_interval_ms=50)
+    try:
+        for _ in range(100):
+            if len(ran) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    finally:
+        await c.shutdown(1000)
+        await c.close()
+    return {"made_available": made, "states": states, "ran": sorted(ran)}
+
+
+# --- 49.2 zero values meaning "off" ----------------------------------------------------
+def _queue_storage_database(ctx: Any) -> str:
+    """A fresh database of this scenario's own on queue storage (0.6.9's compact-claim path
+    needs it; its fresh databases are canonical until ``install_queue_storage``)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    name = str(conninfo_to_dict(ctx.url)["dbname"]) + "_qs"
+    with psycopg.connect(make_conninfo(ctx.url, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = make_conninfo(ctx.url, dbname=name)
+    url = f"postgresql://{conninfo_to_dict(url).get('user', 'postgres')}@" \
+          f"{conninfo_to_dict(url).get('host', '127.0.0.1')}:" \
+          f"{conninfo_to_dict(url).get('port', '5432')}/{name}"
+    c = awa.Client(url)
+    try:
+        c.migrate()
+        if ctx.is_ref:
+            c.install_queue_storage(reset=True)
+    finally:
+        c.close()
+    return url
+
+
+@scenario
+def run_deadline_and_aging_zero(ctx: Any) -> Any:
+    """deadline_duration_ms = 0 (no attempt deadline) and priority_aging_interval_ms = 0
+    (no aging) on queue storage: a job outlives many deadline-rescue passes and runs once,
+    on its first attempt; a priority-4 job waiting behind it keeps its priority.
+
+    What the handlers saw is the outcome (0.6.9 folds a compact claim's completion into
+    its tables seconds later, so get_job may not find the job meanwhile).  A plain
+    function (no per-scenario timeout): laying out a fresh queue-storage database takes
+    awa-pg 0.6.9 some 20 s on a loaded machine."""
+    url = _queue_storage_database(ctx)
+
+    async def run() -> Any:
+        producer = awa.AsyncClient(url)
+        c = awa.AsyncClient(url)
+        seen: list[tuple[int, int, int, bool]] = []
+        finished: list[int] = []
+
+        @c.task(CompatPing, queue=ctx.q)
+        async def handle(job: Any) -> None:
+            seen.append((job.args.n, job.attempt, job.priority, job.deadline is None))
+            await asyncio.sleep(0.8 if job.args.n == 1 else 0)
+            finished.append(job.args.n)
+        await producer.insert(CompatPing(n=1), queue=ctx.q)
+        await c.start([{"name": ctx.q, "max_workers": 1, "deadline_duration_ms": 0,
+                        "priority_aging_interval_ms": 0}],
+                      poll_interval_ms=50, deadline_rescue_interval_ms=100,
+                      heartbeat_interval_ms=100)
+        try:
+            await asyncio.sleep(0.2)
+            await producer.insert(CompatPing(n=2), queue=ctx.q, priority=4)
+            for _ in range(200):
+                if len(finished) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a rescued attempt would run again meanwhile
+        finally:
+            await c.shutdown(1000)
+            await c.close()
+            await producer.close()
+        return {"seen": sorted(seen), "finished": sorted(finished)}
+    return asyncio.run(asyncio.wait_for(run(), 30))
+
+
+# --- 49.3 the sync Client has no worker methods ----------------------------------------
+@scenario
+def sync_client_no_worker_methods(ctx: Any) -> Any:
+    names = ("task", "worker", "start", "shutdown")
+    return {"class": [hasattr(awa.Client, n) for n in names],
+            "instance": [hasattr(ctx.client, n) for n in names],
+            "async": [hasattr(awa.AsyncClient, n) for n in names]}
+
+
+@scenario
+async def task_args_not_a_class(ctx: Any) -> Any:
+    """@task("not_a_class") registers (kind "unknown"), start() runs, and the handler of
+    a job of that kind gets its args as a dict."""
+    c = awa.AsyncClient(ctx.url)
+    seen: list[str] = []
+
+    async def handle(job: Any) -> None:
+        seen.append(tn(job.args))
+    # 0.6.9 accepted a non-class here; the scenario checks that we do too.
+    registered = c.task("not_a_class", queue=ctx.q)(handle) is handle  # type: ignore[arg-type]
+    j = await ctx.client.insert({"x": 1}, kind="unknown", queue=ctx.q)
+    try:
+        await c.start([(ctx.q, 1)], poll_interval_ms=50)
+        started = "started"
+        for _ in range(100):
+            if str((await ctx.client.get_job(j.id)).state) == "completed":
+                break
+            await asyncio.sleep(0.05)
+    except Exception as exc:
+        started = raised(exc)
+    finally:
+        await c.shutdown(500)
+        await c.close()
+    return {"registered": registered, "start": started, "args": seen}
+
+
+# --- 49.4 errors and their classes -----------------------------------------------------
+@scenario
+def insert_args_not_an_object(ctx: Any) -> Any:
+    """object(), an int, a list or a str as args, with a kind: 0.6.9's ValidationError."""
+    out = {}
+    for name, value in (("object", object()), ("int", 5), ("list", [1]), ("str", "s")):
+        out[name] = raises_msg(ctx.client.insert, value, kind="explicit_kind", queue=ctx.q)
+    return out
+
+
+@scenario
+def start_handler_queue_not_run(ctx: Any) -> Any:
+    """A handler on a queue start() does not run: ValueError, 0.6.9's message."""
+    async def attempt() -> Any:
+        c = awa.AsyncClient(ctx.url)
+
+        @c.task(CompatPing, queue=ctx.q + "_other")
+        async def handle(job: Any) -> None:
+            return None
+        try:
+            await c.start([(ctx.q, 1)])
+        except Exception as exc:
+            return [raised(exc), str(exc)]
+        finally:
+            await c.shutdown(500)
+            await c.close()
+        return "started"
+    return asyncio.run(attempt())
+
+
+@scenario
+def bridge_unsupported_connection(ctx: Any) -> Any:
+    from awa.bridge import insert_job, insert_job_sync
+    sync = raises_msg(insert_job_sync, object(), CompatPing(), queue=ctx.q)
+
+    async def attempt() -> Any:
+        try:
+            await insert_job(None, CompatPing(), queue=ctx.q)
+            return "ok"
+        except Exception as exc:
+            return [raised(exc), str(exc)]
+    out = []
+    for result in (sync, asyncio.run(attempt())):
+        out.append([result[0], result[1].startswith("Unsupported connection type: ")]
+                   if isinstance(result, list) else result)
+    return out
+
+
+@scenario
+def pq_messages(ctx: Any) -> Any:
+    pq = awa.PartitionedQueue(ctx.q, 2)
+    return {"index": raises_msg(pq.queue_for_index, -1),
+            "route_index": raises_msg(pq.route_by_index, -1),
+            "empty": raises_msg(awa.PartitionedQueue, "", 2),
+            "zero": raises_msg(awa.PartitionedQueue, ctx.q, 0),
+            "negative": raises_msg(awa.PartitionedQueue, ctx.q, -3),
+            "configs_zero": raises_msg(pq.queue_configs, 0),
+            "configs_negative": raises(pq.queue_configs, -1),
+            "configs_none": raises_msg(pq.queue_configs),
+            "configs_weight_zero": raises_msg(pq.queue_configs, min_workers_per_partition=0,
+                                              weight=0),
+            "configs_claimers_zero": raises_msg(pq.queue_configs, 1, claimers=0),
+            "configs_batch_zero": raises_msg(pq.queue_configs, 1, claim_batch_size=0),
+            "physical_none": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q, []),
+            "physical_blank": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q,
+                                         ["a", ""]),
+            "physical_twice": raises_msg(awa.PartitionedQueue.from_physical_queues, ctx.q,
+                                         ["a", "a"])}
+
+
+# --- 49.5 the CLI --------------------------------------------------------------------
+@scenario
+def cli_help_title(ctx: Any) -> Any:
+    proc = _cli(ctx, "--help")
+    return {"rc": proc.returncode, "title": "Awa job queue CLI" in proc.stdout,
+            "serve": "serve" in proc.stdout}
+
+
+@scenario
+def cli_migrate_sql_headers(ctx: Any) -> Any:
+    """Each migration under a "Migration V<n>" header, no database URL needed."""
+    whole = _cli(ctx, "migrate", "--sql")
+    one = _cli(ctx, "migrate", "--version", "1")
+    return {"rc": [whole.returncode, one.returncode],
+            "v1": ["-- Migration V1:" in whole.stdout, "-- Migration V1:" in one.stdout],
+            "v2_in_one": "Migration V2:" in one.stdout}
+
+
+@scenario
+def cli_queue_stats_without_url(ctx: Any) -> Any:
+    """No --database-url (and $DATABASE_URL set): exit 1 with one line, both spellings."""
+    out = []
+    for args in (("queue", "stats"), ("queue-stats",)):
+        proc = _cli(ctx, *args, env_url=True)
+        lines = proc.stderr.strip().splitlines()
+        out.append([proc.returncode, len(lines),
+                    "--database-url is required" in proc.stderr])
+    return out
+
+
+@scenario
+def cli_retry_failed_filters(ctx: Any) -> Any:
+    """No filter, or two: exit 1 naming --kind and --queue, "exactly one" for two,
+    before connecting (the URL points at a closed port)."""
+    closed = "postgres://postgres@127.0.0.1:1/nonexistent"
+    out = []
+    for extra in ((), ("--kind", "email", "--queue", "critical")):
+        proc = _cli(ctx, "--database-url", closed, "job", "retry-failed", *extra)
+        out.append([proc.returncode, "--kind" in proc.stderr and "--queue" in proc.stderr,
+                    "exactly one" in proc.stderr, "connect" in proc.stderr.lower()])
+    return out

@@ -74,16 +74,17 @@ def compat_results(admin_url: str, connection_budget: ConnectionBudget) -> Any:
     with psycopg.connect(urls[1], autocommit=True) as conn:
         storage.migrate_sync(conn, ENGINE)
     try:
-        # Both sides' runners at once: 21 connections at the most (measured), 26 reserved.
-        with connection_budget.reserve(26), ThreadPoolExecutor(2) as pool:
+        # Both sides' runners at once: 26 connections at the most (measured, with
+        # run_deadline_and_aging_zero's own databases), 30 reserved.
+        with connection_budget.reserve(30), ThreadPoolExecutor(2) as pool:
             ref = pool.submit(_run_side, reference, urls[0])
             ours = pool.submit(_run_side, sys.executable, urls[1])
             results = ref.result(), ours.result()
         yield results
     finally:
-        # The unmigrated_database scenario's own database too: the reference client can
-        # still hold a connection to it when that scenario drops it.
-        for n in names + [f"{n}_empty" for n in names]:
+        # The scenarios' own databases too (unmigrated_database's, the queue-storage one of
+        # run_deadline_and_aging_zero): the reference client can still hold a connection.
+        for n in names + [f"{n}{suffix}" for n in names for suffix in ("_empty", "_qs")]:
             _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
 
 

@@ -144,6 +144,34 @@ async def test_a_hung_async_handler_is_dropped_after_its_deadline(client, db):
     assert job_row(db, hung.id)["state"] == "running"
 
 
+async def test_deadline_zero_runs_without_a_deadline(client, db):
+    """deadline_duration_ms 0 (awa-pg 0.6.9: no attempt deadline): deadline_at stays NULL,
+    the handler outlives the drop grace and several deadline-rescue passes, one attempt."""
+    @dataclass
+    class Long:
+        pass
+
+    seen = []
+
+    @client.task(Long)
+    async def long(job):
+        seen.append(job_row(db, job.id)["deadline_at"])
+        await asyncio.sleep(0.7)
+
+    await client.start([{"name": "default", "max_workers": 1, "deadline_duration_ms": 0}],
+                       poll_interval_ms=50, heartbeat_interval_ms=100,
+                       deadline_rescue_interval_ms=100, deadline_drop_grace_ms=100)
+    job = await client.insert(Long())
+    for _ in range(300):
+        if job_row(db, job.id)["state"] == "completed":
+            break
+        await asyncio.sleep(0.01)
+    await client.shutdown()
+    row = job_row(db, job.id)
+    assert (row["state"], row["attempt"]) == ("completed", 1)
+    assert seen == [None]
+
+
 async def test_shutdown_waits_for_handlers_flips_flags_and_leaves_hangs_to_rescue(client, db):
     @dataclass
     class Short:
@@ -218,29 +246,11 @@ def test_awa_worker_command_runs_a_client_and_stops_on_sigterm(database_url, db,
         "shutting_down"]
 
 
-def test_sync_client_starts_and_stops_the_runtime_on_its_own_thread(database_url, db):
-    client = awa.Client(database_url)
-    done = []
-
-    @client.task(dict, kind="plain")
-    def plain(job):  # a plain def: runs in the handler thread pool
-        done.append(job.id)
-
-    client.start([("default", 2)], poll_interval_ms=50, run_maintenance=False)
-    job = client.insert({}, kind="plain")
-    wait_until(lambda: job_row(db, job.id)["state"] == "completed", timeout=10,
-               message="the sync client's runtime to run the job")
-    assert client.health_check().healthy
-    client.shutdown()
-    client.close()
-    assert done == [job.id]
-
-
 def test_awa_worker_exits_on_sigterm_even_with_a_blocked_sync_handler(database_url, db,
                                                                      tmp_path):
     (tmp_path / "stuckapp.py").write_text(
         "import time, awa\n"
-        "client = awa.Client()\n"
+        "client = awa.AsyncClient()\n"
         "@client.task(dict, kind='stuck')\n"
         "def stuck(job):\n"
         "    time.sleep(60)\n")

@@ -211,7 +211,9 @@ async def main() -> int:
         await log_pool().open()
         async with log_pool().connection() as conn:
             await conn.execute(EXECUTION_LOG_TABLE)
-    await client.start(queues, **settings)
+    # Every handler is on "default"; a test runs it on the queues it names (as `awa worker
+    # --queue` does), so the handlers' own queue need not be among them.
+    await client.start(queues, only_these_queues=True, **settings)
     print(f"READY pid={os.getpid()} instance={client.runtime.instance_id}", flush=True)
     await stop.wait()
     await client.shutdown(shutdown_ms)

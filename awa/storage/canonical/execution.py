@@ -259,7 +259,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
     """The execution group of the Engine protocol on the canonical engine."""
 
     async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
-                          deadline_ms: int, instance_id: uuid.UUID | None = None,
+                          deadline_ms: int | None, instance_id: uuid.UUID | None = None,
                           aging_interval_ms: int = 0) -> list[Job[Any]]:
         cur = conn.cursor(row_factory=tuple_row)
         cur.adapters.register_loader("jsonb", ClaimJsonbLoader)

@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 
 from awa import config, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
-from awa.serialization import derive_kind, json_default
+from awa.serialization import derive_kind, json_default, not_an_object
 from awa.statements import Query, Rows, Steps, query, run_async, run_sync, transaction
 from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
 from awa.unique import UniqueOpts, key_for
@@ -324,8 +324,7 @@ def _encode_args(args: Any) -> str:
     elif callable(getattr(args, "model_dump", None)):
         plain = args.model_dump(mode="json")
     else:
-        raise SerializationError(f"job args must be a dataclass, pydantic model or dict, "
-                                 f"not {cls.__name__}")
+        raise not_an_object()
     text = _dumps(plain, f"job args of {cls.__name__}")
     if not text.startswith("{"):
         raise SerializationError(f"job args of {cls.__name__} must serialise to a JSON object")
