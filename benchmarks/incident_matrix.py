@@ -5,7 +5,10 @@ both engines, then each signal's precision, recall and time to detect.
     python3 dev.py bench benchmarks/incident_matrix.py --engines queue_storage --only no_leader
     python3 dev.py bench benchmarks/incident_matrix.py --parallel 2 --json out.json
 
-Each scenario runs in a scratch database against real worker processes, `awa-ops exporter`
+Each scenario runs in a scratch database of a private PostgreSQL cluster this script starts
+(max_connections 400: three scenarios at once, each with its workers, exporter and
+observers, never contend with whatever else uses the shared server; ``--shared-server``
+uses that instead), against real worker processes, `awa-ops exporter`
 and a real Prometheus on the matrix's clock (tests/incidents/harness.py: SCALE = 1/15, so
 a scenario of 120 s plays 30 production minutes).  The table prints, per scenario and
 engine, each alert expected and seen (with when, in production minutes), every false or
@@ -19,22 +22,28 @@ import argparse
 import json
 import sys
 import tempfile
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _support import admin_url, scratch_database  # benchmarks/: the script's own dir
+from _support import admin_url, create_database, drop_database  # the script's own dir
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the matrix lives with the tests
 
 from incidents.harness import production_minutes  # noqa: E402 (needs tests/ on the path)
 from incidents.scenarios import expectations, run  # noqa: E402 (needs tests/ on the path)
+from support.pgcluster import PrivateCluster  # noqa: E402 (needs tests/ on the path)
 
 
-def play(name: str, engine: str) -> dict:
-    with scratch_database("awa_incident", engine) as url, \
-            tempfile.TemporaryDirectory(prefix=f"awa-incident-{name}-") as directory:
-        verdict = run(name, url, Path(directory))
+def play(admin: str, name: str, engine: str) -> dict:
+    database = f"awa_incident_{uuid.uuid4().hex[:8]}"
+    url = create_database(admin, database, engine)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"awa-incident-{name}-") as directory:
+            verdict = run(name, url, Path(directory))
+    finally:
+        drop_database(admin, database)
     return {
         "scenario": name, "engine": engine, "problems": verdict.problems,
         "expected": verdict.alerts_expected,
@@ -81,8 +90,10 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=1,
                         help="scenarios at once (each runs 2-3 worker processes)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--shared-server", action="store_true",
+                        help="use the test server (AWA_TEST_DATABASE_URL, ...) instead of a "
+                             "private cluster")
     args = parser.parse_args()
-    admin_url()  # fail fast, in one line, without a server
     names = list(expectations())
     if args.only:
         unknown = set(args.only.split(",")) - set(names)
@@ -91,8 +102,16 @@ def main() -> int:
                          f"known: {', '.join(names)}")
         names = [n for n in names if n in args.only.split(",")]
     jobs = [(n, e) for e in args.engines.split(",") for n in names]
-    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        results = list(pool.map(lambda job: play(*job), jobs))
+    cluster = None if args.shared_server else PrivateCluster("-c", "max_connections=400")
+    try:
+        if cluster is not None:
+            cluster.start()
+        admin = admin_url() if cluster is None else cluster.url()
+        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+            results = list(pool.map(lambda job: play(admin, *job), jobs))
+    finally:
+        if cluster is not None:
+            cluster.close()
     report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
