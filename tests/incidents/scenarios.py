@@ -142,6 +142,24 @@ def idle_in_transaction(fleet: Fleet, spec: dict[str, Any]) -> None:
         holder.rollback()
 
 
+def long_query(fleet: Fleet, spec: dict[str, Any]) -> None:
+    fleet.worker("default:4")
+    done = threading.Event()
+
+    def report() -> None:  # an analytics query that runs for minutes
+        with psycopg.connect(fleet.url, application_name="nightly-report") as conn:
+            conn.execute("SET statement_timeout = 0")
+            conn.execute("SELECT txid_current()")
+            conn.execute("SELECT pg_sleep(%s)", (float(spec["duration_s"]) - 5,))
+        done.set()
+
+    thread = threading.Thread(target=report, daemon=True)
+    fleet.incident_begins()
+    thread.start()
+    observe_all(fleet, spec)
+    done.wait(10)
+
+
 def dlq_one_cause(fleet: Fleet, spec: dict[str, Any]) -> None:
     fleet.worker("default:4,imports:4", dlq_enabled_by_default=True)
     fleet.incident_begins()
@@ -180,7 +198,7 @@ def backlog_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
 SCENARIOS: dict[str, Callable[[Fleet, dict[str, Any]], None]] = {
     f.__name__: f for f in (healthy_idle, healthy_busy, rolling_restart, worker_killed_long_jobs,
                             only_worker_of_queue_gone, no_leader, frozen_leader,
-                            idle_in_transaction, dlq_one_cause, exporter_down,
+                            idle_in_transaction, long_query, dlq_one_cause, exporter_down,
                             backlog_not_draining, backlog_draining)}
 
 
