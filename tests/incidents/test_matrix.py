@@ -18,5 +18,5 @@ CI_SCENARIOS = [name for name, spec in expectations().items() if spec.get("ci")]
 @pytest.mark.timeout(420)  # the longest scenario plays two production hours in 120 s
 @pytest.mark.parametrize("scenario", CI_SCENARIOS)
 def test_every_signal_says_what_the_matrix_expects(scenario, database_url, tmp_path):
-    verdict = run(scenario, database_url, tmp_path)
+    verdict = run(scenario, database_url, tmp_path, ci=True)
     assert not verdict.problems, f"{scenario}:\n  " + "\n  ".join(verdict.problems)
