@@ -21,7 +21,7 @@ import psycopg
 import yaml
 
 import awa
-from incidents.harness import Fleet, Observation, Verdict
+from incidents.harness import Fleet, Observation, Verdict, scaled_settings
 
 EXPECTED = Path(__file__).with_name("expected.yaml")
 STATUS_ORDER = ("ok", "warning", "critical", "could not run")
@@ -90,12 +90,16 @@ def rolling_restart(fleet: Fleet, spec: dict[str, Any]) -> None:
 
 
 def worker_killed_long_jobs(fleet: Fleet, spec: dict[str, Any]) -> None:
-    victim = fleet.worker("long:4")
+    # A fleet of long jobs runs with a longer staleness (270 s in production, 18 s here), so
+    # the orphaned attempts are seen before rescue takes them, however long `diagnose all`
+    # takes to reach stuck-running on a loaded machine.
+    patient = {"heartbeat_staleness_ms": round(3 * scaled_settings()["heartbeat_staleness_ms"])}
+    victim = fleet.worker("long:4", **patient)
     # four long jobs, all on the victim (the only worker of "long" until the second starts)
     with awa.Client(fleet.url) as client:
         client.insert_many([{"seconds": 600}] * 4, kind="slow", queue="long")
     victim.wait_for_log("start", kind="slow", count=4, timeout=20)
-    fleet.worker("default:4,long:4")  # another worker serves the queue: rescue re-runs there
+    fleet.worker("default:4,long:4", **patient)  # rescue re-runs them here
     fleet.incident_begins()
     victim.kill()
     fleet.forget_dead()
