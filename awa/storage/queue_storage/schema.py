@@ -16,9 +16,10 @@ written, and one schema rule serves the layout and every statement.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import psycopg
@@ -27,6 +28,12 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
+from awa.schema.ddl import locked_step
+from awa.schema.layout import (
+    CONTROL_SCHEMA,
+    QUEUE_STORAGE_LAYOUT_VERSION,
+    describe_layout_steps,
+)
 from awa.statements import Query, Steps, first_value, run_async, run_sync, transaction
 from awa.storage.queue_storage import procedures
 
@@ -47,6 +54,14 @@ SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.schedule
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
+# What the last install left: its fingerprint and the contract step's layout.
+INSTALLED = """
+SELECT (SELECT fingerprint FROM awa.layout_installs WHERE engine = 'queue_storage') AS fingerprint,
+       (SELECT contracted_layout FROM awa.layout_installs
+         WHERE engine = 'queue_storage') AS contracted_layout"""
+RECORD_INSTALL = """
+INSERT INTO awa.layout_installs (engine, fingerprint) VALUES ('queue_storage', %s)
+ON CONFLICT (engine) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, installed_at = now()"""
 
 
 def in_schema(statement: str, schema: str) -> str:
@@ -85,13 +100,28 @@ class InSchema:
 
 
 @cache
-def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
+def install_sql(schema: str = DEFAULT_SCHEMA, compat: bool = True) -> str:
     """What the engine installs (``procedures.script``: the files in ``sql/``, the layout
-    first and its version last), for the layout in ``schema``."""
-    script = procedures.script()
+    first and its version last), for the layout in ``schema``; ``compat``: with what is kept
+    for older releases (until the contract step)."""
+    return "\n".join(sql for _, sql in install_files(schema, compat))
+
+
+@cache
+def install_files(schema: str = DEFAULT_SCHEMA,
+                  compat: bool = True) -> tuple[tuple[str, str], ...]:
+    """``install_sql`` file by file, ``(name, sql)``: each is one step of ``install_steps``."""
+    found = [(name, in_schema(procedures.read(name), schema))
+             for name in procedures.files(compat)]
     if schema != DEFAULT_SCHEMA:
-        script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
-    return script
+        found.insert(0, ("schema", f'CREATE SCHEMA IF NOT EXISTS "{schema}";'))
+    return tuple(found)
+
+
+def fingerprint(schema: str, compat: bool) -> str:
+    """What ``awa.layout_installs`` records of an install: its script's digest, so the same
+    install is not run again."""
+    return hashlib.sha256(install_sql(schema, compat).encode()).hexdigest()
 
 
 def check_schema(schema: str) -> None:
@@ -110,22 +140,79 @@ def install_steps(schema: str | None = None) -> Steps[str]:
     ``schema``: where the layout goes (None: where it is, else the default).  The schema
     it is in is returned.
 
+    Each file of the layout is a step of its own, its locks taken up front
+    (``awa.schema.ddl``), so a live fleet waits a bounded time and never deadlocks with it;
+    the layout version comes last, so a layout that has it is complete.  An install of the
+    same script as last time (``awa.layout_installs``) is skipped: a repeated ``awa
+    migrate`` takes no lock at all.
+
     Refuses a database whose canonical tables hold jobs: they would keep
     running on canonical SQL nobody executes any more.
     """
     if schema is not None:
         check_schema(schema)
     yield from migrations.migrate_steps()
-    return (yield from transaction(_install_locked(schema)))
+    target, compat, current = yield from transaction(_plan(schema))
+    if current:
+        return target
+    schemas = sorted({CONTROL_SCHEMA, target})
+    for name, sql in install_files(target, compat):
+        yield from locked_step(partial(_run, sql), schemas, f"queue storage {name}")
+    yield from transaction(_record(target, compat))
+    return target
 
 
-def _install_locked(schema: str | None) -> Steps[str]:
+def _plan(schema: str | None) -> Steps[tuple[str, bool, bool]]:
+    """The schema to lay out, whether compat.sql goes with it, whether it is installed as is."""
     yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
     if first_value((yield Query(CANONICAL_ROWS))):
         raise ValidationError(_CANONICAL_BUSY)
     target = _target((yield from active_schema_steps()), schema)
-    yield Query(install_sql(target))
-    return target
+    [state] = yield Query(INSTALLED)
+    compat = (state["contracted_layout"] or 0) < QUEUE_STORAGE_LAYOUT_VERSION
+    layout = yield from describe_layout_steps()
+    current = (layout.engine_layout == QUEUE_STORAGE_LAYOUT_VERSION
+               and state["fingerprint"] == fingerprint(target, compat))
+    return target, compat, current
+
+
+def _run(sql: str) -> Steps[None]:
+    yield Query(sql)
+
+
+def _record(target: str, compat: bool) -> Steps[None]:
+    yield Query(RECORD_INSTALL, (fingerprint(target, compat),))
+
+
+# The contract step's record: installs of this layout leave compat.sql out from now on.
+RECORD_CONTRACT = """
+INSERT INTO awa.layout_installs (engine, fingerprint, contracted_layout)
+VALUES ('queue_storage', %(fingerprint)s, %(layout)s)
+ON CONFLICT (engine) DO UPDATE
+   SET fingerprint = EXCLUDED.fingerprint, contracted_layout = EXCLUDED.contracted_layout,
+       installed_at = now()"""
+# How many functions of the layout's schema contract.sql names (what it will drop).
+COMPAT_PRESENT = """
+SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
+ WHERE to_regprocedure(s) IS NOT NULL"""
+_DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
+
+
+def contract_steps(schema: str) -> Steps[int]:
+    """Drop what compat.sql keeps for older releases (``contract.sql``), locks taken up front,
+    and record it; how many functions were dropped.  The caller checked the fleet."""
+    def drop() -> Steps[int]:
+        sql = in_schema(procedures.read(procedures.CONTRACT), schema)
+        found = first_value((yield Query(COMPAT_PRESENT,
+                                         {"signatures": _DROPPED.findall(sql)})))
+        yield Query(sql)
+        yield Query(RECORD_CONTRACT, {"fingerprint": fingerprint(schema, False),
+                                      "layout": QUEUE_STORAGE_LAYOUT_VERSION})
+        return int(found or 0)
+
+    dropped: int = yield from locked_step(drop, sorted({CONTROL_SCHEMA, schema}),
+                                          "the contract step")
+    return dropped
 
 
 async def install_queue_storage(conn: psycopg.AsyncConnection[Any],

@@ -18,11 +18,8 @@
 --
 -- Tests: tests/storage/test_installed_sql.py checks that what is installed is this file.
 
--- Layouts before 7 had one function per destination.
-DROP FUNCTION IF EXISTS awa.qs_finalize(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+-- Layouts before 7 had one function per destination: compat.sql keeps them, as wrappers
+-- over qs_end_attempts, for the runtimes of older releases (expand/contract).
 
 -- One copy of history (layout.sql): a job's done entry names its ready entry instead of
 -- repeating its args when the job completed and the done entry goes to the entry's own
