@@ -37,6 +37,9 @@ from psycopg.conninfo import make_conninfo
 HERE = Path(__file__).resolve().parent
 APP = HERE / "fleet_app.py"
 SLOTS = 32
+# A stopped runtime counts as live for `--contract` this long after its last snapshot
+# (fleet_app.py's 500 ms interval: awa.config's OPS_RUNTIME_LIVE_MIN_S applies).
+LIVE_WINDOW_S = 2.5
 ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL|WARNING)\b|Traceback")
 
 
@@ -65,10 +68,15 @@ class Code:
         return subprocess.run(self.awa(url, *args), capture_output=True, text=True,
                               timeout=300, check=False, cwd=HERE)
 
+    def contract(self, url: str) -> tuple[int, str]:
+        """``awa migrate --contract``: its rc and what it said (stdout, else stderr)."""
+        done = self.migrate(url, None, "--contract")
+        return done.returncode, (done.stdout.strip() or done.stderr.strip())
+
 
 def _current_version() -> str:
-    from importlib.metadata import version
-    return version("awa-py")
+    from awa.version import __version__  # this checkout's: tests run on its venv
+    return __version__
 
 
 CURRENT = Code(_current_version(), sys.executable)
@@ -139,6 +147,8 @@ class Verdict:
     claim_stall_ms: float
     gap_p99_ms: float = 0.0  # the same gap's 99th percentile over the whole run: the baseline
     notes: list[str] = field(default_factory=list)
+    # `awa migrate --contract` while older runtimes were live: its rc and one line.
+    contract: tuple[int, str] = (0, "")
 
     @property
     def ok(self) -> bool:
@@ -218,6 +228,7 @@ def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
     ended = time.time()
     (log_dir / "migrate.out").write_text(migrated.stdout + migrated.stderr)
     new_workers = [fleet.worker(new, f"new{i}") for i in (1, 2)]
+    contract = new.contract(url)
     for w in old_workers:
         assert fleet.stop(w) == 0, f"{w.name} exited badly: {w.stderr.read_text()[-2000:]}"
     assert producer.proc.wait(120) == 0, producer.stderr.read_text()[-2000:]
@@ -226,6 +237,7 @@ def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
     wait_all_completed(url, jobs, 120)
     verdict = judge(log_dir, jobs, fleet, migrated.returncode, (started, ended), ended - started)
     verdict.notes.append(migrated.stdout.strip() or migrated.stderr.strip())
+    verdict.contract = contract
     fleet.processes[:] = [p for p in fleet.processes if p in new_workers]
     return verdict, fleet
 
@@ -236,6 +248,7 @@ def rollback(old: Code, fleet: Fleet, jobs_before: int, jobs: int, rate: float) 
     new_workers = list(fleet.processes)
     for i in (1, 2):
         fleet.worker(old, f"back{i}")
+    contract = CURRENT.contract(fleet.url)
     for w in new_workers:
         assert fleet.stop(w) == 0, f"{w.name} exited badly: {w.stderr.read_text()[-2000:]}"
     producer = fleet.producer(old, "back", jobs_before, jobs, rate)
@@ -243,7 +256,20 @@ def rollback(old: Code, fleet: Fleet, jobs_before: int, jobs: int, rate: float) 
     total = jobs_before + jobs
     wait_all_completed(fleet.url, total, 120)
     now = time.time()
-    return judge(fleet.log_dir, total, fleet, 0, (now, now), 0.0)
+    verdict = judge(fleet.log_dir, total, fleet, 0, (now, now), 0.0)
+    verdict.contract = contract
+    return verdict
+
+
+def _layout_state(url: str) -> list[str]:
+    """The manifest lines, each function with a digest of its body: what a migration changed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text || ' ' || md5(p.prosrc) FROM pg_proc p "
+            "WHERE p.pronamespace = 'awa'::regnamespace").fetchall()
+    from upgrade.manifest import installed
+
+    return installed(url) + sorted(r[0] for r in rows)
 
 
 def _wait_running(url: str, completed: int, timeout: float = 60) -> None:
@@ -277,6 +303,20 @@ def run(old_release: str, engine: str, jobs: int, admin_url: str, log_root: Path
         rate = max(jobs / 12, 200.0)
         forward, fleet = roll(old, CURRENT, url, engine, log_dir, jobs, rate)
         back = rollback(old, fleet, jobs, rollback_jobs or jobs // 4, rate)
+        for p in fleet.processes:
+            assert Fleet.stop(p) == 0, f"{p.name} exited badly: {p.stderr.read_text()[-2000:]}"
+        time.sleep(LIVE_WINDOW_S)  # the stopped runtimes' snapshots age out
+        back.notes.append("contract once all stopped: " + " ".join(
+            map(str, CURRENT.contract(url))))
+
+        before = _layout_state(url)
+        again = old.migrate(url)
+        after = _layout_state(url)
+        changed = [line for line in after if line not in before]
+        back.notes.append(f"{old.name}'s awa migrate on the migrated database: rc "
+                          f"{again.returncode}, {(again.stdout or again.stderr).strip()!r}, "
+                          + (f"changed {len(changed)} object(s), e.g. {changed[:3]}" if changed
+                             else "nothing changed"))
         return {"roll": forward, "rollback": back}
     finally:
         if fleet is not None:
