@@ -30,7 +30,8 @@ import awa
 
 
 async def worker(url: str, log_dir: str, tag: str, slots: int) -> int:
-    client = awa.AsyncClient(url)
+    # A small pool (4 + its listeners and leader session): the test server is shared.
+    client = awa.AsyncClient(url, 4)
     log = open(os.path.join(log_dir, f"exec-{tag}-{os.getpid()}.log"), "a",  # noqa: SIM115
                buffering=1)  # held for the process's life, a line per write
 
@@ -76,7 +77,7 @@ async def worker(url: str, log_dir: str, tag: str, slots: int) -> int:
 
 
 async def producer(url: str, first: int, count: int, rate: float) -> int:
-    client = awa.AsyncClient(url)
+    client = awa.AsyncClient(url, 2)
     done, batch = 0, 10
     started = time.monotonic()
     while done < count:

@@ -18,7 +18,7 @@ JOBS = 2_000
 
 
 @pytest.mark.xdist_group("upgrade")
-@pytest.mark.connections(64)
+@pytest.mark.connections(40)  # 4 workers x (4 pooled + 3), 2 producers x 2, the checks
 @pytest.mark.parametrize("engine", ["queue_storage", "canonical"])
 @pytest.mark.parametrize("release", sorted(PREVIOUS))
 def test_a_fleet_rolls_forward_and_back_without_a_lost_or_repeated_job(

@@ -232,6 +232,14 @@ async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
     return [row[0] for row in await cur.fetchall()]
 
 
+def _in_id_order(attempts: Sequence[AttemptWrite]) -> list[AttemptWrite]:
+    """A batch sorted by job id.  One worker's heartbeat and completion batches run at once on
+    two connections and can name the same jobs: each statement locks its rows as it joins
+    them in the arrays' order (one index probe per id), so sorted arrays lock in one order
+    and the two never deadlock (tests/upgrade found them doing so)."""
+    return sorted(attempts, key=lambda a: a.id)
+
+
 def _buffered(attempts: Sequence[AttemptWrite]) -> tuple[list[Jsonb | None], list[Jsonb | None]]:
     return ([None if a.progress is None else Jsonb(a.progress) for a in attempts],
             [None if a.metadata is None else Jsonb(a.metadata) for a in attempts])
@@ -275,6 +283,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         ids = [a.id for a in attempts]
         leases = [a.run_lease for a in attempts]
         if any(a.progress is not None or a.metadata is not None for a in attempts):
@@ -299,6 +308,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                            attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
                                        _finalize_params(JobState.Cancelled, attempts)))
 
@@ -306,6 +316,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
                                        _finalize_params(JobState.Failed, attempts)))
 
@@ -313,6 +324,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         progress, meta = _buffered(attempts)
         return AppliedBatch(await _ids(conn, PARK_JOBS, (
             [a.id for a in attempts], [a.run_lease for a in attempts],
@@ -322,6 +334,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                                 attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         errors = [Jsonb(lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, a.attempt))
                   for a in attempts]
         return await _ids(conn, CANCEL_SUPERSEDED,
@@ -331,12 +344,14 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                               attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         return await _ids(conn, HEARTBEAT_JOBS, _progress_params(attempts))
 
     async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
                                    attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         return await _ids(conn, FLUSH_PROGRESS, _progress_params(attempts))
 
     async def available_counts(self, conn: psycopg.AsyncConnection[Any],
@@ -352,6 +367,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
         attempt cancelled) so one wedged row never stops the rest."""
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         if conn.autocommit:
             # The common case in one round trip: a lone statement is atomic by
             # itself; the fallback's transaction is only paid when it collides.
