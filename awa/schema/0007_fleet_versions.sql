@@ -6,8 +6,9 @@
 ALTER TABLE awa.runtime_instances ADD COLUMN IF NOT EXISTS schema_version integer;
 ALTER TABLE awa.runtime_instances ADD COLUMN IF NOT EXISTS layout_version integer;
 
--- What `awa migrate` installed last, per engine: the fingerprint of the script (an install
--- of the same script again is skipped, so a repeated migrate takes no lock), and the
+-- What `awa migrate` installed last, per engine: the fingerprint of the script and of the
+-- functions, views and triggers it left (an install of the same script over the same objects
+-- is skipped, so a repeated migrate takes no lock; one another release changed is not), and the
 -- layout version the contract step ran at (what compat.sql keeps for older runtimes is
 -- left out of installs of that layout from then on).
 CREATE TABLE IF NOT EXISTS awa.layout_installs (

@@ -23,7 +23,8 @@ import awa
 from awa.schema import current_migration_version
 from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
 from upgrade import manifest
-from upgrade.rolling import CURRENT
+from upgrade.releases import build
+from upgrade.rolling import CURRENT, Code
 
 
 def add_older_runtime(db, host: str) -> None:
@@ -106,6 +107,21 @@ def test_a_second_migrate_takes_no_lock(database_url, db):
         assert done.returncode == 0 and "already up to date" in done.stdout, done.stderr
         assert time.monotonic() - started < 10
         holder.rollback()
+
+
+@pytest.mark.engine("queue_storage")
+def test_an_install_another_release_changed_is_run_again(database_url, db):
+    """bb0ffc4's `awa migrate` on this code's database drops the per-destination functions
+    kept for 32a8704 (its install has the DROPs): this code's next `awa migrate` sees the
+    objects changed and installs them again, where the same script alone would be skipped."""
+    wrappers = "SELECT count(*) AS n FROM pg_proc WHERE proname = ANY('{qs_finalize,qs_retry}')"
+    assert db.execute(wrappers).fetchone() == {"n": 2}
+    older = Code.of(build("bb0ffc4")).migrate(database_url)
+    assert older.returncode == 0, older.stderr
+    assert db.execute(wrappers).fetchone() == {"n": 0}
+    again = CURRENT.migrate(database_url)
+    assert again.returncode == 0, again.stderr
+    assert db.execute(wrappers).fetchone() == {"n": 2}
 
 
 @pytest.mark.engine("queue_storage")

@@ -54,13 +54,30 @@ SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.schedule
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
-# What the last install left: its fingerprint and the contract step's layout.
-INSTALLED = """
+# A digest of the functions, views and triggers in the control schema and the layout's: it
+# changes when anything (another release's `awa migrate`, a hand edit) replaced one of them.
+OBJECTS_DIGEST = """
+SELECT md5(string_agg(o, ',' ORDER BY o)) FROM (
+    SELECT p.oid::regprocedure::text || md5(p.prosrc) AS o FROM pg_proc p
+     WHERE p.pronamespace::regnamespace::text = ANY(%(schemas)s::text[])
+    UNION ALL
+    SELECT c.oid::regclass::text || md5(pg_get_viewdef(c.oid)) FROM pg_class c
+     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND c.relkind = 'v'
+    UNION ALL
+    SELECT t.tgrelid::regclass::text || t.tgname || t.tgfoid::regprocedure::text
+      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND NOT t.tgisinternal
+) objects"""
+# What the last install left: its fingerprint (the script's digest, then the objects') and
+# the contract step's layout.
+INSTALLED = f"""
 SELECT (SELECT fingerprint FROM awa.layout_installs WHERE engine = 'queue_storage') AS fingerprint,
        (SELECT contracted_layout FROM awa.layout_installs
-         WHERE engine = 'queue_storage') AS contracted_layout"""
-RECORD_INSTALL = """
-INSERT INTO awa.layout_installs (engine, fingerprint) VALUES ('queue_storage', %s)
+         WHERE engine = 'queue_storage') AS contracted_layout,
+       ({OBJECTS_DIGEST}) AS objects"""
+RECORD_INSTALL = f"""
+INSERT INTO awa.layout_installs (engine, fingerprint)
+VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}))
 ON CONFLICT (engine) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, installed_at = now()"""
 
 
@@ -119,8 +136,9 @@ def install_files(schema: str = DEFAULT_SCHEMA,
 
 
 def fingerprint(schema: str, compat: bool) -> str:
-    """What ``awa.layout_installs`` records of an install: its script's digest, so the same
-    install is not run again."""
+    """The script's half of what ``awa.layout_installs`` records of an install (the other:
+    ``OBJECTS_DIGEST`` of what it left): the same install over the same objects is not run
+    again, while one another release's `awa migrate` changed is."""
     return hashlib.sha256(install_sql(schema, compat).encode()).hexdigest()
 
 
@@ -155,7 +173,7 @@ def install_steps(schema: str | None = None) -> Steps[str]:
     target, compat, current = yield from transaction(_plan(schema))
     if current:
         return target
-    schemas = sorted({CONTROL_SCHEMA, target})
+    schemas = _schemas(target)
     for name, sql in install_files(target, compat):
         yield from locked_step(partial(_run, sql), schemas, f"queue storage {name}")
     yield from transaction(_record(target, compat))
@@ -168,11 +186,11 @@ def _plan(schema: str | None) -> Steps[tuple[str, bool, bool]]:
     if first_value((yield Query(CANONICAL_ROWS))):
         raise ValidationError(_CANONICAL_BUSY)
     target = _target((yield from active_schema_steps()), schema)
-    [state] = yield Query(INSTALLED)
+    [state] = yield Query(INSTALLED, {"schemas": _schemas(target)})
     compat = (state["contracted_layout"] or 0) < QUEUE_STORAGE_LAYOUT_VERSION
     layout = yield from describe_layout_steps()
     current = (layout.engine_layout == QUEUE_STORAGE_LAYOUT_VERSION
-               and state["fingerprint"] == fingerprint(target, compat))
+               and state["fingerprint"] == f"{fingerprint(target, compat)}:{state['objects']}")
     return target, compat, current
 
 
@@ -181,13 +199,19 @@ def _run(sql: str) -> Steps[None]:
 
 
 def _record(target: str, compat: bool) -> Steps[None]:
-    yield Query(RECORD_INSTALL, (fingerprint(target, compat),))
+    yield Query(RECORD_INSTALL, {"script": fingerprint(target, compat),
+                                 "schemas": _schemas(target)})
+
+
+def _schemas(target: str) -> list[str]:
+    """The schemas an install writes: the control schema and the layout's."""
+    return sorted({CONTROL_SCHEMA, target})
 
 
 # The contract step's record: installs of this layout leave compat.sql out from now on.
-RECORD_CONTRACT = """
+RECORD_CONTRACT = f"""
 INSERT INTO awa.layout_installs (engine, fingerprint, contracted_layout)
-VALUES ('queue_storage', %(fingerprint)s, %(layout)s)
+VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}), %(layout)s)
 ON CONFLICT (engine) DO UPDATE
    SET fingerprint = EXCLUDED.fingerprint, contracted_layout = EXCLUDED.contracted_layout,
        installed_at = now()"""
@@ -206,11 +230,12 @@ def contract_steps(schema: str) -> Steps[int]:
         found = first_value((yield Query(COMPAT_PRESENT,
                                          {"signatures": _DROPPED.findall(sql)})))
         yield Query(sql)
-        yield Query(RECORD_CONTRACT, {"fingerprint": fingerprint(schema, False),
+        yield Query(RECORD_CONTRACT, {"script": fingerprint(schema, False),
+                                      "schemas": _schemas(schema),
                                       "layout": QUEUE_STORAGE_LAYOUT_VERSION})
         return int(found or 0)
 
-    dropped: int = yield from locked_step(drop, sorted({CONTROL_SCHEMA, schema}),
+    dropped: int = yield from locked_step(drop, _schemas(schema),
                                           "the contract step")
     return dropped
 
