@@ -61,8 +61,12 @@ def main() -> int:
                 forward, back = verdicts["roll"], verdicts["rollback"]
                 print(f"{release} -> this checkout, {engine}: {forward.line()}", flush=True)
                 print(f"  contract while {release} runtimes live: {forward.contract[1]}")
+                for line in forward.error_lines[:3] + forward.error_lines_before[:3]:
+                    print(f"  {line[:300]}")
                 print(f"rollback to {release}, {engine}: {back.line()}")
                 print(f"  contract while {release} runtimes live: {back.contract[1]}")
+                for line in back.error_lines[:3]:
+                    print(f"  {line[:300]}")
                 for note in back.notes:
                     print(f"  {note}")
                 print(f"  ({time.monotonic() - started:.0f} s; logs in {logs})", flush=True)

@@ -9,8 +9,8 @@ so ``import awa`` is that release's.  The worker's handler (kind ``roll``, args 
 appends ``<job id> <n> <attempt> <run_lease> <outcome> <tag> <pid> <unix time>`` to
 ``LOG_DIR/exec-<tag>-<pid>.log`` (the execution log) at the start of every run.  By ``n``
 it takes every way an attempt ends: one in 20 raises on its first attempt, one retries
-(``RetryAfter``), one snoozes once, one runs 300 ms reporting progress (its attempt
-materializes); the rest return at once.  Every job ends completed, each by one ``ok`` run.
+(``RetryAfter``), one snoozes once, and one in 100 runs 300 ms reporting progress (its
+attempt materializes); the rest return at once.  Every job ends completed, each by one ``ok`` run.
 awa's log records of WARNING and above go to stderr, which the run keeps per process and
 counts.  The worker prints ``READY`` once started; SIGTERM drains it (exit status 0).  The
 producer COPYs jobs ``FIRST..FIRST+COUNT-1`` at about RATE jobs a second, in batches of 10 (a
@@ -47,7 +47,7 @@ async def worker(url: str, log_dir: str, tag: str, slots: int) -> int:
             outcome = "snooze"
         log.write(f"{job.id} {n} {job.attempt} {job.run_lease} {outcome} {tag} "
                   f"{os.getpid()} {time.time():.4f}\n")
-        if n % 20 == 15:  # a longer job reporting progress: its attempt materializes
+        if n % 100 == 15:  # a longer job reporting progress: its attempt materializes
             for step in range(6):
                 job.set_progress(step * 20.0, "working")
                 await asyncio.sleep(0.05)

@@ -29,6 +29,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ SLOTS = 32
 # (fleet_app.py's 500 ms interval: awa.config's OPS_RUNTIME_LIVE_MIN_S applies).
 LIVE_WINDOW_S = 2.5
 ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL|WARNING)\b|Traceback")
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) ")  # fleet_app's asctime
 
 
 def database_url(admin_url: str, name: str) -> str:
@@ -132,9 +134,20 @@ class Fleet:
                 p.proc.kill()
                 p.proc.wait()
 
-    def error_lines(self) -> list[str]:
-        return [f"{p.name}: {line}" for p in self.processes
-                for line in p.stderr.read_text().splitlines() if ERROR_LINE.search(line)]
+    def error_lines(self, since: float = 0.0) -> tuple[list[str], list[str]]:
+        """The error lines of every process's stderr: ``(before, from)`` unix time ``since``
+        (a line without a time of its own, a traceback's, goes with the line before it)."""
+        before: list[str] = []
+        after: list[str] = []
+        for p in self.processes:
+            at = 0.0
+            for line in p.stderr.read_text().splitlines():
+                stamp = LOG_TIME.match(line)
+                if stamp:
+                    at = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if ERROR_LINE.search(line):
+                    (before if at < since else after).append(f"{p.name}: {line}")
+        return before, after
 
 
 @dataclass
@@ -142,12 +155,16 @@ class Verdict:
     jobs: int
     lost: int
     run_twice: int
-    error_lines: list[str]
+    error_lines: list[str]  # from the migration's start on (the whole run for a rollback)
     migrate_rc: int
     migrate_s: float
     claim_stall_ms: float
     gap_p99_ms: float = 0.0  # the same gap's 99th percentile over the whole run: the baseline
     notes: list[str] = field(default_factory=list)
+    # The old release's own, on its own layout before the migration started: not the
+    # upgrade's doing, reported apart (e.g. 32a8704's heartbeat deadlocking with its own
+    # completion, which this layout's qs_heartbeat no longer does).
+    error_lines_before: list[str] = field(default_factory=list)
     # `awa migrate --contract` while older runtimes were live: its rc and one line.
     contract: tuple[int, str] = (0, "")
 
@@ -156,8 +173,10 @@ class Verdict:
         return not (self.lost or self.run_twice or self.error_lines or self.migrate_rc)
 
     def line(self) -> str:
+        before = (f" (+{len(self.error_lines_before)} of the old release alone before it)"
+                  if self.error_lines_before else "")
         return (f"jobs {self.jobs}, lost {self.lost}, run twice {self.run_twice}, error lines "
-                f"{len(self.error_lines)}, migrate rc {self.migrate_rc} "
+                f"{len(self.error_lines)}{before}, migrate rc {self.migrate_rc} "
                 f"({self.migrate_s:.2f} s), claim stall {self.claim_stall_ms:.0f} ms (p99 gap "
                 f"{self.gap_p99_ms:.0f} ms)")
 
@@ -208,8 +227,9 @@ def judge(log_dir: Path, total: int, fleet: Fleet, migrate_rc: int, window: tupl
     stall = max((b - a for a, b in zip(points, points[1:], strict=False)), default=end - start)
     gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
     p99 = gaps[int(len(gaps) * 0.99)] if gaps else 0.0
-    return Verdict(total, lost, twice, fleet.error_lines(), migrate_rc, migrate_s,
-                   stall * 1000, p99 * 1000)
+    before_lines, lines = fleet.error_lines(since=start)
+    return Verdict(total, lost, twice, lines, migrate_rc, migrate_s, stall * 1000, p99 * 1000,
+                   error_lines_before=before_lines)
 
 
 def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
@@ -227,7 +247,8 @@ def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
     started = time.time()
     migrated = new.migrate(url)
     ended = time.time()
-    (log_dir / "migrate.out").write_text(migrated.stdout + migrated.stderr)
+    (log_dir / "migrate.out").write_text(f"{started:.3f} - {ended:.3f}\n" + migrated.stdout
+                                         + migrated.stderr)
     new_workers = [fleet.worker(new, f"new{i}") for i in (1, 2)]
     contract = new.contract(url)
     for w in old_workers:
@@ -258,6 +279,8 @@ def rollback(old: Code, fleet: Fleet, jobs_before: int, jobs: int, rate: float) 
     wait_all_completed(fleet.url, total, max(120, total / 100))
     now = time.time()
     verdict = judge(fleet.log_dir, total, fleet, 0, (now, now), 0.0)
+    verdict.error_lines += verdict.error_lines_before  # every line of the rollback counts
+    verdict.error_lines_before = []
     verdict.contract = contract
     return verdict
 
