@@ -4,8 +4,9 @@ The small version of benchmarks/upgrade.py (rolling.py says what one run does): 
 run, each run about 25-35 s, on one xdist worker so runs never share the two cores.  Each
 checks the verdict (0 lost, 0 run twice, 0 error lines in any old or new process's log,
 `awa migrate` rc 0; the old release's own error lines before the migration started are
-printed, not counted: they are that release's), that `awa migrate --contract` is refused in one line naming the two
-older runtimes while they are live, in both directions, and that it runs once they stopped.
+printed, not counted: they are that release's), that `awa migrate --contract` is refused in
+one line naming the two older runtimes while they are live, in both directions, and that it
+runs once they stopped.
 """
 
 from __future__ import annotations
