@@ -53,17 +53,19 @@ class Release:
                 *args]
 
 
-def _git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+def _git(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                           check=False)
 
 
-def ensure_commit(sha: str) -> None:
-    """The commit is in this clone, fetched from ``origin`` if it was not (a shallow clone)."""
-    if _git("cat-file", "-e", f"{sha}^{{commit}}").returncode == 0:
+def ensure_commit(sha: str, root: Path = ROOT) -> None:
+    """The commit is in the clone at ``root``, fetched from ``origin`` if it was not (a
+    shallow clone); ``ReleaseUnavailable`` saying what to do otherwise."""
+    if _git("cat-file", "-e", f"{sha}^{{commit}}", root=root).returncode == 0:
         return
-    fetched = _git("fetch", "--quiet", "--depth", "1", "origin", sha)
-    if fetched.returncode != 0 or _git("cat-file", "-e", f"{sha}^{{commit}}").returncode:
+    fetched = _git("fetch", "--quiet", "--depth", "1", "origin", sha, root=root)
+    if (fetched.returncode != 0
+            or _git("cat-file", "-e", f"{sha}^{{commit}}", root=root).returncode):
         reason = (fetched.stderr.strip().splitlines() or ["not found"])[-1]
         raise ReleaseUnavailable(
             f"previous release {sha[:12]} is not in this clone and `git fetch origin {sha}` "

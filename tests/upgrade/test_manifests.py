@@ -9,11 +9,13 @@ this code cannot keep is named in ``RETIRED`` with the reason, never dropped sil
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from support.databases import create_database, drop_database
-from upgrade import manifest
+from upgrade import manifest, releases
 from upgrade.releases import PREVIOUS, build
 from upgrade.rolling import CURRENT, Code
 
@@ -70,3 +72,28 @@ def test_retired_lines_are_in_a_manifest():
     """Each exemption names a line some manifest really has (no stale exemptions)."""
     lines = {line for p in MANIFESTS for line in manifest.load(p)["objects"]}
     assert set(RETIRED) <= lines
+
+
+def test_a_shallow_clone_fetches_the_release_or_says_how_to_get_it(tmp_path):
+    """CI's clone may have no history: the release's commit is fetched from origin, and
+    without an origin that has it the error says so in one line, with the fix."""
+    sha = PREVIOUS["32a8704"]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{releases.ROOT}",
+                    str(clone)], check=True, capture_output=True)
+    assert subprocess.run(["git", "-C", str(clone), "cat-file", "-e", f"{sha}^{{commit}}"],
+                          capture_output=True).returncode != 0
+    releases.ensure_commit(sha, clone)  # fetched from origin
+    assert subprocess.run(["git", "-C", str(clone), "cat-file", "-e", f"{sha}^{{commit}}"],
+                          capture_output=True).returncode == 0
+
+    lone = tmp_path / "lone"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{releases.ROOT}",
+                    str(lone)], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(lone), "remote", "remove", "origin"], check=True)
+    with pytest.raises(releases.ReleaseUnavailable) as refused:
+        releases.ensure_commit(sha, lone)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(
+        f"previous release {sha[:12]} is not in this clone and `git fetch origin {sha}` "
+        f"failed (") and message.endswith("git fetch --unshallow) to run the upgrade tests")
