@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import Any, Protocol
 
 import psycopg
@@ -185,9 +186,25 @@ def contract_steps() -> Steps[str]:
                               f"at this code's layout: run `awa migrate` with this release "
                               f"first")
     needed = layout.engine_layout_needed
+    yield from _refuse_older_runtimes(layout)
+    if layout.engine != QUEUE_STORAGE:
+        return (f"nothing to contract: the {layout.engine} engine keeps nothing for older "
+                f"releases")
+    from awa.storage.queue_storage.schema import contract_steps as queue_storage_contract
+
+    # Asked again under the step's locks (runtime_instances among them), so no runtime of an
+    # older release registers between the answer and the drop.
+    dropped = yield from queue_storage_contract(layout.schema,
+                                                partial(_refuse_older_runtimes, layout))
+    return (f"contracted: dropped {dropped} object(s) kept for older releases' runtimes "
+            f"(queue storage layout {needed})")
+
+
+def _refuse_older_runtimes(layout: StorageLayout) -> Steps[None]:
+    """``ContractRefused`` naming every live runtime that speaks an older layout."""
     older = yield Query(OLDER_LIVE_RUNTIMES, {
         "factor": config.OPS_RUNTIME_LIVE_FACTOR, "min_s": config.OPS_RUNTIME_LIVE_MIN_S,
-        "schema": layout.code_version, "layout": needed})
+        "schema": layout.code_version, "layout": layout.engine_layout_needed})
     if older:
         names = ", ".join(
             f"{r['hostname']}:{r['pid']} (awa-py {r['version']}, "
@@ -199,14 +216,6 @@ def contract_steps() -> Steps[str]:
             f"contract refused: {len(older)} live runtime(s) speak an older layout: {names}; "
             f"roll them to this release (or stop them), then run `awa migrate --contract` "
             f"again")
-    if layout.engine != QUEUE_STORAGE:
-        return (f"nothing to contract: the {layout.engine} engine keeps nothing for older "
-                f"releases")
-    from awa.storage.queue_storage.schema import contract_steps as queue_storage_contract
-
-    dropped = yield from queue_storage_contract(layout.schema)
-    return (f"contracted: dropped {dropped} object(s) kept for older releases' runtimes "
-            f"(queue storage layout {needed})")
 
 
 def _wanted_engine(before: StorageLayout, engine: str | None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache, partial
 from typing import Any
 
@@ -222,10 +222,12 @@ SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
 _DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
 
 
-def contract_steps(schema: str) -> Steps[int]:
+def contract_steps(schema: str, check: Callable[[], Steps[None]]) -> Steps[int]:
     """Drop what compat.sql keeps for older releases (``contract.sql``), locks taken up front,
-    and record it; how many functions were dropped.  The caller checked the fleet."""
+    and record it; how many functions were dropped.  ``check`` (the fleet's) runs first,
+    under the same locks, and raises to refuse."""
     def drop() -> Steps[int]:
+        yield from check()
         sql = in_schema(procedures.read(procedures.CONTRACT), schema)
         found = first_value((yield Query(COMPAT_PRESENT,
                                          {"signatures": _DROPPED.findall(sql)})))
