@@ -185,22 +185,35 @@ def db_command(as_json: bool) -> None:
     explicit = current_database_url()
     url = db.resolve_database_url(explicit)
 
-    async def read() -> StorageLayout:
+    async def read() -> tuple[StorageLayout, storage.FleetVersions | None]:
         conn = await db.connect(url, config.APP_NAME_CLI)
         try:
-            return await describe_layout(conn)
+            layout = await describe_layout(conn)
+            ours = layout.installed and not layout.foreign
+            return layout, (await run_async(conn, storage.fleet_steps(layout)) if ours
+                            else None)
         finally:
             await conn.close()
 
-    layout = asyncio.run(read())
+    layout, fleet = asyncio.run(read())
     status = _status(layout)
-    info = {"database_url": db.redact(url), "source": db.describe_source(explicit),
-            "schema_version": layout.schema_version, "required_version": layout.code_version,
-            "engine": layout.engine, "engine_schema": layout.schema,
-            "foreign": layout.foreign, "status": status}
+    info: dict[str, Any] = {
+        "database_url": db.redact(url), "source": db.describe_source(explicit),
+        "schema_version": layout.schema_version, "required_version": layout.code_version,
+        "engine": layout.engine, "engine_schema": layout.schema, "foreign": layout.foreign,
+        "status": status}
+    if fleet is not None:
+        info["fleet"] = fleet.groups
+        info["kept_for_older_runtimes"] = fleet.kept_for_older
     if as_json:
         print_json(info)
         return
     click.echo(f"database: {info['database_url']}")
     click.echo(f"source:   {info['source']}")
     click.echo(f"schema:   {status}")
+    if fleet is not None:
+        click.echo(f"fleet:    {fleet.describe()}")
+        if fleet.kept_for_older:
+            click.echo(f"contract: pending: {fleet.kept_for_older} object(s) kept for older "
+                       f"releases' runtimes; `awa migrate --contract` drops them once none "
+                       f"is live")

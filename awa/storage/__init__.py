@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -46,7 +47,7 @@ __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_S
            "describe_layout", "describe_layout_sync", "ENGINES", "engine_for", "open_engine",
            "open_engine_sync", "forget_engine", "migrate", "migrate_sync",
            "check_queue_storage_schema", "ConnectionSource", "ContractRefused",
-           "contract_steps"]
+           "contract_steps", "FleetVersions", "fleet_steps"]
 
 
 def _canonical(schema: str) -> Engine:
@@ -198,6 +199,49 @@ def contract_steps() -> Steps[str]:
                                                 partial(_refuse_older_runtimes, layout))
     return (f"contracted: dropped {dropped} object(s) kept for older releases' runtimes "
             f"(queue storage layout {needed})")
+
+
+# Live runtimes grouped by what they speak (read through the row's JSON: a schema from
+# before migration 0007 has no such columns).
+LIVE_FLEET = """
+SELECT version, (to_jsonb(r) ->> 'schema_version')::int AS schema_version,
+       (to_jsonb(r) ->> 'layout_version')::int AS layout_version, count(*) AS runtimes
+  FROM awa.runtime_instances r
+ WHERE last_seen_at > now() - make_interval(secs => greatest(
+           %(factor)s * snapshot_interval_ms / 1000.0, %(min_s)s))
+ GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""
+
+
+@dataclass(frozen=True)
+class FleetVersions:
+    """What the live runtimes speak, and what the layout still keeps for older ones."""
+
+    groups: list[dict[str, Any]]  # version, schema_version, layout_version, runtimes
+    kept_for_older: int  # objects `awa migrate --contract` would drop
+
+    def describe(self) -> str:
+        """E.g. ``2 runtimes on awa-py 0.1.0 (layout not recorded), 2 on awa-py 0.2.0
+        (layout 8)``."""
+        if not self.groups:
+            return "no live runtime"
+        return ", ".join(
+            f"{g['runtimes']} runtime(s) on awa-py {g['version']} ("
+            + ("layout not recorded" if g["schema_version"] is None
+               else f"layout {g['layout_version']}" if g["layout_version"] is not None
+               else f"schema {g['schema_version']}") + ")"
+            for g in self.groups)
+
+
+def fleet_steps(layout: StorageLayout) -> Steps[FleetVersions]:
+    """The live fleet's versions and the contract step's work left (``awa db``)."""
+    groups = [dict(r) for r in (yield Query(LIVE_FLEET, {
+        "factor": config.OPS_RUNTIME_LIVE_FACTOR, "min_s": config.OPS_RUNTIME_LIVE_MIN_S}))]
+    kept = 0
+    if layout.engine == QUEUE_STORAGE and not layout.foreign:
+        from awa.storage.queue_storage.schema import compat_kept_steps
+
+        kept = yield from compat_kept_steps(layout.schema)
+    return FleetVersions(groups, kept)
 
 
 def _refuse_older_runtimes(layout: StorageLayout) -> Steps[None]:

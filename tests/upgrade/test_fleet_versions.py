@@ -35,6 +35,14 @@ def add_older_runtime(db, host: str) -> None:
                [str(uuid.uuid4()), host])
 
 
+def awa_db(database_url: str) -> str:
+    """`awa db`'s output."""
+    done = subprocess.run(CURRENT.awa(database_url, "db"), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def diagnose_runtime(database_url: str, tmp_path) -> list[str]:
     out = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "runtime",
                           "--database-url", database_url, "--json"], capture_output=True,
@@ -66,6 +74,11 @@ async def test_contract_waits_for_the_older_runtimes_and_the_fleet_says_it_is_mi
             "(awa-py 0.1.0, a release before versions were recorded); roll them to this "
             "release (or stop them), then run `awa migrate --contract` again")
         speaks = f"layout {layout}" if layout else f"schema {current_migration_version()}"
+        said_db = await asyncio.to_thread(awa_db, database_url)
+        assert (f"fleet:    1 runtime(s) on awa-py 0.1.0 (layout not recorded), 1 runtime(s) "
+                f"on awa-py {awa.__version__} ({speaks})") in said_db
+        assert ("contract: pending: 4 object(s) kept for older releases' runtimes"
+                in said_db) == bool(layout)
         summaries = await asyncio.to_thread(diagnose_runtime, database_url, tmp_path)
         assert (f"mixed fleet (a rolling upgrade): 1 runtime on awa-py 0.1.0, layout not "
                 f"recorded, 1 runtime on awa-py {awa.__version__}, {speaks}") in summaries
@@ -79,6 +92,7 @@ async def test_contract_waits_for_the_older_runtimes_and_the_fleet_says_it_is_mi
                                "nothing to contract: the canonical engine"), said
         summaries = await asyncio.to_thread(diagnose_runtime, database_url, tmp_path)
         assert not any("mixed fleet" in s for s in summaries), summaries
+        assert "contract:" not in await asyncio.to_thread(awa_db, database_url)
     finally:
         await client.shutdown(5_000)
         await client.close()

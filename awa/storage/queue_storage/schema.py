@@ -222,20 +222,25 @@ SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
 _DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
 
 
+def compat_kept_steps(schema: str) -> Steps[int]:
+    """How many of the objects ``contract.sql`` drops are installed."""
+    sql = in_schema(procedures.read(procedures.CONTRACT), schema)
+    found = first_value((yield Query(COMPAT_PRESENT, {"signatures": _DROPPED.findall(sql)})))
+    return int(found or 0)
+
+
 def contract_steps(schema: str, check: Callable[[], Steps[None]]) -> Steps[int]:
     """Drop what compat.sql keeps for older releases (``contract.sql``), locks taken up front,
     and record it; how many functions were dropped.  ``check`` (the fleet's) runs first,
     under the same locks, and raises to refuse."""
     def drop() -> Steps[int]:
         yield from check()
-        sql = in_schema(procedures.read(procedures.CONTRACT), schema)
-        found = first_value((yield Query(COMPAT_PRESENT,
-                                         {"signatures": _DROPPED.findall(sql)})))
-        yield Query(sql)
+        found = yield from compat_kept_steps(schema)
+        yield Query(in_schema(procedures.read(procedures.CONTRACT), schema))
         yield Query(RECORD_CONTRACT, {"script": fingerprint(schema, False),
                                       "schemas": _schemas(schema),
                                       "layout": QUEUE_STORAGE_LAYOUT_VERSION})
-        return int(found or 0)
+        return found
 
     dropped: int = yield from locked_step(drop, _schemas(schema),
                                           "the contract step")
