@@ -19,6 +19,7 @@ from upgrade.releases import PREVIOUS
 JOBS = 2_000
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("upgrade")
 @pytest.mark.connections(40)  # 4 workers x (4 pooled + 3), 2 producers x 2, the checks
 @pytest.mark.parametrize("engine", ["queue_storage", "canonical"])
