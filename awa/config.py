@@ -134,6 +134,15 @@ POOL_RECONNECT_DELAY_MS = 200
 # and completion flushes take their connection with no extra round trip (issue 32).
 POOL_CHECK_IDLE_S = 5.0
 ADVISORY_LOCK_MIGRATE = 0x4157415F4D494752
+# `awa migrate` under a live fleet (awa.schema.ddl): each step first takes every lock it needs
+# on awa's tables, waiting at most this long for any one, so a worker never waits behind it
+# for longer than this plus the step itself, and never deadlocks with it (the migration gives
+# up first, well inside the server's deadlock_timeout).  A step that cannot take them rolls
+# back and tries again after a pause growing from the first to the second value, this many
+# times, before `awa migrate` fails in one line.
+MIGRATE_LOCK_TIMEOUT_MS = 100
+MIGRATE_RETRY_PAUSE_MS = (20, 1000)
+MIGRATE_LOCK_ATTEMPTS = 200
 ADVISORY_LOCK_LEADER = 0x4157415F4D41494E
 APP_NAME_WORKER = "awa-worker"
 APP_NAME_LEADER = "awa-leader"

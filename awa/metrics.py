@@ -79,6 +79,9 @@ ATTR_CALLBACK_OUTCOME = "awa.callback.outcome"
 ATTR_RUNTIME_VERSION = "awa.runtime.version"
 ATTR_RUNTIME_INSTANCE = "awa.runtime.instance_id"
 ATTR_RUNTIME_HOST = "awa.runtime.hostname"
+# What the runtime's code speaks: "<engine> <layout>" (queue_storage's layout version,
+# canonical's schema version), e.g. "queue_storage 8"; two values at once: a rolling upgrade.
+ATTR_RUNTIME_LAYOUT = "awa.runtime.layout"
 # queue storage: partition rings and what blocks their prune
 ATTR_RING = "awa.ring"  # queue | claim | lease
 ATTR_PRUNE_BLOCKER = "awa.prune.blocker"  # PRUNE_BLOCKERS
@@ -367,8 +370,9 @@ RUNTIME_METRICS: tuple[MetricSpec, ...] = (
                        "Wall-clock time per enqueue call (insert_many / COPY batch), in seconds."),
     # runtime
     _gauge("awa.runtime.info", "{runtime}", (ATTR_RUNTIME_VERSION, ATTR_RUNTIME_INSTANCE,
-                                             ATTR_RUNTIME_HOST),
-           "Always 1 for a started runtime; its labels identify it."),
+                                             ATTR_RUNTIME_HOST, ATTR_RUNTIME_LAYOUT),
+           "Always 1 for a started runtime; its labels identify it and the layout its code "
+           "speaks (a fleet showing two is mid-upgrade)."),
     # descriptors (every runtime, after it stored its descriptors)
     _gauge("awa.queue.info", "{queue}", _Q + _DESCRIPTOR,
            "Always 1 per queue descriptor this runtime declares; its labels carry the "

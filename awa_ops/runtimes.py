@@ -228,6 +228,15 @@ class Runtime:
         return self.row.get("heartbeat_interval_ms")
 
     @property
+    def speaks(self) -> str:
+        """Its release and the layout its code speaks, e.g. ``awa-py 0.2.0, layout 8``:
+        runtimes that differ here are a fleet in the middle of a rolling upgrade."""
+        schema, layout = self.row.get("schema_version"), self.row.get("layout_version")
+        said = ("layout not recorded" if schema is None
+                else f"layout {layout}" if layout is not None else f"schema {schema}")
+        return f"awa-py {self.row.get('version') or '?'}, {said}"
+
+    @property
     def draining(self) -> bool:
         """Stopping cleanly (``shutting_down``): finishing its jobs, claiming no more."""
         return bool(self.row["shutting_down"])

@@ -26,6 +26,7 @@ from awa.cli.options import (
     run_client,
 )
 from awa.job import AwaError, JobNotFound
+from awa.statements import run_async
 from awa.storage import RUST_CORE, StorageLayout, describe_layout
 from awa.storage.engine import Engine
 
@@ -119,23 +120,44 @@ def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], ac
               help="Schema for a new queue-storage layout's tables (default: "
                    f"{config.DEFAULT_QUEUE_STORAGE_SCHEMA}; an existing layout stays where it "
                    "is). awa.jobs and the control tables stay in schema awa.")
-def migrate(print_sql: bool, engine: str | None, queue_storage_schema: str | None) -> None:
-    """Create or upgrade the awa schema (safe to run from several processes at once)."""
+@click.option("--contract", is_flag=True,
+              help="The contract step of a rolling upgrade: drop what this layout keeps for "
+                   "older releases' runtimes; refused while a live runtime speaks an older "
+                   "layout (docs/production.md).")
+def migrate(print_sql: bool, engine: str | None, queue_storage_schema: str | None,
+            contract: bool) -> None:
+    """Create or upgrade the awa schema (safe to run from several processes at once, and
+    under a live fleet)."""
     if print_sql:
         click.echo(schema.migration_sql())
         return
     url = resolved_database_url()
 
-    async def apply() -> tuple[list[int], str]:
+    async def apply() -> tuple[list[int], StorageLayout, StorageLayout]:
         conn = await db.connect(url, config.APP_NAME_CLI)
         try:
+            before = await describe_layout(conn)
             applied = await storage.migrate(conn, engine, queue_storage_schema)
-            return applied, (await describe_layout(conn)).describe_engine()
+            return applied, before, await describe_layout(conn)
         finally:
             await conn.close()
 
-    applied, serving = asyncio.run(apply())
+    async def contract_step() -> str:
+        conn = await db.connect(url, config.APP_NAME_CLI)
+        try:
+            return await run_async(conn, storage.contract_steps())
+        finally:
+            await conn.close()
+
+    if contract:
+        click.echo(asyncio.run(contract_step()))
+        return
+    applied, before, after = asyncio.run(apply())
+    if before.ahead and engine in (None, before.engine):
+        click.echo(before.describe_ahead())
+        return
     version = schema.current_migration_version()
+    serving = after.describe_engine()
     if applied:
         click.echo(f"applied migrations {', '.join(map(str, applied))}; schema is at version "
                    f"{version}, storage engine {serving}")
@@ -163,22 +185,35 @@ def db_command(as_json: bool) -> None:
     explicit = current_database_url()
     url = db.resolve_database_url(explicit)
 
-    async def read() -> StorageLayout:
+    async def read() -> tuple[StorageLayout, storage.FleetVersions | None]:
         conn = await db.connect(url, config.APP_NAME_CLI)
         try:
-            return await describe_layout(conn)
+            layout = await describe_layout(conn)
+            ours = layout.installed and not layout.foreign
+            return layout, (await run_async(conn, storage.fleet_steps(layout)) if ours
+                            else None)
         finally:
             await conn.close()
 
-    layout = asyncio.run(read())
+    layout, fleet = asyncio.run(read())
     status = _status(layout)
-    info = {"database_url": db.redact(url), "source": db.describe_source(explicit),
-            "schema_version": layout.schema_version, "required_version": layout.code_version,
-            "engine": layout.engine, "engine_schema": layout.schema,
-            "foreign": layout.foreign, "status": status}
+    info: dict[str, Any] = {
+        "database_url": db.redact(url), "source": db.describe_source(explicit),
+        "schema_version": layout.schema_version, "required_version": layout.code_version,
+        "engine": layout.engine, "engine_schema": layout.schema, "foreign": layout.foreign,
+        "status": status}
+    if fleet is not None:
+        info["fleet"] = fleet.groups
+        info["kept_for_older_runtimes"] = fleet.kept_for_older
     if as_json:
         print_json(info)
         return
     click.echo(f"database: {info['database_url']}")
     click.echo(f"source:   {info['source']}")
     click.echo(f"schema:   {status}")
+    if fleet is not None:
+        click.echo(f"fleet:    {fleet.describe()}")
+        if fleet.kept_for_older:
+            click.echo(f"contract: pending: {fleet.kept_for_older} object(s) kept for older "
+                       f"releases' runtimes; `awa migrate --contract` drops them once none "
+                       f"is live")

@@ -37,8 +37,8 @@ _wait_many = METRICS.job_wait_duration.observe_many
 _duration = METRICS.job_duration.observe
 
 
-def runtime_started(version: str, instance_id: str, hostname: str) -> None:
-    METRICS.runtime_info.put((version, instance_id, hostname), 1)
+def runtime_started(version: str, instance_id: str, hostname: str, layout: str) -> None:
+    METRICS.runtime_info.put((version, instance_id, hostname, layout), 1)
 
 
 def wakeup(queue: str, reason: str) -> None:

@@ -34,6 +34,7 @@ from awa.runtime.leader import SESSION_LOCK, TRANSACTION_LOCK
 from awa.runtime.maintenance import MaintenanceService
 from awa.runtime.permits import QueuePermits, WeightedPool
 from awa.runtime.snapshot import Snapshot
+from awa.schema.catalogue import current_migration_version
 from awa.storage.engine import AttemptWrite, Engine
 from awa.version import __version__
 
@@ -309,12 +310,21 @@ class Runtime:
         self._maintenance_task = asyncio.create_task(self.maintenance.run(),
                                                      name="awa-maintenance")
 
+    def _layout_spoken(self) -> str:
+        """``awa_runtime_info``'s layout label: the engine's layout version, canonical's
+        schema version (``metrics.ATTR_RUNTIME_LAYOUT``)."""
+        # An engine's snapshot writes carry it (RuntimeSnapshotWrites); not in the protocol,
+        # which read-only engines implement too.
+        layout = getattr(self.engine, "layout_version", None)
+        return f"{self.engine.name} {current_migration_version() if layout is None else layout}"
+
     def _start_metrics_endpoint(self) -> None:
         if self.settings.metrics_addr:
             self.metrics_endpoint = telemetry.serve_prometheus(self.settings.metrics_addr)
             log.info("serving metrics on %s", self.metrics_endpoint.url)
         # After the exporters exist: a gauge set while OTel has no provider is dropped.
-        recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname)
+        recording.runtime_started(__version__, str(self.instance_id), self.snapshot.hostname,
+                                  self._layout_spoken())
         self._in_flight_source = recording.track_in_flight(self.in_flight)
         self._open_attempts_source = recording.track_open_attempts(self.open_attempts)
 

@@ -1,13 +1,16 @@
 """Numbered, idempotent SQL migrations and the version check.
 
 Each ``NNNN_description.sql`` file beside this module is one migration (``catalogue``).  They
-run under a transaction-scoped advisory lock, so several processes migrating at once serialise
-and all but the first find nothing left to do.  ``layout`` tells whose layout a database has,
-so a foreign one is refused before anything is written.
+run one transaction each, under the migration advisory lock, with every lock taken up
+front (``ddl``), so several processes migrating at once serialise and all but the first find
+nothing left to do, and a live fleet's statements wait a bounded time and never deadlock.
+``layout`` tells whose layout a database has, so a foreign one is refused before anything is
+written.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -22,7 +25,9 @@ from awa.schema.catalogue import (
     migrations,
     migrations_range,
 )
+from awa.schema.ddl import MigrationBusy, locked_step
 from awa.schema.layout import (
+    CONTROL_SCHEMA,
     StorageLayout,
     describe_layout,
     describe_layout_steps,
@@ -30,9 +35,9 @@ from awa.schema.layout import (
 )
 from awa.statements import Query, Steps, run_async, run_sync, transaction
 
-__all__ = ["CREATE_VERSION_TABLE", "Migration", "current_migration_version", "migration_sql",
-           "migrations", "migrations_range", "migrate", "migrate_sync", "not_migrated_error",
-           "ensure_migrated", "ensure_migrated_sync", "migrate_steps"]
+__all__ = ["CREATE_VERSION_TABLE", "Migration", "MigrationBusy", "current_migration_version",
+           "migration_sql", "migrations", "migrations_range", "migrate", "migrate_sync",
+           "not_migrated_error", "ensure_migrated", "ensure_migrated_sync", "migrate_steps"]
 
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 APPLIED_VERSIONS = "SELECT version FROM awa.schema_version"
@@ -42,24 +47,33 @@ ON CONFLICT (version) DO NOTHING"""
 
 
 def migrate_steps() -> Steps[list[int]]:
-    """The migrations this database lacks, applied in one transaction under the migration
-    lock; the versions applied (``migrate`` and ``migrate_sync``, and a step of
-    ``awa.storage.migrate``)."""
-    return (yield from transaction(_migrate_locked()))
+    """The migrations this database lacks, each in a transaction of its own that takes its
+    locks up front (``ddl.locked_step``: never a deadlock with a live fleet); the versions
+    applied (``migrate`` and ``migrate_sync``, and a step of ``awa.storage.migrate``)."""
+    missing = yield from transaction(_missing())
+    applied = []
+    for m in missing:
+        if (yield from locked_step(partial(_apply, m), [CONTROL_SCHEMA],
+                                   f"migration {m.version}")):
+            applied.append(m.version)
+    return applied
 
 
-def _migrate_locked() -> Steps[list[int]]:
+def _missing() -> Steps[list[Migration]]:
     yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
     _refuse_foreign((yield from describe_layout_steps()))
     yield Query(CREATE_VERSION_TABLE)
     done = {r["version"] for r in (yield Query(APPLIED_VERSIONS))}
-    applied = []
-    for m in migrations():
-        if m.version not in done:
-            yield Query(m.sql)
-            yield Query(RECORD_VERSION, (m.version, m.description))
-            applied.append(m.version)
-    return applied
+    return [m for m in migrations() if m.version not in done]
+
+
+def _apply(m: Migration) -> Steps[bool]:
+    """Migration ``m`` unless another migrator applied it meanwhile; whether this did."""
+    if m.version in {r["version"] for r in (yield Query(APPLIED_VERSIONS))}:
+        return False
+    yield Query(m.sql)
+    yield Query(RECORD_VERSION, (m.version, m.description))
+    return True
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[int]:

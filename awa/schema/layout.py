@@ -103,6 +103,24 @@ class StorageLayout:
                 or self.engine_behind)
 
     @property
+    def ahead(self) -> bool:
+        """Ours, and migrated by a newer awa-py than this code: ``awa migrate`` leaves it
+        unchanged (a rollback keeps the newer layout, which still serves this code)."""
+        return (not self.foreign and self.installed
+                and ((self.schema_version or 0) > self.code_version
+                     or (self.engine_layout or 0) > (self.engine_layout_needed or 0)))
+
+    def describe_ahead(self) -> str:
+        """The one line ``awa migrate`` prints for a database ``ahead`` of this code."""
+        have = f"schema version {self.schema_version}"
+        needed = f"schema version {self.code_version}"
+        if self.engine_layout_needed is not None:
+            have += f", {self.engine} layout {self.engine_layout}"
+            needed += f", layout {self.engine_layout_needed}"
+        return (f"database is ahead of this awa-py ({have}; this code has {needed}): nothing "
+                f"changed; its layout keeps what this release calls")
+
+    @property
     def supported(self) -> bool:
         """Ours, and served by an engine this code has."""
         return not self.foreign and self.engine in ENGINE_NAMES

@@ -16,6 +16,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import psycopg
@@ -37,14 +39,15 @@ from awa.schema.layout import (
     describe_layout_steps,
     describe_layout_sync,
 )
-from awa.statements import Steps, run_async, run_sync
+from awa.statements import Query, Steps, run_async, run_sync
 from awa.storage.engine import Engine
 
 __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_STORAGE",
            "RUST_CORE", "RUST_CORE_FIRST_MIGRATION", "StorageLayout", "classify",
            "describe_layout", "describe_layout_sync", "ENGINES", "engine_for", "open_engine",
            "open_engine_sync", "forget_engine", "migrate", "migrate_sync",
-           "check_queue_storage_schema", "ConnectionSource"]
+           "check_queue_storage_schema", "ConnectionSource", "ContractRefused",
+           "contract_steps", "FleetVersions", "fleet_steps"]
 
 
 def _canonical(schema: str) -> Engine:
@@ -130,6 +133,8 @@ def migrate_steps(engine: str | None = None,
     ``queue_storage_schema`` is where a new layout goes (an existing one stays put).
     """
     before = yield from describe_layout_steps()
+    if before.ahead and engine in (None, before.engine):
+        return []  # a newer release's layout: left as it is (StorageLayout.describe_ahead)
     wanted = _wanted_engine(before, engine, queue_storage_schema)
     applied = yield from schema.migrate_steps()
     if wanted == QUEUE_STORAGE:
@@ -149,6 +154,112 @@ def migrate_sync(conn: psycopg.Connection[Any], engine: str | None = None,
                  queue_storage_schema: str | None = None) -> list[int]:
     """``migrate_steps`` on a blocking connection (test templates, benchmarks, ``awa.migrate``)."""
     return run_sync(conn, migrate_steps(engine, queue_storage_schema))
+
+
+# Live runtimes (the ops rule: a snapshot within OPS_RUNTIME_LIVE_FACTOR of its own interval,
+# never under OPS_RUNTIME_LIVE_MIN_S) whose code needs an older schema or engine layout than
+# this code's; NULL: a release from before runtimes recorded them.
+OLDER_LIVE_RUNTIMES = """
+SELECT hostname, pid, version, schema_version, layout_version
+  FROM awa.runtime_instances
+ WHERE last_seen_at > now() - make_interval(secs => greatest(
+           %(factor)s * snapshot_interval_ms / 1000.0, %(min_s)s))
+   AND (schema_version IS NULL OR schema_version < %(schema)s
+        OR (%(layout)s::int IS NOT NULL
+            AND (layout_version IS NULL OR layout_version < %(layout)s::int)))
+ ORDER BY hostname, pid"""
+
+
+class ContractRefused(ValidationError):
+    """``awa migrate --contract`` while a live runtime speaks an older layout."""
+
+
+def contract_steps() -> Steps[str]:
+    """``awa migrate --contract``: drop what this layout keeps for older releases' runtimes
+    (the engine's compat objects), once no live runtime speaks an older layout; else
+    ``ContractRefused`` naming them, in one line.  Returns what it did, in one line."""
+    layout = yield from describe_layout_steps()
+    if not layout.installed or layout.behind or layout.ahead:
+        refused = layout.refusal()
+        if refused is not None:
+            raise refused
+        raise ContractRefused(f"contract refused: the database ({layout.describe()}) is not "
+                              f"at this code's layout: run `awa migrate` with this release "
+                              f"first")
+    needed = layout.engine_layout_needed
+    yield from _refuse_older_runtimes(layout)
+    if layout.engine != QUEUE_STORAGE:
+        return (f"nothing to contract: the {layout.engine} engine keeps nothing for older "
+                f"releases")
+    from awa.storage.queue_storage.schema import contract_steps as queue_storage_contract
+
+    # Asked again under the step's locks (runtime_instances among them), so no runtime of an
+    # older release registers between the answer and the drop.
+    dropped = yield from queue_storage_contract(layout.schema,
+                                                partial(_refuse_older_runtimes, layout))
+    return (f"contracted: dropped {dropped} object(s) kept for older releases' runtimes "
+            f"(queue storage layout {needed})")
+
+
+# Live runtimes grouped by what they speak (read through the row's JSON: a schema from
+# before migration 0007 has no such columns).
+LIVE_FLEET = """
+SELECT version, (to_jsonb(r) ->> 'schema_version')::int AS schema_version,
+       (to_jsonb(r) ->> 'layout_version')::int AS layout_version, count(*) AS runtimes
+  FROM awa.runtime_instances r
+ WHERE last_seen_at > now() - make_interval(secs => greatest(
+           %(factor)s * snapshot_interval_ms / 1000.0, %(min_s)s))
+ GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"""
+
+
+@dataclass(frozen=True)
+class FleetVersions:
+    """What the live runtimes speak, and what the layout still keeps for older ones."""
+
+    groups: list[dict[str, Any]]  # version, schema_version, layout_version, runtimes
+    kept_for_older: int  # objects `awa migrate --contract` would drop
+
+    def describe(self) -> str:
+        """E.g. ``2 runtimes on awa-py 0.1.0 (layout not recorded), 2 on awa-py 0.2.0
+        (layout 8)``."""
+        if not self.groups:
+            return "no live runtime"
+        return ", ".join(
+            f"{g['runtimes']} runtime(s) on awa-py {g['version']} ("
+            + ("layout not recorded" if g["schema_version"] is None
+               else f"layout {g['layout_version']}" if g["layout_version"] is not None
+               else f"schema {g['schema_version']}") + ")"
+            for g in self.groups)
+
+
+def fleet_steps(layout: StorageLayout) -> Steps[FleetVersions]:
+    """The live fleet's versions and the contract step's work left (``awa db``)."""
+    groups = [dict(r) for r in (yield Query(LIVE_FLEET, {
+        "factor": config.OPS_RUNTIME_LIVE_FACTOR, "min_s": config.OPS_RUNTIME_LIVE_MIN_S}))]
+    kept = 0
+    if layout.engine == QUEUE_STORAGE and not layout.foreign:
+        from awa.storage.queue_storage.schema import compat_kept_steps
+
+        kept = yield from compat_kept_steps(layout.schema)
+    return FleetVersions(groups, kept)
+
+
+def _refuse_older_runtimes(layout: StorageLayout) -> Steps[None]:
+    """``ContractRefused`` naming every live runtime that speaks an older layout."""
+    older = yield Query(OLDER_LIVE_RUNTIMES, {
+        "factor": config.OPS_RUNTIME_LIVE_FACTOR, "min_s": config.OPS_RUNTIME_LIVE_MIN_S,
+        "schema": layout.code_version, "layout": layout.engine_layout_needed})
+    if older:
+        names = ", ".join(
+            f"{r['hostname']}:{r['pid']} (awa-py {r['version']}, "
+            + (f"layout {r['layout_version']})" if r["layout_version"] is not None
+               else f"schema {r['schema_version']})" if r["schema_version"] is not None
+               else "a release before versions were recorded)")
+            for r in older)
+        raise ContractRefused(
+            f"contract refused: {len(older)} live runtime(s) speak an older layout: {names}; "
+            f"roll them to this release (or stop them), then run `awa migrate --contract` "
+            f"again")
 
 
 def _wanted_engine(before: StorageLayout, engine: str | None,

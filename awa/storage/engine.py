@@ -1096,6 +1096,10 @@ class RuntimeInstance:
     heartbeat_staleness_ms: int | None = None
     """The runtime's own heartbeat timing, as its snapshot published it (None: it did not,
     e.g. an older runtime or awa-pg 0.6.9)."""
+    schema_version: int | None = None
+    layout_version: int | None = None
+    """The schema version and engine layout its code speaks (None: a release from before
+    runtimes recorded them, or canonical's layout)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ that is shutting down is draining, not unhealthy.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from awa import config
@@ -152,6 +153,18 @@ def assess(runtimes: list[Runtime], options: Options,
             "a worker that vanishes without shutdown (crash, OOM kill, SIGKILL) leaves its "
             "running jobs to heartbeat rescue",
             ops("stuck-running"), [r.evidence() for r in gone[:limit]], RUNBOOK))
+
+    # A rolling upgrade in progress: live runtimes of more than one release or layout.
+    speaking = Counter(r.speaks for r in live)
+    if len(speaking) > 1:
+        findings.append(Finding(
+            Severity.OK,
+            "mixed fleet (a rolling upgrade): " + ", ".join(
+                f"{plural(n, 'runtime')} on {what}" for what, n in sorted(speaking.items())),
+            "each release keeps working on the newest layout (expand, then contract); the "
+            "contract step waits until no live runtime speaks an older layout",
+            "awa migrate --contract  # once the older runtimes are gone; refused before",
+            [r.evidence() for r in live[:limit]], RUNBOOK))
 
     # (No leader row yet but the lock held: _leaderless already said OK, with its reason.)
     if leader is not None and not by_lock and not any(f.severity > Severity.OK for f in findings):

@@ -198,30 +198,50 @@ async def test_a_layout_older_than_the_code_is_refused_until_migrated(engine_url
 
 
 _PER_DESTINATION = ("qs_finalize", "qs_retry", "qs_snooze", "qs_dead_letter")
-_ENDING_ARGS = ("bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, "
-                "awa.job_state[], awa.job_state")
+# As layout 6 installed them (names included: a replacement keeps a parameter's name).
+_ENDING_ARGS = ("p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], "
+                "p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, "
+                "p_from_states awa.job_state[], p_to_state awa.job_state")
 
 
 @QS
-async def test_migrating_a_layout_6_database_drops_the_per_destination_functions(
+async def test_migrating_a_layout_6_database_keeps_the_per_destination_functions_until_contract(
         engine_url, aconn):
     """Layout 7 ends every attempt through awa.qs_end_attempts; a layout-6 database's four
-    functions, one per destination, are dropped by `awa migrate`, not left to be called."""
+    functions, one per destination, which runtimes of that release still call, become
+    wrappers over it (expand), and go only with `awa migrate --contract` (contract), after
+    which a later `awa migrate` leaves them out."""
     import awa
+    from awa.statements import run_async
+    from awa.storage import contract_steps
 
     await aconn.execute("CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int "
                         "LANGUAGE sql IMMUTABLE AS $$ SELECT 6 $$")
     for name in _PER_DESTINATION:
-        await aconn.execute(f"CREATE FUNCTION awa.{name}({_ENDING_ARGS}) RETURNS SETOF bigint "
-                            f"LANGUAGE sql AS $$ SELECT 1::bigint $$")
+        await aconn.execute(f"CREATE OR REPLACE FUNCTION awa.{name}({_ENDING_ARGS}) "
+                            f"RETURNS SETOF bigint LANGUAGE sql AS $$ SELECT 1::bigint $$")
+
+    async def installed() -> dict[str, str]:
+        rows = await (await aconn.execute(
+            "SELECT proname::text AS name, prosrc FROM pg_proc "
+            "WHERE pronamespace = 'awa'::regnamespace AND proname = ANY(%s)",
+            (list(_PER_DESTINATION) + ["qs_end_attempts"],))).fetchall()
+        return {row["name"]: row["prosrc"] for row in rows}
+
     async with awa.AsyncClient(engine_url) as client:
         await client.migrate()
-    found = await (await aconn.execute(
-        "SELECT proname::text AS name FROM pg_proc WHERE pronamespace = 'awa'::regnamespace "
-        "AND proname = ANY(%s)", (list(_PER_DESTINATION) + ["qs_end_attempts"],))).fetchall()
-    assert [row["name"] for row in found] == ["qs_end_attempts"]
+    kept = await installed()
+    assert sorted(kept) == sorted([*_PER_DESTINATION, "qs_end_attempts"])
+    assert all("awa.qs_end_attempts(" in kept[name] for name in _PER_DESTINATION)
     version = await (await aconn.execute("SELECT awa.qs_layout_version() AS v")).fetchone()
     assert version == {"v": QUEUE_STORAGE_LAYOUT_VERSION} and QUEUE_STORAGE_LAYOUT_VERSION >= 7
+
+    said = await run_async(aconn, contract_steps())
+    assert said.startswith("contracted: dropped 4 object(s)"), said
+    assert list(await installed()) == ["qs_end_attempts"]
+    async with awa.AsyncClient(engine_url) as client:
+        await client.migrate()
+    assert list(await installed()) == ["qs_end_attempts"]
 
 
 @QS

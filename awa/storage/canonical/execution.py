@@ -14,6 +14,7 @@ statement, keeping their id.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any, LiteralString
@@ -64,6 +65,25 @@ RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
 
 # Arrays of ids, leases, jsonb and uuids are %b placeholders (awa.db.BINARY_ARRAY_TYPES).
 
+# One worker's heartbeat and completion batches run at once on two connections and can name
+# the same jobs; each statement locked its rows as its join met them, so two statements
+# could lock two rows in opposite orders and deadlock (tests/upgrade found them doing so).
+# Now every batch write takes its rows' locks first, one probe per id in the arrays' order
+# (``_in_id_order`` sorts them), whatever join the planner then picks.
+_BATCH = re.compile(r"unnest\((?P<args>[^()]*)\)\s+AS u\((?P<cols>[^()]*)\)")
+
+
+def _locking(statement: str) -> str:
+    """``statement`` with its ``unnest(...) AS u(...)`` batch locked row by row in order."""
+    def wrap(m: re.Match[str]) -> str:
+        return (f"(SELECT u.* FROM unnest({m.group('args')}) AS u({m.group('cols')})"
+                " CROSS JOIN LATERAL (SELECT 1 FROM awa.jobs_hot x WHERE x.id = u.id"
+                " FOR UPDATE) x) AS u")
+    locked, n = _BATCH.subn(wrap, statement)
+    assert n == 1, statement
+    return locked
+
+
 # Progress and metadata buffered by the handler ride along with every write
 # of the attempt: progress replaces (NULL keeps), metadata merges (NULL keeps).
 _KEEP_PROGRESS = "COALESCE(u.progress, j.progress)"
@@ -73,25 +93,25 @@ _APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
 
 # The common case: completed with nothing buffered.  Completion clears the
 # progress (awa-pg 0.6.9); a failure or a retry keeps it.
-COMPLETE_JOBS = """
+COMPLETE_JOBS = _locking("""
 UPDATE awa.jobs_hot j
    SET state = 'completed', finalized_at = now(), progress = NULL
   FROM unnest(%b::bigint[], %b::bigint[]) AS u(id, lease)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
-"""
+""")
 
-COMPLETE_JOBS_WITH_PROGRESS = f"""
+COMPLETE_JOBS_WITH_PROGRESS = _locking(f"""
 UPDATE awa.jobs_hot j
    SET state = 'completed', finalized_at = now(), progress = NULL, metadata = {_MERGE_METADATA}
   FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[]) AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
-"""
+""")
 
 # Terminal in place: failed (no DLQ) or cancelled by the handler's Cancel.
 # Params: ids, leases, errors (jsonb, may be NULL), progress, meta, state.
-FINALIZE_JOBS = f"""
+FINALIZE_JOBS = _locking(f"""
 UPDATE awa.jobs_hot j
    SET state = %s::awa.job_state, finalized_at = now(),
        errors = {_APPEND_ERROR},
@@ -100,12 +120,12 @@ UPDATE awa.jobs_hot j
        AS u(id, lease, error, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
-"""
+""")
 
 # Parking for a callback: additionally guarded by the callback id the
 # handler registered, so a callback resolved early (or re-registered) wins.
 # The attempt's deadline no longer applies (the callback timeout does).
-PARK_JOBS = f"""
+PARK_JOBS = _locking(f"""
 UPDATE awa.jobs_hot j
    SET state = 'waiting_external', deadline_at = NULL,
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
@@ -114,14 +134,14 @@ UPDATE awa.jobs_hot j
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
    AND j.callback_id = u.callback_id
 RETURNING j.id
-"""
+""")
 
 
 def _move_columns(overrides: dict[str, str]) -> str:
     return ", ".join(overrides.get(c, "m." + c) for c in JOB_COLUMNS)
 
 
-_MOVED = f"""
+_MOVED = _locking(f"""
 WITH moved AS (
     DELETE FROM awa.jobs_hot j
      USING unnest(%b::bigint[], %b::bigint[], %s::float8[], %b::jsonb[], %b::jsonb[],
@@ -132,7 +152,7 @@ WITH moved AS (
               {_KEEP_PROGRESS} AS u_progress, {_MERGE_METADATA} AS u_meta,
               {_APPEND_ERROR} AS u_errors
 )
-"""
+""")
 
 _DEFERRED_OVERRIDES = {
     "run_at": "now() + m.u_delay_s * interval '1 second'",
@@ -178,19 +198,19 @@ RETURNING job_id
 # When a retry collides with a newer holder of the job's unique key, the
 # superseded attempt is cancelled instead (row by row, the rare path).
 # Params: ids, leases, errors.
-CANCEL_SUPERSEDED = """
+CANCEL_SUPERSEDED = _locking("""
 UPDATE awa.jobs_hot j
    SET state = 'cancelled', finalized_at = now(),
        errors = array_append(COALESCE(j.errors, '{}'), u.error)
   FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[]) AS u(id, lease, error)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
 RETURNING j.id
-"""
+""")
 
 # One heartbeat per interval for every attempt this process runs, carrying
 # the buffered progress and metadata.  Rows that do not match are no longer
 # ours (cancelled, rescued): the runtime flips their cancel flags.
-HEARTBEAT_JOBS = f"""
+HEARTBEAT_JOBS = _locking(f"""
 UPDATE awa.jobs_hot j
    SET heartbeat_at = now(),
        progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
@@ -198,17 +218,17 @@ UPDATE awa.jobs_hot j
        AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
 RETURNING j.id
-"""
+""")
 
 # job.flush_progress(): the handler asked for its progress to be durable now.
-FLUSH_PROGRESS = f"""
+FLUSH_PROGRESS = _locking(f"""
 UPDATE awa.jobs_hot j
    SET progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
   FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[])
        AS u(id, lease, progress, meta)
  WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
 RETURNING j.id
-"""
+""")
 
 # Dispatcher health numbers: available rows per queue (index-backed).
 AVAILABLE_COUNTS = """
@@ -230,6 +250,14 @@ async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(query, params)
     return [row[0] for row in await cur.fetchall()]
+
+
+def _in_id_order(attempts: Sequence[AttemptWrite]) -> list[AttemptWrite]:
+    """A batch sorted by job id.  One worker's heartbeat and completion batches run at once on
+    two connections and can name the same jobs: each statement locks its rows as it joins
+    them in the arrays' order (one index probe per id), so sorted arrays lock in one order
+    and the two never deadlock (tests/upgrade found them doing so)."""
+    return sorted(attempts, key=lambda a: a.id)
 
 
 def _buffered(attempts: Sequence[AttemptWrite]) -> tuple[list[Jsonb | None], list[Jsonb | None]]:
@@ -275,6 +303,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                              attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         ids = [a.id for a in attempts]
         leases = [a.run_lease for a in attempts]
         if any(a.progress is not None or a.metadata is not None for a in attempts):
@@ -299,6 +328,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                            attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
                                        _finalize_params(JobState.Cancelled, attempts)))
 
@@ -306,6 +336,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         return AppliedBatch(await _ids(conn, FINALIZE_JOBS,
                                        _finalize_params(JobState.Failed, attempts)))
 
@@ -313,6 +344,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         progress, meta = _buffered(attempts)
         return AppliedBatch(await _ids(conn, PARK_JOBS, (
             [a.id for a in attempts], [a.run_lease for a in attempts],
@@ -322,6 +354,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                                 attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         errors = [Jsonb(lifecycle.error_entry(lifecycle.RESCUED_AS_DUPLICATE, a.attempt))
                   for a in attempts]
         return await _ids(conn, CANCEL_SUPERSEDED,
@@ -331,12 +364,14 @@ class CanonicalExecution(RuntimeSnapshotWrites):
                               attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         return await _ids(conn, HEARTBEAT_JOBS, _progress_params(attempts))
 
     async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
                                    attempts: Sequence[AttemptWrite]) -> list[int]:
         if not attempts:
             return []
+        attempts = _in_id_order(attempts)
         return await _ids(conn, FLUSH_PROGRESS, _progress_params(attempts))
 
     async def available_counts(self, conn: psycopg.AsyncConnection[Any],
@@ -352,6 +387,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
         attempt cancelled) so one wedged row never stops the rest."""
         if not attempts:
             return AppliedBatch()
+        attempts = _in_id_order(attempts)
         if conn.autocommit:
             # The common case in one round trip: a lone statement is atomic by
             # itself; the fallback's transaction is only paid when it collides.

@@ -111,8 +111,12 @@ SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_i
        healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
        leader, shutting_down, queues,
        EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS last_seen_age_s,
-       EXTRACT(EPOCH FROM (now() - started_at))::float8 AS uptime_s
-  FROM awa.runtime_instances
+       EXTRACT(EPOCH FROM (now() - started_at))::float8 AS uptime_s,
+       -- What its code speaks (migration 0007), read through the row's JSON so the same
+       -- statement serves a schema from before the columns: NULL there.
+       (to_jsonb(ri) ->> 'schema_version')::int AS schema_version,
+       (to_jsonb(ri) ->> 'layout_version')::int AS layout_version
+  FROM awa.runtime_instances ri
  ORDER BY leader DESC, last_seen_at DESC
  LIMIT %(limit)s
 """
@@ -443,7 +447,8 @@ class SharedReads:
             maintenance_alive=bool(r["maintenance_alive"]), leader=bool(r["leader"]),
             shutting_down=bool(r["shutting_down"]), queues=queue_names(r["queues"]),
             **published_timing(r["queues"]),
-            last_seen_age_s=float(r["last_seen_age_s"]), uptime_s=float_or_none(r["uptime_s"]))
+            last_seen_age_s=float(r["last_seen_age_s"]), uptime_s=float_or_none(r["uptime_s"]),
+            schema_version=r["schema_version"], layout_version=r["layout_version"])
             for r in rows]
 
     async def running_attempts(self, conn: psycopg.AsyncConnection[Any], *,

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from awa.schema.catalogue import current_migration_version
 from awa.storage.engine import RuntimeSnapshot
 
 # Every snapshot interval, and at start and shutdown.
@@ -15,10 +16,12 @@ UPSERT_RUNTIME_INSTANCE = """
 INSERT INTO awa.runtime_instances (
     instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_interval_ms,
     healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
-    leader, shutting_down, global_max_workers, queues)
-VALUES (%s, %s, %s, %s, %s, now(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    leader, shutting_down, global_max_workers, queues, schema_version, layout_version)
+VALUES (%s, %s, %s, %s, %s, now(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (instance_id) DO UPDATE SET
     last_seen_at = now(),
+    schema_version = EXCLUDED.schema_version,
+    layout_version = EXCLUDED.layout_version,
     snapshot_interval_ms = EXCLUDED.snapshot_interval_ms,
     healthy = EXCLUDED.healthy,
     postgres_connected = EXCLUDED.postgres_connected,
@@ -33,7 +36,13 @@ ON CONFLICT (instance_id) DO UPDATE SET
 
 
 class RuntimeSnapshotWrites:
-    """``Engine.upsert_runtime_snapshot``, for an engine's execution group to inherit."""
+    """``Engine.upsert_runtime_snapshot``, for an engine's execution group to inherit.
+
+    The row says which schema version and engine layout this code speaks
+    (``layout_version``: the engine's own, None for canonical), so ``awa migrate
+    --contract`` knows whether an older runtime is still live."""
+
+    layout_version: int | None = None
 
     async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
                                       snapshot: RuntimeSnapshot) -> None:
@@ -42,4 +51,4 @@ class RuntimeSnapshotWrites:
             s.instance_id, s.hostname, s.pid, s.version, s.started_at, s.snapshot_interval_ms,
             s.healthy, s.postgres_connected, s.poll_loop_alive, s.heartbeat_alive,
             s.maintenance_alive, s.leader, s.shutting_down, s.global_max_workers,
-            Jsonb(s.queues)))
+            Jsonb(s.queues), current_migration_version(), self.layout_version))

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
 from awa.storage.queue_storage.batch_ops import QueueStorageBatch
@@ -81,6 +82,7 @@ class QueueStorageEngine(QueueStorageBatch, QueueStorageEnqueue, QueueStorageExe
     """
 
     name = NAME
+    layout_version = QUEUE_STORAGE_LAYOUT_VERSION  # recorded in runtime_instances
 
     def __init__(self, schema: str = DEFAULT_SCHEMA) -> None:
         check_schema(schema)

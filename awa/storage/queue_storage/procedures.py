@@ -6,7 +6,8 @@ run in the order of ``FILES``: ``layout.sql`` (tables, partitions, indexes),
 watermark), ``claim.sql`` (lane reservation, the claim, claim-head settling),
 ``jobs_view.sql`` (the ``awa.jobs`` view and its triggers), ``enqueue.sql`` (a plain batch
 by statement), ``execution.sql`` (the hot path's attempt-closing and attempt-state
-functions; its header says why these statements are functions) and ``layout_version.sql``
+functions; its header says why these statements are functions), ``compat.sql`` (what older
+releases call, as wrappers; ``contract.sql`` drops it) and ``layout_version.sql``
 (last: a layout that has it is complete).  Python only reads the files (``script``,
 installed by ``schema.install_sql``) and, from each hot-path function's signature, the
 statement that calls it (``Procedure``); tests/storage/test_installed_sql.py checks what is
@@ -26,7 +27,11 @@ from awa.db import placeholder_format
 
 # Install order.
 FILES = ("layout.sql", "open_receipts.sql", "claim.sql", "jobs_view.sql", "enqueue.sql",
-         "execution.sql", "layout_version.sql")
+         "execution.sql", "compat.sql", "layout_version.sql")
+# What is kept for older releases' runtimes (expand/contract): left out of the install once
+# ``awa migrate --contract`` ran at this layout; ``CONTRACT`` drops it.
+COMPAT = "compat.sql"
+CONTRACT = "contract.sql"
 # The files of the hot-path functions the engine calls through ``Procedure``.
 CALLED = ("enqueue.sql", "execution.sql")
 
@@ -41,9 +46,15 @@ def read(name: str) -> str:
 
 
 @cache
-def script() -> str:
-    """Every file of ``FILES``, in order, as one script (for the layout in schema ``awa``)."""
-    return "\n".join(read(name) for name in FILES)
+def script(compat: bool = True) -> str:
+    """Every file of ``FILES``, in order, as one script (for the layout in schema ``awa``);
+    without ``COMPAT`` once the contract step ran."""
+    return "\n".join(read(name) for name in files(compat))
+
+
+def files(compat: bool = True) -> tuple[str, ...]:
+    """``FILES``, without ``COMPAT`` unless ``compat``."""
+    return FILES if compat else tuple(f for f in FILES if f != COMPAT)
 
 
 @cache

@@ -16,9 +16,10 @@ written, and one schema rule serves the layout and every statement.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping
-from functools import cache
+from collections.abc import Callable, Mapping
+from functools import cache, partial
 from typing import Any
 
 import psycopg
@@ -27,6 +28,12 @@ from psycopg.rows import dict_row
 from awa import config
 from awa import schema as migrations
 from awa.job import ValidationError
+from awa.schema.ddl import locked_step
+from awa.schema.layout import (
+    CONTROL_SCHEMA,
+    QUEUE_STORAGE_LAYOUT_VERSION,
+    describe_layout_steps,
+)
 from awa.statements import Query, Steps, first_value, run_async, run_sync, transaction
 from awa.storage.queue_storage import procedures
 
@@ -47,6 +54,31 @@ SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.schedule
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
 HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
+# A digest of the functions, views and triggers in the control schema and the layout's: it
+# changes when anything (another release's `awa migrate`, a hand edit) replaced one of them.
+OBJECTS_DIGEST = """
+SELECT md5(string_agg(o, ',' ORDER BY o)) FROM (
+    SELECT p.oid::regprocedure::text || md5(p.prosrc) AS o FROM pg_proc p
+     WHERE p.pronamespace::regnamespace::text = ANY(%(schemas)s::text[])
+    UNION ALL
+    SELECT c.oid::regclass::text || md5(pg_get_viewdef(c.oid)) FROM pg_class c
+     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND c.relkind = 'v'
+    UNION ALL
+    SELECT t.tgrelid::regclass::text || t.tgname || t.tgfoid::regprocedure::text
+      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND NOT t.tgisinternal
+) objects"""
+# What the last install left: its fingerprint (the script's digest, then the objects') and
+# the contract step's layout.
+INSTALLED = f"""
+SELECT (SELECT fingerprint FROM awa.layout_installs WHERE engine = 'queue_storage') AS fingerprint,
+       (SELECT contracted_layout FROM awa.layout_installs
+         WHERE engine = 'queue_storage') AS contracted_layout,
+       ({OBJECTS_DIGEST}) AS objects"""
+RECORD_INSTALL = f"""
+INSERT INTO awa.layout_installs (engine, fingerprint)
+VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}))
+ON CONFLICT (engine) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, installed_at = now()"""
 
 
 def in_schema(statement: str, schema: str) -> str:
@@ -85,13 +117,29 @@ class InSchema:
 
 
 @cache
-def install_sql(schema: str = DEFAULT_SCHEMA) -> str:
+def install_sql(schema: str = DEFAULT_SCHEMA, compat: bool = True) -> str:
     """What the engine installs (``procedures.script``: the files in ``sql/``, the layout
-    first and its version last), for the layout in ``schema``."""
-    script = procedures.script()
+    first and its version last), for the layout in ``schema``; ``compat``: with what is kept
+    for older releases (until the contract step)."""
+    return "\n".join(sql for _, sql in install_files(schema, compat))
+
+
+@cache
+def install_files(schema: str = DEFAULT_SCHEMA,
+                  compat: bool = True) -> tuple[tuple[str, str], ...]:
+    """``install_sql`` file by file, ``(name, sql)``: each is one step of ``install_steps``."""
+    found = [(name, in_schema(procedures.read(name), schema))
+             for name in procedures.files(compat)]
     if schema != DEFAULT_SCHEMA:
-        script = f'CREATE SCHEMA IF NOT EXISTS "{schema}";\n' + in_schema(script, schema)
-    return script
+        found.insert(0, ("schema", f'CREATE SCHEMA IF NOT EXISTS "{schema}";'))
+    return tuple(found)
+
+
+def fingerprint(schema: str, compat: bool) -> str:
+    """The script's half of what ``awa.layout_installs`` records of an install (the other:
+    ``OBJECTS_DIGEST`` of what it left): the same install over the same objects is not run
+    again, while one another release's `awa migrate` changed is."""
+    return hashlib.sha256(install_sql(schema, compat).encode()).hexdigest()
 
 
 def check_schema(schema: str) -> None:
@@ -110,22 +158,93 @@ def install_steps(schema: str | None = None) -> Steps[str]:
     ``schema``: where the layout goes (None: where it is, else the default).  The schema
     it is in is returned.
 
+    Each file of the layout is a step of its own, its locks taken up front
+    (``awa.schema.ddl``), so a live fleet waits a bounded time and never deadlocks with it;
+    the layout version comes last, so a layout that has it is complete.  An install of the
+    same script as last time (``awa.layout_installs``) is skipped: a repeated ``awa
+    migrate`` takes no lock at all.
+
     Refuses a database whose canonical tables hold jobs: they would keep
     running on canonical SQL nobody executes any more.
     """
     if schema is not None:
         check_schema(schema)
     yield from migrations.migrate_steps()
-    return (yield from transaction(_install_locked(schema)))
+    target, compat, current = yield from transaction(_plan(schema))
+    if current:
+        return target
+    schemas = _schemas(target)
+    for name, sql in install_files(target, compat):
+        yield from locked_step(partial(_run, sql), schemas, f"queue storage {name}")
+    yield from transaction(_record(target, compat))
+    return target
 
 
-def _install_locked(schema: str | None) -> Steps[str]:
+def _plan(schema: str | None) -> Steps[tuple[str, bool, bool]]:
+    """The schema to lay out, whether compat.sql goes with it, whether it is installed as is."""
     yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
     if first_value((yield Query(CANONICAL_ROWS))):
         raise ValidationError(_CANONICAL_BUSY)
     target = _target((yield from active_schema_steps()), schema)
-    yield Query(install_sql(target))
-    return target
+    [state] = yield Query(INSTALLED, {"schemas": _schemas(target)})
+    compat = (state["contracted_layout"] or 0) < QUEUE_STORAGE_LAYOUT_VERSION
+    layout = yield from describe_layout_steps()
+    current = (layout.engine_layout == QUEUE_STORAGE_LAYOUT_VERSION
+               and state["fingerprint"] == f"{fingerprint(target, compat)}:{state['objects']}")
+    return target, compat, current
+
+
+def _run(sql: str) -> Steps[None]:
+    yield Query(sql)
+
+
+def _record(target: str, compat: bool) -> Steps[None]:
+    yield Query(RECORD_INSTALL, {"script": fingerprint(target, compat),
+                                 "schemas": _schemas(target)})
+
+
+def _schemas(target: str) -> list[str]:
+    """The schemas an install writes: the control schema and the layout's."""
+    return sorted({CONTROL_SCHEMA, target})
+
+
+# The contract step's record: installs of this layout leave compat.sql out from now on.
+RECORD_CONTRACT = f"""
+INSERT INTO awa.layout_installs (engine, fingerprint, contracted_layout)
+VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}), %(layout)s)
+ON CONFLICT (engine) DO UPDATE
+   SET fingerprint = EXCLUDED.fingerprint, contracted_layout = EXCLUDED.contracted_layout,
+       installed_at = now()"""
+# How many functions of the layout's schema contract.sql names (what it will drop).
+COMPAT_PRESENT = """
+SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
+ WHERE to_regprocedure(s) IS NOT NULL"""
+_DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
+
+
+def compat_kept_steps(schema: str) -> Steps[int]:
+    """How many of the objects ``contract.sql`` drops are installed."""
+    sql = in_schema(procedures.read(procedures.CONTRACT), schema)
+    found = first_value((yield Query(COMPAT_PRESENT, {"signatures": _DROPPED.findall(sql)})))
+    return int(found or 0)
+
+
+def contract_steps(schema: str, check: Callable[[], Steps[None]]) -> Steps[int]:
+    """Drop what compat.sql keeps for older releases (``contract.sql``), locks taken up front,
+    and record it; how many functions were dropped.  ``check`` (the fleet's) runs first,
+    under the same locks, and raises to refuse."""
+    def drop() -> Steps[int]:
+        yield from check()
+        found = yield from compat_kept_steps(schema)
+        yield Query(in_schema(procedures.read(procedures.CONTRACT), schema))
+        yield Query(RECORD_CONTRACT, {"script": fingerprint(schema, False),
+                                      "schemas": _schemas(schema),
+                                      "layout": QUEUE_STORAGE_LAYOUT_VERSION})
+        return found
+
+    dropped: int = yield from locked_step(drop, _schemas(schema),
+                                          "the contract step")
+    return dropped
 
 
 async def install_queue_storage(conn: psycopg.AsyncConnection[Any],

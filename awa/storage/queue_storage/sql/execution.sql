@@ -18,11 +18,8 @@
 --
 -- Tests: tests/storage/test_installed_sql.py checks that what is installed is this file.
 
--- Layouts before 7 had one function per destination.
-DROP FUNCTION IF EXISTS awa.qs_finalize(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_retry(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_snooze(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
-DROP FUNCTION IF EXISTS awa.qs_dead_letter(bigint[], bigint[], float8[], jsonb[], jsonb[], jsonb[], text[], text, awa.job_state[], awa.job_state);
+-- Layouts before 7 had one function per destination: compat.sql keeps them, as wrappers
+-- over qs_end_attempts, for the runtimes of older releases (expand/contract).
 
 -- One copy of history (layout.sql): a job's done entry names its ready entry instead of
 -- repeating its args when the job completed and the done entry goes to the entry's own
@@ -55,6 +52,15 @@ CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
+    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
+    -- ending of the same attempts run at once on different connections, and locking the
+    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
+    IF EXISTS (SELECT 1 FROM awa.leases) THEN
+        PERFORM 1 FROM awa.leases l
+         WHERE l.job_id = ANY(p_ids::bigint[])
+           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
+         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
+    END IF;
     IF p_to_state IS NOT NULL
        AND p_to_state NOT IN ('completed', 'failed', 'cancelled', 'retryable', 'scheduled') THEN
         RAISE EXCEPTION 'awa.qs_end_attempts: an attempt cannot end as %', p_to_state;
@@ -252,6 +258,15 @@ CREATE OR REPLACE FUNCTION awa.qs_park(p_ids bigint[], p_leases bigint[], p_call
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
+    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
+    -- ending of the same attempts run at once on different connections, and locking the
+    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
+    IF EXISTS (SELECT 1 FROM awa.leases) THEN
+        PERFORM 1 FROM awa.leases l
+         WHERE l.job_id = ANY(p_ids::bigint[])
+           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
+         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
+    END IF;
     RETURN QUERY WITH u AS MATERIALIZED (
     SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_callback_ids::uuid[],
                          p_progress::jsonb[], p_meta::jsonb[])
@@ -282,6 +297,15 @@ CREATE OR REPLACE FUNCTION awa.qs_heartbeat(p_ids bigint[], p_leases bigint[], p
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
+    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
+    -- ending of the same attempts run at once on different connections, and locking the
+    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
+    IF EXISTS (SELECT 1 FROM awa.leases) THEN
+        PERFORM 1 FROM awa.leases l
+         WHERE l.job_id = ANY(p_ids::bigint[])
+           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
+         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
+    END IF;
     RETURN QUERY WITH u AS MATERIALIZED (
     SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
                          p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
