@@ -94,7 +94,13 @@ def build(name: str, sha: str | None = None) -> Release:
                                                  f"{added.stderr.strip()}")
                 subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip",
                                 str(venv)], check=True)
-                pth = next(venv.glob("lib/python*/site-packages")) / "awa-release.pth"
-                pth.write_text("\n".join([str(src), *site.getsitepackages()]) + "\n")
                 marker.write_text(f"{name} {sha}\n")
+    # The release borrows this interpreter's packages: point it at them on every use (the
+    # cache outlives the checkout, and CI's clean clone has a venv of its own).
+    pth = next(venv.glob("lib/python*/site-packages")) / "awa-release.pth"
+    wanted = "\n".join([str(src), *site.getsitepackages()]) + "\n"
+    if not pth.exists() or pth.read_text() != wanted:
+        tmp = pth.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(wanted)
+        tmp.replace(pth)
     return Release(name, sha, str(venv / "bin" / "python"), src)
