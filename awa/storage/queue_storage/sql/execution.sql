@@ -30,6 +30,22 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT p_state = 'completed' AND p_entry_slot = p_done_slot
 $$;
 
+-- Lock the lease rows of these attempts first, in (job_id, run_lease) order: one worker's
+-- heartbeat, park and ending of the same attempts run at once on different connections, and
+-- locking the rows as each statement's join meets them deadlocked them (tests/upgrade).
+-- Called first by qs_end_attempts, qs_park and qs_heartbeat.
+CREATE OR REPLACE FUNCTION awa.qs_lock_leases(p_ids bigint[], p_leases bigint[]) RETURNS void
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM awa.leases) THEN
+        PERFORM 1 FROM awa.leases l
+         WHERE l.job_id = ANY(p_ids::bigint[])
+           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
+         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
+    END IF;
+END
+$fn$;
+
 -- End running attempts, every way an attempt ends, as one statement: p_to_state completed,
 -- failed or cancelled into done_entries; retryable (finalized_at is when the attempt ended,
 -- as awa-pg 0.6.9) or scheduled (the attempt given back) into deferred_jobs, run_at =
@@ -52,15 +68,7 @@ CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
-    -- ending of the same attempts run at once on different connections, and locking the
-    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
-    IF EXISTS (SELECT 1 FROM awa.leases) THEN
-        PERFORM 1 FROM awa.leases l
-         WHERE l.job_id = ANY(p_ids::bigint[])
-           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
-         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
-    END IF;
+    PERFORM awa.qs_lock_leases(p_ids, p_leases);
     IF p_to_state IS NOT NULL
        AND p_to_state NOT IN ('completed', 'failed', 'cancelled', 'retryable', 'scheduled') THEN
         RAISE EXCEPTION 'awa.qs_end_attempts: an attempt cannot end as %', p_to_state;
@@ -258,15 +266,7 @@ CREATE OR REPLACE FUNCTION awa.qs_park(p_ids bigint[], p_leases bigint[], p_call
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
-    -- ending of the same attempts run at once on different connections, and locking the
-    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
-    IF EXISTS (SELECT 1 FROM awa.leases) THEN
-        PERFORM 1 FROM awa.leases l
-         WHERE l.job_id = ANY(p_ids::bigint[])
-           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
-         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
-    END IF;
+    PERFORM awa.qs_lock_leases(p_ids, p_leases);
     RETURN QUERY WITH u AS MATERIALIZED (
     SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_callback_ids::uuid[],
                          p_progress::jsonb[], p_meta::jsonb[])
@@ -297,15 +297,7 @@ CREATE OR REPLACE FUNCTION awa.qs_heartbeat(p_ids bigint[], p_leases bigint[], p
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    -- Lease rows first, in (job_id, run_lease) order: one worker's heartbeat, park and
-    -- ending of the same attempts run at once on different connections, and locking the
-    -- rows as each statement's join meets them deadlocked them (tests/upgrade).
-    IF EXISTS (SELECT 1 FROM awa.leases) THEN
-        PERFORM 1 FROM awa.leases l
-         WHERE l.job_id = ANY(p_ids::bigint[])
-           AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
-         ORDER BY l.job_id, l.run_lease FOR UPDATE OF l;
-    END IF;
+    PERFORM awa.qs_lock_leases(p_ids, p_leases);
     RETURN QUERY WITH u AS MATERIALIZED (
     SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
                          p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
