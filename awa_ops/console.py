@@ -387,6 +387,13 @@ class ThroughputHistory:
         return [q for q, line in self.series.items() if any(line)]
 
 
+def shallow(row: Any) -> dict[str, Any]:
+    """A read's row (a dataclass) as the screens take it: a new dict of the same values.
+    Not ``asdict``: its deep copies were most of the Running read, 190 of 330 ms for 500
+    running attempts, and the screens only read the values."""
+    return dict(vars(row))
+
+
 class ConsoleReader:
     """Everything the console shows, read through one ``OpsSession``."""
 
@@ -509,7 +516,7 @@ class ConsoleReader:
             now = await self._now(cur)
             started_before = now - timedelta(seconds=min_age_s)
             self.statements += 1
-            rows = [asdict(a) for a in await engine.running_attempts(
+            rows = [shallow(a) for a in await engine.running_attempts(
                 self.session.conn, started_before=started_before, limit=self.row_limit)]
             runtimes = await self._runtimes(engine)
         attempts = []
@@ -557,7 +564,7 @@ class ConsoleReader:
             now = await self._now(cur)
             self.statements += 1
             rows = await engine.job_page(self.session.conn, query)
-        return JobsPage(now, [asdict(r) for r in rows], windowed=query.post_filtered)
+        return JobsPage(now, [shallow(r) for r in rows], windowed=query.post_filtered)
 
     async def job(self, job_id: int) -> JobDetail | None:
         engine = await self._engine()
@@ -602,7 +609,7 @@ class ConsoleReader:
             now = await self._now(cur)
             self.statements += 1
             page = await engine.dlq_page(self.session.conn, query)
-        rows = [asdict(e) for e in page.entries]
+        rows = [shallow(e) for e in page.entries]
         groups = group_errors(rows)
         for row in rows:
             row["fingerprint"] = fingerprint(row["last_error"])

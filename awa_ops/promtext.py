@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client.parser import text_string_to_metric_families
-
 
 def histogram_summary(text: str, name: str) -> dict[str, float | None] | None:
     """count, mean, p50 and p99 of one histogram, summed over all label sets."""
     buckets: dict[float, float] = {}
     total = count = 0.0
     found = False
+    # Imported here: prometheus_client costs ~50 ms of CPU to import, and every `awa-ops
+    # diagnose` process imports this module, though only --metrics-url parses anything.
+    from prometheus_client.parser import text_string_to_metric_families
+
     for family in text_string_to_metric_families(text):
         if family.name != name:
             continue

@@ -12,14 +12,16 @@ runtime in this process that completes the history (kept by retention), fails th
 poison jobs (moved to the DLQ with ``bulk_move_failed_to_dlq``) and keeps --running
 slow jobs running, with live heartbeats, while it measures:
 
-* ``awa-ops diagnose all`` in-process (median of 5) and as a fresh CLI process;
+* ``awa-ops diagnose all`` in-process (median of 5), and it and ``awa queue stats`` as fresh
+  CLI processes (median of 3 each);
 * one exporter scrape (median of 10);
 * each console read (overview, running, jobs page, DLQ page, job detail; median of 5);
 * EXPLAIN of every query the checks and a scrape issue, failing the run (exit 1)
   when a plan has a sequential scan of a table that grows with history.
 
-Targets on a 2-core machine: diagnose all <= 2 s as a CLI process, a scrape <= 300 ms,
-every console read <= 250 ms, no such sequential scan.
+Targets on a 2-core machine (issue 46): diagnose all and queue stats <= 1 s as CLI processes,
+a scrape <= 300 ms, every console read <= 250 ms, no such sequential scan.  On a loaded
+machine the wall times are upper bounds: compare commits A B B A.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ JOBS_TABLES = ("jobs_hot", "scheduled_jobs", "done_entries", "ready_entries", "d
 ENGINES = ("canonical", "queue_storage")
 CHUNK = 10_000  # rows per COPY
 QUEUES = ("default", "email", "billing", "reports")
+ANALYZE_EVERY_S = 30.0  # while the history completes
 
 def api_counts(args: argparse.Namespace) -> dict[str, int]:
     return {"completed": args.completed, "available": args.available, "queues": args.queues,
@@ -112,7 +115,16 @@ async def start_fleet(admin_url: str, engine: str, counts: dict[str, int],
         await client.insert_many_copy([{"n": i} for i in range(counts["dlq"])],
                                       kind="bench_poison", queue="poison", max_attempts=1)
 
+        analyzed = [time.monotonic()]
+
         async def history_done() -> bool:
+            # Autovacuum may be off (it is on the test server): without fresh statistics
+            # queue_stats is planned for the empty tables of the start, and one such plan
+            # ran for minutes against the finished history.
+            if time.monotonic() - analyzed[0] > ANALYZE_EVERY_S:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                    await conn.execute("ANALYZE")
+                analyzed[0] = time.monotonic()
             stats = {s.queue: s for s in await client.queue_stats()}
             return all(stats[q].total_queued + stats[q].running == 0
                        for q in ("history", "poison") if q in stats)
@@ -221,6 +233,29 @@ async def explain_all(url: str, queries: list[tuple[str, Any]]) -> list[dict[str
     return list(seen.values())
 
 
+# The CLI commands timed as an operator runs them: a fresh interpreter each time, as the
+# console scripts start (``awa`` and ``awa-ops``), timed from fork to exit.
+CLI_COMMANDS = {
+    "awa-ops diagnose all": ["-c", "import sys; from awa_ops.cli import main; sys.exit(main())",
+                             "diagnose", "all", "--json"],
+    "awa queue stats": ["-c", "import sys; from awa.cli import main; sys.exit(main())",
+                        "queue", "stats", "--json"],
+}
+CLI_ROUNDS = 3
+
+
+def cli_seconds(url: str, command: list[str]) -> tuple[float, int]:
+    """Median wall seconds of ``command`` as a fresh process, and its last exit status."""
+    times, code = [], 0
+    for _ in range(CLI_ROUNDS):
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, *command, "--database-url", url],
+                              cwd=_support.ROOT, capture_output=True, text=True)
+        times.append(time.perf_counter() - started)
+        code = proc.returncode
+    return statistics.median(times), code
+
+
 async def measure(url: str) -> int:
     options = Options(state_dir=Path("/tmp/awa-ops-bench-state"))
     session = await recording_session(url)
@@ -239,14 +274,10 @@ async def measure(url: str) -> int:
     for r in results:
         print(f"  {r.check:16} {r.severity.label:9} {r.duration_ms:7.1f} ms  {r.headline()[:70]}")
 
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "awa_ops.cli", "diagnose", "all", "--json",
-                           "--database-url", url], cwd=_support.ROOT, capture_output=True,
-                          text=True)
-    cli_s = time.perf_counter() - started
-    print("`awa-ops diagnose all` as a fresh process (incl. interpreter start): "
-          f"{cli_s * 1000:.0f} ms "
-          f"(exit {proc.returncode})")
+    cli = {name: cli_seconds(url, command) for name, command in CLI_COMMANDS.items()}
+    for name, (seconds, code) in cli.items():
+        print(f"`{name}` as a fresh process (incl. interpreter start): median "
+              f"{seconds * 1000:.0f} ms of {CLI_ROUNDS} (exit {code})")
 
     collector = DatabaseCollector(url)
     scrape_session = await recording_session(url)
@@ -275,10 +306,11 @@ async def measure(url: str) -> int:
         flag = "SEQ SCAN OF JOBS: " + "; ".join(p["seq_scans"]) if p["seq_scans"] else "ok"
         bad += bool(p["seq_scans"])
         print(f"  {p['ms']:8.2f} ms  {flag:4}  {p['top']}\n             {p['query']}")
-    verdict = (cli_s <= 2.0 and statistics.median(scrapes) <= 0.3
-               and max(reads.values()) <= 0.25 and not bad)
-    print(f"\ntargets: diagnose all <= 2 s as a process, scrape <= 300 ms, console reads "
-          f"<= 250 ms, no seq scan of a history table -> {'MET' if verdict else 'NOT MET'}")
+    verdict = (max(seconds for seconds, _ in cli.values()) <= 1.0
+               and statistics.median(scrapes) <= 0.3 and max(reads.values()) <= 0.25 and not bad)
+    print(f"\ntargets: diagnose all and queue stats <= 1 s as a process, scrape <= 300 ms, "
+          f"console reads <= 250 ms, no seq scan of a history table -> "
+          f"{'MET' if verdict else 'NOT MET'}")
     return 0 if verdict else 1
 
 

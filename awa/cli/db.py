@@ -86,7 +86,8 @@ def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
         result = asyncio.run(foreign())
     except AwaError as exc:
         fail(db.one_line(exc))
-    return run_client(operation) if result is nothing else result
+    # foreign() has just connected: no second probe (a connection costs a server process).
+    return run_client(operation, probe=False) if result is nothing else result
 
 
 def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], action: str,

@@ -74,15 +74,17 @@ def resolved_database_url() -> str:
     return db.resolve_database_url(explicit)
 
 
-def run_client(operation: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    """Run ``operation(client)`` against the chosen database and close the client."""
+def run_client(operation: Callable[[AsyncClient], Awaitable[T]], *, probe: bool = True) -> T:
+    """Run ``operation(client)`` against the chosen database and close the client.
+    ``probe=False``: the caller has just connected to it (``db.run_admin``)."""
     url = resolved_database_url()
 
     async def go() -> T:
         # Connect once directly first: an unreachable server or a malformed URL fails at
         # once with "cannot connect" and its own reason, before any pool exists.
-        probe = await db.connect(url, config.APP_NAME_CLI)
-        await probe.close()
+        if probe:
+            conn = await db.connect(url, config.APP_NAME_CLI)
+            await conn.close()
         client = AsyncClient(url, max_connections=CLI_MAX_CONNECTIONS,
                              application_name=config.APP_NAME_CLI)
         try:

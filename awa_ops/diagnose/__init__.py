@@ -197,9 +197,20 @@ async def run_check(session: OpsSession, name: str, options: Options | None = No
 
 async def run_all(session: OpsSession, options: Options | None = None,
                   names: list[str] | None = None) -> list[CheckResult]:
-    """Every check in order, on one session (engine detected once)."""
+    """Every check, reported in order, on one session (engine detected once).  The enqueue
+    check's WAL samples are taken meanwhile on a connection of their own
+    (enqueue.start_sampling), and that check runs last, to find them taken."""
     options = await resolve_timing(session, options or Options())
-    return [await run_check(session, name, options) for name in (names or list(CHECKS))]
+    names = names or list(CHECKS)
+    stop = await check_module("enqueue").start_sampling(session) if "enqueue" in names else None
+    try:
+        last = [name for name in names if name == "enqueue"]
+        done = {name: await run_check(session, name, options)
+                for name in [*(name for name in names if name != "enqueue"), *last]}
+        return [done[name] for name in names]
+    finally:
+        if stop is not None:
+            await stop()
 
 
 __all__ = ["CHECKS", "Options", "run_check", "run_all", "check_module", "Finding", "Severity",

@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import time
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +52,9 @@ async def _canonical_dlq(session: OpsSession, options: Options
                   if with_errors else [])
     depth_rows = [{"queue": d.queue, "dlq_reason": d.reason, "depth": d.count,
                    "newest": d.newest, "recent": d.recent} for d in depths]
-    return depth_rows, group_by_cause([asdict(e) for e in errors])
+    # A shallow copy: group_by_cause only reads the rows, and asdict's deep copies of up to
+    # OPS_ERROR_SAMPLE rows cost ~100 ms of CPU on a DLQ of distinct messages.
+    return depth_rows, group_by_cause([dict(vars(e)) for e in errors])
 
 
 def group_by_cause(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:

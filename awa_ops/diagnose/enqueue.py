@@ -6,19 +6,22 @@ WAL-related waits sampled from pg_stat_activity.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import psycopg
 
 from awa import config, metrics
+from awa.job import AwaError
 from awa_ops.diagnose._text import plural, psql
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.promtext import histogram_summary
+from awa_ops.replication import on_standby
+from awa_ops.session import OpsSession
 from awa_ops.storage import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
-    from awa_ops.session import OpsSession
     from awa_ops.storage import Engine
 
 
@@ -55,12 +58,55 @@ async def sample_wal_waits(session: OpsSession) -> tuple[int, list[dict[str, Any
     return hits, seen
 
 
+# Where start_sampling leaves the samples' task for the check (in the session's cache).
+WAL_SAMPLER = "enqueue.wal_samples"
+
+
+async def start_sampling(session: OpsSession) -> Callable[[], Awaitable[None]] | None:
+    """Take the WAL samples on a connection of their own while the other checks of a
+    ``diagnose all`` run, for this check to collect: their pauses (OPS_WAL_SAMPLES x
+    OPS_WAL_SAMPLE_INTERVAL_MS, 200 ms) then cost no wall time.  Returns what stops them
+    (call it when the checks are done), or None: the check then samples itself."""
+    try:
+        if await on_standby(session):  # the check runs on the primary, or not at all
+            return None
+        sampler = await OpsSession.open(
+            session.url, application_name=session.conn.info.parameter_status(
+                "application_name") or config.APP_NAME_OPS,
+            read_only=session.read_only, statement_timeout_ms=session.statement_timeout_ms,
+            lock_timeout_ms=session.lock_timeout_ms)
+    except (psycopg.Error, AwaError, OSError):
+        return None
+    task = asyncio.create_task(sample_wal_waits(sampler))
+    session.cache[WAL_SAMPLER] = task
+
+    async def stop() -> None:
+        session.cache.pop(WAL_SAMPLER, None)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sampler.close()
+    return stop
+
+
+async def collect_wal_waits(session: OpsSession) -> tuple[int, list[dict[str, Any]]]:
+    """The samples start_sampling took for this session, else samples taken now (also when
+    its connection failed: this session's own trouble is what the check reports)."""
+    started: asyncio.Task[tuple[int, list[dict[str, Any]]]] | None = \
+        session.cache.pop(WAL_SAMPLER, None)
+    if started is not None:
+        try:
+            return await started
+        except (psycopg.Error, OSError):
+            pass
+    return await sample_wal_waits(session)
+
+
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     shards = await session.fetch_all(SHARDS)
     if options.queue:
         shards = [s for s in shards if s["queue"] == options.queue] or \
             [{"queue": options.queue, "enqueue_shards": 1, "paused": False}]
-    hits, waiting = await sample_wal_waits(session)
+    hits, waiting = await collect_wal_waits(session)
     findings: list[Finding] = []
     if hits * 2 > config.OPS_WAL_SAMPLES:
         findings.append(Finding(
@@ -92,6 +138,10 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
 async def _histograms(options: Options) -> list[Finding]:
     url = options.metrics_url
     assert url is not None  # check() asks only when --metrics-url is given
+    # Imported here: httpx costs every `awa-ops diagnose` process ~130 ms of CPU to import,
+    # and only --metrics-url needs it.
+    import httpx
+
     try:
         async with httpx.AsyncClient(timeout=5) as http:
             response = await http.get(url)

@@ -193,10 +193,7 @@ SELECT job_id, run_lease FROM awa.leases
 # branches, from their own tables; canonical's tables (empty on a database this engine
 # laid out) as canonical counts them.
 QUEUE_STATS = f"""
-WITH avail AS MATERIALIZED (
-    SELECT a.queue, count(*) AS n, min(a.run_at) AS oldest
-      FROM ({reads.LIVE_READY_BY_LANE}) a
-     GROUP BY a.queue
+WITH avail AS MATERIALIZED ({reads.LIVE_READY_PER_QUEUE}
 ), counts AS (
     SELECT queue, 'available'::awa.job_state AS state, n FROM avail
     UNION ALL

@@ -251,23 +251,45 @@ def available_newest(columns: str, by_lane: bool) -> str:
 
 
 # Every claimable ready entry (queue, run_at), each lane's entries from its claim head on by
-# the lane index, with the claim's receipt rule: only an entry at or below its lane's newest
-# claimed position (awa.qs_lane_progress) can have a receipt.  For counts of every available
-# job (queue stats, state counts), where awa.jobs hash-joins every ready entry of the ring.
-LIVE_READY_BY_LANE = """
-SELECT q.queue, r.run_at, r.kind
-  FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
- CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) g
+# the lane index, with the claim's rule (awa.qs_claim): no tombstone (looked for only when any
+# exists), and no receipt (probed only at or below the lane's newest claimed position,
+# awa.qs_lane_progress).  For counts of every available job (queue stats, state counts),
+# where awa.jobs hash-joins every ready entry of the ring.  Each lane's progress is read once,
+# before its entries: inlined, its newest-claim probe ran (memoized) once per entry, and a
+# receipt was looked for by hashing every lease claim; 300 ms for 200,000 waiting jobs on the
+# ops benchmark, 80 ms this way.
+_LANES = """(
+    WITH g AS MATERIALIZED (
+        SELECT q.queue, p.priority, p.shard, p.claim_seq, p.claimed_max
+          FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
+         CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) p)
+    SELECT * FROM g) g"""
+_CLAIMABLE = """(NOT (SELECT awa.qs_any_tombstone())
+        OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x WHERE x.ready_id = r.ready_id))
+   AND (r.lane_seq > g.claimed_max OR NOT awa.qs_receipted(r.job_id, r.run_lease + 1))"""
+LIVE_READY_BY_LANE = f"""
+SELECT g.queue, r.run_at, r.kind
+  FROM {_LANES}
  CROSS JOIN LATERAL (
        SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq, r.kind
          FROM awa.ready_entries r
-        WHERE r.queue = q.queue AND r.priority = g.priority AND r.shard = g.shard
+        WHERE r.queue = g.queue AND r.priority = g.priority AND r.shard = g.shard
           AND r.lane_seq >= g.claim_seq
        OFFSET 0) r
- WHERE NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x WHERE x.ready_id = r.ready_id)
-   AND (r.lane_seq > g.claimed_max
-        OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                        WHERE c.job_id = r.job_id AND c.run_lease = r.run_lease + 1))"""
+ WHERE {_CLAIMABLE}"""
+# LIVE_READY_BY_LANE's count and oldest run_at per queue (queues with any), each lane
+# aggregated where it is read: no sort of every available entry by queue.
+LIVE_READY_PER_QUEUE = f"""
+SELECT g.queue, sum(l.n)::bigint AS n, min(l.oldest) AS oldest
+  FROM {_LANES}
+ CROSS JOIN LATERAL (
+       SELECT count(*) AS n, min(r.run_at) AS oldest
+         FROM awa.ready_entries r
+        WHERE r.queue = g.queue AND r.priority = g.priority AND r.shard = g.shard
+          AND r.lane_seq >= g.claim_seq
+          AND {_CLAIMABLE}) l
+ GROUP BY g.queue
+HAVING sum(l.n) > 0"""
 # Jobs per state (the REST API's /api/stats), each state counted where it lives.
 STATE_COUNTS = f"""
 SELECT 'available' AS state, count(*) AS n FROM ({LIVE_READY_BY_LANE}) a HAVING count(*) > 0
