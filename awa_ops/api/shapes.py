@@ -12,16 +12,50 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.json_schema import JsonDict, JsonValue
 
 from awa import config
 from awa.job import Job
+from awa.storage.common.enqueue import validate_queue
 from awa.storage.engine import DlqEntry
 
 ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
 JOB_STATES = tuple(config.JOB_STATES)
+CAPPED_ARGS_KEY = "_awa_args_capped"
+
+# --- the rules every input obeys (stated in the OpenAPI document, checked by pydantic) ---
+# Job ids are int64; a JSON number is a double to most clients and validators, and the
+# largest double below 2**63 is 2**63 - 1024: the bound stated is one all of them read alike.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1024
+# Text PostgreSQL can store: no NUL (pydantic itself refuses a lone surrogate).
+NO_NUL = r"^[^\x00]*$"
+# Python's str.isspace() characters, spelt out: ECMA's \s differs (U+001C-001F, U+0085).
+_SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Text = Annotated[str, Field(pattern=NO_NUL)]
+Name = Annotated[str, Field(min_length=1, pattern=NO_NUL)]
+Priority = Annotated[int, Field(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY)]
+
+
+def _queue_rule(value: str) -> str:
+    """awa's one queue-name rule (at most 59 UTF-8 bytes: the LISTEN channel's limit)."""
+    from awa.job import ValidationError
+
+    try:
+        return validate_queue(value)
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+QUEUE_DOC = (f"1 to {config.MAX_QUEUE_NAME_BYTES} UTF-8 bytes (the LISTEN channel "
+             f"\"{config.NOTIFY_CHANNEL_PREFIX}<queue>\" fits 63), no NUL")
+QueueName = Annotated[str, Field(min_length=1, max_length=config.MAX_QUEUE_NAME_BYTES,
+                                 pattern=NO_NUL, description=QUEUE_DOC),
+                      AfterValidator(_queue_rule)]
 
 
 def plain(value: Any) -> Any:
@@ -70,6 +104,17 @@ def job_row(job: Job[Any]) -> dict[str, Any]:
         "callback_on_fail": job.callback_on_fail, "callback_transform": job.callback_transform,
         "progress": job.progress,
     }
+
+
+def capped_args(row: dict[str, Any], cap: int = config.SERVE_LIST_ARGS_CAP_BYTES
+                ) -> dict[str, Any]:
+    """A list's row: args bigger than ``cap`` bytes of JSON become a marker that says how
+    big they are and which route returns them whole (the console caps them the same way)."""
+    size = len(dumps(row["args"]))
+    if size > cap:
+        row["args"] = {CAPPED_ARGS_KEY: {"bytes": size, "cap": cap,
+                                         "whole": f"/api/jobs/{row['id']}"}}
+    return row
 
 
 def job_response(job: Job[Any], descriptors: Descriptors) -> dict[str, Any]:
@@ -358,6 +403,9 @@ class CallbackResult(_Doc):
 class ErrorGroupDoc(_Doc):
     fingerprint: str
     count: int
+    kinds: list[str]
+    example: str | None = None
+    job_ids: list[int]
 
 
 class Finding(_Doc):
@@ -367,15 +415,46 @@ class Finding(_Doc):
 
 # --- request bodies -------------------------------------------------------------------
 
-class IdsBody(BaseModel):
-    ids: list[int]
+def _one_of_fields(fields: tuple[str, ...], flag: str | None = "all") -> JsonDict:
+    """JSON Schema for "at least one of ``fields``, or ``flag`` true": the route refuses
+    (400) a body that names none, so the document says so."""
+    options: list[JsonValue] = [{"required": [f], "properties": {f: {"type": "string"}}}
+                                     for f in fields]
+    if flag:
+        options.append({"required": [flag], "properties": {flag: {"const": True}}})
+    return {"anyOf": options}
 
 
-class JobFilterBody(BaseModel):
-    state: str | None = None
-    kind: str | None = None
-    queue: str | None = None
-    tag: str | None = None
+class _Body(BaseModel):
+    """A request body; unknown fields are ignored, as the reference's (serde's default)."""
+
+
+class IdsBody(_Body):
+    ids: list[Int64] = Field(max_length=config.SERVE_BULK_PREVIEW_MAX)
+
+
+class _FilterBody(_Body):
+    kind: Name | None = None
+    queue: QueueName | None = None
+    tag: Name | None = None
+
+
+RetryState = Literal["failed", "cancelled", "waiting_external"]
+CancelState = Literal["scheduled", "available", "running", "retryable", "waiting_external"]
+RETRYABLE: tuple[str, ...] = get_args(RetryState)
+CANCELLABLE: tuple[str, ...] = get_args(CancelState)
+
+
+class RetryFilterBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("state", "kind", "queue",
+                                                                "tag"), None))
+    state: RetryState | None = None
+
+
+class CancelFilterBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("state", "kind", "queue",
+                                                                "tag"), None))
+    state: CancelState | None = None
 
 
 class FilterPreview(_Doc):
@@ -384,48 +463,131 @@ class FilterPreview(_Doc):
     truncated: bool
 
 
-class PausedBy(BaseModel):
-    paused_by: str | None = None
+class PausedBy(_Body):
+    paused_by: Text | None = None
 
 
-class DlqRetryBody(BaseModel):
+class DlqRetryBody(_Body):
     run_at: datetime | None = None
-    priority: int | None = None
-    queue: str | None = None
+    priority: Priority | None = None
+    queue: QueueName | None = None
 
 
-class DlqBulkBody(BaseModel):
-    kind: str | None = None
-    queue: str | None = None
-    tag: str | None = None
+class DlqBulkBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("kind", "queue", "tag")))
     all: bool = False
 
 
-class DlqMoveBody(BaseModel):
-    kind: str | None = None
-    queue: str | None = None
-    reason: str = "ui_bulk_move"
+class DlqMoveBody(_Body):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("kind", "queue")))
+    kind: Name | None = None
+    queue: QueueName | None = None
+    reason: Name = "ui_bulk_move"
     all: bool = False
 
 
-class CompleteBody(BaseModel):
-    payload: Any = None
+def _storable(value: Any) -> Any:
+    """A JSON value jsonb can hold: no NUL in any string or key."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000), which PostgreSQL cannot "
+                             "store in jsonb")
+    elif isinstance(value, list):
+        for item in value:
+            _storable(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable(item)
+    return value
 
 
-class FailBody(BaseModel):
-    error: str
+# Any JSON value without NUL, stated recursively (the component ``document`` adds) so
+# generated payloads obey it too.
+STORABLE_JSON_DEF: dict[str, Any] = {
+    "description": "Any JSON value whose strings and keys hold no NUL (jsonb cannot)",
+    "anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+              {"type": "string", "pattern": NO_NUL},
+              {"type": "array", "items": {"$ref": "#/components/schemas/StorableJson"}},
+              {"type": "object", "propertyNames": {"pattern": NO_NUL},
+               "additionalProperties": {"$ref": "#/components/schemas/StorableJson"}}]}
+StorableJson = Annotated[Any, AfterValidator(_storable), WithJsonSchema(STORABLE_JSON_DEF)]
 
 
-class BatchEnvelope(BaseModel):
-    op_kind: Literal["set_priority", "move_queue"]
-    filter: dict[str, Any]
-    spec: dict[str, Any]
-    submitted_by: str | None = None
+class CompleteBody(_Body):
+    payload: StorableJson = None
+
+
+class FailBody(_Body):
+    error: Annotated[str, Field(pattern=NOT_BLANK, description="Not blank, no NUL")]
+
+
+class BatchFilter(_Body):
+    """Which jobs a batch operation changes (only available and scheduled ones).  An unknown
+    field is refused: dropping a misspelt one would widen the change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    queue: QueueName = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    tag: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    ids: list[Int64] = Field(default=None, min_length=1,  # type: ignore[arg-type]  # ditto
+                             max_length=config.SERVE_BULK_PREVIEW_MAX)
+    state: Literal["available", "scheduled"] = Field(default=None)  # type: ignore[arg-type]
+    created_at_gte: datetime = Field(default=None)  # type: ignore[assignment]  # ditto
+    created_at_lt: datetime = Field(default=None)  # type: ignore[assignment]  # ditto
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class SetPrioritySpec(_Body):
+    priority: Priority
+
+
+class MoveQueueSpec(_Body):
+    queue: QueueName
+    priority: Priority | None = None
+
+
+class _BatchOp(_Body):
+    filter: BatchFilter
+    submitted_by: Text | None = None
     all: bool = False
 
 
-class BatchPatch(BaseModel):
-    state: str
+class SetPriorityOp(_BatchOp):
+    op_kind: Literal["set_priority"]
+    spec: SetPrioritySpec
+
+
+class MoveQueueOp(_BatchOp):
+    op_kind: Literal["move_queue"]
+    spec: MoveQueueSpec
+
+
+# Submitting needs a filter with at least one field, or all=true (else 400).
+_WHOLE_OR_FILTERED: JsonDict = {
+    "anyOf": [{"required": ["all"], "properties": {"all": {"const": True}}},
+              {"properties": {"filter": {"minProperties": 1}}}]}
+
+
+class SetPrioritySubmit(SetPriorityOp):
+    model_config = ConfigDict(json_schema_extra=_WHOLE_OR_FILTERED)
+
+
+class MoveQueueSubmit(MoveQueueOp):
+    model_config = ConfigDict(json_schema_extra=_WHOLE_OR_FILTERED)
+
+
+BatchPreviewBody = Annotated[SetPriorityOp | MoveQueueOp, Field(discriminator="op_kind")]
+BatchSubmitBody = Annotated[SetPrioritySubmit | MoveQueueSubmit,
+                            Field(discriminator="op_kind")]
+
+
+class BatchPatch(_Body):
+    # Only "cancelling"; another value is the reference's 400, said by the route.
+    state: Annotated[str, WithJsonSchema({"type": "string", "enum": ["cancelling"]})]
 
 
 class BatchOperation(_Doc):
@@ -454,5 +616,20 @@ class BatchPreview(_Doc):
     sample: list[JobRow]
 
 
-class HeartbeatBody(BaseModel):
-    timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS
+class HeartbeatBody(_Body):
+    timeout_seconds: float = Field(default=config.CALLBACK_TIMEOUT_SECONDS, gt=0,
+                                   le=config.CALLBACK_TIMEOUT_MAX_SECONDS, allow_inf_nan=False)
+
+
+def document(app: Any) -> None:
+    """Put the schemas the models name by ``$ref`` (StorableJson) in the OpenAPI document."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return dict(app.openapi_schema)
+        doc: dict[str, Any] = generate()
+        doc.setdefault("components", {}).setdefault("schemas", {})["StorableJson"] = \
+            STORABLE_JSON_DEF
+        return doc
+    app.openapi = openapi

@@ -1,0 +1,27 @@
+"""schemathesis hooks for tests/api/test_fuzz.py and benchmarks/api_fuzz.py.
+
+Every check runs, and every failure counts, except a "schema-valid request rejected"
+(ST202) that is a 400 for one of two reasons JSON Schema cannot state:
+
+* a queue name of at most 59 characters but more than 59 UTF-8 bytes (``maxLength``
+  counts characters; the rule is awa's, ``validate_queue``);
+* the reference's 400 for an unknown batch operation, one that cannot be cancelled, or
+  an unknown cron schedule to trigger (docs/api.md: kept for compatibility).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+
+EXPLAINED_400 = ("fit the LISTEN channel", "validation error: batch operation not found",
+                 "validation error: batch operation cannot be cancelled",
+                 "validation error: cron job not found")
+
+
+@schemathesis.hook
+def filter_failure(ctx: Any, failure: Any, case: Any, response: Any) -> bool:
+    if getattr(failure, "code", None) != "ST202" or response.status_code != 400:
+        return True
+    return not any(reason in response.text for reason in EXPLAINED_400)
