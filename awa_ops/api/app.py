@@ -255,8 +255,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
         kind = e.get("type", "")
         if loc and loc[0] == "body" and kind not in VALUE_ERRORS:
             status = 422
-        if loc[:1] == ["path"] and loc[-1] in ID_PARAMS and kind in (
-                "greater_than_equal", "less_than_equal") and len(errors) == 1:
+        if loc[:1] == ["path"] and loc[-1] in ID_PARAMS and kind == "value_error" \
+                and len(errors) == 1:
             return 404, f"job not found: {e.get('input')}"
         where = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else "request")
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
@@ -567,7 +567,7 @@ def build_app(settings: ApiSettings, state: ApiState | None = None) -> FastAPI:
                   redoc_url=None, lifespan=lifespan, default_response_class=JSON)
     install_errors(app)
     app.include_router(router, prefix=API_PREFIX)
-    shapes.document(app)
+    shapes.document(app, bearer=settings.token is not None)
     return app
 
 

@@ -25,7 +25,7 @@ from awa.storage.engine import DlqFilter
 from awa_ops.api import shapes
 from awa_ops.api.app import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.api.reads import queue_runtime, runtime_overview
-from awa_ops.api.shapes import INT64_MAX, INT64_MIN, NO_NUL, Int64, Name, QueueName
+from awa_ops.api.shapes import NO_NUL, Int64, Name, QueueName
 from awa_ops.console import operator_name
 
 router = APIRouter()
@@ -61,8 +61,7 @@ def answers(*statuses: int) -> Responses:
 READ = answers()
 QUERY = answers(400)
 BODY = (400, 413, 422)
-JobIdPath = Annotated[int, Path(ge=INT64_MIN, le=INT64_MAX,
-                                description="A job id; past the int64 bound stated: 404")]
+JobIdPath = Annotated[Int64, Path(description="A job id; past the bounds stated: 404")]
 Limit = Annotated[Int64, Query(description="Clamped to 1..1000")]
 Filter = Annotated[Name | None, Query()]
 QueueFilter = Annotated[QueueName | None, Query()]

@@ -28,14 +28,30 @@ CAPPED_ARGS_KEY = "_awa_args_capped"
 
 # --- the rules every input obeys (stated in the OpenAPI document, checked by pydantic) ---
 # Job ids are int64; a JSON number is a double to most clients and validators, and the
-# largest double below 2**63 is 2**63 - 1024: the bound stated is one all of them read alike.
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1024
+# largest double below 2**63 is 2**63 - 1024: the bounds stated are those, and a number is
+# within them as a double compares (``_int64``), so the server and a validator agree.
+INT64_MIN, INT64_MAX = -(2**63 - 1024), 2**63 - 1024
 # Text PostgreSQL can store: no NUL (pydantic itself refuses a lone surrogate).
 NO_NUL = r"^[^\x00]*$"
 # Python's str.isspace() characters, spelt out: ECMA's \s differs (U+001C-001F, U+0085).
 _SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+def _int64(value: int) -> int:
+    try:
+        inside = float(INT64_MIN) <= float(value) <= float(INT64_MAX)
+    except OverflowError:
+        inside = False
+    if not inside:
+        raise ValueError(f"must be from {INT64_MIN} to {INT64_MAX} (an int64 that a JSON "
+                         f"double holds)")
+    return value
+
+
+Int64 = Annotated[int, AfterValidator(_int64),
+                  WithJsonSchema({"type": "integer", "minimum": INT64_MIN,
+                                  "maximum": INT64_MAX})]
 Text = Annotated[str, Field(pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, pattern=NO_NUL)]
 Priority = Annotated[int, Field(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY)]
@@ -621,15 +637,21 @@ class HeartbeatBody(_Body):
                                    le=config.CALLBACK_TIMEOUT_MAX_SECONDS, allow_inf_nan=False)
 
 
-def document(app: Any) -> None:
-    """Put the schemas the models name by ``$ref`` (StorableJson) in the OpenAPI document."""
+def document(app: Any, *, bearer: bool) -> None:
+    """Put the schemas the models name by ``$ref`` (StorableJson) in the OpenAPI document,
+    and, on a server with a token, the bearer scheme every route needs."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return dict(app.openapi_schema)
         doc: dict[str, Any] = generate()
-        doc.setdefault("components", {}).setdefault("schemas", {})["StorableJson"] = \
-            STORABLE_JSON_DEF
+        components = doc.setdefault("components", {})
+        components.setdefault("schemas", {})["StorableJson"] = STORABLE_JSON_DEF
+        if bearer:
+            components["securitySchemes"] = {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "The token of awa serve --token-file"}}
+            doc["security"] = [{"bearer": []}]
         return doc
     app.openapi = openapi
