@@ -37,11 +37,11 @@ COUNTED = {"ST101": "server errors", "ST108": "schema violations",
            "ST103": "undocumented statuses"}
 
 
-def fuzz(base: str, seconds: float, seed: int, report: Path, token: str | None,
+def fuzz(base: str, seconds: int, seed: int, report: Path, token: str | None,
          workers: int = 1) -> dict[str, Any]:
     """One schemathesis run; its JSON report."""
     command = [str(ST), "run", f"{base}/api/openapi.json", "--checks", "all",
-               "--max-time", str(seconds), "--seed", str(seed), "--workers", str(workers),
+               "--max-time", str(int(seconds)), "--seed", str(seed), "--workers", str(workers),
                "--request-timeout", "20", "--report", "json",
                "--report-json-path", str(report), "--no-shrink"]
     if token:
