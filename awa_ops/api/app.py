@@ -10,10 +10,11 @@ for a write on a read-only server, 404 for a missing job, 400 for bad input
 (``validation error: ...``), 409 for a unique conflict, 401 without the
 bearer token, 500 ``internal server error`` for anything unexpected (logged).
 A body of the wrong shape is 422; a value the document's constraints refuse
-(a NUL, an id past int64, a number out of range) is 400, and an id past int64
-in a path is 404 (no such job).
+(a NUL, an id past int64, a number out of range) is 400, and an id past the
+bounds in a path is 404 (no such job).  A declared path with another method is
+405 with ``Allow``.
 
-``guarded`` puts the browser-safety checks in front of everything: the Host
+``with_auth`` puts ``BrowserGuard`` in front of everything: the Host
 header must name this server (DNS rebinding), a state-changing request or a
 websocket from a browser must come from this server's own origin (or one
 ``--cors-origin`` names), and a body is at most ``config.SERVE_MAX_BODY_BYTES``.
