@@ -48,7 +48,8 @@ def fuzz(base: str, seconds: int, seed: int, report: Path, token: str | None,
         command += ["--header", f"Authorization: Bearer {token}"]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=HERE,
+    # In the report's directory: schemathesis keeps a cache where it runs.
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=report.parent,
                           timeout=seconds * 6 + 60)
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(report.read_text())
