@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request
@@ -25,7 +24,7 @@ from awa.storage.engine import DlqFilter
 from awa_ops.api import shapes
 from awa_ops.api.app import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.api.reads import queue_runtime, runtime_overview
-from awa_ops.api.shapes import NO_NUL, Int64, Name, QueueName
+from awa_ops.api.shapes import NO_NUL, Int64, Name, QueueName, Timestamp
 from awa_ops.console import operator_name
 
 router = APIRouter()
@@ -446,7 +445,7 @@ async def capabilities(request: Request) -> JSON:
 @router.get("/dlq", response_model=list[shapes.DlqRow], tags=["dlq"], responses=QUERY)
 async def list_dlq(request: Request, kind: Filter = None, queue: QueueFilter = None,
                    tag: Filter = None, before_id: Annotated[Int64 | None, Query()] = None,
-                   before_dlq_at: datetime | None = None,
+                   before_dlq_at: Annotated[Timestamp | None, Query()] = None,
                    limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first (``dlq_at``, then id); page on with ``before_dlq_at`` + ``before_id``.
     ``args`` over 64 KiB are capped as in ``/api/jobs``."""

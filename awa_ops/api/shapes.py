@@ -10,11 +10,19 @@ list of 1,000 jobs is not validated twice.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 from pydantic.json_schema import JsonDict, JsonValue
 
 from awa import config
@@ -55,6 +63,21 @@ Int64 = Annotated[int, AfterValidator(_int64),
 Text = Annotated[str, Field(pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, pattern=NO_NUL)]
 Priority = Annotated[int, Field(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY)]
+# RFC 3339, as the document's "date-time" says (pydantic alone also takes a bare date, a
+# time without offset, or a number of seconds).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 date-time with its offset "
+                         "(2026-12-07T10:00:00Z)")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 
 def _queue_rule(value: str) -> str:
@@ -484,7 +507,7 @@ class PausedBy(_Body):
 
 
 class DlqRetryBody(_Body):
-    run_at: datetime | None = None
+    run_at: Timestamp | None = None
     priority: Priority | None = None
     queue: QueueName | None = None
 
@@ -550,8 +573,8 @@ class BatchFilter(_Body):
     ids: list[Int64] = Field(default=None, min_length=1,  # type: ignore[arg-type]  # ditto
                              max_length=config.SERVE_BULK_PREVIEW_MAX)
     state: Literal["available", "scheduled"] = Field(default=None)  # type: ignore[arg-type]
-    created_at_gte: datetime = Field(default=None)  # type: ignore[assignment]  # ditto
-    created_at_lt: datetime = Field(default=None)  # type: ignore[assignment]  # ditto
+    created_at_gte: Timestamp = Field(default=None)  # type: ignore[assignment]  # ditto
+    created_at_lt: Timestamp = Field(default=None)  # type: ignore[assignment]  # ditto
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
