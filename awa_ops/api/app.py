@@ -10,9 +10,9 @@ for a write on a read-only server, 404 for a missing job, 400 for bad input
 (``validation error: ...``), 409 for a unique conflict, 401 without the
 bearer token, 500 ``internal server error`` for anything unexpected (logged).
 A body of the wrong shape is 422; a value the document's constraints refuse
-(a NUL, an id past int64, a number out of range) is 400, and an id past the
-bounds in a path is 404 (no such job).  A declared path with another method is
-405 with ``Allow``.
+(a NUL, an id past the integers JSON holds exactly, a number out of range) is
+400, and an id past those bounds in a path is 404 (no such job).  A declared
+path with another method is 405 with ``Allow``.
 
 ``with_auth`` puts ``BrowserGuard`` in front of everything: the Host
 header must name this server (DNS rebinding), a state-changing request or a
@@ -246,7 +246,7 @@ ID_PARAMS = ("job_id",)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
-    """Query and path errors are 400 (a job id past int64 in the path: 404, no such job);
+    """Query and path errors are 400 (a job id past the bounds in the path: 404, no such job);
     in a body, a value out of bounds is 400 and a wrong shape 422."""
     errors = exc.errors()
     status = 400
@@ -256,8 +256,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
         kind = e.get("type", "")
         if loc and loc[0] == "body" and kind not in VALUE_ERRORS:
             status = 422
-        if loc[:1] == ["path"] and loc[-1] in ID_PARAMS and kind == "value_error" \
-                and len(errors) == 1:
+        if loc[:1] == ["path"] and loc[-1] in ID_PARAMS and len(errors) == 1 and kind in (
+                "greater_than_equal", "less_than_equal"):
             return 404, f"job not found: {e.get('input')}"
         where = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else "request")
         parts.append(f"{where}: {e.get('msg', 'invalid')}")

@@ -24,7 +24,7 @@ from awa.storage.engine import DlqFilter
 from awa_ops.api import shapes
 from awa_ops.api.app import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.api.reads import queue_runtime, runtime_overview
-from awa_ops.api.shapes import NO_NUL, Int64, Name, QueueName, Timestamp
+from awa_ops.api.shapes import NO_NUL, Name, QueryInt, QueueName, Timestamp
 from awa_ops.console import operator_name
 
 router = APIRouter()
@@ -60,8 +60,8 @@ def answers(*statuses: int) -> Responses:
 READ = answers()
 QUERY = answers(400)
 BODY = (400, 413, 422)
-JobIdPath = Annotated[Int64, Path(description="A job id; past the bounds stated: 404")]
-Limit = Annotated[Int64, Query(description="Clamped to 1..1000")]
+JobIdPath = Annotated[QueryInt, Path(description="A job id; past the bounds stated: 404")]
+Limit = Annotated[QueryInt, Query(description="Clamped to 1..1000")]
 Filter = Annotated[Name | None, Query()]
 QueueFilter = Annotated[QueueName | None, Query()]
 QueuePath = Annotated[str, Path(min_length=1, max_length=config.MAX_QUEUE_NAME_BYTES,
@@ -90,7 +90,7 @@ def _capped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @router.get("/jobs", response_model=list[shapes.JobResponse], tags=["jobs"], responses=QUERY)
 async def list_jobs(request: Request, state: JobStateName | None = None,
                     kind: Filter = None, queue: QueueFilter = None, tag: Filter = None,
-                    before_id: Annotated[Int64 | None, Query()] = None,
+                    before_id: Annotated[QueryInt | None, Query()] = None,
                     limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first (id descending); ``before_id`` pages on (ids below it).  ``limit`` is
     clamped to 1..1000 on both engines.  ``args`` over 64 KiB of JSON are replaced by
@@ -444,7 +444,7 @@ async def capabilities(request: Request) -> JSON:
 
 @router.get("/dlq", response_model=list[shapes.DlqRow], tags=["dlq"], responses=QUERY)
 async def list_dlq(request: Request, kind: Filter = None, queue: QueueFilter = None,
-                   tag: Filter = None, before_id: Annotated[Int64 | None, Query()] = None,
+                   tag: Filter = None, before_id: Annotated[QueryInt | None, Query()] = None,
                    before_dlq_at: Annotated[Timestamp | None, Query()] = None,
                    limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first (``dlq_at``, then id); page on with ``before_dlq_at`` + ``before_id``.

@@ -15,12 +15,14 @@ import uuid
 from datetime import date, datetime
 from typing import Annotated, Any, Literal, get_args
 
+from annotated_types import Interval
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     WithJsonSchema,
 )
 from pydantic.json_schema import JsonDict, JsonValue
@@ -35,10 +37,10 @@ JOB_STATES = tuple(config.JOB_STATES)
 CAPPED_ARGS_KEY = "_awa_args_capped"
 
 # --- the rules every input obeys (stated in the OpenAPI document, checked by pydantic) ---
-# Job ids are int64; a JSON number is a double to most clients and validators, and the
-# largest double below 2**63 is 2**63 - 1024: the bounds stated are those, and a number is
-# within them as a double compares (``_int64``), so the server and a validator agree.
-INT64_MIN, INT64_MAX = -(2**63 - 1024), 2**63 - 1024
+# Job ids are int64, but a JSON number is a double to most clients and validators: the
+# integers the API takes are those a double holds exactly (I-JSON, RFC 7493: +-(2**53 - 1)),
+# so the server and every validator read a bound alike.  No job id comes near it.
+INT_MIN, INT_MAX = -(2**53 - 1), 2**53 - 1
 # Text PostgreSQL can store: no NUL (pydantic itself refuses a lone surrogate).
 NO_NUL = r"^[^\x00]*$"
 # Python's str.isspace() characters, spelt out: ECMA's \s differs (U+001C-001F, U+0085).
@@ -46,23 +48,34 @@ _SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\
 NOT_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
 
 
-def _int64(value: int) -> int:
-    try:
-        inside = float(INT64_MIN) <= float(value) <= float(INT64_MAX)
-    except OverflowError:
-        inside = False
-    if not inside:
-        raise ValueError(f"must be from {INT64_MIN} to {INT64_MAX} (an int64 that a JSON "
-                         f"double holds)")
+_INT_BOUNDS = Interval(ge=INT_MIN, le=INT_MAX)
+# In a query or a path (text, read as an integer).
+QueryInt = Annotated[int, _INT_BOUNDS]
+
+
+def _json_number(value: Any) -> Any:
+    """A JSON number, not "5" or true (pydantic's lax mode would take those)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON number")
     return value
 
 
-Int64 = Annotated[int, AfterValidator(_int64),
-                  WithJsonSchema({"type": "integer", "minimum": INT64_MIN,
-                                  "maximum": INT64_MAX})]
+def _json_integer(value: Any) -> Any:
+    """A JSON integer: 5 or 5.0 (JSON Schema counts both), not 5.5, "5" or true."""
+    value = _json_number(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a JSON integer")
+        return int(value)
+    return value
+
+
+# In a body.
+BodyInt = Annotated[int, _INT_BOUNDS, BeforeValidator(_json_integer)]  # bounds first: documented
 Text = Annotated[str, Field(pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, pattern=NO_NUL)]
-Priority = Annotated[int, Field(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY)]
+Priority = Annotated[int, Interval(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY),
+                     BeforeValidator(_json_integer)]
 # RFC 3339, as the document's "date-time" says (pydantic alone also takes a bare date, a
 # time without offset, or a number of seconds).
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
@@ -469,7 +482,7 @@ class _Body(BaseModel):
 
 
 class IdsBody(_Body):
-    ids: list[Int64] = Field(max_length=config.SERVE_BULK_PREVIEW_MAX)
+    ids: list[BodyInt] = Field(max_length=config.SERVE_BULK_PREVIEW_MAX)
 
 
 class _FilterBody(_Body):
@@ -514,7 +527,7 @@ class DlqRetryBody(_Body):
 
 class DlqBulkBody(_FilterBody):
     model_config = ConfigDict(json_schema_extra=_one_of_fields(("kind", "queue", "tag")))
-    all: bool = False
+    all: StrictBool = False
 
 
 class DlqMoveBody(_Body):
@@ -522,7 +535,7 @@ class DlqMoveBody(_Body):
     kind: Name | None = None
     queue: QueueName | None = None
     reason: Name = "ui_bulk_move"
-    all: bool = False
+    all: StrictBool = False
 
 
 def _storable(value: Any) -> Any:
@@ -570,7 +583,7 @@ class BatchFilter(_Body):
     kind: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
     queue: QueueName = Field(default=None)  # type: ignore[assignment]  # absent, never null
     tag: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
-    ids: list[Int64] = Field(default=None, min_length=1,  # type: ignore[arg-type]  # ditto
+    ids: list[BodyInt] = Field(default=None, min_length=1,  # type: ignore[arg-type]  # ditto
                              max_length=config.SERVE_BULK_PREVIEW_MAX)
     state: Literal["available", "scheduled"] = Field(default=None)  # type: ignore[arg-type]
     created_at_gte: Timestamp = Field(default=None)  # type: ignore[assignment]  # ditto
@@ -592,7 +605,7 @@ class MoveQueueSpec(_Body):
 class _BatchOp(_Body):
     filter: BatchFilter
     submitted_by: Text | None = None
-    all: bool = False
+    all: StrictBool = False
 
 
 class SetPriorityOp(_BatchOp):
@@ -656,8 +669,9 @@ class BatchPreview(_Doc):
 
 
 class HeartbeatBody(_Body):
-    timeout_seconds: float = Field(default=config.CALLBACK_TIMEOUT_SECONDS, gt=0,
-                                   le=config.CALLBACK_TIMEOUT_MAX_SECONDS, allow_inf_nan=False)
+    timeout_seconds: Annotated[float, BeforeValidator(_json_number)] = Field(
+        default=config.CALLBACK_TIMEOUT_SECONDS, gt=0, le=config.CALLBACK_TIMEOUT_MAX_SECONDS,
+        allow_inf_nan=False)
 
 
 def document(app: Any, *, bearer: bool) -> None:
