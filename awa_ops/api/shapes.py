@@ -2,9 +2,12 @@
 
 The functions turn the read model's rows (``awa.job.Job``, ``DlqEntry``, the
 runtime registry) into the plain JSON of the Rust-core awa-ui API
-(``docs/api.md`` lists the differences).  The models only describe those
-shapes in the OpenAPI document: routes return JSON they built themselves, so a
-list of 1,000 jobs is not validated twice.
+(``docs/api.md`` lists the differences).  The response models only describe
+those shapes in the OpenAPI document: routes return JSON they built themselves,
+so a list of 1,000 jobs is not validated twice.  The request models and types
+are the input's rules, stated in the document and checked before anything runs
+(no NUL, bounded numbers, awa's queue-name rule), so no input reaches the
+database that it would refuse with a 500.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pydantic import (
 from pydantic.json_schema import JsonDict, JsonValue
 
 from awa import config
-from awa.job import Job
+from awa.job import Job, ValidationError
 from awa.storage.common.enqueue import validate_queue
 from awa.storage.engine import DlqEntry
 
@@ -95,8 +98,6 @@ Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
 
 def _queue_rule(value: str) -> str:
     """awa's one queue-name rule (at most 59 UTF-8 bytes: the LISTEN channel's limit)."""
-    from awa.job import ValidationError
-
     try:
         return validate_queue(value)
     except ValidationError as exc:
