@@ -84,6 +84,11 @@ def _validate_limit(limit: int) -> int:
     return limit
 
 
+def wrong_state(job_id: int, state: str, allowed: str, action: str) -> str:
+    """Why a cancel or retry applied to nothing (the CLI, the API and the Python API)."""
+    return f"job {job_id} is {state}; only {allowed} jobs can be {action}"
+
+
 def _not_found(job_id: int) -> JobNotFound:
     return JobNotFound(f"job {job_id} not found (it may never have existed or was "
                        f"removed by retention)")
@@ -183,8 +188,7 @@ class AdminMixin:
             found = await engine.get_job(conn, int(job_id))
         if found is None:
             return _not_found(job_id)
-        return JobNotFound(f"job {job_id} not found among {allowed} jobs: it is "
-                           f"{found.state.value}; only {allowed} jobs can be {action}")
+        return JobNotFound(wrong_state(job_id, found.state.value, allowed, action))
 
     async def cancel_by_unique_key(self, kind: str, *, queue: str | None = None,
                                    args: Any | None = None,

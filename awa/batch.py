@@ -28,13 +28,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config
 from awa.job import Job, ValidationError
+from awa.storage.common.enqueue import storable_text, validate_queue
 from awa.storage.engine import Engine
 
 OP_KINDS = ("set_priority", "move_queue")
 STATES = ("pending", "scanning", "running", "cancelling", "completed", "cancelled", "failed")
 FILTER_KEYS = ("kind", "queue", "ids", "tag", "state", "created_at_gte", "created_at_lt")
 ELIGIBLE_STATES = ("available", "scheduled")
-MAX_QUEUE_NAME = 200
 
 
 def _priority(value: Any, what: str) -> int:
@@ -72,6 +72,14 @@ def normalize_filter(op_kind: str, flt: dict[str, Any] | None) -> dict[str, Any]
                                        for i in ids)):
         raise ValidationError("filter ids must be a list of integers")
     out = {k: flt.get(k) for k in FILTER_KEYS}
+    if out["queue"] is not None:
+        validate_queue(out["queue"])
+    for key in ("kind", "tag"):
+        text = out[key]
+        if text is not None:
+            if not isinstance(text, str):
+                raise ValidationError(f"filter {key} must be a string, got {text!r}")
+            storable_text(text, f"filter {key}")
     out["ids"] = list(ids) if ids else None
     out["created_at_gte"] = _timestamp(flt.get("created_at_gte"), "created_at_gte")
     out["created_at_lt"] = _timestamp(flt.get("created_at_lt"), "created_at_lt")
@@ -88,10 +96,7 @@ def normalize_spec(op_kind: str, spec: dict[str, Any] | None) -> dict[str, Any]:
     if op_kind == "set_priority":
         return {"op_kind": op_kind, "priority": _priority(spec.get("priority"), "priority")}
     if op_kind == "move_queue":
-        queue = spec.get("queue")
-        if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_QUEUE_NAME:
-            raise ValidationError(f"move_queue needs a queue name of 1 to {MAX_QUEUE_NAME} "
-                                  f"characters, got {queue!r}")
+        queue = validate_queue(spec.get("queue"))  # the one rule, as for every queue name
         priority = spec.get("priority")
         return {"op_kind": op_kind, "queue": queue,
                 "priority": None if priority is None else _priority(priority, "priority")}

@@ -136,8 +136,9 @@ def check_timeout(timeout_seconds: Any) -> float:
         value = float(timeout_seconds)
     except (TypeError, ValueError):
         value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValidationError(f"callback timeout_seconds must be a positive number of seconds, "
+    if not math.isfinite(value) or not 0 < value <= config.CALLBACK_TIMEOUT_MAX_SECONDS:
+        raise ValidationError(f"callback timeout_seconds must be a positive number of seconds "
+                              f"up to {config.CALLBACK_TIMEOUT_MAX_SECONDS:.0f} (ten years), "
                               f"got {timeout_seconds!r}")
     return value
 

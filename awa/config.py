@@ -213,6 +213,9 @@ SERVE_JOBS_MAX_LIMIT = 1_000  # /api/jobs and /api/dlq pages are clamped to 1..t
 SERVE_TIMESERIES_MINUTES = 60
 SERVE_SUMMARY_CAP = 50_000  # /api/stats/timeseries, /api/kinds: rows read per part at most
 SERVE_BULK_PREVIEW_MAX = 10_000  # ids a filter-wide bulk preview lists (more: use awa batch)
+SERVE_TIMESERIES_MAX_MINUTES = 7 * 24 * 60  # /api/stats/timeseries: a week at most
+SERVE_MAX_BODY_BYTES = 2 * 1024 * 1024  # a request body past this is 413 (axum's default limit)
+SERVE_LIST_ARGS_CAP_BYTES = TUI_VALUE_CAP_BYTES  # /api/jobs, /api/dlq: bigger args are a marker
 # Worker health endpoints (/healthz, /readyz): off unless an address is given.
 HEALTH_ADDR_ENV = "AWA_HEALTH_ADDR"
 # Durable batch operations (awa.batch): run by the maintenance leader, a tick per interval.
@@ -233,6 +236,7 @@ METRICS_HOST = "127.0.0.1"
 
 # --- external callbacks (awa.callbacks, awa.callback_server, awa.http_worker) --
 CALLBACK_TIMEOUT_SECONDS = 3600.0  # register_callback / heartbeat_callback default
+CALLBACK_TIMEOUT_MAX_SECONDS = 10 * 365 * 86_400.0  # a longer timeout is refused
 CALLBACK_PATH_PREFIX = "/api/callbacks"
 CALLBACK_SECRET_BYTES = 32  # BLAKE3 keyed hash key length
 CALLBACK_MAX_BODY_BYTES = 256 * 1024  # larger callback bodies get 413

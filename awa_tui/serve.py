@@ -10,7 +10,12 @@ command line (where ``ps`` would show a password).
 
 Safe by default: bound to 127.0.0.1; any other address is refused unless the
 server is ``--read-only`` or has a bearer token (``--token-file``).  Read-only
-is also detected (``transaction_read_only``, e.g. a hot standby).  FastAPI,
+is also detected (``transaction_read_only``, e.g. a hot standby).  No web page
+can drive it: no CORS unless ``--cors-origin`` names origins, and the Host (and
+a change's Origin) must be this server's (``awa_ops.api.app.BrowserGuard``).
+The console's page loads nothing from outside the server (its font is served
+from textual-serve's own static files).  The database is checked (migrated, not
+another distribution's) and the port bound before the "serving" line.  FastAPI,
 uvicorn, Textual and textual-serve (the ``tui`` extra) are imported when it runs,
 so ``awa`` lists it without them and says which extra to install.
 """
@@ -18,9 +23,12 @@ so ``awa`` lists it without them and says which extra to install.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +71,17 @@ def read_token(path: str) -> str:
     return token
 
 
+# textual-serve's page asks a public CDN for its font; the font ships in its static files.
+_CDN_FONT = re.compile(r"<link[^>]*fonts\.googleapis\.com[^>]*>", re.S)
+FONT_FACE = ("<style>@font-face {{ font-family: \"Roboto Mono\"; src: "
+             "url(\"{static}fonts/RobotoMono-VariableFont_wght.ttf\"); }}</style>")
+
+
+def self_contained(page: str, static_url: str) -> str:
+    """The console's page with its font from this server instead of the CDN."""
+    return _CDN_FONT.sub(lambda _: FONT_FACE.format(static=static_url), page)
+
+
 def console_routes(command: str, public_url: str | None) -> list[Any]:
     """textual-serve's console (``/``, ``/ws``, ``/static``, ``/download``) as Starlette
     routes, so it shares the API's port and process."""
@@ -96,7 +115,7 @@ def console_routes(command: str, public_url: str | None) -> list[Any]:
             app_websocket_url=f"{ws_root}/ws", ping_url=f"{root}/",
             config={"static": {"url": f"{root}/static/"}},
             application={"name": "awa-tui"})
-        return HTMLResponse(page)
+        return HTMLResponse(self_contained(page, f"{root}/static/"))
 
     async def download(request: Request) -> Response:
         key = request.path_params["key"]
@@ -191,7 +210,11 @@ def console_routes(command: str, public_url: str | None) -> list[Any]:
 @click.option("--instance-name", default=None, envvar="AWA_INSTANCE_NAME",
               help="A name shown in /api/capabilities.")
 @click.option("--public-url", default=None, metavar="URL",
-              help="The URL browsers use, when behind a proxy.")
+              help="The URL browsers use, when behind a proxy; its host is accepted in "
+                   "the Host header besides the bound address.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="A web origin (https://ops.example.com) whose pages may call the API "
+                   "(CORS); repeat for several.  None by default.")
 @click.option("--refresh", default=str(config.TUI_REFRESH_SECONDS), show_default=True,
               metavar="SECONDS", help="How often each console re-reads its screen.")
 @click.option("--min-age", default="0", metavar="SECONDS",
@@ -200,8 +223,8 @@ def serve_command(host: str, port: int, token_file: str | None, read_only: bool,
                   no_console: bool, cache_ttl: float, pool_max: int, pool_min: int,
                   pool_idle_timeout: float, pool_max_lifetime: float,
                   pool_acquire_timeout: float, callback_hmac_secret: str | None,
-                  instance_name: str | None, public_url: str | None, refresh: str,
-                  min_age: str) -> None:
+                  instance_name: str | None, public_url: str | None,
+                  cors_origins: tuple[str, ...], refresh: str, min_age: str) -> None:
     """Serve the REST API (/api) and the awa-tui console in a browser."""
     if not is_loopback(host) and token_file is None and not read_only:
         raise click.ClickException(
@@ -228,7 +251,9 @@ def serve_command(host: str, port: int, token_file: str | None, read_only: bool,
         callback_secret=secret, pool_max=pool_max, pool_min=min(pool_min, pool_max),
         pool_idle_timeout_s=pool_idle_timeout, pool_max_lifetime_s=pool_max_lifetime,
         pool_acquire_timeout_s=pool_acquire_timeout,
-        instance_name=(instance_name or "").strip() or None)
+        instance_name=(instance_name or "").strip() or None,
+        cors_origins=tuple(o.strip() for o in cors_origins if o.strip()), bind_host=host,
+        public_url=public_url)
     os.environ[db.DATABASE_URL_ENV] = url
     command = None if no_console else console_command(refresh, read_only, min_age)
     try:
@@ -245,6 +270,11 @@ async def _serve(settings: Any, host: str, port: int, command: str | None,
 
     state = await open_state(settings)  # a database problem is one line, before binding
     try:
+        sock = bind(host, port)
+    except BaseException:
+        await state.pool.close()
+        raise
+    try:
         app = build_app(settings, state)
         if command is not None:
             for route in console_routes(command, public_url):
@@ -257,6 +287,25 @@ async def _serve(settings: Any, host: str, port: int, command: str | None,
                    err=True)
         server = uvicorn.Server(uvicorn.Config(with_auth(app, settings), host=host, port=port,
                                                log_level="warning", lifespan="on"))
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
+        sock.close()
         await state.pool.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the "serving" line (uvicorn serves on it): a busy
+    port is one line, not a traceback after the announcement."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc.strerror}"
+        raise click.ClickException(f"port {port} on {host} {why}; choose another with --port "
+                                   "(or stop what holds it)") from None
+    sock.setblocking(False)
+    return sock

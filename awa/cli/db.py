@@ -15,7 +15,7 @@ import click
 import psycopg
 
 from awa import config, db, schema, storage
-from awa.admin import AdminMixin
+from awa.admin import AdminMixin, wrong_state
 from awa.cli.options import (
     current_database_url,
     database_url_option,
@@ -101,7 +101,7 @@ def apply_admin(job_id: int, operation: Callable[[Any], Awaitable[T | None]], ac
         if done is not None:
             return done, ""
         found = await client.get_job(job_id)
-        return None, f"job {job_id} is {found.state.value}; only {allowed} jobs can be {action}"
+        return None, wrong_state(job_id, found.state.value, allowed, action)
 
     done, why = run_admin(go)
     if done is None:

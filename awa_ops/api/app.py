@@ -9,30 +9,42 @@ Errors answer ``{"error": "<message>"}`` with the reference's statuses: 503
 for a write on a read-only server, 404 for a missing job, 400 for bad input
 (``validation error: ...``), 409 for a unique conflict, 401 without the
 bearer token, 500 ``internal server error`` for anything unexpected (logged).
+A body of the wrong shape is 422; a value the document's constraints refuse
+(a NUL, an id past the integers JSON holds exactly, a number out of range) is
+400, and an id past those bounds in a path is 404 (no such job).  A declared
+path with another method is 405 with ``Allow``.
+
+``with_auth`` puts ``BrowserGuard`` in front of everything: the Host
+header must name this server (DNS rebinding), a state-changing request or a
+websocket from a browser must come from this server's own origin (or one
+``--cors-origin`` names), and a body is at most ``config.SERVE_MAX_BODY_BYTES``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
+import re
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from awa import config
+from awa import config, schema
 from awa.admin import AdminMixin
 from awa.batch import BatchMixin
 from awa.callbacks import CallbackMixin
@@ -67,15 +79,16 @@ class ApiError(Exception):
         self.message = message
 
 
-class JSON(Response):
-    media_type = "application/json"
+class JSON(JSONResponse):
+    """JSON of the shapes' own encoding (a JSONResponse, so the document shows each
+    route's model)."""
 
     def render(self, content: Any) -> bytes:
         return shapes.dumps(content)
 
 
-def error(status: int, message: str) -> JSON:
-    return JSON({"error": message}, status_code=status)
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSON:
+    return JSON({"error": message}, status_code=status, headers=headers)
 
 
 @dataclass
@@ -91,6 +104,10 @@ class ApiSettings:
     pool_max_lifetime_s: float = config.SERVE_POOL_MAX_LIFETIME_S
     pool_acquire_timeout_s: float = config.SERVE_POOL_ACQUIRE_TIMEOUT_S
     instance_name: str | None = None
+    cors_origins: tuple[str, ...] = ()  # no CORS unless named (--cors-origin)
+    max_body_bytes: int = config.SERVE_MAX_BODY_BYTES
+    bind_host: str = config.SERVE_HOST  # with public_url: the Host names accepted
+    public_url: str | None = None
 
 
 class Actions(AdminMixin, CronMixin, CallbackMixin, StorageTransitionMixin, BatchMixin):
@@ -167,6 +184,8 @@ async def open_state(settings: ApiSettings) -> ApiState:
                               acquire_timeout_s=settings.pool_acquire_timeout_s)
     try:
         async with pool.connection() as conn:
+            # An unmigrated or foreign database is refused here, in one line, as the CLI does.
+            await schema.ensure_migrated(conn)
             probed: Any = await (await conn.execute(PROBE_READ_ONLY)).fetchone()
         read_only = settings.read_only or bool(probed and probed["read_only"])
         actions = Actions(pool)
@@ -204,6 +223,10 @@ def map_error(exc: BaseException) -> JSON:
         return error(400, f"validation error: {_one_line(exc)}")
     if isinstance(exc, UniqueConflict):
         return error(409, "unique conflict")
+    if isinstance(exc, psycopg.errors.DataError):
+        # SQLSTATE class 22 is bad input by definition (a value out of range, a NUL, ...):
+        # the checks before the database should catch it first; this keeps it a 400.
+        return error(400, f"validation error: {_one_line(exc)}")
     if isinstance(exc, DatabaseError | psycopg.OperationalError | PoolTimeout):
         # Undefined by the reference (it answers 500): a REST client retries a 503.
         return error(503, f"database unavailable: {_one_line(exc)}")
@@ -213,31 +236,76 @@ def map_error(exc: BaseException) -> JSON:
     return error(500, "internal server error")
 
 
+# What pydantic calls a value out of the document's bounds (as opposed to a wrong shape).
+VALUE_ERRORS = frozenset({"string_pattern_mismatch", "string_unicode", "string_too_long",
+                          "string_too_short", "greater_than", "greater_than_equal",
+                          "less_than", "less_than_equal", "too_long", "too_short",
+                          "finite_number", "value_error", "json_invalid", "literal_error",
+                          "enum"})
+ID_PARAMS = ("job_id",)
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
-    """Query/path errors are 400; a body that is not JSON 400, a wrong shape 422."""
+    """Query and path errors are 400 (a job id past the bounds in the path: 404, no such job);
+    in a body, a value out of bounds is 400 and a wrong shape 422."""
     errors = exc.errors()
     status = 400
     parts = []
     for e in errors:
         loc = [str(p) for p in e.get("loc", ())]
-        if loc and loc[0] == "body" and e.get("type") != "json_invalid":
+        kind = e.get("type", "")
+        if loc and loc[0] == "body" and kind not in VALUE_ERRORS:
             status = 422
+        if loc[:1] == ["path"] and loc[-1] in ID_PARAMS and len(errors) == 1 and kind in (
+                "greater_than_equal", "less_than_equal"):
+            return 404, f"job not found: {e.get('input')}"
         where = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else "request")
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return status, "; ".join(parts) or "invalid request"
+    return status, "invalid request: " + ("; ".join(parts) or "invalid request")
+
+
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """The methods the OpenAPI document declares for ``path`` (empty: no such route)."""
+    patterns: list[tuple[re.Pattern[str], list[str]]] | None = getattr(
+        app.state, "method_patterns", None)
+    if patterns is None:
+        # Literal paths first: /api/jobs/bulk-retry is that route, not /api/jobs/{job_id}.
+        templates = sorted(app.openapi().get("paths", {}).items(), key=lambda t: "{" in t[0])
+        patterns = [(re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+                                + "$"), sorted(m.upper() for m in item))
+                    for template, item in templates]
+        app.state.method_patterns = patterns
+    for pattern, methods in patterns:
+        if pattern.match(path):
+            return methods
+    return []
+
+
+def _method_not_allowed(request: Request, allow: list[str]) -> JSON:
+    methods = ", ".join(allow)
+    return error(405, f"method {request.method} not allowed on {request.url.path}; "
+                      f"allowed: {methods}", {"Allow": methods})
 
 
 def install_errors(app: FastAPI) -> None:
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
+        # DELETE /api/dlq/depth reached DELETE /api/dlq/{job_id}: the path is a route of
+        # its own, without that method.
+        allow = allowed_methods(request.app, request.url.path)
+        if allow and request.method not in allow:
+            return _method_not_allowed(request, allow)
         status, message = _validation_message(exc)
-        return error(status, f"invalid request: {message}")
+        return error(status, message)
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 404:
             return error(404, f"no route {request.method} {request.url.path}")
-        return error(exc.status_code, str(exc.detail))
+        if exc.status_code == 405:
+            return _method_not_allowed(request, allowed_methods(request.app,
+                                                                request.url.path))
+        return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
     async def on_any(request: Request, exc: Exception) -> Response:
         return map_error(exc)
@@ -252,7 +320,168 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_any)
 
 
-# --- bearer auth (pure ASGI, so it also guards websockets and static files) -------------
+# --- pure ASGI guards (so they also cover websockets and static files) ---------------------
+
+async def refuse(scope: Scope, send: Send, status: int, message: str,
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Answer ``{"error": message}`` (a websocket is closed: policy violation)."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = shapes.dumps({"error": message})
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+WILDCARD_BINDS = ("", "0.0.0.0", "::")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class HostRule:
+    """The Host names this server answers to: the bound address (any loopback name or
+    address for a loopback bind; any IP literal and this machine's names for a wildcard
+    bind) and ``--public-url``'s host.  A DNS-rebinding page reaches the server under its
+    own name, which is none of these."""
+
+    def __init__(self, bind_host: str, public_url: str | None = None) -> None:
+        bind = bind_host.strip("[]").lower()
+        self.names: set[str] = set()
+        self.ips: set[str] = set()
+        self.any_ip = bind in WILDCARD_BINDS
+        self.loopback = bind == "localhost" or _is_loopback_ip(bind)
+        self.public_origin = None
+        if public_url:
+            parts = urlsplit(public_url)
+            if parts.hostname:
+                self.names.add(parts.hostname.rstrip("."))
+                self.public_origin = f"{parts.scheme}://{parts.netloc}".lower()
+        if self.any_ip:
+            self.names |= {"localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
+        elif self.loopback:
+            self.names.add("localhost")
+        elif _ip(bind) is not None:
+            self.ips.add(str(_ip(bind)))
+        else:
+            self.names.add(bind.rstrip("."))
+
+    def allows(self, host: str | None) -> bool:
+        name = _hostname(host)
+        if name is None:
+            return False
+        ip = _ip(name)
+        if ip is None:
+            return name in self.names
+        return self.any_ip or (self.loopback and ip.is_loopback) or str(ip) in self.ips
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _is_loopback_ip(text: str) -> bool:
+    ip = _ip(text)
+    return ip is not None and ip.is_loopback
+
+
+def _hostname(netloc: str | None) -> str | None:
+    if not netloc:
+        return None
+    try:
+        name = urlsplit("//" + netloc).hostname
+    except ValueError:
+        return None
+    return name.rstrip(".") if name else None
+
+
+class BrowserGuard:
+    """No web page can drive the server: a Host that is not this server's is refused
+    (403), and so is a state-changing request or a websocket whose ``Origin`` is another
+    site's (unless ``--cors-origin`` names it); a body past ``max_body`` bytes is 413.
+    Requests without ``Origin`` (curl, scripts) are not browsers' cross-site requests."""
+
+    def __init__(self, app: ASGIApp, hosts: HostRule, cors_origins: tuple[str, ...],
+                 max_body: int) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.cors_origins = {o.rstrip("/").lower() for o in cors_origins}
+        self.max_body = max_body
+
+    def _origin_ok(self, origin: str, host: str | None) -> bool:
+        origin = origin.rstrip("/").lower()
+        if origin in self.cors_origins or origin == self.hosts.public_origin:
+            return True
+        parts = urlsplit(origin)
+        return (parts.scheme in ("http", "https", "ws", "wss") and host is not None
+                and parts.netloc == host.lower())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = _header(scope, b"host")
+        if not self.hosts.allows(host):
+            await refuse(scope, send, 403, f"refused: Host {host!r} is not this server's "
+                                           "address (start awa serve with --public-url for "
+                                           "the name clients use)")
+            return
+        origin = _header(scope, b"origin")
+        changes = scope["type"] == "websocket" or scope.get("method") not in SAFE_METHODS
+        if changes and origin is not None and not self._origin_ok(origin, host):
+            await refuse(scope, send, 403, f"refused: a cross-site request from {origin!r} "
+                                           "(name it with --cors-origin to allow it)")
+            return
+        if scope["type"] == "http":
+            replay = await self._read_body(scope, receive)
+            if replay is None:
+                await refuse(scope, send, 413, f"request body larger than {self.max_body} "
+                                               "bytes")
+                return
+            receive = replay
+        await self.app(scope, receive, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The body read whole (None: past the cap), replayed to the application."""
+        length = _header(scope, b"content-length")
+        if length is not None and length.strip().isdigit() and int(length) > self.max_body:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        first: Message | None = None
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                first = message  # a disconnect: passed on as it came
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        pending: list[Message] = [first] if first is not None else [
+            {"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Message:
+            if pending:
+                return pending.pop()
+            return await receive()
+        return replay
+
+
+# --- bearer auth ------------------------------------------------------------------------
 
 
 
@@ -310,16 +539,9 @@ class BearerAuth:
         return wrapped
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        body = shapes.dumps({"error": "missing or invalid bearer token (Authorization: "
-                                      "Bearer <token from --token-file>)"})
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"www-authenticate", b'Bearer realm="awa"'),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await refuse(scope, send, 401, "missing or invalid bearer token (Authorization: "
+                                       "Bearer <token from --token-file>)",
+                     [(b"www-authenticate", b'Bearer realm="awa"')])
 
 
 # --- the application ----------------------------------------------------------------------
@@ -346,15 +568,20 @@ def build_app(settings: ApiSettings, state: ApiState | None = None) -> FastAPI:
                   redoc_url=None, lifespan=lifespan, default_response_class=JSON)
     install_errors(app)
     app.include_router(router, prefix=API_PREFIX)
-    # The reference serves the API to its own browser frontend from any origin.
-    from starlette.middleware.cors import CORSMiddleware
-    if settings.token is None:
-        app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"],
-                           allow_headers=["*"])
+    shapes.document(app, bearer=settings.token is not None)
     return app
 
 
 def with_auth(app: ASGIApp, settings: ApiSettings) -> ASGIApp:
-    if settings.token is None:
-        return app
-    return BearerAuth(app, settings.token, settings.callback_secret is not None)
+    """The application behind the browser guard and, with a token, the bearer check."""
+    if settings.token is not None:
+        app = BearerAuth(app, settings.token, settings.callback_secret is not None)
+    # The reference answers CORS from any origin; here only the origins named.  Outside
+    # the bearer check: a browser's preflight carries no token.
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+        app = CORSMiddleware(app, allow_origins=list(settings.cors_origins),
+                             allow_methods=["GET", "POST", "PATCH", "DELETE"],
+                             allow_headers=["Authorization", "Content-Type", "X-Awa-Signature"])
+    return BrowserGuard(app, HostRule(settings.bind_host, settings.public_url),
+                        settings.cors_origins, settings.max_body_bytes)

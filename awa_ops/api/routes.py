@@ -9,35 +9,64 @@ an action that changed something drops it.
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Query, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from awa import callback_contract, config
+from awa.admin import wrong_state
 from awa.callbacks import parse_callback_id
 from awa.job import CallbackNotFound, JobNotFound, ValidationError
 from awa.storage.engine import DlqFilter
 from awa_ops.api import shapes
-from awa_ops.api.app import JSON, ApiError, ApiState, state_of
+from awa_ops.api.app import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.api.reads import queue_runtime, runtime_overview
+from awa_ops.api.shapes import NO_NUL, Name, QueryInt, QueueName, Timestamp
 from awa_ops.console import operator_name
 
 router = APIRouter()
 
 JobStateName = Literal["scheduled", "available", "running", "completed", "retryable", "failed",
                        "cancelled", "waiting_external"]
+BatchStateName = Literal["pending", "scanning", "running", "cancelling", "completed",
+                         "cancelled", "failed"]
 Responses = dict[int | str, dict[str, Any]]
-E400: Responses = {400: {"model": shapes.Error, "description": "bad input"}}
-E404: Responses = {404: {"model": shapes.Error, "description": "not found"}}
-E503: Responses = {503: {"model": shapes.Error,
-                         "description": "read-only server or database down"}}
-E401: Responses = {401: {"model": shapes.Error, "description": "bad or missing signature"}}
-E409: Responses = {409: {"model": shapes.Error, "description": "unique conflict"}}
-W: Responses = {**E400, **E503}  # every write route
+
+# Every status a route can answer is in the document, with the {"error"} model.
+WHY: dict[int, str] = {
+    400: "bad input: a value out of the documented bounds, or a rule they cannot state "
+         "(`validation error: ...`)",
+    401: "the bearer token (a server started with --token-file), or a callback signature, "
+         "is missing or wrong",
+    403: "refused: the Host or, for a change, the Origin is not this server's",
+    404: "not found (a job, queue or schedule; a job in the wrong state says why)",
+    409: "unique conflict: another live job holds the unique key",
+    413: f"request body larger than {config.SERVE_MAX_BODY_BYTES} bytes",
+    422: "a body of the wrong shape (a missing field, a wrong type)",
+    503: "the database is unavailable, or (a change) the server is read-only",
+}
+
+
+def answers(*statuses: int) -> Responses:
+    """The error responses of a route: ``statuses`` plus 401, 403 and 503, which any may
+    answer; a route with a body also 413 and 422."""
+    codes = sorted({*statuses, 401, 403, 503})
+    return {code: {"model": shapes.Error, "description": WHY[code]} for code in codes}
+
+
+READ = answers()
+QUERY = answers(400)
+BODY = (400, 413, 422)
+JobIdPath = Annotated[QueryInt, Path(description="A job id; past the bounds stated: 404")]
+Limit = Annotated[QueryInt, Query(description="Clamped to 1..1000")]
+Filter = Annotated[Name | None, Query()]
+QueueFilter = Annotated[QueueName | None, Query()]
+QueuePath = Annotated[str, Path(min_length=1, max_length=config.MAX_QUEUE_NAME_BYTES,
+                                pattern=NO_NUL, description=shapes.QUEUE_DOC)]
+CronName = Annotated[str, Path(min_length=1, pattern=NO_NUL)]
 
 
 def _limit(limit: int) -> int:
@@ -52,30 +81,34 @@ async def _cached(st: ApiState, key: str, load: Any) -> Any:
     return await st.cache.get(key, load)
 
 
+def _capped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [shapes.capped_args(r) for r in rows]
+
+
 # --- jobs ---------------------------------------------------------------------------------
 
-@router.get("/jobs", response_model=list[shapes.JobResponse], tags=["jobs"], responses=E400)
+@router.get("/jobs", response_model=list[shapes.JobResponse], tags=["jobs"], responses=QUERY)
 async def list_jobs(request: Request, state: JobStateName | None = None,
-                    kind: str | None = None, queue: str | None = None, tag: str | None = None,
-                    before_id: int | None = None,
-                    limit: int = config.SERVE_JOBS_LIMIT) -> JSON:
+                    kind: Filter = None, queue: QueueFilter = None, tag: Filter = None,
+                    before_id: Annotated[QueryInt | None, Query()] = None,
+                    limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first (id descending); ``before_id`` pages on (ids below it).  ``limit`` is
-    clamped to 1..1000 on both engines."""
+    clamped to 1..1000 on both engines.  ``args`` over 64 KiB of JSON are replaced by
+    ``{"_awa_args_capped": {"bytes", "cap", "whole"}}``: ``whole`` is the route
+    (``/api/jobs/{id}``) that returns them whole."""
     st = state_of(request)
-    return JSON(await st.reads.jobs(state=state, kind=kind, queue=queue, tag=tag,
-                                    before_id=before_id, limit=_limit(limit)))
+    return JSON(_capped(await st.reads.jobs(state=state, kind=kind, queue=queue, tag=tag,
+                                            before_id=before_id, limit=_limit(limit))))
 
 
-RETRYABLE = ("failed", "cancelled", "waiting_external")
-CANCELLABLE = ("scheduled", "available", "running", "retryable", "waiting_external")
+RETRYABLE = shapes.RETRYABLE
+CANCELLABLE = shapes.CANCELLABLE
+RETRYABLE_TEXT = "failed, cancelled or waiting_external"
 
 
-async def _preview(request: Request, body: shapes.JobFilterBody,
+async def _preview(request: Request, body: shapes.RetryFilterBody | shapes.CancelFilterBody,
                    allowed: tuple[str, ...], action: str) -> JSON:
     st = state_of(request)
-    if body.state is not None and body.state not in allowed:
-        raise ApiError(400, f"validation error: bulk {action} applies to "
-                            f"{', '.join(allowed)} jobs, not {body.state}")
     if not (body.state or body.kind or body.queue or body.tag):
         raise ApiError(400, f"validation error: bulk {action} by filter needs at least one "
                             "of state, kind, queue or tag")
@@ -86,8 +119,8 @@ async def _preview(request: Request, body: shapes.JobFilterBody,
 
 
 @router.post("/jobs/bulk-retry/preview", response_model=shapes.FilterPreview, tags=["jobs"],
-             responses=E400)
-async def bulk_retry_preview(request: Request, body: shapes.JobFilterBody) -> JSON:
+             responses=answers(*BODY))
+async def bulk_retry_preview(request: Request, body: shapes.RetryFilterBody) -> JSON:
     """Addition: which jobs a filter-wide retry would touch (failed, cancelled or
     waiting_external; at most 10,000 ids).  Confirm by posting exactly these ``ids`` to
     ``/api/jobs/bulk-retry``: jobs that match only later are not swept in."""
@@ -95,15 +128,15 @@ async def bulk_retry_preview(request: Request, body: shapes.JobFilterBody) -> JS
 
 
 @router.post("/jobs/bulk-cancel/preview", response_model=shapes.FilterPreview, tags=["jobs"],
-             responses=E400)
-async def bulk_cancel_preview(request: Request, body: shapes.JobFilterBody) -> JSON:
+             responses=answers(*BODY))
+async def bulk_cancel_preview(request: Request, body: shapes.CancelFilterBody) -> JSON:
     """Addition: which unfinished jobs a filter-wide cancel would touch (at most 10,000
     ids); confirm with ``/api/jobs/bulk-cancel`` and these ``ids``."""
     return await _preview(request, body, CANCELLABLE, "cancel")
 
 
 @router.post("/jobs/bulk-retry", response_model=list[shapes.JobResponse], tags=["jobs"],
-             responses=W)
+             responses=answers(*BODY, 409))
 async def bulk_retry(request: Request, body: shapes.IdsBody) -> JSON:
     """Retry each failed, cancelled or waiting_external job of ``ids``; others are skipped."""
     st = state_of(request)
@@ -111,7 +144,7 @@ async def bulk_retry(request: Request, body: shapes.IdsBody) -> JSON:
 
 
 @router.post("/jobs/bulk-cancel", response_model=list[shapes.JobResponse], tags=["jobs"],
-             responses=W)
+             responses=answers(*BODY))
 async def bulk_cancel(request: Request, body: shapes.IdsBody) -> JSON:
     """Cancel each unfinished job of ``ids``; finished ones are skipped."""
     st = state_of(request)
@@ -128,41 +161,57 @@ async def _each(request: Request, ids: list[int],
             if job is not None]
     if done:
         st.cache.clear()
-    return JSON(await st.reads.responses(done))
+    return JSON(_capped(await st.reads.responses(done)))
 
 
 @router.get("/jobs/{job_id}", response_model=shapes.JobResponse, tags=["jobs"],
-            responses={**E404, **E400})
-async def get_job(request: Request, job_id: int) -> JSON:
-    """The job (live or in the DLQ: then ``dlq`` says why and when)."""
+            responses=answers(400, 404))
+async def get_job(request: Request, job_id: JobIdPath) -> JSON:
+    """The job (live or in the DLQ: then ``dlq`` says why and when), its args whole."""
     found = await state_of(request).reads.job(job_id)
     if found is None:
         raise _job_not_found(job_id)
     return JSON(found)
 
 
+async def _why_not(st: ApiState, job_id: int, allowed: str, action: str) -> ApiError:
+    """A cancel or retry that applied to nothing: 404 (the reference's status), saying why
+    in the CLI's words when the job exists."""
+    found = await st.reads.job(job_id)
+    if found is None:
+        return _job_not_found(job_id)
+    if found.get("dlq"):
+        return ApiError(404, f"job {job_id} is in the DLQ; retry it with POST "
+                             f"/api/dlq/{job_id}/retry")
+    return ApiError(404, wrong_state(job_id, found["state"], allowed, action))
+
+
 @router.post("/jobs/{job_id}/retry", response_model=shapes.JobResponse, tags=["jobs"],
-             responses={**W, **E404})
-async def retry_job(request: Request, job_id: int) -> JSON:
-    """A failed, cancelled or waiting_external job runs again (attempt 0); else 404."""
+             responses=answers(400, 404, 409))
+async def retry_job(request: Request, job_id: JobIdPath) -> JSON:
+    """A failed, cancelled or waiting_external job runs again (attempt 0); else 404, whose
+    message says the job's state (``job 7 is completed; only failed, cancelled or
+    waiting_external jobs can be retried``) or that there is no such job."""
     st = state_of(request)
     st.require_writable()
     job = await st.actions._retry_job(job_id)
     if job is None:
-        raise _job_not_found(job_id)
+        raise await _why_not(st, job_id, RETRYABLE_TEXT, "retried")
     st.cache.clear()
     return JSON((await st.reads.responses([job]))[0])
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=shapes.JobResponse, tags=["jobs"],
-             responses={**W, **E404})
-async def cancel_job(request: Request, job_id: int) -> JSON:
-    """An unfinished job is cancelled (a running attempt is told); else 404."""
+             responses=answers(400, 404))
+async def cancel_job(request: Request, job_id: JobIdPath) -> JSON:
+    """An unfinished job is cancelled (a running attempt is told); else 404, whose message
+    says the job's state (``job 7 is completed; only unfinished jobs can be cancelled``) or
+    that there is no such job."""
     st = state_of(request)
     st.require_writable()
     job = await st.actions._cancel_job(job_id)
     if job is None:
-        raise _job_not_found(job_id)
+        raise await _why_not(st, job_id, "unfinished", "cancelled")
     st.cache.clear()
     return JSON((await st.reads.responses([job]))[0])
 
@@ -170,33 +219,36 @@ async def cancel_job(request: Request, job_id: int) -> JSON:
 # --- batch operations (durable, run by the maintenance leader) ---------------------------
 
 @router.get("/batch-ops", response_model=list[shapes.BatchOperation], tags=["batch-ops"],
-            responses=E400)
-async def list_batch_ops(request: Request, state: str | None = None,
-                         limit: int = config.SERVE_JOBS_LIMIT) -> JSON:
+            responses=QUERY)
+async def list_batch_ops(request: Request, state: BatchStateName | None = None,
+                         limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first; ``limit`` clamped to 1..1000."""
     st = state_of(request)
     return JSON(await st.actions.list_batch_operations(state=state, limit=_limit(limit)))
 
 
 @router.post("/batch-ops/preview", response_model=shapes.BatchPreview, tags=["batch-ops"],
-             responses=W)
-async def preview_batch_op(request: Request, body: shapes.BatchEnvelope) -> JSON:
+             responses=answers(*BODY))
+async def preview_batch_op(request: Request, body: shapes.BatchPreviewBody) -> JSON:
     """How many available/scheduled jobs the operation would change now, and the 10 lowest
     ids of them.  Advisory: nothing is locked or stored."""
     st = state_of(request)
     st.require_writable()
-    total, sample = await st.actions.preview_batch_operation(body.op_kind, body.filter,
-                                                             body.spec)
-    return JSON({"total_matched": total, "sample": [shapes.job_row(j) for j in sample]})
+    total, sample = await st.actions.preview_batch_operation(
+        body.op_kind, body.filter.as_dict(), body.spec.model_dump())
+    return JSON({"total_matched": total,
+                 "sample": _capped([shapes.job_row(j) for j in sample])})
 
 
 @router.post("/batch-ops", response_model=shapes.BatchOperation, tags=["batch-ops"],
-             responses=W)
-async def submit_batch_op(request: Request, body: shapes.BatchEnvelope) -> JSON:
-    """Store the operation (``pending``); an empty filter needs ``all: true``."""
+             responses=answers(*BODY))
+async def submit_batch_op(request: Request, body: shapes.BatchSubmitBody) -> JSON:
+    """Store the operation (``pending``); an empty filter needs ``all: true``.  A
+    ``move_queue`` target obeys the queue-name rule (at most 59 bytes)."""
     st = state_of(request)
     st.require_writable()
-    op = await st.actions.submit_batch_operation(body.op_kind, body.filter, body.spec,
+    op = await st.actions.submit_batch_operation(body.op_kind, body.filter.as_dict(),
+                                                 body.spec.model_dump(),
                                                  submitted_by=body.submitted_by,
                                                  allow_all=body.all)
     st.cache.clear()
@@ -204,16 +256,17 @@ async def submit_batch_op(request: Request, body: shapes.BatchEnvelope) -> JSON:
 
 
 @router.get("/batch-ops/{op_id}", response_model=shapes.BatchOperation, tags=["batch-ops"],
-            responses=E400)
+            responses=QUERY)
 async def get_batch_op(request: Request, op_id: uuid.UUID) -> JSON:
     """Unknown id: 400 (as the reference)."""
     return JSON(await state_of(request).actions.get_batch_operation(op_id))
 
 
 @router.patch("/batch-ops/{op_id}", response_model=shapes.BatchOperation, tags=["batch-ops"],
-              responses=W)
+              responses=answers(*BODY))
 async def patch_batch_op(request: Request, op_id: uuid.UUID, body: shapes.BatchPatch) -> JSON:
-    """``{"state": "cancelling"}`` cancels a pending, scanning or running operation."""
+    """``{"state": "cancelling"}`` cancels a pending, scanning or running operation (another
+    state, or an unknown id: 400, as the reference)."""
     st = state_of(request)
     st.require_writable()
     if body.state != "cancelling":
@@ -224,7 +277,8 @@ async def patch_batch_op(request: Request, op_id: uuid.UUID, body: shapes.BatchP
 
 # --- queues -------------------------------------------------------------------------------
 
-@router.get("/queues", response_model=list[shapes.QueueOverview], tags=["queues"])
+@router.get("/queues", response_model=list[shapes.QueueOverview], tags=["queues"],
+            responses=READ)
 async def list_queues(request: Request) -> JSON:
     """Every known queue (jobs, descriptors, queue_meta, runtimes), by name.  Cached."""
     st = state_of(request)
@@ -232,7 +286,7 @@ async def list_queues(request: Request) -> JSON:
 
 
 @router.get("/queues/runtime", response_model=list[shapes.QueueRuntimeSummary],
-            tags=["queues", "runtime"])
+            tags=["queues", "runtime"], responses=READ)
 async def queues_runtime(request: Request) -> JSON:
     """Per queue: the runtimes serving it, in flight, their config.  Cached."""
     st = state_of(request)
@@ -243,16 +297,17 @@ async def queues_runtime(request: Request) -> JSON:
 
 
 @router.get("/queues/{queue}", response_model=shapes.QueueOverview, tags=["queues"],
-            responses=E404)
-async def get_queue(request: Request, queue: str) -> JSON:
+            responses=answers(400, 404))
+async def get_queue(request: Request, queue: QueuePath) -> JSON:
     for q in await state_of(request).reads.queues():
         if q["queue"] == queue:
             return JSON(q)
     raise ApiError(404, f"queue '{queue}' not found")
 
 
-@router.post("/queues/{queue}/pause", response_model=shapes.Ok, tags=["queues"], responses=W)
-async def pause_queue(request: Request, queue: str,
+@router.post("/queues/{queue}/pause", response_model=shapes.Ok, tags=["queues"],
+             responses=answers(*BODY))
+async def pause_queue(request: Request, queue: QueuePath,
                       body: Annotated[shapes.PausedBy, Body()]) -> JSON:
     """Dispatchers stop claiming from it (works for a queue with no jobs yet)."""
     st = state_of(request)
@@ -262,8 +317,9 @@ async def pause_queue(request: Request, queue: str,
     return JSON({"ok": True})
 
 
-@router.post("/queues/{queue}/resume", response_model=shapes.Ok, tags=["queues"], responses=W)
-async def resume_queue(request: Request, queue: str) -> JSON:
+@router.post("/queues/{queue}/resume", response_model=shapes.Ok, tags=["queues"],
+             responses=QUERY)
+async def resume_queue(request: Request, queue: QueuePath) -> JSON:
     st = state_of(request)
     st.require_writable()
     await st.actions.resume_queue(queue)
@@ -272,8 +328,8 @@ async def resume_queue(request: Request, queue: str) -> JSON:
 
 
 @router.post("/queues/{queue}/drain", response_model=shapes.Drained, tags=["queues"],
-             responses=W)
-async def drain_queue(request: Request, queue: str) -> JSON:
+             responses=QUERY)
+async def drain_queue(request: Request, queue: QueuePath) -> JSON:
     """Cancel every waiting job of the queue (available, scheduled, retryable,
     waiting_external); running ones finish."""
     st = state_of(request)
@@ -285,20 +341,23 @@ async def drain_queue(request: Request, queue: str) -> JSON:
 
 # --- kinds, cron ------------------------------------------------------------------------------
 
-@router.get("/kinds", response_model=list[shapes.JobKindOverview], tags=["kinds"])
+@router.get("/kinds", response_model=list[shapes.JobKindOverview], tags=["kinds"],
+            responses=READ)
 async def list_kinds(request: Request) -> JSON:
     """Every kind with jobs or a descriptor; its counts read by index, each part of the
     layout up to ``config.SERVE_SUMMARY_CAP`` rows (``capped``: lower bounds)."""
     return JSON(await state_of(request).reads.kinds())
 
 
-@router.get("/cron", response_model=list[shapes.CronJobResponse], tags=["cron"])
+@router.get("/cron", response_model=list[shapes.CronJobResponse], tags=["cron"],
+            responses=READ)
 async def list_cron(request: Request) -> JSON:
     return JSON(await state_of(request).reads.cron())
 
 
-@router.post("/cron/{name}/trigger", response_model=shapes.JobRow, tags=["cron"], responses=W)
-async def trigger_cron(request: Request, name: str) -> JSON:
+@router.post("/cron/{name}/trigger", response_model=shapes.JobRow, tags=["cron"],
+             responses=QUERY)
+async def trigger_cron(request: Request, name: CronName) -> JSON:
     """Enqueue one available run of the schedule now (allowed while paused)."""
     st = state_of(request)
     st.require_writable()
@@ -311,8 +370,8 @@ async def trigger_cron(request: Request, name: str) -> JSON:
 
 
 @router.post("/cron/{name}/pause", response_model=shapes.Ok, tags=["cron"],
-             responses={**W, **E404})
-async def pause_cron(request: Request, name: str,
+             responses=answers(*BODY, 404))
+async def pause_cron(request: Request, name: CronName,
                      body: Annotated[shapes.PausedBy | None, Body()] = None) -> JSON:
     st = state_of(request)
     st.require_writable()
@@ -326,8 +385,8 @@ async def pause_cron(request: Request, name: str,
 
 
 @router.post("/cron/{name}/resume", response_model=shapes.Ok, tags=["cron"],
-             responses={**W, **E404})
-async def resume_cron(request: Request, name: str) -> JSON:
+             responses=answers(400, 404))
+async def resume_cron(request: Request, name: CronName) -> JSON:
     st = state_of(request)
     st.require_writable()
     try:
@@ -340,34 +399,38 @@ async def resume_cron(request: Request, name: str) -> JSON:
 
 # --- stats, capabilities ---------------------------------------------------------------------
 
-@router.get("/stats", response_model=dict[str, int], tags=["stats"])
+@router.get("/stats", response_model=dict[str, int], tags=["stats"], responses=READ)
 async def stats(request: Request) -> JSON:
     """Jobs per state (all eight; DLQ entries count as failed).  Cached."""
     st = state_of(request)
     return JSON(await _cached(st, "stats", st.reads.stats))
 
 
-@router.get("/stats/timeseries", response_model=list[shapes.TimeseriesPoint], tags=["stats"])
-async def timeseries(request: Request, minutes: int = config.SERVE_TIMESERIES_MINUTES) -> JSON:
+@router.get("/stats/timeseries", response_model=list[shapes.TimeseriesPoint], tags=["stats"],
+            responses=QUERY)
+async def timeseries(request: Request,
+                     minutes: Annotated[int, Query(ge=1, le=config.SERVE_TIMESERIES_MAX_MINUTES)]
+                     = config.SERVE_TIMESERIES_MINUTES) -> JSON:
     """Jobs created per minute over the last ``minutes``, by current state, oldest first;
     of the newest jobs up to ``config.SERVE_SUMMARY_CAP`` (``capped`` on the oldest minute
     when the window holds more)."""
     return JSON(await state_of(request).reads.timeseries(minutes))
 
 
-@router.get("/stats/kinds", response_model=list[str], tags=["stats"])
+@router.get("/stats/kinds", response_model=list[str], tags=["stats"], responses=READ)
 async def stats_kinds(request: Request) -> JSON:
     return JSON(sorted(k["kind"] for k in await state_of(request).reads.kinds()
                        if k["job_count"]))
 
 
-@router.get("/stats/queues", response_model=list[str], tags=["stats"])
+@router.get("/stats/queues", response_model=list[str], tags=["stats"], responses=READ)
 async def stats_queues(request: Request) -> JSON:
     st = state_of(request)
     return JSON(sorted(q["queue"] for q in await _cached(st, "queues", st.reads.queues)))
 
 
-@router.get("/capabilities", response_model=shapes.Capabilities, tags=["capabilities"])
+@router.get("/capabilities", response_model=shapes.Capabilities, tags=["capabilities"],
+            responses=READ)
 async def capabilities(request: Request) -> JSON:
     """What this server allows; no database access."""
     st = state_of(request)
@@ -379,29 +442,32 @@ async def capabilities(request: Request) -> JSON:
 
 # --- DLQ ----------------------------------------------------------------------------------------
 
-@router.get("/dlq", response_model=list[shapes.DlqRow], tags=["dlq"])
-async def list_dlq(request: Request, kind: str | None = None, queue: str | None = None,
-                   tag: str | None = None, before_id: int | None = None,
-                   before_dlq_at: datetime | None = None,
-                   limit: int = config.SERVE_JOBS_LIMIT) -> JSON:
-    """Newest first (``dlq_at``, then id); page on with ``before_dlq_at`` + ``before_id``."""
+@router.get("/dlq", response_model=list[shapes.DlqRow], tags=["dlq"], responses=QUERY)
+async def list_dlq(request: Request, kind: Filter = None, queue: QueueFilter = None,
+                   tag: Filter = None, before_id: Annotated[QueryInt | None, Query()] = None,
+                   before_dlq_at: Annotated[Timestamp | None, Query()] = None,
+                   limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
+    """Newest first (``dlq_at``, then id); page on with ``before_dlq_at`` + ``before_id``.
+    ``args`` over 64 KiB are capped as in ``/api/jobs``."""
     where = DlqFilter(kind, queue, tag, before_id, before_dlq_at)
-    return JSON(await state_of(request).reads.dlq(where, _limit(limit)))
+    return JSON(_capped(await state_of(request).reads.dlq(where, _limit(limit))))
 
 
-@router.get("/dlq/depth", response_model=shapes.DlqDepthDoc, tags=["dlq"])
+@router.get("/dlq/depth", response_model=shapes.DlqDepthDoc, tags=["dlq"], responses=READ)
 async def dlq_depth(request: Request) -> JSON:
     return JSON(await state_of(request).reads.dlq_depth())
 
 
-@router.get("/dlq/causes", tags=["dlq"])
-async def dlq_causes(request: Request, limit: int = config.SERVE_JOBS_MAX_LIMIT) -> JSON:
+@router.get("/dlq/causes", response_model=list[shapes.ErrorGroupDoc], tags=["dlq"],
+            responses=QUERY)
+async def dlq_causes(request: Request, limit: Limit = config.SERVE_JOBS_MAX_LIMIT) -> JSON:
     """Addition: the newest ``limit`` DLQ entries grouped by error fingerprint
     (awa_ops.fingerprint), biggest group first."""
     return JSON(await state_of(request).reads.dlq_causes(_limit(limit)))
 
 
-@router.post("/dlq/bulk-retry", response_model=shapes.Count, tags=["dlq"], responses=W)
+@router.post("/dlq/bulk-retry", response_model=shapes.Count, tags=["dlq"],
+             responses=answers(*BODY, 409))
 async def dlq_bulk_retry(request: Request, body: shapes.DlqBulkBody) -> JSON:
     st = state_of(request)
     st.require_writable()
@@ -413,7 +479,8 @@ async def dlq_bulk_retry(request: Request, body: shapes.DlqBulkBody) -> JSON:
     return JSON({"count": count})
 
 
-@router.post("/dlq/bulk-purge", response_model=shapes.Count, tags=["dlq"], responses=W)
+@router.post("/dlq/bulk-purge", response_model=shapes.Count, tags=["dlq"],
+             responses=answers(*BODY))
 async def dlq_bulk_purge(request: Request, body: shapes.DlqBulkBody) -> JSON:
     st = state_of(request)
     st.require_writable()
@@ -425,7 +492,8 @@ async def dlq_bulk_purge(request: Request, body: shapes.DlqBulkBody) -> JSON:
     return JSON({"count": count})
 
 
-@router.post("/dlq/bulk-move", response_model=shapes.Count, tags=["dlq"], responses=W)
+@router.post("/dlq/bulk-move", response_model=shapes.Count, tags=["dlq"],
+             responses=answers(*BODY))
 async def dlq_bulk_move(request: Request, body: shapes.DlqMoveBody) -> JSON:
     """Move failed jobs (of a kind and/or queue) into the DLQ."""
     st = state_of(request)
@@ -438,23 +506,25 @@ async def dlq_bulk_move(request: Request, body: shapes.DlqMoveBody) -> JSON:
     return JSON({"count": count})
 
 
-@router.get("/dlq/{job_id}", response_model=shapes.DlqRow | None, tags=["dlq"])
-async def get_dlq(request: Request, job_id: int) -> JSON:
+@router.get("/dlq/{job_id}", response_model=shapes.DlqRow | None, tags=["dlq"],
+            responses=answers(400, 404))
+async def get_dlq(request: Request, job_id: JobIdPath) -> JSON:
     """The DLQ entry, or ``null`` when the id is not in the DLQ (as the reference)."""
     entry = await state_of(request).reads.dlq_entry(job_id)
     return JSON(None if entry is None else shapes.dlq_row(entry))
 
 
-@router.delete("/dlq/{job_id}", response_model=shapes.Count, tags=["dlq"], responses=W)
-async def purge_dlq_job(request: Request, job_id: int) -> JSON:
+@router.delete("/dlq/{job_id}", response_model=shapes.Count, tags=["dlq"],
+               responses=answers(400, 404))
+async def purge_dlq_job(request: Request, job_id: JobIdPath) -> JSON:
     st = state_of(request)
     st.require_writable()
     return JSON({"count": 1 if await st.actions.purge_dlq_job(job_id) else 0})
 
 
 @router.post("/dlq/{job_id}/retry", response_model=shapes.JobRow | None, tags=["dlq"],
-             responses={**W, **E409})
-async def retry_dlq_job(request: Request, job_id: int,
+             responses=answers(*BODY, 404, 409))
+async def retry_dlq_job(request: Request, job_id: JobIdPath,
                         body: Annotated[shapes.DlqRetryBody | None, Body()] = None) -> JSON:
     """Back to live storage (scheduled at ``run_at`` if future, else available now);
     ``null`` when the id is not in the DLQ."""
@@ -468,7 +538,8 @@ async def retry_dlq_job(request: Request, job_id: int,
 
 # --- runtime, storage, diagnostics -------------------------------------------------------------
 
-@router.get("/runtime", response_model=shapes.RuntimeOverview, tags=["runtime"])
+@router.get("/runtime", response_model=shapes.RuntimeOverview, tags=["runtime"],
+            responses=READ)
 async def runtime(request: Request) -> JSON:
     """The runtime registry: live, stale, healthy and leading instances.  Cached."""
     st = state_of(request)
@@ -478,7 +549,8 @@ async def runtime(request: Request) -> JSON:
     return JSON(await _cached(st, "runtime", load))
 
 
-@router.get("/storage", response_model=shapes.StorageStatusReport, tags=["storage"])
+@router.get("/storage", response_model=shapes.StorageStatusReport, tags=["storage"],
+            responses=QUERY)
 async def storage(request: Request, history: bool = False) -> JSON:
     """The storage engine's status (awa-pg 0.6.9's storage_status document).  Cached."""
     st = state_of(request)
@@ -491,7 +563,8 @@ async def storage(request: Request, history: bool = False) -> JSON:
     return JSON(report)
 
 
-@router.get("/diagnose", response_model=list[dict[str, Any]], tags=["diagnostics"])
+@router.get("/diagnose", response_model=list[dict[str, Any]], tags=["diagnostics"],
+            responses=READ)
 async def diagnose(request: Request) -> JSON:
     """Addition: every ``awa-ops diagnose`` check (the troubleshooting guide's queries)."""
     from awa_ops import diagnose as checks
@@ -543,11 +616,13 @@ async def _callback(request: Request, callback_id: str, action: Any, state: str)
     return JSON({"id": job.id, "state": state})
 
 
-CallbackId = Annotated[str, Path(description="The callback UUID the job registered")]
+CallbackId = Annotated[str, Path(description="The callback UUID the job registered (another "
+                                             "text: 400)", json_schema_extra={"format": "uuid"})]
+CALLBACK = answers(*BODY, 404)
 
 
 @router.post("/callbacks/{callback_id}/complete", response_model=shapes.CallbackResult,
-             tags=["callbacks"], responses={**W, **E404, **E401})
+             tags=["callbacks"], responses=CALLBACK)
 async def callback_complete(request: Request, callback_id: CallbackId,
                             body: shapes.CompleteBody) -> JSON:
     async def act(st: ApiState, cid: str) -> Any:
@@ -556,7 +631,7 @@ async def callback_complete(request: Request, callback_id: CallbackId,
 
 
 @router.post("/callbacks/{callback_id}/fail", response_model=shapes.CallbackResult,
-             tags=["callbacks"], responses={**W, **E404, **E401})
+             tags=["callbacks"], responses=CALLBACK)
 async def callback_fail(request: Request, callback_id: CallbackId,
                         body: shapes.FailBody) -> JSON:
     async def act(st: ApiState, cid: str) -> Any:
@@ -565,13 +640,9 @@ async def callback_fail(request: Request, callback_id: CallbackId,
 
 
 @router.post("/callbacks/{callback_id}/heartbeat", response_model=shapes.CallbackResult,
-             tags=["callbacks"], responses={**W, **E404, **E401})
+             tags=["callbacks"], responses=CALLBACK)
 async def callback_heartbeat(request: Request, callback_id: CallbackId,
                              body: shapes.HeartbeatBody) -> JSON:
-    if not math.isfinite(body.timeout_seconds) or body.timeout_seconds < 0:
-        raise ApiError(400, "validation error: timeout_seconds must be a finite, "
-                            "non-negative number")
-
     async def act(st: ApiState, cid: str) -> Any:
         return await st.actions.heartbeat_callback(cid, body.timeout_seconds)
     return await _callback(request, callback_id, act, "WaitingExternal")
@@ -580,5 +651,8 @@ async def callback_heartbeat(request: Request, callback_id: CallbackId,
 @router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                   include_in_schema=False)
 async def unknown(request: Request, rest: str) -> JSON:
-    """An unknown ``/api`` path: 404 JSON (the reference falls through to its HTML page)."""
+    """A path the document declares, with another method: 405 and ``Allow``; an unknown
+    ``/api`` path: 404 JSON (the reference falls through to its HTML page)."""
+    if allowed_methods(request.app, request.url.path):
+        raise StarletteHTTPException(405)
     raise ApiError(404, f"no route {request.method} /api/{rest}")

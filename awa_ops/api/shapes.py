@@ -2,26 +2,113 @@
 
 The functions turn the read model's rows (``awa.job.Job``, ``DlqEntry``, the
 runtime registry) into the plain JSON of the Rust-core awa-ui API
-(``docs/api.md`` lists the differences).  The models only describe those
-shapes in the OpenAPI document: routes return JSON they built themselves, so a
-list of 1,000 jobs is not validated twice.
+(``docs/api.md`` lists the differences).  The response models only describe
+those shapes in the OpenAPI document: routes return JSON they built themselves,
+so a list of 1,000 jobs is not validated twice.  The request models and types
+are the input's rules, stated in the document and checked before anything runs
+(no NUL, bounded numbers, awa's queue-name rule), so no input reaches the
+database that it would refuse with a 500.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from annotated_types import Interval
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonDict, JsonValue
 
 from awa import config
-from awa.job import Job
+from awa.job import Job, ValidationError
+from awa.storage.common.enqueue import validate_queue
 from awa.storage.engine import DlqEntry
 
 ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
 JOB_STATES = tuple(config.JOB_STATES)
+CAPPED_ARGS_KEY = "_awa_args_capped"
+
+# --- the rules every input obeys (stated in the OpenAPI document, checked by pydantic) ---
+# Job ids are int64, but a JSON number is a double to most clients and validators: the
+# integers the API takes are those a double holds exactly (I-JSON, RFC 7493: +-(2**53 - 1)),
+# so the server and every validator read a bound alike.  No job id comes near it.
+INT_MIN, INT_MAX = -(2**53 - 1), 2**53 - 1
+# Text PostgreSQL can store: no NUL (pydantic itself refuses a lone surrogate).
+NO_NUL = r"^[^\x00]*$"
+# Python's str.isspace() characters, spelt out: ECMA's \s differs (U+001C-001F, U+0085).
+_SPACE = r"\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = rf"^[^\x00]*[^\x00{_SPACE}][^\x00]*$"
+
+
+_INT_BOUNDS = Interval(ge=INT_MIN, le=INT_MAX)
+# In a query or a path (text, read as an integer).
+QueryInt = Annotated[int, _INT_BOUNDS]
+
+
+def _json_number(value: Any) -> Any:
+    """A JSON number, not "5" or true (pydantic's lax mode would take those)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+def _json_integer(value: Any) -> Any:
+    """A JSON integer: 5 or 5.0 (JSON Schema counts both), not 5.5, "5" or true."""
+    value = _json_number(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a JSON integer")
+        return int(value)
+    return value
+
+
+# In a body.
+BodyInt = Annotated[int, _INT_BOUNDS, BeforeValidator(_json_integer)]  # bounds first: documented
+Text = Annotated[str, Field(pattern=NO_NUL)]
+Name = Annotated[str, Field(min_length=1, pattern=NO_NUL)]
+Priority = Annotated[int, Interval(ge=config.MIN_PRIORITY, le=config.MAX_PRIORITY),
+                     BeforeValidator(_json_integer)]
+# RFC 3339, as the document's "date-time" says (pydantic alone also takes a bare date, a
+# time without offset, or a number of seconds).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _rfc3339(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 date-time with its offset "
+                         "(2026-12-07T10:00:00Z)")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339)]
+
+
+def _queue_rule(value: str) -> str:
+    """awa's one queue-name rule (at most 59 UTF-8 bytes: the LISTEN channel's limit)."""
+    try:
+        return validate_queue(value)
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+QUEUE_DOC = (f"1 to {config.MAX_QUEUE_NAME_BYTES} UTF-8 bytes (the LISTEN channel "
+             f"\"{config.NOTIFY_CHANNEL_PREFIX}<queue>\" fits 63), no NUL")
+QueueName = Annotated[str, Field(min_length=1, max_length=config.MAX_QUEUE_NAME_BYTES,
+                                 pattern=NO_NUL, description=QUEUE_DOC),
+                      AfterValidator(_queue_rule)]
 
 
 def plain(value: Any) -> Any:
@@ -70,6 +157,17 @@ def job_row(job: Job[Any]) -> dict[str, Any]:
         "callback_on_fail": job.callback_on_fail, "callback_transform": job.callback_transform,
         "progress": job.progress,
     }
+
+
+def capped_args(row: dict[str, Any], cap: int = config.SERVE_LIST_ARGS_CAP_BYTES
+                ) -> dict[str, Any]:
+    """A list's row: args bigger than ``cap`` bytes of JSON become a marker that says how
+    big they are and which route returns them whole (the console caps them the same way)."""
+    size = len(dumps(row["args"]))
+    if size > cap:
+        row["args"] = {CAPPED_ARGS_KEY: {"bytes": size, "cap": cap,
+                                         "whole": f"/api/jobs/{row['id']}"}}
+    return row
 
 
 def job_response(job: Job[Any], descriptors: Descriptors) -> dict[str, Any]:
@@ -358,6 +456,9 @@ class CallbackResult(_Doc):
 class ErrorGroupDoc(_Doc):
     fingerprint: str
     count: int
+    kinds: list[str]
+    example: str | None = None
+    job_ids: list[int]
 
 
 class Finding(_Doc):
@@ -367,15 +468,46 @@ class Finding(_Doc):
 
 # --- request bodies -------------------------------------------------------------------
 
-class IdsBody(BaseModel):
-    ids: list[int]
+def _one_of_fields(fields: tuple[str, ...], flag: str | None = "all") -> JsonDict:
+    """JSON Schema for "at least one of ``fields``, or ``flag`` true": the route refuses
+    (400) a body that names none, so the document says so."""
+    options: list[JsonValue] = [{"required": [f], "properties": {f: {"type": "string"}}}
+                                     for f in fields]
+    if flag:
+        options.append({"required": [flag], "properties": {flag: {"const": True}}})
+    return {"anyOf": options}
 
 
-class JobFilterBody(BaseModel):
-    state: str | None = None
-    kind: str | None = None
-    queue: str | None = None
-    tag: str | None = None
+class _Body(BaseModel):
+    """A request body; unknown fields are ignored, as the reference's (serde's default)."""
+
+
+class IdsBody(_Body):
+    ids: list[BodyInt] = Field(max_length=config.SERVE_BULK_PREVIEW_MAX)
+
+
+class _FilterBody(_Body):
+    kind: Name | None = None
+    queue: QueueName | None = None
+    tag: Name | None = None
+
+
+RetryState = Literal["failed", "cancelled", "waiting_external"]
+CancelState = Literal["scheduled", "available", "running", "retryable", "waiting_external"]
+RETRYABLE: tuple[str, ...] = get_args(RetryState)
+CANCELLABLE: tuple[str, ...] = get_args(CancelState)
+
+
+class RetryFilterBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("state", "kind", "queue",
+                                                                "tag"), None))
+    state: RetryState | None = None
+
+
+class CancelFilterBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("state", "kind", "queue",
+                                                                "tag"), None))
+    state: CancelState | None = None
 
 
 class FilterPreview(_Doc):
@@ -384,48 +516,131 @@ class FilterPreview(_Doc):
     truncated: bool
 
 
-class PausedBy(BaseModel):
-    paused_by: str | None = None
+class PausedBy(_Body):
+    paused_by: Text | None = None
 
 
-class DlqRetryBody(BaseModel):
-    run_at: datetime | None = None
-    priority: int | None = None
-    queue: str | None = None
+class DlqRetryBody(_Body):
+    run_at: Timestamp | None = None
+    priority: Priority | None = None
+    queue: QueueName | None = None
 
 
-class DlqBulkBody(BaseModel):
-    kind: str | None = None
-    queue: str | None = None
-    tag: str | None = None
-    all: bool = False
+class DlqBulkBody(_FilterBody):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("kind", "queue", "tag")))
+    all: StrictBool = False
 
 
-class DlqMoveBody(BaseModel):
-    kind: str | None = None
-    queue: str | None = None
-    reason: str = "ui_bulk_move"
-    all: bool = False
+class DlqMoveBody(_Body):
+    model_config = ConfigDict(json_schema_extra=_one_of_fields(("kind", "queue")))
+    kind: Name | None = None
+    queue: QueueName | None = None
+    reason: Name = "ui_bulk_move"
+    all: StrictBool = False
 
 
-class CompleteBody(BaseModel):
-    payload: Any = None
+def _storable(value: Any) -> Any:
+    """A JSON value jsonb can hold: no NUL in any string or key."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000), which PostgreSQL cannot "
+                             "store in jsonb")
+    elif isinstance(value, list):
+        for item in value:
+            _storable(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key)
+            _storable(item)
+    return value
 
 
-class FailBody(BaseModel):
-    error: str
+# Any JSON value without NUL, stated recursively (the component ``document`` adds) so
+# generated payloads obey it too.
+STORABLE_JSON_DEF: dict[str, Any] = {
+    "description": "Any JSON value whose strings and keys hold no NUL (jsonb cannot)",
+    "anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+              {"type": "string", "pattern": NO_NUL},
+              {"type": "array", "items": {"$ref": "#/components/schemas/StorableJson"}},
+              {"type": "object", "propertyNames": {"pattern": NO_NUL},
+               "additionalProperties": {"$ref": "#/components/schemas/StorableJson"}}]}
+StorableJson = Annotated[Any, AfterValidator(_storable), WithJsonSchema(STORABLE_JSON_DEF)]
 
 
-class BatchEnvelope(BaseModel):
-    op_kind: Literal["set_priority", "move_queue"]
-    filter: dict[str, Any]
-    spec: dict[str, Any]
-    submitted_by: str | None = None
-    all: bool = False
+class CompleteBody(_Body):
+    payload: StorableJson = None
 
 
-class BatchPatch(BaseModel):
-    state: str
+class FailBody(_Body):
+    error: Annotated[str, Field(pattern=NOT_BLANK, description="Not blank, no NUL")]
+
+
+class BatchFilter(_Body):
+    """Which jobs a batch operation changes (only available and scheduled ones).  An unknown
+    field is refused: dropping a misspelt one would widen the change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    queue: QueueName = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    tag: Name = Field(default=None)  # type: ignore[assignment]  # absent, never null
+    ids: list[BodyInt] = Field(default=None, min_length=1,  # type: ignore[arg-type]  # ditto
+                             max_length=config.SERVE_BULK_PREVIEW_MAX)
+    state: Literal["available", "scheduled"] = Field(default=None)  # type: ignore[arg-type]
+    created_at_gte: Timestamp = Field(default=None)  # type: ignore[assignment]  # ditto
+    created_at_lt: Timestamp = Field(default=None)  # type: ignore[assignment]  # ditto
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class SetPrioritySpec(_Body):
+    priority: Priority
+
+
+class MoveQueueSpec(_Body):
+    queue: QueueName
+    priority: Priority | None = None
+
+
+class _BatchOp(_Body):
+    filter: BatchFilter
+    submitted_by: Text | None = None
+    all: StrictBool = False
+
+
+class SetPriorityOp(_BatchOp):
+    op_kind: Literal["set_priority"]
+    spec: SetPrioritySpec
+
+
+class MoveQueueOp(_BatchOp):
+    op_kind: Literal["move_queue"]
+    spec: MoveQueueSpec
+
+
+# Submitting needs a filter with at least one field, or all=true (else 400).
+_WHOLE_OR_FILTERED: JsonDict = {
+    "anyOf": [{"required": ["all"], "properties": {"all": {"const": True}}},
+              {"properties": {"filter": {"minProperties": 1}}}]}
+
+
+class SetPrioritySubmit(SetPriorityOp):
+    model_config = ConfigDict(json_schema_extra=_WHOLE_OR_FILTERED)
+
+
+class MoveQueueSubmit(MoveQueueOp):
+    model_config = ConfigDict(json_schema_extra=_WHOLE_OR_FILTERED)
+
+
+BatchPreviewBody = Annotated[SetPriorityOp | MoveQueueOp, Field(discriminator="op_kind")]
+BatchSubmitBody = Annotated[SetPrioritySubmit | MoveQueueSubmit,
+                            Field(discriminator="op_kind")]
+
+
+class BatchPatch(_Body):
+    # Only "cancelling"; another value is the reference's 400, said by the route.
+    state: Annotated[str, WithJsonSchema({"type": "string", "enum": ["cancelling"]})]
 
 
 class BatchOperation(_Doc):
@@ -454,5 +669,27 @@ class BatchPreview(_Doc):
     sample: list[JobRow]
 
 
-class HeartbeatBody(BaseModel):
-    timeout_seconds: float = config.CALLBACK_TIMEOUT_SECONDS
+class HeartbeatBody(_Body):
+    timeout_seconds: Annotated[float, BeforeValidator(_json_number)] = Field(
+        default=config.CALLBACK_TIMEOUT_SECONDS, gt=0, le=config.CALLBACK_TIMEOUT_MAX_SECONDS,
+        allow_inf_nan=False)
+
+
+def document(app: Any, *, bearer: bool) -> None:
+    """Put the schemas the models name by ``$ref`` (StorableJson) in the OpenAPI document,
+    and, on a server with a token, the bearer scheme every route needs."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return dict(app.openapi_schema)
+        doc: dict[str, Any] = generate()
+        components = doc.setdefault("components", {})
+        components.setdefault("schemas", {})["StorableJson"] = STORABLE_JSON_DEF
+        if bearer:
+            components["securitySchemes"] = {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "The token of awa serve --token-file"}}
+            doc["security"] = [{"bearer": []}]
+        return doc
+    app.openapi = openapi

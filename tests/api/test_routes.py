@@ -229,7 +229,8 @@ def test_every_write_route_changes_the_database(engine, db, served: Served):
         fields(r.json(), JOB_RESPONSE)
         assert state_of(db, avail[0]) == "cancelled"
         r = http.post(f"/api/jobs/{avail[0]}/cancel")
-        assert r.status_code == 404 and r.json() == {"error": f"job not found: {avail[0]}"}
+        assert r.status_code == 404 and r.json() == {
+            "error": f"job {avail[0]} is cancelled; only unfinished jobs can be cancelled"}
         r = http.post(f"/api/jobs/{avail[0]}/retry")
         assert r.status_code == 200 and r.json()["state"] == "available"
         assert r.json()["attempt"] == 0

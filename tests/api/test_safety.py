@@ -175,3 +175,125 @@ class _Replica:
             pass
         shutil.rmtree(self.base, ignore_errors=True)
 
+
+
+# --- no web page can drive it (issue 50) ----------------------------------------------------
+
+EVIL = "https://evil.example"
+
+
+def _dlq_depth(database_url: str) -> int:
+    import awa
+    with awa.Client(database_url) as client:
+        return int(client.dlq_depth())
+
+
+def _arrange_targets(db, database_url: str) -> int:
+    """An available job, and two failed ones moved to the DLQ."""
+    import awa
+    job = insert_job(db, "available", kind="k", queue="q")
+    for _ in range(2):
+        insert_job(db, "failed", kind="poison", queue="q")
+    with awa.Client(database_url) as client:
+        client.bulk_move_failed_to_dlq(kind="poison")
+    return job
+
+
+def _unchanged(db, database_url: str, job: int) -> None:
+    row = job_row(db, job)
+    assert row is not None and row["state"] == "available"
+    assert _dlq_depth(database_url) == 2
+    assert db.execute("SELECT count(*) AS n FROM awa.queue_meta WHERE paused").fetchone()[
+        "n"] == 0
+
+
+def test_without_cors_origin_no_page_is_answered_cors(served):
+    with served.client() as http:
+        preflight = http.options("/api/dlq/bulk-purge", headers={
+            "Origin": EVIL, "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in preflight.headers
+        r = http.get("/api/jobs", headers={"Origin": EVIL})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+def test_cors_answers_only_the_origins_named(database_url):
+    ops = "https://ops.example.com"
+    with awa_serve(database_url, "--cors-origin", ops) as served, served.client() as http:
+        ok = http.options("/api/jobs/1/cancel", headers={
+            "Origin": ops, "Access-Control-Request-Method": "POST"})
+        assert ok.headers.get("access-control-allow-origin") == ops
+        assert http.get("/api/jobs", headers={"Origin": ops}).headers[
+            "access-control-allow-origin"] == ops
+        other = http.options("/api/jobs/1/cancel", headers={
+            "Origin": EVIL, "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in other.headers
+        assert http.post("/api/jobs/1/cancel", headers={"Origin": EVIL}).status_code == 403
+
+
+def test_a_rebinding_host_is_refused_and_nothing_changes(db, database_url):
+    job = _arrange_targets(db, database_url)
+    with awa_serve(database_url, "--public-url", "https://awa.internal:8443") as served, \
+            served.client() as http:
+        port = served.base.rsplit(":", 1)[1]
+        for host in (f"evil.example:{port}", "rebind.attacker.test", f"127.0.0.1.nip.io:{port}"):
+            headers = {"Host": host}
+            for method, path, body in (("POST", "/api/dlq/bulk-purge", {"all": True}),
+                                       ("POST", f"/api/jobs/{job}/cancel", None),
+                                       ("POST", "/api/queues/q/pause", {}),
+                                       ("GET", "/api/jobs", None)):
+                r = http.request(method, path, json=body, headers=headers)
+                assert r.status_code == 403 and "Host" in r.json()["error"], (host, path)
+        _unchanged(db, database_url, job)
+        # The names the server answers to: its address, localhost, the public URL's host.
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "awa.internal:8443"):
+            assert http.get("/api/capabilities", headers={"Host": host}).status_code == 200
+
+
+def test_a_cross_site_request_is_refused_and_nothing_changes(db, database_url):
+    job = _arrange_targets(db, database_url)
+    with awa_serve(database_url, console=True) as served, served.client() as http:
+        for origin in (EVIL, "null", "http://localhost:1"):
+            headers = {"Origin": origin}
+            r = http.post("/api/dlq/bulk-purge", json={"all": True}, headers=headers)
+            assert r.status_code == 403 and "cross-site" in r.json()["error"], origin
+            # A form post needs no preflight: the Origin check is what refuses it.
+            r = http.post(f"/api/jobs/{job}/cancel", content="x=1", headers={
+                **headers, "Content-Type": "application/x-www-form-urlencoded"})
+            assert r.status_code == 403, origin
+            assert http.delete("/api/dlq/1", headers=headers).status_code == 403
+        _unchanged(db, database_url, job)
+        # A cross-site websocket would drive a console: refused before the handshake.
+        host = served.base.split("//", 1)[1]
+        assert _websocket_status(host, EVIL) == 403
+        # This server's own pages may.
+        r = http.post(f"/api/jobs/{job}/cancel", headers={"Origin": served.base})
+        assert r.status_code == 200 and job_row(db, job)["state"] == "cancelled"
+
+
+def _websocket_status(host: str, origin: str) -> int:
+    import socket
+    name, port = host.split(":")
+    with socket.create_connection((name, int(port)), timeout=10) as sock:
+        sock.sendall((f"GET /ws?width=80&height=24 HTTP/1.1\r\nHost: {host}\r\n"
+                      "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                      f"Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n\r\n").encode())
+        return int(sock.recv(4096).split(b" ", 2)[1])
+
+
+def test_a_request_body_past_the_cap_is_413_and_changes_nothing(db, database_url, served):
+    job = _arrange_targets(db, database_url)
+    big = {"ids": [job] * (config.SERVE_MAX_BODY_BYTES // 2)}
+    with served.client() as http:
+        r = http.post("/api/jobs/bulk-cancel", json=big)
+        assert r.status_code == 413 and set(r.json()) == {"error"}
+
+        def chunks():  # no Content-Length: counted as it streams
+            yield b'{"ids": ['
+            for _ in range(config.SERVE_MAX_BODY_BYTES // 2):
+                yield f"{job}, ".encode()
+            yield f"{job}]}}".encode()
+        r = http.post("/api/jobs/bulk-cancel", content=chunks(),
+                      headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+    _unchanged(db, database_url, job)

@@ -63,7 +63,8 @@ async def test_cancel_available_and_scheduled(client, db):
                       "WHERE state IN ('scheduled', 'retryable')").fetchone()["n"] == 0
     assert state_of(db, later.id) == "cancelled"
     # Nothing to cancel raises, as awa-pg 0.6.9 (an AwaError).
-    with pytest.raises(awa.JobNotFound, match="it is cancelled; only unfinished jobs"):
+    with pytest.raises(awa.JobNotFound,
+                       match=f"job {now_job.id} is cancelled; only unfinished jobs"):
         await client.cancel(now_job.id)  # already finished
     with pytest.raises(awa.JobNotFound, match="job 999999 not found"):
         await client.cancel(999999)
@@ -85,7 +86,7 @@ async def test_retry_gives_a_fresh_run_and_wakes_the_queue(client, db, make_job,
     assert job.state == awa.JobState.Available and job.attempt == 0 and job.finalized_at is None
     assert job.errors[0]["error"] == "boom"  # history kept
     assert listener.received() == [("awa:q", "")]
-    with pytest.raises(awa.JobNotFound, match="it is available"):
+    with pytest.raises(awa.JobNotFound, match=r"job \d+ is available; only failed"):
         await client.retry(failed)  # available now: nothing to retry
     with pytest.raises(awa.JobNotFound, match="job 999999 not found"):
         await client.retry(999999)

@@ -180,8 +180,14 @@ async def test_refusals_name_the_fix(client, engine_name):
                                              {"queue": "x"})
     with pytest.raises(awa.ValidationError, match="priority must be an integer from 1 to 4"):
         await client.submit_batch_operation("set_priority", {"queue": "q"}, {"priority": 9})
-    with pytest.raises(awa.ValidationError, match="queue name of 1 to 200"):
+    with pytest.raises(awa.ValidationError, match="queue name must be a non-empty string"):
         await client.submit_batch_operation("move_queue", {"queue": "q"}, {"queue": ""})
+    # The one queue-name rule: a target no worker could LISTEN on is refused (issue 50).
+    with pytest.raises(awa.ValidationError, match="at most 59 fit the LISTEN channel"):
+        await client.submit_batch_operation("move_queue", {"queue": "q"}, {"queue": "q" * 100})
+    with pytest.raises(awa.ValidationError, match="at most 59 fit the LISTEN channel"):
+        await client.preview_batch_operation("set_priority", {"queue": "q" * 60},
+                                             {"priority": 1})
     with pytest.raises(awa.ValidationError, match="unknown op_kind"):
         await client.submit_batch_operation("delete", {"queue": "q"}, {})
     with pytest.raises(awa.ValidationError, match="batch operation not found"):
