@@ -78,6 +78,7 @@ DB_DEPTH = _metric("awa.db.queue.depth")
 DB_LAG = _metric("awa.db.queue.lag")
 DB_UNSERVED = _metric("awa.db.queue.unserved")
 DB_HEARTBEAT_AGE = _metric("awa.db.running.oldest_heartbeat_age")
+DB_HEARTBEAT_STALE = _metric("awa.db.running.heartbeat_stale")
 DB_DEADLINE_OVERDUE = _metric("awa.db.running.deadline_overdue")
 DB_RUNTIMES_LIVE = _metric("awa.db.runtimes.live")
 DB_LEADER_PRESENT = _metric("awa.db.leader.present")
@@ -105,8 +106,8 @@ class Thresholds:
     throughput_collapse_ratio: float = 0.25
     throughput_collapse_min_backlog: float = 100
     rescues_per_10m: float = 10
-    # rescue takes a stale attempt within staleness + one rescue interval (120 s by
-    # default); another interval on top and rescue has failed to act
+    # the dashboards' heartbeat-age panel: rescue takes a stale attempt within staleness +
+    # one rescue interval (120 s by default); another interval on top and it failed to act
     heartbeat_age_seconds: float = (config.HEARTBEAT_STALENESS_MS
                                     + 2 * config.HEARTBEAT_RESCUE_INTERVAL_MS) / 1000
     deadline_overdue_jobs: float = 0
@@ -371,19 +372,21 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
         AlertRule(
             name="AwaHeartbeatsStale",
             severity="warning",
-            expr=f"max by ({Q}) ({DB_HEARTBEAT_AGE}) > {num(t.heartbeat_age_seconds)}",
-            # fires about 4.5 minutes after the last heartbeat: 2.5 past staleness + rescue
+            # stale by the staleness of the runtime that runs each attempt (a fleet of long
+            # jobs may use 270 s where the default is 90 s): rescue takes such an attempt at
+            # its next scan (30 s), so two minutes of it means rescue is not acting
+            expr=f"sum by ({Q}) ({DB_HEARTBEAT_STALE}) > 0",
             for_="2m",
             summary="Running jobs stopped heartbeating and are not rescued.",
             description=(
-                "The oldest heartbeat of a running job in queue {{ $labels.awa_job_queue }} is "
-                "{{ $value | humanizeDuration }} old, past the staleness cutoff and a rescue "
-                "interval: stale-heartbeat rescue is not running (no leader, or its "
+                "{{ $value | humanize }} running jobs of queue {{ $labels.awa_job_queue }} are "
+                "past the heartbeat staleness of the runtime that runs them, for longer than "
+                "rescue takes: stale-heartbeat rescue is not running (no leader, or its "
                 "maintenance fails). A worker that merely died does not fire this: rescue "
                 "retries its jobs within staleness + one rescue interval."),
             runbook_check="heartbeats",
-            cases=lambda r: _gauge_cases(r, DB_HEARTBEAT_AGE, {Q: "email"},
-                                         t.heartbeat_age_seconds),
+            cases=lambda r: _gauge_cases(r, DB_HEARTBEAT_STALE, {Q: "email"}, 0,
+                                         fire_value=3),
         ),
         AlertRule(
             name="AwaDeadlinesOverdue",

@@ -221,9 +221,14 @@ def run(name: str, url: str, directory: Path, *, ci: bool = False) -> Verdict:
     only at the times that fall inside it."""
     spec = dict(expectations()[name])
     if ci and "ci_duration_s" in spec:
-        spec["duration_s"] = spec["ci_duration_s"]
+        # cut short: the observations and the alerts due after the cut are not waited for
+        # (any alert that fires anyway still counts as a false alarm)
+        end = float(spec["ci_duration_s"])
+        spec["duration_s"] = end
         spec["observations"] = [o for o in spec.get("observations", [])
-                                if float(o["at"]) < float(spec["duration_s"])]
+                                if float(o["at"]) < end]
+        spec["alerts"] = {k: v for k, v in (spec.get("alerts") or {}).items()
+                          if float(v) <= end}
     fleet = Fleet(url, directory)
     fleet.diagnose_flags = [str(f) for f in spec.get("diagnose_flags", [])]
     try:
