@@ -105,17 +105,18 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
 
 def assess(tables: list[dict[str, Any]], pinning: list[Finding],
            options: Options, schema: str = "awa") -> list[Finding]:
-    """Dead tuples worth an operator's time: past the table's own autovacuum trigger AND
-    at least ``OPS_DEAD_TUPLES_MIN`` (a small, busy table -- the runtime registry, a ring's
-    state -- collects a few hundred dead rows between two vacuums, which costs nothing);
-    blamed on the xmin horizon only when a holder pins it right now."""
+    """Dead tuples worth an operator's time, past the table's own autovacuum trigger:
+    while a holder pins the xmin horizon right now (vacuum cannot reclaim them: the holder
+    is named), or, with nothing pinning, at least ``OPS_DEAD_TUPLES_MIN`` that autovacuum
+    is not reclaiming (a small, busy table -- the runtime registry, a ring's state --
+    collects a few hundred dead rows between two vacuums, which costs nothing)."""
     findings: list[Finding] = []
     for t in tables:
         limit = trigger(t)
         dead, live = int(t["n_dead_tup"]), int(t["n_live_tup"])
         t["autovacuum_trigger"] = round(limit)
         t["dead_ratio"] = round(dead / max(live, 1), 3)
-        if dead <= limit or dead < config.OPS_DEAD_TUPLES_MIN:
+        if dead <= limit:
             continue
         since = t["since_vacuum_s"]
         vacuumed_recently = since is not None and since <= config.OPS_VACUUM_RECENT_S
@@ -131,6 +132,8 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding],
                 "vacuum runs but cannot reclaim rows a pinned MVCC horizon still needs; the queue "
                 f"tables bloat and dispatch slows. Oldest holder: {holder}",
                 ops("mvcc-horizon"), evidence, RUNBOOK))
+        elif dead < config.OPS_DEAD_TUPLES_MIN:
+            continue
         elif not autovacuum_enabled(t):
             findings.append(Finding(
                 Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
