@@ -241,6 +241,15 @@ def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
     assert first.returncode == 0, first.stderr
     half = jobs // 2
     fleet = Fleet(url, log_dir)
+    try:
+        return _roll(old, new, url, fleet, log_dir, jobs, half, rate)
+    except BaseException:
+        fleet.close()  # a failed roll leaves no worker running (the caller never gets it)
+        raise
+
+
+def _roll(old: Code, new: Code, url: str, fleet: Fleet, log_dir: Path, jobs: int, half: int,
+          rate: float) -> tuple[Verdict, Fleet]:
     old_workers = [fleet.worker(old, f"old{i}") for i in (1, 2)]
     producer = fleet.producer(old, "old", 0, half, rate)
     _wait_running(url, half // 4)  # a quarter of the old half done: mid-run
