@@ -183,20 +183,21 @@ def exporter_down(fleet: Fleet, spec: dict[str, Any]) -> None:
     observe_all(fleet, spec)
 
 
-def backlog_not_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
-    fleet.worker("default:1")
+def _backlog(fleet: Fleet, spec: dict[str, Any], slots: int, jobs: int, ms: int) -> None:
+    """A burst of ``jobs`` jobs of ``ms`` each onto one worker with ``slots`` slots."""
+    fleet.worker(f"default:{slots}")
     fleet.incident_begins()
     with awa.Client(fleet.url) as client:
-        client.insert_many([{"ms": 200}] * 400, kind="sleep", queue="default")
+        client.insert_many([{"ms": ms}] * jobs, kind="sleep", queue="default")
     observe_all(fleet, spec)
+
+
+def backlog_not_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
+    _backlog(fleet, spec, slots=1, jobs=400, ms=200)  # 80 s of work: the lag keeps growing
 
 
 def backlog_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
-    fleet.worker("default:16")
-    fleet.incident_begins()
-    with awa.Client(fleet.url) as client:
-        client.insert_many([{"ms": 50}] * 300, kind="sleep", queue="default")
-    observe_all(fleet, spec)
+    _backlog(fleet, spec, slots=16, jobs=300, ms=50)  # gone within a second or two
 
 
 SCENARIOS: dict[str, Callable[[Fleet, dict[str, Any]], None]] = {
