@@ -17,9 +17,12 @@ implementation of each operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import inspect
 import threading
+from collections.abc import Iterator
 from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
@@ -37,6 +40,24 @@ from awa.storage.engine import Engine
 from awa.transition import StorageTransitionMixin
 from awa.worker import WorkerMixin
 
+# Set by launchers that load an application's client only to point it elsewhere.
+_CONNECT_AT_CONSTRUCTION = contextvars.ContextVar("awa_connect_at_construction", default=True)
+
+
+@contextlib.contextmanager
+def clients_built_unconnected() -> Iterator[None]:
+    """Clients constructed inside skip the reachability check of their URL.
+
+    ``awa worker MODULE:CLIENT --database-url X`` imports the application's module, whose
+    client may name a database this machine cannot reach, then re-points it with
+    ``use_database_url()``: the check belongs to the URL it will really use.
+    """
+    token = _CONNECT_AT_CONSTRUCTION.set(False)
+    try:
+        yield
+    finally:
+        _CONNECT_AT_CONSTRUCTION.reset(token)
+
 
 @db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
@@ -49,7 +70,14 @@ class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorM
         """``direct_database_url`` (or ``AWA_DIRECT_DATABASE_URL``): PostgreSQL itself, for
         the runtime's leader lock session and LISTEN connections when ``database_url`` goes
         through a transaction pooler (PgBouncer).  ``behind_pooler``: whether
-        ``database_url`` does (None: detected at the first connection)."""
+        ``database_url`` does (None: detected at the first connection).
+
+        A ``database_url`` given here is connected to once, at once, as awa-pg 0.6.9's
+        constructor did: an unreachable database raises ``DatabaseError`` here, not at
+        the first call (see ``clients_built_unconnected``).  Without one, the URL is
+        resolved (``DATABASE_URL``, else the embedded server) at the first call."""
+        if database_url and _CONNECT_AT_CONSTRUCTION.get():
+            db.connect_sync(database_url, application_name).close()
         self._database_url_arg = database_url
         self._database_url: str | None = None
         self._direct_database_url_arg = direct_database_url

@@ -22,7 +22,7 @@ import click
 
 from awa import config
 from awa.cli.options import current_database_url
-from awa.client import AsyncClient, Client
+from awa.client import AsyncClient, Client, clients_built_unconnected
 from awa.job import ValidationError
 from awa.runtime.executor import HANDLER_THREAD_PREFIX
 
@@ -37,7 +37,8 @@ def load_client(target: str) -> AsyncClient:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with clients_built_unconnected():  # --database-url may re-point the client
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.ClickException(f"cannot import {module_name!r}: {exc}") from None
     obj = module

@@ -8,9 +8,12 @@ import logging
 import socket
 import time
 
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import awa
 from awa import db
+from awa.client import clients_built_unconnected
 
 
 def _free_port() -> int:
@@ -67,3 +70,16 @@ async def test_an_outage_is_one_line_then_throttled_then_one_line_on_recovery(da
         await pool.close()
         if server is not None:
             server.close()
+
+
+def test_a_client_given_an_unreachable_url_fails_when_constructed() -> None:
+    """As awa-pg 0.6.9's constructor: the URL given is connected to at once (its own test
+    ``test_client_connection_errors_use_database_error`` constructs and expects the error),
+    except while a launcher imports an application it will re-point."""
+    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/nowhere"
+    for cls in (awa.AsyncClient, awa.Client):
+        with pytest.raises(awa.DatabaseError, match="cannot connect"):
+            cls(url)
+    with clients_built_unconnected():
+        client = awa.AsyncClient(url)
+    client.use_database_url(url.replace("nowhere", "elsewhere"))

@@ -172,11 +172,7 @@ async def test_unmigrated_database_names_the_fix(empty_database_url, db):
         await client.close()
 
 
-async def test_unreachable_database_is_one_line():
-    client = awa.AsyncClient("postgresql://postgres@127.0.0.1:1/none")
-    try:
-        with pytest.raises(awa.DatabaseError, match="cannot connect") as info:
-            await asyncio.wait_for(client.insert(SendEmail("x")), 30)
-        assert "\n" not in str(info.value)
-    finally:
-        await client.close()
+def test_unreachable_database_is_one_line():
+    with pytest.raises(awa.DatabaseError, match="cannot connect") as info:
+        awa.AsyncClient("postgresql://postgres@127.0.0.1:1/none")
+    assert "\n" not in str(info.value)

@@ -218,17 +218,29 @@ async def test_shutdown_waits_for_handlers_flips_flags_and_leaves_hangs_to_rescu
     assert inst == [{"shutting_down": True}]
 
 
-def test_awa_worker_command_runs_a_client_and_stops_on_sigterm(database_url, db, tmp_path):
+@pytest.mark.parametrize("where", ["DATABASE_URL", "--database-url"])
+def test_awa_worker_command_runs_a_client_and_stops_on_sigterm(database_url, db, tmp_path,
+                                                               where):
+    """With ``--database-url`` the application's own client names a database this machine
+    cannot reach: a client connects when constructed with a URL, but not while
+    ``awa worker`` imports the application to re-point it."""
     app = tmp_path / "myapp.py"
+    own_url = "" if where == "DATABASE_URL" else "'postgresql://postgres@127.0.0.1:1/elsewhere'"
     app.write_text(
         "import awa\n"
-        "client = awa.AsyncClient()\n"
+        f"client = awa.AsyncClient({own_url})\n"
         "@client.task(dict, kind='hello', queue='greet')\n"
         "async def hello(job):\n"
         "    job.update_metadata({'pid': __import__('os').getpid()})\n")
-    env = {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.Popen([str(AWA_CLI), "worker", "myapp:client", "--queue", "greet:3",
-                             "--metrics-addr", "127.0.0.1:0"], env=env,
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv = [str(AWA_CLI), "worker", "myapp:client", "--queue", "greet:3",
+            "--metrics-addr", "127.0.0.1:0"]
+    if where == "DATABASE_URL":
+        env["DATABASE_URL"] = database_url
+    else:
+        env.pop("DATABASE_URL", None)
+        argv += ["--database-url", database_url]
+    proc = subprocess.Popen(argv, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         with awa.Client(database_url) as client:
