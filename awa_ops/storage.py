@@ -18,7 +18,8 @@ from typing import Any
 
 from psycopg import sql
 
-from awa.storage import CANONICAL, describe_layout
+from awa.statements import run_async
+from awa.storage import CANONICAL, describe_layout, fleet_steps
 from awa.storage.engine import Engine as StorageEngine
 from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
@@ -119,6 +120,16 @@ async def storage_engine(session: OpsSession) -> StorageEngine:
         cached = read_engine_for(await describe_layout(session.conn))
         session.cache["storage_engine"] = cached
     return cached
+
+
+async def kept_for_older_releases(session: OpsSession) -> int:
+    """How many objects the layout keeps for older releases' runtimes (what ``awa migrate
+    --contract`` would drop); 0 on a database another distribution laid out."""
+    layout = await describe_layout(session.conn)
+    if not layout.installed or layout.foreign:
+        return 0
+    async with session.read():
+        return (await run_async(session.conn, fleet_steps(layout))).kept_for_older
 
 
 def quote(identifier: str) -> str:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from awa import config
 from awa.known_queues import WAITING_STATES, has_waiting, unserved_queues
 from awa.storage.engine import QueueDepth
-from awa_ops.diagnose._text import db_ref, ops, plural, secs, shell_quote
+from awa_ops.diagnose._text import awa, db_ref, ops, plural, secs, shell_quote
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.runtimes import LeaderLock, Runtime, leader_lock, load_runtimes
-from awa_ops.storage import storage_engine
+from awa_ops.storage import kept_for_older_releases, storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
@@ -47,14 +47,15 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
     async with session.read():
         depths = await reads.queue_depths(session.conn, cap=config.OPS_WAITING_COUNT_CAP)
     waiting = [d for d in depths if has_waiting(d.depth)]
-    return assess(runtimes, options, lock, waiting)
+    return assess(runtimes, options, lock, waiting, await kept_for_older_releases(session))
 
 
 def assess(runtimes: list[Runtime], options: Options,
-           lock: LeaderLock | None = None, waiting: list[QueueDepth] | None = None
-           ) -> list[Finding]:
+           lock: LeaderLock | None = None, waiting: list[QueueDepth] | None = None,
+           kept_for_older: int = 0) -> list[Finding]:
     """``lock``: who holds the leader lock (None: not known, e.g. on a standby);
-    ``waiting``: the queues holding jobs that need a worker."""
+    ``waiting``: the queues holding jobs that need a worker; ``kept_for_older``: objects
+    the layout still keeps for older releases (the contract step's work)."""
     findings: list[Finding] = _unserved(runtimes, waiting or [], options)
     if findings and not any(r.live for r in runtimes):
         findings = []  # "no live runtime at all" below says it for every queue
@@ -163,8 +164,18 @@ def assess(runtimes: list[Runtime], options: Options,
                 f"{plural(n, 'runtime')} on {what}" for what, n in sorted(speaking.items())),
             "each release keeps working on the newest layout (expand, then contract); the "
             "contract step waits until no live runtime speaks an older layout",
-            "awa migrate --contract  # once the older runtimes are gone; refused before",
+            awa("migrate --contract") + "  # once the older runtimes are gone; refused before",
             [r.evidence() for r in live[:limit]], RUNBOOK))
+    elif kept_for_older and speaking:
+        # The roll is over (one release, one layout) but the expand step's leftovers remain.
+        findings.append(Finding(
+            Severity.OK,
+            f"contract step pending: {plural(kept_for_older, 'object')} kept for older "
+            f"releases' runtimes, and every live runtime speaks {next(iter(speaking))}",
+            "nothing needs them unless a runtime of an older release starts again (a "
+            "rollback); the contract step drops them, and refuses while an older runtime is "
+            "live",
+            awa("migrate --contract"), runbook=RUNBOOK))
 
     # (No leader row yet but the lock held: _leaderless already said OK, with its reason.)
     if leader is not None and not by_lock and not any(f.severity > Severity.OK for f in findings):

@@ -86,12 +86,17 @@ async def test_contract_waits_for_the_older_runtimes_and_the_fleet_says_it_is_mi
         # The older runtime stopped a minute ago.
         db.execute("UPDATE awa.runtime_instances SET last_seen_at = now() - interval '1 minute' "
                    "WHERE hostname = 'old-host'")
+        summaries = await asyncio.to_thread(diagnose_runtime, database_url, tmp_path)
+        pending = [s for s in summaries if s.startswith("contract step pending")]
+        assert pending == ([f"contract step pending: 4 objects kept for older releases' "
+                            f"runtimes, and every live runtime speaks awa-py "
+                            f"{awa.__version__}, {speaks}"] if layout else []), summaries
         rc, said = await asyncio.to_thread(CURRENT.contract, database_url)
         assert rc == 0, said
         assert said.startswith("contracted: dropped 4 object(s)" if layout else
                                "nothing to contract: the canonical engine"), said
         summaries = await asyncio.to_thread(diagnose_runtime, database_url, tmp_path)
-        assert not any("mixed fleet" in s for s in summaries), summaries
+        assert not any("mixed fleet" in s or "contract step" in s for s in summaries), summaries
         assert "contract:" not in await asyncio.to_thread(awa_db, database_url)
     finally:
         await client.shutdown(5_000)
