@@ -48,6 +48,7 @@ from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
     attempt_timing,
     classify_attempt,
     judging_timing,
+    speaks,
 )
 from awa_ops.session import OpsSession
 from awa_ops.storage import storage_engine
@@ -104,6 +105,10 @@ class RuntimeSummary(RuntimeInstance):
     def label(self) -> str:
         return f"{self.hostname or '?'}:{self.pid if self.pid is not None else '?'}"
 
+    def speaks(self, *, short: bool = False) -> str:
+        """Its release and layout (``awa_ops.runtimes.speaks``, diagnose runtime's rule)."""
+        return speaks(self.version, self.schema_version, self.layout_version, short=short)
+
     def bad_flags(self) -> list[str]:
         """The health flags that are off, named as the runtime_instances columns."""
         flags = ("healthy", "postgres_connected", "poll_loop_alive", "heartbeat_alive")
@@ -126,6 +131,15 @@ class Overview:
 
     def live_runtimes(self) -> list[RuntimeSummary]:
         return [r for r in self.runtimes if r.live(self.now) and not r.shutting_down]
+
+    def mixed_fleet(self) -> dict[str, int]:
+        """Live runtimes by what they speak, when more than one release or layout is live
+        (a rolling upgrade in progress; diagnose runtime's "mixed fleet"); else empty."""
+        counts: dict[str, int] = {}
+        for r in self.runtimes:
+            if r.live(self.now):
+                counts[r.speaks()] = counts.get(r.speaks(), 0) + 1
+        return dict(sorted(counts.items())) if len(counts) > 1 else {}
 
     def problem(self) -> str | None:
         """The Overview's finding: the fleet-wide condition an operator must act on first,

@@ -179,6 +179,21 @@ def classify_attempt(*, heartbeat_age_s: float | None, deadline_remaining_s: flo
 
 # --- the runtime registry as awa-ops reads it ----------------------------------
 
+
+def speaks(version: str | None, schema_version: int | None, layout_version: int | None, *,
+           short: bool = False) -> str:
+    """A runtime's release and the layout its code speaks, e.g. ``awa-py 0.2.0, layout 8``
+    (``short``: ``0.2.0 L8``, ``S7`` for a schema version alone, ``L?`` when not recorded):
+    live runtimes that differ here are a fleet in the middle of a rolling upgrade."""
+    if short:
+        said = ("L?" if schema_version is None else f"L{layout_version}"
+                if layout_version is not None else f"S{schema_version}")
+        return f"{version or '?'} {said}"
+    said = ("layout not recorded" if schema_version is None
+            else f"layout {layout_version}" if layout_version is not None
+            else f"schema {schema_version}")
+    return f"awa-py {version or '?'}, {said}"
+
 @dataclass
 class Runtime:
     row: dict[str, Any]
@@ -229,12 +244,8 @@ class Runtime:
 
     @property
     def speaks(self) -> str:
-        """Its release and the layout its code speaks, e.g. ``awa-py 0.2.0, layout 8``:
-        runtimes that differ here are a fleet in the middle of a rolling upgrade."""
-        schema, layout = self.row.get("schema_version"), self.row.get("layout_version")
-        said = ("layout not recorded" if schema is None
-                else f"layout {layout}" if layout is not None else f"schema {schema}")
-        return f"awa-py {self.row.get('version') or '?'}, {said}"
+        return speaks(self.row.get("version"), self.row.get("schema_version"),
+                      self.row.get("layout_version"))
 
     @property
     def draining(self) -> bool:

@@ -33,7 +33,7 @@ QUEUE_COLUMNS = (Column("queue", "Queue", 0, min_width=10, max_width=28),
 RUNTIME_COLUMNS = (Column("role", "Role", 0, min_width=8),
                    Column("host", "Host", 0, min_width=10, max_width=24),
                    Column("pid", "PID", 0, min_width=6),
-                   Column("version", "Version", 2, min_width=7),
+                   Column("version", "Version", 2, min_width=8),
                    Column("seen", "Last seen", 0, min_width=11),
                    Column("health", "Health", 0, min_width=6, max_width=40),
                    Column("queues", "Queues", 1, min_width=10, max_width=400))
@@ -46,8 +46,11 @@ The state of the whole system on one screen.
 
 [b]Queues[/b]: depth by state (counts stop at a cap and show "+"), lag (age of the
 oldest runnable job), completions per second and their recent history, paused.
-[b]Runtimes[/b]: every worker process; [b]LEADER[/b] marks the one running maintenance.
-A red banner appears when no live runtime holds leadership.
+[b]Runtimes[/b]: every worker process; [b]LEADER[/b] marks the one running maintenance;
+Version shows its release and the layout its code speaks (L8: layout 8; S7: schema 7;
+L?: a release from before runtimes recorded it).  A red banner appears when no
+live runtime holds leadership; "mixed fleet" in the summary line means runtimes of more
+than one release or layout are live (a rolling upgrade in progress).
 
 [b]Charts[/b]: completions per second and lag per queue over the last ten minutes
 (the busiest five queues), from what this console has seen since it started.
@@ -138,7 +141,8 @@ class OverviewScreen(ConsoleScreen):
             if not live:
                 health = Text("stopped" if r.shutting_down else "gone", style="dim")
             runtimes.put_row(role, Text(r.hostname or "?", style=dim),
-                             Text(str(r.pid or "?"), style=dim), Text(r.version or "?", style=dim),
+                             Text(str(r.pid or "?"), style=dim),
+                             Text(r.speaks(short=True), style=dim),
                              Text(relative(r.last_seen_at, now), style=dim), health,
                              Text(",".join(r.queues), style=dim), key=r.instance_id)
         diag = self.console.diagnostic_status
@@ -147,6 +151,10 @@ class OverviewScreen(ConsoleScreen):
                  f"leader [b]{leader.label() if leader else 'NONE'}[/b]" if leader
                  or not data.leader_lock_held else
                  f"leader [b]unknown[/b] ({data.leader_unknown()})"]
+        mixed = data.mixed_fleet()
+        if mixed:
+            parts.append("[b]mixed fleet[/b] " + ", ".join(
+                f"{n} on {what.removeprefix('awa-py ')}" for what, n in mixed.items()))
         if diag:
             parts.append(f"diagnostics [b]{diag}[/b]")
         self.query_one("#summary", TextLine).set("   ".join(parts))

@@ -153,3 +153,23 @@ async def test_the_lock_holder_that_names_its_runtime_is_the_leader(database_url
             assert "NO LEADER" not in text
             assert "leader unknown (lock held by runtime 0b7e1c2d, not registered yet)" in text
             assert "★ LEADER" not in text
+
+
+async def test_a_rolling_upgrade_reads_as_a_mixed_fleet(database_url, db):
+    """Each runtime's release and layout in Version, and "mixed fleet" in the summary while
+    more than one is live (diagnose runtime's rule); a gone runtime does not count."""
+    add_runtime(db, host="old", pid=1, leader=True)  # a release before versions were recorded
+    add_runtime(db, host="new", pid=2, schema_version=7, layout_version=8)
+    add_runtime(db, host="gone", pid=3, last_seen=at(-3600), schema_version=6)
+    async with running_console(database_url) as (app, pilot):
+        table = app.screen.query_one("#runtimes")
+        version = table.shown_keys().index("version")
+        seen = {str(table.get_row_at(i)[1]): str(table.get_row_at(i)[version])
+                for i in range(table.row_count)}
+        assert seen == {"old": "0.1.0 L?", "new": "0.1.0 L8", "gone": "0.1.0 S6"}
+        assert ("mixed fleet 1 on 0.1.0, layout 8, 1 on 0.1.0, layout not recorded"
+                in screen_text(app))
+        db.execute("UPDATE awa.runtime_instances SET last_seen_at = %s WHERE hostname = 'old'",
+                   [at(-3600)])
+        await app.refresh_now()
+        assert "mixed fleet" not in screen_text(app)
