@@ -29,7 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 PREVIOUS = {
     "32a8704": "32a8704bd8e720d8e847e1e23fd4198e6c52940b",
     "bb0ffc4": "bb0ffc457543e890c5b0d0a04a30d57482baab0f",
+    "0.2.0": "4512380c5a1ada57c9fcd78d2850c1f72b8ab05f",  # tag v0.2.0
 }
+# The release a fleet rolls from today (docs/production.md's procedure goes one release at a
+# time): CI rolls from it; benchmarks/upgrade.py rolls from any of PREVIOUS.
+NEWEST = "0.2.0"
 CACHE = Path(os.environ.get("AWA_UPGRADE_CACHE")
              or Path.home() / ".cache" / "awa-upgrade")
 

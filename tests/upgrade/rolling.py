@@ -167,6 +167,9 @@ class Verdict:
     error_lines_before: list[str] = field(default_factory=list)
     # `awa migrate --contract` while older runtimes were live: its rc and one line.
     contract: tuple[int, str] = (0, "")
+    # Whether the old release's code speaks an older schema or layout than this code's (then
+    # the contract step must refuse while its runtimes are live; else it may run).
+    older_layout: bool = True
 
     @property
     def ok(self) -> bool:
@@ -239,10 +242,13 @@ def roll(old: Code, new: Code, url: str, engine: str, log_dir: Path, jobs: int,
     log_dir.mkdir(parents=True, exist_ok=True)
     first = old.migrate(url, engine)
     assert first.returncode == 0, first.stderr
+    older = _older_layout(url, engine)
     half = jobs // 2
     fleet = Fleet(url, log_dir)
     try:
-        return _roll(old, new, url, fleet, log_dir, jobs, half, rate)
+        verdict, fleet = _roll(old, new, url, fleet, log_dir, jobs, half, rate)
+        verdict.older_layout = older
+        return verdict, fleet
     except BaseException:
         fleet.close()  # a failed roll leaves no worker running (the caller never gets it)
         raise
@@ -294,6 +300,27 @@ def rollback(old: Code, fleet: Fleet, jobs_before: int, jobs: int, rate: float) 
     return verdict
 
 
+def _older_layout(url: str, engine: str) -> bool:
+    """Whether the database the old release laid out is at an older schema version, or
+    (queue storage) an older layout, than this code's: what its runtimes speak."""
+    from awa.schema import current_migration_version
+    from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT max(version) FROM awa.schema_version").fetchone()
+        if row is None or row[0] < current_migration_version():
+            return True
+        if engine != "queue_storage":
+            return False
+        # A layout from before qs_layout_version() existed is older still (a missing function
+        # fails the statement that names it, so it is asked for only once seen).
+        present = conn.execute("SELECT to_regproc('awa.qs_layout_version') IS NOT NULL"
+                               ).fetchone()
+        layout = (conn.execute("SELECT awa.qs_layout_version()").fetchone()
+                  if present and present[0] else None)
+    return layout is None or layout[0] < QUEUE_STORAGE_LAYOUT_VERSION
+
+
 def _layout_state(url: str) -> list[str]:
     """The manifest lines, each function with a digest of its body: what a migration changed."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -336,6 +363,7 @@ def run(old_release: str, engine: str, jobs: int, admin_url: str, log_root: Path
         rate = rate or max(jobs / 12, 200.0)
         forward, fleet = roll(old, CURRENT, url, engine, log_dir, jobs, rate)
         back = rollback(old, fleet, jobs, rollback_jobs or jobs // 4, rate)
+        back.older_layout = forward.older_layout
         for p in fleet.processes:
             assert Fleet.stop(p) == 0, f"{p.name} exited badly: {p.stderr.read_text()[-2000:]}"
         time.sleep(LIVE_WINDOW_S)  # the stopped runtimes' snapshots age out
