@@ -22,9 +22,9 @@ from awa.callbacks import parse_callback_id
 from awa.job import CallbackNotFound, JobNotFound, ValidationError
 from awa.storage.engine import DlqFilter
 from awa_ops.api import shapes
-from awa_ops.api.app import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.api.reads import queue_runtime, runtime_overview
 from awa_ops.api.shapes import NO_NUL, Name, QueryInt, QueueName, Timestamp
+from awa_ops.api.state import JSON, ApiError, ApiState, allowed_methods, state_of
 from awa_ops.console import operator_name
 
 router = APIRouter()
