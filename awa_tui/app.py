@@ -43,6 +43,7 @@ from awa_tui.screens.base import MUTATING_ACTIONS, ConsoleScreen
 from awa_tui.screens.detail import JobDetailScreen
 from awa_tui.screens.diagnostics import DiagnosticsScreen
 from awa_tui.screens.dlq import DlqScreen
+from awa_tui.screens.host import Action, ConsoleHost, Preview
 from awa_tui.screens.jobs import JobsScreen
 from awa_tui.screens.modals import ConfirmScreen, HelpScreen, PromptScreen
 from awa_tui.screens.overview import OverviewScreen
@@ -52,9 +53,6 @@ REFRESH_STEPS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 # The longest a typed key waits for what the key before it started (a screen to mount, a
 # prompt to open) before it is read anyway: a widget removed meanwhile never answers.
 KEY_WAIT_S = 1.0
-Action = Callable[[ConsoleActions], Awaitable[str]]
-# A filter-wide action's preview: (question, action), or (notice, None) when nothing to do.
-Preview = Callable[[ConsoleActions], Awaitable[tuple[str, Action | None]]]
 BATCH_HELP = """
 
 Start one from the Jobs screen: filter it, then b (set a priority or move to a queue);
@@ -617,6 +615,11 @@ def parse_seconds(value: str, option: str) -> float:
         raise click.BadParameter(f"{value!r} is not a duration: write e.g. 30, 30s, 5m or 1h",
                                  param_hint=option)
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _serves_its_screens(console: AwaConsole) -> ConsoleHost:
+    """The console is what its screens ask for (mypy checks this assignment)."""
+    return console
 
 
 def run_app(database_url: str, *, refresh_s: float = config.TUI_REFRESH_SECONDS,

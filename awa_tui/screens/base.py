@@ -25,7 +25,7 @@ from awa_tui.widgets import Banner, FilterBar, Notice, StatusLine, TextLine
 
 if TYPE_CHECKING:
     from awa_ops.console import ConsoleReader
-    from awa_tui.app import AwaConsole
+    from awa_tui.screens.host import ConsoleHost
 
 TAG_MARK = "●"
 # Keys the footer always shows first, whatever the width: help and quit.
@@ -191,8 +191,9 @@ class ConsoleScreen(Screen[Any]):
         self.filter_text = ""
 
     @property
-    def console(self) -> AwaConsole:
-        return self.app  # type: ignore[return-value]
+    def console(self) -> ConsoleHost:
+        """The console showing this screen (``awa_tui.app.AwaConsole``)."""
+        return self.app  # type: ignore[return-value]  # Textual types it as App[Any]
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")

@@ -32,7 +32,7 @@ from awa_tui.screens.modals import PromptScreen
 from awa_tui.widgets import TextLine, relative
 
 if TYPE_CHECKING:
-    from awa_tui.app import Action
+    from awa_tui.screens.host import Action
 
 COLUMNS = (Column("tag", " ", 0, width=1), Column("id", "Job", 0, min_width=7, clip=False),
            Column("kind", "Kind", 0, min_width=12, max_width=28),
