@@ -16,7 +16,7 @@ known when any of these names it:
   already knows: ``queue stats``' hour, the console's throughput window).
 
 It lives in ``awa`` (the bottom layer) so the ``awa`` CLI can use it;
-``awa_ops.queues`` re-exports it for the ops tools.
+The ops tools import it from here.
 """
 
 from __future__ import annotations

@@ -27,15 +27,14 @@ from awa.admin import AdminMixin
 from awa.batch import BatchMixin
 from awa.bulk import DLQ as DLQ_PLACE
 from awa.bulk import BulkFilter
+from awa.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa.job import JOB_COLUMNS
-from awa.known_queues import has_waiting, unserved_queues
+from awa.known_queues import has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import DlqPageQuery, JobListQuery, JobRecord, Oversized, RuntimeInstance
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops import diagnose
 from awa_ops.findings import CheckResult
-from awa_ops.fingerprint import ErrorGroup, fingerprint, group_errors
-from awa_ops.queues import known_queues
 from awa_ops.runtimes import (  # noqa: F401 (re-exported for awa_tui)
     ALIVE,
     DEFAULT_INTERVAL_S,
@@ -349,7 +348,7 @@ class DlqFilter(_Filter):
     queue: str | None = None
     kind: str | None = None
     reason: str | None = None
-    group: str | None = None  # an error fingerprint (awa_ops.fingerprint): one cause's members
+    group: str | None = None  # an error fingerprint (awa.fingerprint): one cause's members
 
 
 @dataclass
@@ -471,7 +470,7 @@ class ConsoleReader:
 
     async def _queue_summaries(self, engine: StorageEngine, now: datetime, refresh_s: float,
                                instances: list[RuntimeInstance]) -> list[QueueSummary]:
-        """Every known queue (``awa_ops.queues.known_queues``), zeros included; completions
+        """Every known queue (``awa.known_queues.known_queues``), zeros included; completions
         are counted for each of them, whether or not it has depth."""
         conn = self.session.conn
         by_queue: dict[str, QueueSummary] = {}

@@ -23,11 +23,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from awa import config, db, lifecycle, metrics
-from awa.known_queues import has_waiting, unserved_queues
+from awa.known_queues import CONFIGURED_QUEUES, has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
 from awa_ops.diagnose.dead_tuples import churn_query
-from awa_ops.queues import CONFIGURED_QUEUES, known_queues
 from awa_ops.replication import STANDBYS_WORST
 from awa_ops.replication import STATE as REPLICATION_STATE
 from awa_ops.replication import from_row as replication_from_row
@@ -86,7 +85,7 @@ NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 # Queues an operator configured (paused, sharded): known even while empty.
 QUEUE_META_QUEUES = CONFIGURED_QUEUES
 # Per-queue series are emitted, zeros included, for every known queue
-# (awa_ops.queues.known_queues), at most this many.
+# (awa.known_queues.known_queues), at most this many.
 KNOWN_QUEUE_LIMIT = config.OPS_KNOWN_QUEUE_LIMIT
 DB_NOW = "SELECT now() AS now"
 # The dlq_reason label of a queue's zero DLQ series (and of an entry without a reason).

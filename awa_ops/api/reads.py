@@ -19,12 +19,12 @@ from psycopg.types.numeric import FloatLoader
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config
+from awa.fingerprint import group_errors
 from awa.job import Job, JobState
 from awa.liveness import runtime_live
 from awa.storage.engine import DlqEntry, DlqFilter
 from awa.storage.engine import Engine as StorageEngine
 from awa_ops.api import shapes
-from awa_ops.fingerprint import group_errors
 from awa_ops.session import OpsSession, load_sql
 from awa_ops.storage import storage_engine
 

@@ -462,7 +462,7 @@ async def dlq_depth(request: Request) -> JSON:
             responses=QUERY)
 async def dlq_causes(request: Request, limit: Limit = config.SERVE_JOBS_MAX_LIMIT) -> JSON:
     """Addition: the newest ``limit`` DLQ entries grouped by error fingerprint
-    (awa_ops.fingerprint), biggest group first."""
+    (awa.fingerprint), biggest group first."""
     return JSON(await state_of(request).reads.dlq_causes(_limit(limit)))
 
 

@@ -56,7 +56,7 @@ ORDER BY n_dead_tup DESC, relname
 """
 
 
-# The tables the guide's churn query names (sql/table_churn.sql): shown first.
+# The tables the troubleshooting guide's churn query names: shown first.
 GUIDE_TABLES = ("attempt_state", "deferred_jobs", "dlq_entries")
 GUIDE_PREFIXES = ("ready_segments_", "ready_entries", "ready_tombstones", "done_entries",
                   "queue_terminal_count_deltas", "leases", "lease_claims")

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from psycopg.conninfo import conninfo_to_dict
 
 from awa import config
+from awa.fingerprint import fingerprint, normalize
 from awa_ops.diagnose._text import awa, plural, secs
 from awa_ops.findings import Finding, Severity, runbook
-from awa_ops.fingerprint import fingerprint, normalize
 from awa_ops.storage import column_exists, storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,6 +1,6 @@
 """DLQ: dead-lettered jobs by queue, reason and kind; retry, purge and move, each confirmed.
 
-``g`` shows the same entries grouped by cause (``awa_ops.fingerprint``: one poison bug
+``g`` shows the same entries grouped by cause (``awa.fingerprint``: one poison bug
 is one group whatever file, id or value its errors name): count, first and last seen,
 kinds and queues.  Enter on a group lists its members; ``r`` / ``x`` retry or purge
 every member of the tagged groups (or the one under the cursor).
@@ -17,8 +17,8 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from awa import lifecycle
+from awa.fingerprint import ErrorGroup
 from awa_ops.console import ConsoleActions, ConsoleReader, DlqFilter, DlqPage
-from awa_ops.fingerprint import ErrorGroup
 from awa_tui.screens.base import (
     TAG_MARK,
     Column,

@@ -1,10 +1,10 @@
-"""awa_ops.fingerprint: one poison bug, one group (issue 17 item 4's pure part)."""
+"""awa.fingerprint: one poison bug, one group (issue 17 item 4's pure part)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from awa_ops.fingerprint import fingerprint, group_errors, normalize
+from awa.fingerprint import fingerprint, group_errors, normalize
 
 T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 

@@ -1,1 +1,0 @@
-SELECT queue, enqueue_shards FROM awa.queue_meta WHERE queue = '<queue>';
