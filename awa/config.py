@@ -144,6 +144,15 @@ MIGRATE_LOCK_TIMEOUT_MS = 100
 MIGRATE_RETRY_PAUSE_MS = (20, 1000)
 MIGRATE_LOCK_ATTEMPTS = 200
 ADVISORY_LOCK_LEADER = 0x4157415F4D41494E
+# The live switch of engines (awa/storage/transition, docs/production.md "Choosing and
+# switching storage engines").  A producer or runtime reads the transition state again at
+# most this often (on the connection of its next enqueue, claim or maintenance pass: never a
+# round trip per job); finalize and the end of an abort wait until the state has been in
+# place for the settle time, so every process has read it since; their check of the drained
+# engine takes its tables' SHARE lock with MIGRATE_LOCK_TIMEOUT_MS, this many times.
+STORAGE_TRANSITION_REFRESH_S = 1.0
+STORAGE_TRANSITION_SETTLE_S = 3.0
+STORAGE_TRANSITION_LOCK_ATTEMPTS = 50
 APP_NAME_WORKER = "awa-worker"
 APP_NAME_LEADER = "awa-leader"
 APP_NAME_LISTENER = "awa-listener"  # the cancel listener: the one `diagnose cancel-listener` counts

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, storage
 from awa.admin import QueueStat
 from awa.job import ValidationError
+from awa.statements import run_async
+from awa.storage import transition
 from awa.storage.engine import Engine
 
 
@@ -35,90 +37,74 @@ class _MigratingClient(_Client, Protocol):
 
 
 class StorageTransitionMixin:
-    """The reference's storage-transition client members.
+    """The reference's storage-transition client members, truthful on this distribution.
 
-    ``storage_status`` describes the engine serving the database (queue storage
-    or canonical) with awa-pg 0.6.9's keys; ``install_queue_storage`` switches a
-    drained canonical database to queue storage (``awa migrate --engine
-    queue_storage``); ``prepare_queue_storage_schema`` only validates: queue
-    storage here has no separately prepared schema (installing is one step).
-    Both return ``()``, as 0.6.9's did (its annotation said ``None``).
+    ``storage_status`` reports the database's place in the live switch of engines
+    (``awa.storage.transition``: canonical, prepared, mixed_transition, aborting, active) with
+    awa-pg 0.6.9's keys, its real blockers and the live runtimes' capabilities;
+    ``prepare_queue_storage_schema`` is ``awa storage prepare``; ``install_queue_storage``
+    switches a drained canonical database offline (``awa migrate --engine queue_storage``),
+    and is refused while a live switch is in progress.  Both return ``()``, as 0.6.9's did
+    (its annotation said ``None``).  The live steps themselves (enter-mixed, finalize, abort)
+    are operator commands: ``awa storage ...``.
     """
 
     async def storage_status(self: _Client) -> str:
-        """A pretty JSON storage report with the keys awa-pg 0.6.9 used, for the live engine."""
+        """A pretty JSON storage report with the keys awa-pg 0.6.9 used."""
         await self._get_engine()  # the schema check, and the foreign-layout refusal
         pool = await self._get_pool()
         async with pool.connection() as conn:
-            layout = await storage.describe_layout(conn)
-        now = _utc_now()
-        if layout.engine == storage.QUEUE_STORAGE:
-            return json.dumps(_status(
-                "queue_storage", "active", 1, {"schema": layout.schema}, now, finalized_at=now,
-                backlog=0, prepared=layout.schema,
-                blockers=[_ACTIVE_BLOCKER % layout.schema]), indent=2)
-        stats = await self.queue_stats()
-        backlog = sum(s.total_queued + s.running + s.waiting_external for s in stats)
-        return json.dumps(_status("canonical", "canonical", 0, {}, now, finalized_at=None,
-                                  backlog=backlog, prepared=None,
-                                  blockers=[_CANONICAL_BLOCKER]), indent=2)
+            status = await storage.transition_status(conn)
+        if status is None:  # unreachable past the schema check; said in one line if reached
+            raise ValidationError("this database's schema is older than this code: run "
+                                  "`awa migrate`")
+        return json.dumps(status.report(datetime.now(UTC)), indent=2)
 
     async def install_queue_storage(self: _MigratingClient, *,
                                     schema: str = config.DEFAULT_QUEUE_STORAGE_SCHEMA,
                                     queue_slot_count: int = 16, lease_slot_count: int = 8,
                                     reset: bool = False) -> tuple[()]:
         """Switch this database to the queue-storage engine (``awa migrate --engine
-        queue_storage``); idempotent.  Refused while the canonical tables hold jobs."""
+        queue_storage``); idempotent.  Refused while the canonical tables hold jobs (switch
+        live instead: ``awa storage``) and while a live switch is in progress."""
         _check_slots(queue_slot_count, lease_slot_count)
         storage.check_queue_storage_schema(schema)
         if reset:
             raise ValidationError("install_queue_storage(reset=True) is not supported: queue "
                                   "storage is laid out in place; migrate a new database instead")
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            status = await storage.transition_status(conn)
+        if status is not None and status.in_progress:
+            raise ValidationError(f"install_queue_storage refused: a live switch of engines is "
+                                  f"in progress ({status.state.state}); go on with `awa "
+                                  f"storage status`")
         await self.migrate(storage.QUEUE_STORAGE, schema)
-        storage.forget_engine(await self._get_pool())  # the pool's engine changed
+        storage.forget_engine(pool)  # the pool's engine changed
         return ()
 
     async def prepare_queue_storage_schema(self: _Client, *,
                                            schema: str = config.DEFAULT_QUEUE_STORAGE_SCHEMA,
                                            queue_slot_count: int = 16,
                                            lease_slot_count: int = 8) -> tuple[()]:
-        """Validate the arguments; nothing to prepare (``install_queue_storage`` is one step)."""
+        """``awa storage prepare``: choose the queue-storage schema of a live switch (state
+        ``prepared``); nothing moves until ``awa storage enter-mixed``.  On a database already
+        served by queue storage, nothing to do (the arguments are still checked)."""
         _check_slots(queue_slot_count, lease_slot_count)
         storage.check_queue_storage_schema(schema)
         await self._get_engine()
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            layout = await storage.describe_layout(conn)
+            if layout.engine == storage.QUEUE_STORAGE:
+                return ()  # already served by queue storage: nothing left to prepare
+            await run_async(conn, transition.prepare_steps(layout, schema, dry_run=False))
         return ()
 
     async def flush_admin_metadata(self: _Client) -> None:
         """No-op: ``queue_stats()`` here reads live counts, not a cache (awa-pg 0.6.9
         needed this call before ``queue_stats()`` in tests)."""
         await self._get_engine()
-
-
-_CANONICAL_BLOCKER = ("the canonical engine serves this database: switch a drained database "
-                      "with install_queue_storage() (awa migrate --engine queue_storage); "
-                      "there is no mixed transition")
-_ACTIVE_BLOCKER = "queue storage in schema %r already serves this database"
-
-
-def _utc_now() -> str:
-    """0.6.9's timestamp spelling: ISO 8601 in UTC with a ``Z``."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _status(engine: str, state: str, epoch: int, details: dict[str, Any], now: str, *,
-            finalized_at: str | None, backlog: int, prepared: str | None,
-            blockers: list[str]) -> dict[str, Any]:
-    """awa-pg 0.6.9's storage_status document, key for key and in its order."""
-    return {
-        "current_engine": engine, "active_engine": engine, "prepared_engine": None,
-        "state": state, "transition_epoch": epoch, "details": details,
-        "entered_at": now, "updated_at": now, "finalized_at": finalized_at,
-        "canonical_live_backlog": backlog,
-        "prepared_queue_storage_schema": prepared, "prepared_schema_ready": prepared is not None,
-        "live_runtime_capability_counts": {}, "can_enter_mixed_transition": False,
-        "enter_mixed_transition_blockers": blockers, "can_finalize": False,
-        "finalize_blockers": blockers,
-    }
 
 
 def _check_slots(*counts: int) -> None:

@@ -332,7 +332,10 @@ class WorkerMixin:
 
         ``queue_storage_schema``, when given on a queue-storage database, must
         name the schema its layout is in (``awa migrate --queue-storage-schema``);
-        the other ``queue_storage_*`` arguments, ``storage_transition_role`` and
+        ``storage_transition_role`` picks the engines this runtime claims from while a live
+        switch of engines has both hold jobs (``auto``: both, canonical first;
+        ``canonical_drain``; ``queue_storage_target``; docs/production.md); the other
+        ``queue_storage_*`` arguments and
         ``terminal_count_rollup_interval_ms`` are accepted and ignored (the
         rings keep the sizes and cadences the maintenance leader gives them).
         Further RuntimeSettings fields (``cleanup_interval_ms``,
@@ -386,6 +389,11 @@ class WorkerMixin:
         # WorkerMixin is only ever mixed into AsyncClient.
         runtime = await Runtime.connect(cast("AsyncClient", self), settings, queue_configs,
                                         self._handlers, self._events)
+        # During a live switch of engines (awa.storage.transition) the role picks which engine
+        # this runtime claims from; on a database in none, the engine has no such member.
+        set_role = getattr(runtime.engine, "set_transition_role", None)
+        if set_role is not None:
+            set_role(storage_transition_role)
         self._runtime = runtime
         try:
             await runtime.start()

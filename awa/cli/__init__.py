@@ -10,6 +10,7 @@
     worker.py     awa worker MODULE:CLIENT
     health.py     awa health: readiness from the database alone (exit 0/1/2)
     batch.py      awa batch preview|start|status|cancel (durable set_priority / move_queue)
+    storage.py    awa storage status|prepare|enter-mixed|finalize|abort (the live engine switch)
     options.py    --database-url, --json, run_client, output, the one-line error handling
 
 Every command is a thin shell over one client method, so the CLI, the TUI
@@ -45,6 +46,7 @@ from awa.cli.options import (
     to_jsonable,
 )
 from awa.cli.queues import queue
+from awa.cli.storage import storage_group
 from awa.cli.worker import worker_command
 
 
@@ -56,7 +58,7 @@ def main() -> None:
 
 
 for _command in (migrate, adopt_command, db_command, job, queue, dlq, worker_command, cron,
-                 callbacks, health_command, batch_group):
+                 callbacks, health_command, batch_group, storage_group):
     main.add_command(_command)
 
 __all__ = [

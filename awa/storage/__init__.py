@@ -47,7 +47,7 @@ __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_S
            "describe_layout", "describe_layout_sync", "ENGINES", "engine_for", "open_engine",
            "open_engine_sync", "forget_engine", "migrate", "migrate_sync",
            "check_queue_storage_schema", "ConnectionSource", "ContractRefused",
-           "contract_steps", "FleetVersions", "fleet_steps"]
+           "contract_steps", "FleetVersions", "fleet_steps", "transition_status"]
 
 
 def _canonical(schema: str) -> Engine:
@@ -92,9 +92,27 @@ class ConnectionSource(Protocol):
     def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 
 
-# Decided once per pool: a pool's database does not change its engine under it.
+# Decided once per pool: a pool's database does not change its engine under it, but for
+# the live switch, which the transition layer follows by itself (awa.storage.transition).
 _SOURCE_ENGINES: weakref.WeakKeyDictionary[ConnectionSource, Engine] = (
     weakref.WeakKeyDictionary())
+
+
+def _engine_steps() -> Steps[Engine]:
+    """The layout, then (from migration 0008 on) the transition state: a database on
+    canonical or in a transition gets the transition layer over the engines, one on queue
+    storage with no transition in progress its engine itself."""
+    from awa.storage import transition
+
+    layout = yield from describe_layout_steps()
+    engine = engine_for(layout)
+    if not layout.supported or layout.behind:
+        return engine
+    state = yield from transition.read_steps(layout)
+    if state is None or state.state == transition.ACTIVE:
+        return engine
+    return transition.engine_over(ENGINES[CANONICAL](CONTROL_SCHEMA), state,
+                                  ENGINES[QUEUE_STORAGE])
 
 
 async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSource) -> Engine:
@@ -103,18 +121,18 @@ async def open_engine(conn_or_pool: psycopg.AsyncConnection[Any] | ConnectionSou
     Given a pool, the answer is kept for the pool's lifetime (no query on later calls).
     """
     if isinstance(conn_or_pool, psycopg.AsyncConnection):
-        return engine_for(await describe_layout(conn_or_pool))
+        return await run_async(conn_or_pool, _engine_steps())
     engine = _SOURCE_ENGINES.get(conn_or_pool)
     if engine is None:
         async with conn_or_pool.connection() as conn:
-            engine = engine_for(await describe_layout(conn))
+            engine = await run_async(conn, _engine_steps())
         _SOURCE_ENGINES[conn_or_pool] = engine
     return engine
 
 
 def open_engine_sync(conn: psycopg.Connection[Any]) -> Engine:
     """``open_engine`` for a blocking connection (the bridge on a user's sync connection)."""
-    return engine_for(describe_layout_sync(conn))
+    return run_sync(conn, _engine_steps())
 
 
 def forget_engine(source: ConnectionSource) -> None:
@@ -139,8 +157,10 @@ def migrate_steps(engine: str | None = None,
     applied = yield from schema.migrate_steps()
     if wanted == QUEUE_STORAGE:
         from awa.storage.queue_storage.schema import install_steps
+        from awa.storage.transition import note_installed_steps
 
-        yield from install_steps(queue_storage_schema)
+        laid_out = yield from install_steps(queue_storage_schema)
+        yield from note_installed_steps(laid_out)
     return applied
 
 
@@ -279,3 +299,15 @@ def _wanted_engine(before: StorageLayout, engine: str | None,
                                   f"migrated for the {wanted} engine: leave the schema out, or "
                                   f"migrate with --engine queue_storage")
     return wanted
+
+
+async def transition_status(conn: psycopg.AsyncConnection[Any]) -> Any:
+    """The live switch's status (``awa.storage.transition.TransitionStatus``), None on a
+    schema from before it; ``ForeignSchema`` for a layout this code must not touch."""
+    from awa.storage import transition
+
+    layout = await describe_layout(conn)
+    refused = layout.refusal()
+    if refused is not None:
+        raise refused
+    return await run_async(conn, transition.status_steps(layout))

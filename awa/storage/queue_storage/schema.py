@@ -52,6 +52,10 @@ _LAYOUT_OBJECT = re.compile(
 CANONICAL_ROWS = """
 SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.scheduled_jobs) AS busy"""
 LOCK = "SELECT pg_advisory_xact_lock(%s)"
+HAS_TRANSITION = "SELECT to_regclass('awa.storage_transition') IS NOT NULL AS present"
+TRANSITION_UNDERWAY = """
+SELECT state IN ('prepared', 'mixed_transition', 'aborting') AS underway
+  FROM awa.storage_transition"""
 HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
 ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
 # A digest of the functions, views and triggers in the control schema and the layout's: it
@@ -183,7 +187,7 @@ def install_steps(schema: str | None = None) -> Steps[str]:
 def _plan(schema: str | None) -> Steps[tuple[str, bool, bool]]:
     """The schema to lay out, whether compat.sql goes with it, whether it is installed as is."""
     yield Query(LOCK, (config.ADVISORY_LOCK_MIGRATE,))
-    if first_value((yield Query(CANONICAL_ROWS))):
+    if first_value((yield Query(CANONICAL_ROWS))) and not (yield from _switching()):
         raise ValidationError(_CANONICAL_BUSY)
     target = _target((yield from active_schema_steps()), schema)
     [state] = yield Query(INSTALLED, {"schemas": _schemas(target)})
@@ -192,6 +196,14 @@ def _plan(schema: str | None) -> Steps[tuple[str, bool, bool]]:
     current = (layout.engine_layout == QUEUE_STORAGE_LAYOUT_VERSION
                and state["fingerprint"] == f"{fingerprint(target, compat)}:{state['objects']}")
     return target, compat, current
+
+
+def _switching() -> Steps[bool]:
+    """A live switch is under way (awa.storage.transition): canonical's jobs keep running
+    there, drained by the runtimes, so laying queue storage out beside them is its step."""
+    if not first_value((yield Query(HAS_TRANSITION))):
+        return False
+    return bool(first_value((yield Query(TRANSITION_UNDERWAY))))
 
 
 def _run(sql: str) -> Steps[None]:
@@ -260,7 +272,8 @@ def install_queue_storage_sync(conn: psycopg.Connection[Any],
 
 
 _CANONICAL_BUSY = ("the canonical job tables hold jobs: drain them before switching this "
-                   "database to queue storage")
+                   "database to queue storage offline, or switch it live (`awa storage "
+                   "prepare`, then `awa storage enter-mixed`)")
 
 
 def _target(active: str | None, wanted: str | None) -> str:

@@ -1,0 +1,507 @@
+"""The engine of a database that may be in a transition: one small composing layer.
+
+``TransitionEngine`` owns no SQL of its own on job tables: it delegates every operation to
+canonical's engine or queue storage's, or to both, by the state it keeps
+(``awa.storage_transition``, read again at most every ``STORAGE_TRANSITION_REFRESH_S`` on the
+connection of the next enqueue, claim or maintenance pass) and by where each attempt was
+claimed:
+
+- enqueue goes to one engine: canonical while ``canonical``, ``prepared`` or ``aborting``;
+  queue storage while ``mixed_transition`` or ``active``;
+- a claim, in the two-engine states, takes from the draining engine first and fills the
+  batch from the other (``storage_transition_role`` may pin a runtime to one of them); a
+  queue the draining engine had nothing for is not asked again until the next refresh;
+- every write for an attempt (outcomes, heartbeats, progress, callbacks) goes to the engine
+  that claimed it, so an attempt started in canonical completes, retries or snoozes there;
+  attempts this engine never saw claimed were claimed before queue storage came into play,
+  so canonical has them;
+- maintenance (rescues, promotion, retention, aging, depths) runs on both while both hold
+  live jobs; the admin functions that name one job ask both.
+
+A database in no transition keeps its engine's statements: ``open_engine`` returns this layer
+only for canonical databases (where it delegates to canonical, plus the one-row state read per
+refresh interval) and while a transition is in progress; a database on queue storage gets
+queue storage's engine itself.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from awa import config
+from awa.job import Job
+from awa.statements import run_async, run_sync
+from awa.storage.engine import (
+    AppliedBatch,
+    AttemptWrite,
+    Engine,
+    PromoteBatch,
+    QueueDepth,
+    QueueStat,
+    RescueBatch,
+    RetryFailedResult,
+    RuntimeSnapshot,
+)
+from awa.storage.transition.sql import load
+from awa.storage.transition.state import (
+    ABORTING,
+    ACTIVE,
+    MIXED,
+    ROLES,
+    TWO_ENGINES,
+    TransitionState,
+    refresh_steps,
+)
+
+
+class TransitionEngine:
+    """An ``Engine`` that delegates to canonical and queue storage (module docstring)."""
+
+    def __init__(self, canonical: Engine, state: TransitionState,
+                 queue_loader: Callable[[str], Engine]) -> None:
+        self.canonical = canonical
+        self._load_queue = queue_loader
+        self.queue: Engine | None = None
+        self.state = state
+        self.role = "auto"
+        self._checked = time.monotonic()
+        self._origin: dict[int, Engine] = {}
+        self._drained_until: dict[str, float] = {}
+        self._role_recorded: set[uuid.UUID] = set()
+        self._apply(state)
+
+    # --- the state -------------------------------------------------------------------
+    def _apply(self, state: TransitionState | None) -> None:
+        self._checked = time.monotonic()
+        if state is None:
+            return
+        if state.state != self.state.state:
+            self._drained_until.clear()
+        self.state = state
+        if self.queue is None and state.state in (MIXED, ABORTING, ACTIVE):
+            self.queue = self._load_queue(state.queue_schema)
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._checked >= config.STORAGE_TRANSITION_REFRESH_S
+
+    async def _fresh(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self._stale():
+            self._apply(await run_async(conn, refresh_steps()))
+
+    def _fresh_sync(self, conn: psycopg.Connection[Any]) -> None:
+        if self._stale():
+            self._apply(run_sync(conn, refresh_steps()))
+
+    def set_transition_role(self, role: str) -> None:
+        """``start(storage_transition_role=)``: which engines this runtime claims from while
+        both hold live jobs (``auto``: both)."""
+        if role not in ROLES:
+            raise ValueError(f"unknown storage transition role {role!r}")
+        self.role = role
+
+    @property
+    def primary(self) -> Engine:
+        """The engine new jobs go to (and the one shared-table operations run through)."""
+        if self.queue is not None and self.state.state in (MIXED, ACTIVE):
+            return self.queue
+        return self.canonical
+
+    @property
+    def draining(self) -> Engine | None:
+        """The other engine while both hold live jobs."""
+        if self.queue is None or self.state.state not in TWO_ENGINES:
+            return None
+        return self.canonical if self.primary is self.queue else self.queue
+
+    def _live(self) -> list[Engine]:
+        """Engines holding live jobs, the draining one first."""
+        other = self.draining
+        return [self.primary] if other is None else [other, self.primary]
+
+    def _loaded(self) -> list[Engine]:
+        return [self.canonical] if self.queue is None else [self.canonical, self.queue]
+
+    @property
+    def name(self) -> str:
+        return self.primary.name
+
+    @property
+    def schema(self) -> str:
+        return getattr(self.primary, "schema", "awa")
+
+    @property
+    def layout_version(self) -> int | None:
+        return getattr(self.primary, "layout_version", None)
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything not composed below runs on the primary engine: shared tables (queue_meta,
+        # the DLQ, cron, runtimes, descriptors, batch operations) and the ops reads.
+        if name.startswith("__") or name in ("canonical", "queue", "state"):
+            raise AttributeError(name)
+        return getattr(self.primary, name)
+
+    # --- enqueue ---------------------------------------------------------------------
+    async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: Any,
+                           returning: bool = True) -> Any:
+        await self._fresh(conn)
+        return await self.primary.insert_batch(conn, batch, returning)
+
+    def insert_batch_sync(self, conn: psycopg.Connection[Any], batch: Any,
+                          returning: bool = True) -> Any:
+        self._fresh_sync(conn)
+        return self.primary.insert_batch_sync(conn, batch, returning)
+
+    async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: Any,
+                         returning: bool = True) -> Any:
+        await self._fresh(conn)
+        return await self.primary.copy_batch(conn, batch, returning)
+
+    # --- claims and the attempts' writes ---------------------------------------------
+    def _claim_order(self, queue: str) -> list[Engine]:
+        other = self.draining
+        if other is None:
+            return [self.primary]
+        if self.role == "canonical_drain":
+            return [self.canonical]
+        if self.role == "queue_storage_target":
+            return [self.queue] if self.queue is not None else []
+        if self._drained_until.get(queue, 0.0) > time.monotonic():
+            return [self.primary]
+        return [other, self.primary]
+
+    async def claim_batch(self, conn: psycopg.AsyncConnection[Any], queue: str, limit: int,
+                          deadline_ms: int | None, instance_id: uuid.UUID | None = None,
+                          aging_interval_ms: int = 0) -> list[Job[Any]]:
+        await self._fresh(conn)
+        if self.queue is None:  # canonical only, as ever: nothing to remember
+            return await self.canonical.claim_batch(conn, queue, limit, deadline_ms,
+                                                    instance_id, aging_interval_ms)
+        other = self.draining
+        jobs: list[Job[Any]] = []
+        for engine in self._claim_order(queue):
+            got = await engine.claim_batch(conn, queue, limit - len(jobs), deadline_ms,
+                                           instance_id, aging_interval_ms)
+            if engine is other and len(got) < limit - len(jobs):
+                self._drained_until[queue] = (time.monotonic()
+                                              + config.STORAGE_TRANSITION_REFRESH_S)
+            for job in got:
+                self._origin[job.id] = engine
+            jobs.extend(got)
+            if len(jobs) >= limit:
+                break
+        return jobs
+
+    def _holder(self, job_id: int) -> Engine:
+        # Not seen claimed here: claimed before queue storage came into play, so canonical.
+        return self._origin.get(job_id, self.canonical)
+
+    def _split(self, attempts: Sequence[AttemptWrite]) -> list[tuple[Engine, list[AttemptWrite]]]:
+        groups: dict[int, tuple[Engine, list[AttemptWrite]]] = {}
+        for a in attempts:
+            engine = self._holder(a.id)
+            groups.setdefault(id(engine), (engine, []))[1].append(a)
+        return list(groups.values())
+
+    async def _outcome(self, method: str, conn: psycopg.AsyncConnection[Any],
+                       attempts: Sequence[AttemptWrite], ends: bool = True) -> AppliedBatch:
+        out = AppliedBatch()
+        for engine, group in self._split(attempts):
+            done: AppliedBatch = await getattr(engine, method)(conn, group)
+            out.applied.extend(done.applied)
+            out.superseded.extend(done.superseded)
+        if ends:
+            for a in attempts:
+                self._origin.pop(a.id, None)
+        return out
+
+    async def _ids(self, method: str, conn: psycopg.AsyncConnection[Any],
+                   attempts: Sequence[AttemptWrite], ends: bool = False) -> list[int]:
+        out: list[int] = []
+        for engine, group in self._split(attempts):
+            out.extend(await getattr(engine, method)(conn, group))
+        if ends:
+            for a in attempts:
+                self._origin.pop(a.id, None)
+        return out
+
+    async def complete_batch(self, conn: psycopg.AsyncConnection[Any],
+                             attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("complete_batch", conn, attempts)
+
+    async def retry_batch(self, conn: psycopg.AsyncConnection[Any],
+                          attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("retry_batch", conn, attempts)
+
+    async def snooze_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("snooze_batch", conn, attempts)
+
+    async def cancel_batch(self, conn: psycopg.AsyncConnection[Any],
+                           attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("cancel_batch", conn, attempts)
+
+    async def fail_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("fail_batch", conn, attempts)
+
+    async def dead_letter_batch(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        return await self._outcome("dead_letter_batch", conn, attempts)
+
+    async def park_batch(self, conn: psycopg.AsyncConnection[Any],
+                         attempts: Sequence[AttemptWrite]) -> AppliedBatch:
+        # A parked attempt lives on (waiting_external): its engine is still asked for it.
+        return await self._outcome("park_batch", conn, attempts, ends=False)
+
+    async def cancel_superseded(self, conn: psycopg.AsyncConnection[Any],
+                                attempts: Sequence[AttemptWrite]) -> list[int]:
+        return await self._ids("cancel_superseded", conn, attempts, ends=True)
+
+    async def heartbeat_batch(self, conn: psycopg.AsyncConnection[Any],
+                              attempts: Sequence[AttemptWrite]) -> list[int]:
+        return await self._ids("heartbeat_batch", conn, attempts)
+
+    async def flush_progress_batch(self, conn: psycopg.AsyncConnection[Any],
+                                   attempts: Sequence[AttemptWrite]) -> list[int]:
+        return await self._ids("flush_progress_batch", conn, attempts)
+
+    async def warm_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for engine in self._live():
+            await engine.warm_up(conn)
+
+    async def available_counts(self, conn: psycopg.AsyncConnection[Any],
+                               queues: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for engine in self._live():
+            for queue, n in (await engine.available_counts(conn, queues)).items():
+                out[queue] = out.get(queue, 0) + n
+        return out
+
+    async def upsert_runtime_snapshot(self, conn: psycopg.AsyncConnection[Any],
+                                      snapshot: RuntimeSnapshot) -> None:
+        await self.primary.upsert_runtime_snapshot(conn, snapshot)
+        if snapshot.instance_id not in self._role_recorded:
+            await conn.execute(load("record_role"), {"role": self.role,
+                                                     "instance_id": snapshot.instance_id})
+            self._role_recorded.add(snapshot.instance_id)
+
+    # --- callbacks of one attempt ----------------------------------------------------
+    async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, spec: Any) -> bool:
+        result: bool = await self._holder(job_id).register_callback(conn, job_id, run_lease,
+                                                                    spec)
+        return result
+
+    async def park_for_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                run_lease: int, callback_id: Any) -> bool:
+        result: bool = await self._holder(job_id).park_for_callback(conn, job_id, run_lease,
+                                                                    callback_id)
+        return result
+
+    async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        return await self._holder(job_id).poll_callback_wait(conn, job_id)
+
+    async def _first(self, call: Callable[[Engine], Awaitable[Any]]) -> Any:
+        """The first engine's answer that is not None: canonical's statements touch only its
+        own tables, so it is asked first; queue storage's then find the rest."""
+        for engine in self._loaded():
+            found = await call(engine)
+            if found is not None:
+                return found
+        return None
+
+    async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
+                                result: Any = None) -> Any:
+        return await self._first(lambda e: e.complete_external(conn, callback_id, result))
+
+    async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
+                            error: Any) -> Any:
+        return await self._first(lambda e: e.fail_external(conn, callback_id, error))
+
+    async def retry_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any) -> Any:
+        return await self._first(lambda e: e.retry_external(conn, callback_id))
+
+    async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
+                              result: Any = None) -> Any:
+        return await self._first(lambda e: e.resume_external(conn, callback_id, result))
+
+    async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
+                                 timeout_s: float) -> Any:
+        return await self._first(lambda e: e.heartbeat_callback(conn, callback_id, timeout_s))
+
+    async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],
+                                 callback_id: Any) -> Any:
+        return await self._first(lambda e: e.lock_open_callback(conn, callback_id))
+
+    async def find_callback(self, conn: psycopg.AsyncConnection[Any], callback_id: Any) -> Any:
+        return await self._first(lambda e: e.find_callback(conn, callback_id))
+
+    # --- maintenance: on every engine holding live jobs ------------------------------
+    async def _each(self, conn: psycopg.AsyncConnection[Any],
+                    call: Callable[[Engine], Awaitable[Any]]) -> list[Any]:
+        await self._fresh(conn)
+        return [await call(engine) for engine in self._live()]
+
+    @staticmethod
+    def _rescues(parts: list[RescueBatch]) -> RescueBatch:
+        out = RescueBatch()
+        for p in parts:
+            out.found += p.found
+            out.rescued.extend(p.rescued)
+            out.left += p.left
+            out.statements += p.statements
+        return out
+
+    async def rescue_stale_heartbeats(self, conn: psycopg.AsyncConnection[Any],
+                                      **kw: Any) -> RescueBatch:
+        return self._rescues(await self._each(
+            conn, lambda e: e.rescue_stale_heartbeats(conn, **kw)))
+
+    async def rescue_expired_deadlines(self, conn: psycopg.AsyncConnection[Any],
+                                       **kw: Any) -> RescueBatch:
+        return self._rescues(await self._each(
+            conn, lambda e: e.rescue_expired_deadlines(conn, **kw)))
+
+    async def rescue_callback_timeouts(self, conn: psycopg.AsyncConnection[Any],
+                                       **kw: Any) -> RescueBatch:
+        return self._rescues(await self._each(
+            conn, lambda e: e.rescue_callback_timeouts(conn, **kw)))
+
+    async def promote_due(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> PromoteBatch:
+        out = PromoteBatch()
+        for p in await self._each(conn, lambda e: e.promote_due(conn, **kw)):
+            out.found += p.found
+            out.promoted.extend(p.promoted)
+            out.duplicates.extend(p.duplicates)
+            out.statements += p.statements
+        return out
+
+    async def purge_finalized(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> int:
+        return sum(await self._each(conn, lambda e: e.purge_finalized(conn, **kw)))
+
+    async def age_priorities(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> int:
+        return sum(await self._each(conn, lambda e: e.age_priorities(conn, **kw)))
+
+    async def rotate_and_prune(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> Any:
+        # Queue storage's rings turn while it holds anything; canonical has none.
+        return await (self.queue or self.canonical).rotate_and_prune(conn, **kw)
+
+    async def fire_cron(self, conn: psycopg.AsyncConnection[Any], schedule: Any,
+                        slots: Any) -> Any:
+        await self._fresh(conn)
+        return await self.primary.fire_cron(conn, schedule, slots)
+
+    async def queue_depths(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[QueueDepth]:
+        merged: dict[str, QueueDepth] = {}
+        for depths in await self._each(conn, lambda e: e.queue_depths(conn, **kw)):
+            for d in depths:
+                seen = merged.get(d.queue)
+                if seen is None:
+                    merged[d.queue] = d
+                    continue
+                depth = dict(seen.depth)
+                for state, n in d.depth.items():
+                    depth[state] = depth.get(state, 0) + n
+                oldest = [t for t in (seen.oldest_available_at, d.oldest_available_at) if t]
+                lags = [x for x in (seen.lag_s, d.lag_s) if x is not None]
+                merged[d.queue] = QueueDepth(
+                    d.queue, depth, min(oldest) if oldest else None,
+                    max(lags) if lags else None, max(seen.dlq_depth, d.dlq_depth),
+                    seen.capped | d.capped)
+        return [merged[q] for q in sorted(merged)]
+
+    # --- admin and reads ---------------------------------------------------------------
+    @property
+    def reader(self) -> Engine:
+        """Who answers reads: queue storage's reads cover canonical's tables too (its layout
+        is laid over them, and its awa.jobs view has both), so once it is laid out it does."""
+        return self.queue or self.canonical
+
+    async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        return await self.reader.get_job(conn, job_id)
+
+    async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        return await self.reader.dump_job(conn, job_id)
+
+    async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                         **kw: Any) -> Any:
+        return await self.reader.job_record(conn, job_id, **kw)
+
+    async def list_jobs(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
+        jobs: list[Any] = await self.reader.list_jobs(conn, **kw)
+        return jobs
+
+    async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
+        stats: list[QueueStat] = await self.reader.queue_stats(conn)
+        return stats
+
+    async def state_counts(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        counts: dict[str, int] = await self.reader.state_counts(conn)
+        return counts
+
+    async def running_counts(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
+        rows: list[Any] = await self.reader.running_counts(conn, **kw)
+        return rows
+
+    async def running_attempts(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
+        rows: list[Any] = await self.reader.running_attempts(conn, **kw)
+        return rows
+
+    async def job_page(self, conn: psycopg.AsyncConnection[Any], query: Any) -> list[Any]:
+        rows: list[Any] = await self.reader.job_page(conn, query)
+        return rows
+
+    # Writes to one job: wherever it is (each engine's statement touches its own tables).
+    async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        return await self._first(lambda e: e.cancel(conn, job_id))
+
+    async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        return await self._first(lambda e: e.retry(conn, job_id))
+
+    async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                                 reason: str) -> Any:
+        return await self._first(lambda e: e.move_failed_to_dlq(conn, job_id, reason))
+
+    async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
+                             **kw: Any) -> Any:
+        await self._fresh(conn)
+        return await self.primary.retry_from_dlq(conn, job_id, **kw)
+
+    async def trigger_cron_job(self, conn: psycopg.AsyncConnection[Any], name: str) -> Any:
+        await self._fresh(conn)
+        return await self.primary.trigger_cron_job(conn, name)
+
+    # Writes to many jobs: on each engine laid out.
+    async def _all(self, call: Callable[[Engine], Awaitable[Any]]) -> list[Any]:
+        return [await call(engine) for engine in self._loaded()]
+
+    async def retry_failed(self, conn: psycopg.AsyncConnection[Any],
+                           **kw: Any) -> RetryFailedResult:
+        parts: list[RetryFailedResult] = await self._all(lambda e: e.retry_failed(conn, **kw))
+        return RetryFailedResult(jobs=[j for r in parts for j in r.jobs],
+                                 matched=sum(r.matched for r in parts),
+                                 skipped=sum(r.skipped for r in parts))
+
+    async def discard_failed(self, conn: psycopg.AsyncConnection[Any], kind: str) -> int:
+        return sum(await self._all(lambda e: e.discard_failed(conn, kind)))
+
+    async def drain_queue(self, conn: psycopg.AsyncConnection[Any], queue: str) -> list[Any]:
+        return [c for part in await self._all(lambda e: e.drain_queue(conn, queue))
+                for c in part]
+
+    async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any],
+                                      **kw: Any) -> list[Any]:
+        return [c for part in await self._all(
+            lambda e: e.bulk_move_failed_to_dlq(conn, **kw)) for c in part]
+
+    async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for engine in self._loaded():
+            await engine.clean_for_tests(conn)
+
+
+__all__ = ["TransitionEngine"]
