@@ -1,11 +1,15 @@
 """schema: migration version versus this code, missing sequences and functions,
-the storage engine in use."""
+the storage engine in use, and a live switch of engines in progress (what blocks its next
+step)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from awa import schema as migrations
+from awa.schema.layout import describe_layout_steps
+from awa.statements import Steps, run_async
+from awa.storage import transition
 from awa_ops.diagnose._text import awa, db_ref
 from awa_ops.findings import Finding, Severity, runbook
 from awa_ops.storage import quote
@@ -120,4 +124,48 @@ async def check(session: OpsSession, engine: Engine, options: Options) -> list[F
             Severity.OK, f"schema version {found} matches this code; engine: {engine.describe()}",
             evidence=[{"engine": engine.name, "schema": engine.schema, "schema_version": found,
                        "code_version": needed}], runbook=RUNBOOK))
+    if not engine.foreign_layout and (found or 0) >= transition.TRANSITION_MIGRATION:
+        findings.extend(await switch_findings(session))
     return findings
+
+
+def _switch_status() -> Steps[transition.TransitionStatus | None]:
+    layout = yield from describe_layout_steps()
+    state = yield from transition.read_steps(layout)
+    if state is None or state.state == transition.CANONICAL:
+        return None  # no switch, and no canonical count on a database it would cost
+    return (yield from transition.status_steps(layout))
+
+
+async def switch_findings(session: OpsSession) -> list[Finding]:
+    """The live switch of engines (``awa storage``): in progress, what blocks its next step;
+    once finalized, live jobs left in canonical (nothing claims them there any more)."""
+    async with session.read() as cur:
+        status = await run_async(cur.connection, _switch_status())
+    if status is None:
+        return []
+    state = status.state.state
+    canonical_live = sum(status.canonical_backlog.values())
+    evidence = [{"state": state, "epoch": status.state.epoch,
+                 "in_state_s": round(status.state.in_state_s, 1),
+                 "canonical_live_jobs": canonical_live,
+                 "queue_storage_live_jobs": status.queue_storage_backlog,
+                 **{f"runtimes_{k}": n for k, n in status.capability_counts.items()}}]
+    if state == transition.ACTIVE:
+        if not canonical_live:
+            return []
+        return [Finding(
+            Severity.WARNING, f"queue storage serves this database, but canonical still holds "
+                              f"{canonical_live} live job(s) that nothing claims",
+            "a producer of a release that knows nothing of the switch inserted into canonical "
+            "after finalize", "roll that producer to this release, then enqueue those jobs again "
+            "and cancel the stranded ones (`awa job list --state available`)", evidence,
+            RUNBOOK)]
+    unaware = status.capability_counts.get("canonical", 0)
+    return [Finding(
+        Severity.WARNING if unaware else Severity.OK,
+        f"storage switch in progress: {status.describe()}",
+        "while both engines hold live jobs, runtimes of this release claim from both; a runtime "
+        "of an older release claims from one only and keeps the switch from ending",
+        awa("storage status"), evidence, RUNBOOK)]
+
