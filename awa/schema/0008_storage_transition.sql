@@ -2,7 +2,7 @@
 -- "Choosing and switching storage engines").  One row says where the database is:
 --   canonical         canonical serves it (a database migrated for queue storage from the
 --                     start reads as active: its layout names the engine);
---   prepared          `awa storage prepare` chose the queue-storage schema; nothing moved yet;
+--   prepared          `awa storage prepare` laid queue storage out; canonical still serves;
 --   mixed_transition  new jobs go to queue storage; workers claim from both; canonical drains;
 --   aborting          the way back: new jobs go to canonical; queue storage drains;
 --   active            finalized: queue storage serves it, canonical holds no live job.

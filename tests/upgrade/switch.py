@@ -34,7 +34,14 @@ from pathlib import Path
 
 import psycopg
 
-from upgrade.rolling import CURRENT, Fleet, database_url, judge, wait_all_completed
+from upgrade.rolling import (
+    CURRENT,
+    Fleet,
+    database_url,
+    executions,
+    judge,
+    wait_all_completed,
+)
 
 
 @dataclass
@@ -53,6 +60,9 @@ class SwitchVerdict:
     refusals: list[str] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
     drain_s: float = 0.0
+    # The longest gap between two handler starts while each step ran (ms), the step's own
+    # duration beside it: what a claim waited for it.
+    step_stalls: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def line(self) -> str:
         return (f"jobs {self.jobs}, lost {self.lost}, run twice {self.run_twice}, error lines "
@@ -61,7 +71,19 @@ class SwitchVerdict:
                 f"in canonical {self.completed_canonical} / queue storage "
                 f"{self.completed_queue_storage}, in both {self.in_both}, final state "
                 f"{self.final_state}, {len(self.refusals)} refusal(s) while draining "
-                f"({self.drain_s:.1f} s)")
+                f"({self.drain_s:.1f} s); per step (stall ms / step s): "
+                + ", ".join(f"{k} {v[0]:.0f}/{v[1]:.2f}" for k, v in self.step_stalls.items()))
+
+
+def stall_ms(log_dir: Path, window: tuple[float, float]) -> float:
+    """The longest gap between two handler starts across ``window`` (unix times), counting
+    from the last start before it to the first after it."""
+    times = sorted(t for _, _, t in executions(log_dir))
+    start, end = window
+    points = [t for t in times if t < start][-1:] + [t for t in times if start <= t <= end] \
+        + [t for t in times if t > end][:1]
+    return max((b - a for a, b in zip(points, points[1:], strict=False)),
+               default=end - start) * 1000
 
 
 def storage(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,12 +91,16 @@ def storage(url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, check=False)
 
 
-def _until(url: str, step: str, timeout: float, refusals: list[str]) -> tuple[int, str, float]:
-    """``awa storage <step>`` every half second until it succeeds: rc, its line, seconds."""
+def _until(url: str, step: str, timeout: float, refusals: list[str],
+           windows: dict[str, tuple[float, float]]) -> tuple[int, str, float]:
+    """``awa storage <step>`` every half second until it succeeds: rc, its line, seconds (the
+    successful call's window kept in ``windows``)."""
     started = time.monotonic()
     while True:
+        at = time.time()
         done = storage(url, step)
         if done.returncode == 0 and not done.stdout.startswith(("aborting:",)):
+            windows[step] = (at, time.time())
             return 0, done.stdout.strip(), time.monotonic() - started
         refusals.append((done.stdout or done.stderr).strip())
         if time.monotonic() - started > timeout:
@@ -111,6 +137,7 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
     rcs: dict[str, int] = {}
     outputs: dict[str, str] = {}
     refusals: list[str] = []
+    windows: dict[str, tuple[float, float]] = {}
     try:
         workers = [fleet.worker(CURRENT, f"w{i}") for i in (1, 2)]
         head = jobs * 3 // 4
@@ -118,10 +145,11 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
         _wait_completed(url, jobs // 16)
         started = time.time()
         for step in (("prepare", "--dry-run"), ("prepare",), ("enter-mixed",)):
-            at = time.monotonic()
+            at = time.time()
             done = storage(url, *step)
+            windows[" ".join(step)] = (at, time.time())
             rcs[" ".join(step)] = done.returncode
-            outputs[" ".join(step)] = (f"[{time.monotonic() - at:.2f} s] "
+            outputs[" ".join(step)] = (f"[{time.time() - at:.2f} s] "
                                        + (done.stdout or done.stderr).strip())
         ended = time.time()
         second = fleet.producer(CURRENT, "p2", head, jobs - head, rate)
@@ -136,11 +164,12 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
             third = fleet.producer(CURRENT, "p3", jobs, more, rate)
             assert third.proc.wait(600) == 0, third.stderr.read_text()[-2000:]
             total += more
-            rc, said, drain_s = _until(url, "abort", max(120, jobs / 100), refusals)
+            rc, said, drain_s = _until(url, "abort", max(120, jobs / 100), refusals, windows)
             rcs["abort (to canonical)"] = rc
             outputs["abort (to canonical)"] = said
         else:
-            rc, said, drain_s = _until(url, "finalize", max(120, jobs / 100), refusals)
+            rc, said, drain_s = _until(url, "finalize", max(120, jobs / 100), refusals,
+                                       windows)
             rcs["finalize"] = rc
             outputs["finalize"] = said
         wait_all_completed(url, total, max(120, total / 100))
@@ -152,7 +181,8 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
         assert row is not None
         return SwitchVerdict(total, plain.lost, plain.run_twice, plain.error_lines_before
                              + plain.error_lines, rcs, plain.claim_stall_ms, plain.gap_p99_ms,
-                             row[0], row[1], row[2], row[3], refusals, outputs, drain_s)
+                             row[0], row[1], row[2], row[3], refusals, outputs, drain_s,
+                             {k: (stall_ms(log_dir, w), w[1] - w[0]) for k, w in windows.items()})
     finally:
         for p in fleet.processes:
             if p.proc.poll() is None:

@@ -25,7 +25,7 @@ def test_a_loaded_fleet_switches_engines_live_without_a_lost_or_repeated_job(
     assert (verdict.lost, verdict.run_twice, verdict.error_lines, verdict.in_both) == (
         0, 0, [], 0), verdict.line()
     assert set(verdict.step_rcs.values()) == {0}, (verdict.step_rcs, verdict.outputs)
-    assert "] dry run: would prepare queue storage in schema 'awa'" in verdict.outputs[
+    assert "] dry run: would lay queue storage out in schema 'awa'" in verdict.outputs[
         "prepare --dry-run"]
     assert "] mixed transition entered" in verdict.outputs["enter-mixed"]
     assert verdict.completed_canonical > 0 and verdict.completed_queue_storage > 0, \

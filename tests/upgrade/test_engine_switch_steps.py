@@ -63,12 +63,12 @@ async def test_each_step_refuses_in_one_line_and_jobs_go_where_the_state_says(
     assert storage(url, "finalize") == (1, "error: finalize refused: state is canonical, not "
                                            "mixed_transition")
     rc, said = storage(url, "prepare", "--dry-run")
-    assert rc == 0 and said.startswith("dry run: would prepare queue storage in schema 'awa'")
+    assert rc == 0 and said.startswith("dry run: would lay queue storage out in schema 'awa'")
     assert "it would be refused now: no live runtime of this release" in said
     assert db.execute("SELECT state FROM awa.storage_transition").fetchone()["state"] == (
         "canonical")
     assert storage(url, "prepare", "--schema", "Bad-Name")[0] == 1
-    assert storage(url, "prepare")[1].startswith("prepared: queue storage will be laid out")
+    assert storage(url, "prepare")[1].startswith("prepared: queue storage laid out in schema 'awa'")
 
     client = awa.AsyncClient(url)
     try:

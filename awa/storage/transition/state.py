@@ -3,7 +3,8 @@
 States (``awa.storage_transition``, migration 0008):
 
 - ``canonical``: canonical serves the database;
-- ``prepared``: ``awa storage prepare`` chose the queue-storage schema; nothing moved yet;
+- ``prepared``: ``awa storage prepare`` laid queue storage out beside canonical, which still
+  serves the database: nothing moved yet;
 - ``mixed_transition``: queue storage is laid out and named the engine; new jobs go to it;
   runtimes of this release claim from both engines, so canonical drains; an attempt ends in
   the engine it was claimed from;
@@ -273,16 +274,20 @@ def status_steps(layout: StorageLayout) -> Steps[TransitionStatus | None]:
     queue_backlog = yield from queue_storage_backlog_steps(ready and state.state != CANONICAL)
     runtimes = yield from live_runtimes_steps()
     return TransitionStatus(state, canonical, queue_backlog, ready, runtimes,
-                            _enter_blockers(state, runtimes),
+                            _enter_blockers(state, runtimes, ready),
                             _finalize_blockers(state, canonical, runtimes),
                             _abort_blockers(state, queue_backlog, runtimes))
 
 
-def _enter_blockers(state: TransitionState, runtimes: list[LiveRuntime]) -> list[str]:
+def _enter_blockers(state: TransitionState, runtimes: list[LiveRuntime],
+                    ready: bool) -> list[str]:
     if state.state != PREPARED:
         return [f"state is {state.state}, not prepared"
                 + (": run `awa storage prepare` first" if state.state == CANONICAL else "")]
     found = []
+    if not ready:
+        found.append(f"queue storage is not laid out in schema {state.queue_schema!r}: run "
+                     f"`awa storage prepare` again")
     unaware = _unaware(runtimes)
     if unaware:
         found.append(unaware)
@@ -345,9 +350,11 @@ def _set(state: str, schema: str | None, details: dict[str, Any]) -> Query:
 
 
 def prepare_steps(layout: StorageLayout, schema: str | None, dry_run: bool) -> Steps[str]:
-    """``canonical`` -> ``prepared`` (the queue-storage schema chosen and checked); with
-    ``dry_run``, only what it and enter-mixed would do and what blocks them."""
-    from awa.storage.queue_storage.schema import check_schema
+    """``canonical`` -> ``prepared``: queue storage laid out in ``schema`` beside canonical
+    (each file a bounded-lock step, as ``awa migrate``), canonical still named the engine, so
+    nothing moves yet.  Idempotent; with ``dry_run``, only what it and enter-mixed would do and
+    what blocks them."""
+    from awa.storage.queue_storage.schema import check_schema, install_steps
 
     target = schema or config.DEFAULT_QUEUE_STORAGE_SCHEMA
     check_schema(target)
@@ -364,36 +371,46 @@ def prepare_steps(layout: StorageLayout, schema: str | None, dry_run: bool) -> S
         raise TransitionRefused(f"prepare refused: already prepared for schema "
                                 f"{status.state.queue_schema!r}; `awa storage abort` first to "
                                 f"choose another")
+    if st == PREPARED:
+        target = status.state.queue_schema
     backlog = sum(status.canonical_backlog.values())
     runtimes = status.capability_counts
     if dry_run:
-        blockers = _enter_blockers(TransitionState(PREPARED, QUEUE_STORAGE, target),
-                                   status.runtimes)
-        return (f"dry run: would prepare queue storage in schema {target!r}; canonical holds "
-                f"{backlog} live job(s), which keep running there; live runtimes: "
-                f"{runtimes or 'none'}; enter-mixed would then lay queue storage out and send "
-                f"new jobs to it" + ("; it would be refused now: " + "; ".join(blockers)
-                                     if blockers else "; nothing blocks it now"))
+        blockers = [b for b in _enter_blockers(TransitionState(PREPARED, QUEUE_STORAGE, target),
+                                               status.runtimes, True)]
+        return (f"dry run: would lay queue storage out in schema {target!r} beside canonical "
+                f"(bounded-lock steps, as `awa migrate`); canonical holds {backlog} live "
+                f"job(s), which keep running there; live runtimes: {runtimes or 'none'}; "
+                f"enter-mixed would then send new jobs to queue storage"
+                + ("; it would be refused now: " + "; ".join(blockers) if blockers
+                   else "; nothing blocks it now"))
 
-    def step() -> Steps[str]:
+    def mark() -> Steps[None]:
+        locked = yield from _locked_state()
+        if locked.state not in (CANONICAL, PREPARED):
+            raise TransitionRefused(f"prepare refused: the database is {locked.state}")
+        if locked.state == CANONICAL:
+            yield _set(PREPARED, target, {"prepared_by": "awa storage prepare"})
+
+    yield InTransaction(mark())
+    yield from install_steps(target)
+
+    def keep_canonical_named() -> Steps[None]:
+        # The install names queue storage the engine (its jobs_view.sql); until enter-mixed,
+        # canonical stays the one a process of any release opens.
         locked = yield from _locked_state()
         if locked.state == PREPARED:
-            return f"already prepared (queue storage in schema {locked.queue_schema!r})"
-        if locked.state != CANONICAL:
-            raise TransitionRefused(f"prepare refused: the database is {locked.state}")
-        yield _set(PREPARED, target, {"prepared_by": "awa storage prepare"})
-        return (f"prepared: queue storage will be laid out in schema {target!r}; next: "
-                f"`awa storage enter-mixed`")
+            yield Query(load("unname_others_than_canonical"))
+            yield Query(load("name_canonical"))
 
-    done: str = yield InTransaction(step())
-    return done
+    yield InTransaction(keep_canonical_named())
+    return (f"prepared: queue storage laid out in schema {target!r}; canonical still serves "
+            f"the database; next: `awa storage enter-mixed`")
 
 
 def enter_mixed_steps(layout: StorageLayout) -> Steps[str]:
-    """``prepared`` -> ``mixed_transition``: lay queue storage out (idempotent; each file a
-    bounded-lock step), name it the engine, then flip the state; refused with its blockers."""
-    from awa.storage.queue_storage.schema import install_steps
-
+    """``prepared`` -> ``mixed_transition`` in one short transaction: queue storage named the
+    engine, the state flipped; refused with its blockers."""
     status = yield from status_steps(layout)
     if status is None:
         raise TransitionRefused("this database's schema is older than this code: run "
@@ -403,7 +420,6 @@ def enter_mixed_steps(layout: StorageLayout) -> Steps[str]:
     if status.enter_mixed_blockers:
         raise TransitionRefused("enter-mixed refused: " + "; ".join(status.enter_mixed_blockers))
     schema = status.state.queue_schema
-    yield from install_steps(schema)
 
     def step() -> Steps[str]:
         locked = yield from _locked_state()
