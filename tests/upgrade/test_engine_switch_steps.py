@@ -160,3 +160,64 @@ async def test_abort_goes_back_the_way_it_came(database_url, db):
             await fresh.close()
     finally:
         await client.close()
+
+
+@pytest.mark.engine("queue_storage")
+async def test_a_database_in_no_switch_gets_its_engine_itself(database_url):
+    """Queue storage with no switch in progress: open_engine returns queue storage's engine,
+    so its hot path sends exactly its own statements."""
+    from awa import db as awa_db
+    from awa.storage import open_engine
+    from awa.storage.queue_storage import QueueStorageEngine
+
+    conn = await awa_db.connect(database_url, config.APP_NAME_CLI)
+    try:
+        assert isinstance(await open_engine(conn), QueueStorageEngine)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.engine("canonical")
+async def test_the_transition_role_picks_the_engines_a_runtime_claims_from(database_url, db):
+    """While both engines hold jobs: auto claims the draining engine's first, then fills the
+    batch from the other; canonical_drain and queue_storage_target claim from one only; every
+    write of an attempt goes to the engine that claimed it."""
+    from awa import db as awa_db
+    from awa.storage import open_engine
+    from awa.storage.engine import AttemptWrite
+
+    url = database_url
+    add_runtime(db, "new-host", current_migration_version())
+    client = awa.AsyncClient(url)
+    conn = await awa_db.connect(url, config.APP_NAME_CLI)
+    try:
+        old = [await client.insert(Ping(i), queue="q") for i in range(2)]
+        assert storage(url, "prepare")[0] == 0 and storage(url, "enter-mixed")[0] == 0
+        time.sleep(config.STORAGE_TRANSITION_REFRESH_S)
+        new = [await client.insert(Ping(i), queue="q") for i in range(2)]
+        assert all(in_queue_storage(db, j.id) for j in new)
+
+        engine = await open_engine(conn)
+        engine.set_transition_role("queue_storage_target")
+        got = await engine.claim_batch(conn, "q", 10, None)
+        assert [j.id for j in got] == [new[0].id, new[1].id]
+        engine.set_transition_role("canonical_drain")
+        got += await engine.claim_batch(conn, "q", 1, None)
+        assert got[-1].id == old[0].id
+        engine.set_transition_role("auto")
+        assert [j.id for j in await engine.claim_batch(conn, "q", 10, None)] == [old[1].id]
+
+        # Each attempt ends where it was claimed: both complete in one call.
+        done = await engine.complete_batch(conn, sorted(
+            (AttemptWrite(j.id, j.run_lease) for j in got[:3]), key=lambda a: a.id))
+        assert sorted(done.applied) == sorted(j.id for j in got[:3])
+        states = {r["id"]: r["state"] for r in db.execute(
+            "SELECT id, state::text FROM awa.jobs WHERE id = ANY(%s)",
+            ([j.id for j in old + new],)).fetchall()}
+        assert states == {old[0].id: "completed", old[1].id: "running",
+                          new[0].id: "completed", new[1].id: "completed"}
+        assert db.execute("SELECT state::text FROM awa.jobs_hot WHERE id = %s",
+                          (old[0].id,)).fetchone()["state"] == "completed"
+    finally:
+        await conn.close()
+        await client.close()
