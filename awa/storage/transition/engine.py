@@ -58,6 +58,15 @@ from awa.storage.transition.state import (
     refresh_steps,
 )
 
+# The read-only members answered by ``TransitionEngine.reader`` (OpsReads, and the admin
+# group's reads that are not composed below).
+_READS = frozenset({
+    "queue_details", "completed_totals", "recently_completed_queues", "dlq_depths_by_queue",
+    "dlq_depths", "runtime_instances", "cancelled_while_running", "unique_claim_holders",
+    "wedged_claims", "dlq_page", "repeated_errors", "descriptors", "runtime_descriptor_hashes",
+    "ring_states", "created_timeseries", "kind_counts", "dlq_depth", "dlq_depth_by_queue",
+    "get_dlq_job", "list_dlq", "batch_preview"})
+
 
 class TransitionEngine:
     """An ``Engine`` that delegates to canonical and queue storage (module docstring)."""
@@ -139,11 +148,13 @@ class TransitionEngine:
         return getattr(self.primary, "layout_version", None)
 
     def __getattr__(self, name: str) -> Any:
-        # Everything not composed below runs on the primary engine: shared tables (queue_meta,
-        # the DLQ, cron, runtimes, descriptors, batch operations) and the ops reads.
+        # Not composed below: the ops reads go to ``reader`` (queue storage's cover both
+        # engines once it is laid out); the rest -- writes to the shared tables (queue_meta,
+        # the DLQ, cron, runtimes, descriptors) and what brings a job back to life (a DLQ
+        # retry, a batch operation's change) -- to the primary engine, where new jobs go.
         if name.startswith("__") or name in ("canonical", "queue", "state"):
             raise AttributeError(name)
-        return getattr(self.primary, name)
+        return getattr(self.reader if name in _READS else self.primary, name)
 
     # --- enqueue ---------------------------------------------------------------------
     async def insert_batch(self, conn: psycopg.AsyncConnection[Any], batch: Any,
