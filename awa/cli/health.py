@@ -32,7 +32,8 @@ EXIT_NOT_READY = 2
 
 async def health_report(url: str, connect_timeout_s: float) -> dict[str, Any]:
     """The report; ``status`` is ``ready``, ``degraded`` or ``not_ready``."""
-    from awa.storage import describe_layout, engine_for
+    from awa.statements import run_async
+    from awa.storage import describe_layout, open_engine, transition
 
     report: dict[str, Any] = {
         "ready": False, "status": "not_ready", "postgres_connected": False,
@@ -54,8 +55,14 @@ async def health_report(url: str, connect_timeout_s: float) -> dict[str, Any]:
             except AwaError as exc:
                 report["problems"].append(db.one_line(exc))
                 return
-            engine = engine_for(layout)
-            report["storage_state"] = "active" if engine.name != "canonical" else "canonical"
+            # The transition layer while a database is canonical or switching engines: its
+            # depths cover both engines' queues.
+            engine = await open_engine(conn)
+            state = await run_async(conn, transition.read_steps(layout))
+            report["storage_state"] = (state.state if state is not None else
+                                       "active" if engine.name != "canonical" else "canonical")
+            if state is not None:
+                report["active_engine"] = state.enqueue_engine
             live = [r for r in await engine.runtime_instances(conn)
                     if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms,
                                     r.heartbeat_staleness_ms / 1000
