@@ -317,9 +317,11 @@ class TransitionEngine:
     async def poll_callback_wait(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
         return await self._holder(job_id).poll_callback_wait(conn, job_id)
 
-    async def _first(self, call: Callable[[Engine], Awaitable[Any]]) -> Any:
+    async def _first(self, conn: psycopg.AsyncConnection[Any],
+                     call: Callable[[Engine], Awaitable[Any]]) -> Any:
         """The first engine's answer that is not None: canonical's statements touch only its
         own tables, so it is asked first; queue storage's then find the rest."""
+        await self._fresh(conn)
         for engine in self._loaded():
             found = await call(engine)
             if found is not None:
@@ -328,29 +330,29 @@ class TransitionEngine:
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
                                 result: Any = None) -> Any:
-        return await self._first(lambda e: e.complete_external(conn, callback_id, result))
+        return await self._first(conn, lambda e: e.complete_external(conn, callback_id, result))
 
     async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
                             error: Any) -> Any:
-        return await self._first(lambda e: e.fail_external(conn, callback_id, error))
+        return await self._first(conn, lambda e: e.fail_external(conn, callback_id, error))
 
     async def retry_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any) -> Any:
-        return await self._first(lambda e: e.retry_external(conn, callback_id))
+        return await self._first(conn, lambda e: e.retry_external(conn, callback_id))
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
                               result: Any = None) -> Any:
-        return await self._first(lambda e: e.resume_external(conn, callback_id, result))
+        return await self._first(conn, lambda e: e.resume_external(conn, callback_id, result))
 
     async def heartbeat_callback(self, conn: psycopg.AsyncConnection[Any], callback_id: Any,
                                  timeout_s: float) -> Any:
-        return await self._first(lambda e: e.heartbeat_callback(conn, callback_id, timeout_s))
+        return await self._first(conn, lambda e: e.heartbeat_callback(conn, callback_id, timeout_s))
 
     async def lock_open_callback(self, conn: psycopg.AsyncConnection[Any],
                                  callback_id: Any) -> Any:
-        return await self._first(lambda e: e.lock_open_callback(conn, callback_id))
+        return await self._first(conn, lambda e: e.lock_open_callback(conn, callback_id))
 
     async def find_callback(self, conn: psycopg.AsyncConnection[Any], callback_id: Any) -> Any:
-        return await self._first(lambda e: e.find_callback(conn, callback_id))
+        return await self._first(conn, lambda e: e.find_callback(conn, callback_id))
 
     # --- maintenance: on every engine holding live jobs ------------------------------
     async def _each(self, conn: psycopg.AsyncConnection[Any],
@@ -433,50 +435,54 @@ class TransitionEngine:
         is laid over them, and its awa.jobs view has both), so once it is laid out it does."""
         return self.queue or self.canonical
 
+    async def _reader(self, conn: psycopg.AsyncConnection[Any]) -> Engine:
+        await self._fresh(conn)
+        return self.reader
+
     async def get_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
-        return await self.reader.get_job(conn, job_id)
+        return await (await self._reader(conn)).get_job(conn, job_id)
 
     async def dump_job(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
-        return await self.reader.dump_job(conn, job_id)
+        return await (await self._reader(conn)).dump_job(conn, job_id)
 
     async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                          **kw: Any) -> Any:
-        return await self.reader.job_record(conn, job_id, **kw)
+        return await (await self._reader(conn)).job_record(conn, job_id, **kw)
 
     async def list_jobs(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
-        jobs: list[Any] = await self.reader.list_jobs(conn, **kw)
+        jobs: list[Any] = await (await self._reader(conn)).list_jobs(conn, **kw)
         return jobs
 
     async def queue_stats(self, conn: psycopg.AsyncConnection[Any]) -> list[QueueStat]:
-        stats: list[QueueStat] = await self.reader.queue_stats(conn)
+        stats: list[QueueStat] = await (await self._reader(conn)).queue_stats(conn)
         return stats
 
     async def state_counts(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
-        counts: dict[str, int] = await self.reader.state_counts(conn)
+        counts: dict[str, int] = await (await self._reader(conn)).state_counts(conn)
         return counts
 
     async def running_counts(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
-        rows: list[Any] = await self.reader.running_counts(conn, **kw)
+        rows: list[Any] = await (await self._reader(conn)).running_counts(conn, **kw)
         return rows
 
     async def running_attempts(self, conn: psycopg.AsyncConnection[Any], **kw: Any) -> list[Any]:
-        rows: list[Any] = await self.reader.running_attempts(conn, **kw)
+        rows: list[Any] = await (await self._reader(conn)).running_attempts(conn, **kw)
         return rows
 
     async def job_page(self, conn: psycopg.AsyncConnection[Any], query: Any) -> list[Any]:
-        rows: list[Any] = await self.reader.job_page(conn, query)
+        rows: list[Any] = await (await self._reader(conn)).job_page(conn, query)
         return rows
 
     # Writes to one job: wherever it is (each engine's statement touches its own tables).
     async def cancel(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
-        return await self._first(lambda e: e.cancel(conn, job_id))
+        return await self._first(conn, lambda e: e.cancel(conn, job_id))
 
     async def retry(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
-        return await self._first(lambda e: e.retry(conn, job_id))
+        return await self._first(conn, lambda e: e.retry(conn, job_id))
 
     async def move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                                  reason: str) -> Any:
-        return await self._first(lambda e: e.move_failed_to_dlq(conn, job_id, reason))
+        return await self._first(conn, lambda e: e.move_failed_to_dlq(conn, job_id, reason))
 
     async def retry_from_dlq(self, conn: psycopg.AsyncConnection[Any], job_id: int,
                              **kw: Any) -> Any:
@@ -488,27 +494,29 @@ class TransitionEngine:
         return await self.primary.trigger_cron_job(conn, name)
 
     # Writes to many jobs: on each engine laid out.
-    async def _all(self, call: Callable[[Engine], Awaitable[Any]]) -> list[Any]:
+    async def _all(self, conn: psycopg.AsyncConnection[Any],
+                   call: Callable[[Engine], Awaitable[Any]]) -> list[Any]:
+        await self._fresh(conn)
         return [await call(engine) for engine in self._loaded()]
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any],
                            **kw: Any) -> RetryFailedResult:
-        parts: list[RetryFailedResult] = await self._all(lambda e: e.retry_failed(conn, **kw))
+        parts: list[RetryFailedResult] = await self._all(conn, lambda e: e.retry_failed(conn, **kw))
         return RetryFailedResult(jobs=[j for r in parts for j in r.jobs],
                                  matched=sum(r.matched for r in parts),
                                  skipped=sum(r.skipped for r in parts))
 
     async def discard_failed(self, conn: psycopg.AsyncConnection[Any], kind: str) -> int:
-        return sum(await self._all(lambda e: e.discard_failed(conn, kind)))
+        return sum(await self._all(conn, lambda e: e.discard_failed(conn, kind)))
 
     async def drain_queue(self, conn: psycopg.AsyncConnection[Any], queue: str) -> list[Any]:
-        return [c for part in await self._all(lambda e: e.drain_queue(conn, queue))
+        return [c for part in await self._all(conn, lambda e: e.drain_queue(conn, queue))
                 for c in part]
 
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any],
                                       **kw: Any) -> list[Any]:
         return [c for part in await self._all(
-            lambda e: e.bulk_move_failed_to_dlq(conn, **kw)) for c in part]
+            conn, lambda e: e.bulk_move_failed_to_dlq(conn, **kw)) for c in part]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:
         for engine in self._loaded():
