@@ -69,7 +69,11 @@ RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
 # the same jobs; each statement locked its rows as its join met them, so two statements
 # could lock two rows in opposite orders and deadlock (tests/upgrade found them doing so).
 # Now every batch write takes its rows' locks first, one probe per id in the arrays' order
-# (``_in_id_order`` sorts them), whatever join the planner then picks.
+# (``_in_id_order`` sorts them), whatever join the planner then picks.  ``OFFSET 0`` keeps
+# the locking subquery whole: flattened into the UPDATE, its lateral probe ran in the order
+# of whatever join fed it (a hash join probing with jobs_hot's scan of running rows), and a
+# completion and a heartbeat of one worker still deadlocked (benchmarks/engine_switch.py, the
+# server log naming both statements).
 _BATCH = re.compile(r"unnest\((?P<args>[^()]*)\)\s+AS u\((?P<cols>[^()]*)\)")
 
 
@@ -78,7 +82,7 @@ def _locking(statement: str) -> str:
     def wrap(m: re.Match[str]) -> str:
         return (f"(SELECT u.* FROM unnest({m.group('args')}) AS u({m.group('cols')})"
                 " CROSS JOIN LATERAL (SELECT 1 FROM awa.jobs_hot x WHERE x.id = u.id"
-                " FOR UPDATE) x) AS u")
+                " FOR UPDATE) x OFFSET 0) AS u")
     locked, n = _BATCH.subn(wrap, statement)
     assert n == 1, statement
     return locked
