@@ -29,7 +29,9 @@ runs the three layouts, one after the other.  Reported, on the machine's monoton
 * server ms/job    -- CPU of the whole PostgreSQL server over the same span (the first
   enqueue to the N-th handler call, or to the last batch with no worker) / N, when the
   server runs on this machine (``-`` otherwise): the database's share, the same for every
-  system (``_proc.server_cpu_s``).
+  system (``_proc.server_cpu_s``);
+* machine CPU ms/job -- the sum of the two: client process(es) plus the whole local
+  server over the same span, per job (``-`` when the server's CPU is not measured).
 
 Each system keeps its defaults otherwise (awa: claim batch, flush interval,
 maintenance on; PgQueuer: ``batch_size`` = W/2, the most it allows with
@@ -397,7 +399,8 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
     return {"enqueue_per_s": n / (raw["enqueued"] - raw["started"]),
             "processed_per_s": (n / (raw["finished"] - raw["started"]) if "finished" in raw
                                 else math.nan),
-            "cpu_ms_per_job": 1000 * raw["cpu_s"] / n, "server_ms_per_job": server}
+            "cpu_ms_per_job": 1000 * raw["cpu_s"] / n, "server_ms_per_job": server,
+            "machine_ms_per_job": 1000 * raw["cpu_s"] / n + server}
 
 
 def _result(system: System, workers: int, proc: subprocess.Popen[str],
@@ -458,18 +461,19 @@ def _share(value: float, base: float) -> str:
 def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) -> None:
     """Every W and system alternated, then the medians and the per-round ratios."""
     print(f"{'system':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-          f"{'server ms/job':>14}")
+          f"{'server ms/job':>14} {'machine CPU ms/job':>19}")
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
     workers = "0" if processes == 0 else args.workers
     for w, name in _support.alternation(workers, args.repeat, ",".join(chosen)):
         r = one_run(chosen[name], args.jobs, w, processes)
         results.setdefault((w, name), []).append(r)
         print(f"{name:>14} {w:>5} {r['enqueue_per_s']:>10.0f} {_rate(r['processed_per_s']):>12} "
-              f"{r['cpu_ms_per_job']:>11.3f} {_ms(r['server_ms_per_job']):>14}", flush=True)
+              f"{r['cpu_ms_per_job']:>11.3f} {_ms(r['server_ms_per_job']):>14} "
+              f"{_ms(r['machine_ms_per_job']):>19}", flush=True)
     first = next(iter(chosen))
     print(f"\nmedians over the rounds (first: {first})\n{'system':>14} {'W':>5} "
           f"{'enqueue/s':>10} {'of first':>9} {'processed/s':>12} {'of first':>9} "
-          f"{'CPU ms/job':>11} {'server ms/job':>14}")
+          f"{'CPU ms/job':>11} {'server ms/job':>14} {'machine CPU ms/job':>19}")
     for (w, name), runs in results.items():
         base = results[(w, first)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -478,7 +482,8 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
               f"{_share(med['enqueue_per_s'], bmed['enqueue_per_s']):>9} "
               f"{_rate(med['processed_per_s']):>12} "
               f"{_share(med['processed_per_s'], bmed['processed_per_s']):>9} "
-              f"{med['cpu_ms_per_job']:>11.3f} {_ms(med['server_ms_per_job']):>14}")
+              f"{med['cpu_ms_per_job']:>11.3f} {_ms(med['server_ms_per_job']):>14} "
+              f"{_ms(med['machine_ms_per_job']):>19}")
     for measure in ("processed_per_s", "enqueue_per_s"):
         for (w, name), runs in results.items():
             if name != first and not math.isnan(runs[0][measure]):
