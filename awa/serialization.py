@@ -120,6 +120,10 @@ def require_json(value: Any, what: str) -> None:
                               f"{' '.join(str(exc).split())}") from None
 
 
+# A dataclass args type (without pydantic's ``model_validate``) -> its init field names.
+_DATACLASS_FIELDS: dict[type, frozenset[str]] = {}
+
+
 def decode_args(args_type: type[T] | None, data: Any) -> T:
     """Build ``args_type`` from stored JSON; ``SerializationError`` when it does not fit."""
     # Not a class (0.6.9 registered ``task("not_a_class")`` too): the handler gets the dict.
@@ -131,15 +135,19 @@ def decode_args(args_type: type[T] | None, data: Any) -> T:
     if not isinstance(data, dict):
         raise SerializationError(f"cannot build {args_type.__name__} from "
                                  f"{type(data).__name__}: a JSON object is needed")
-    validate = getattr(args_type, "model_validate", None)
+    # A dataclass's init fields, looked up once per class (the runtime decodes every job).
+    names = _DATACLASS_FIELDS.get(args_type)
+    validate = None if names is not None else getattr(args_type, "model_validate", None)
     try:
         if callable(validate):
             validated: T = validate(data)
             return validated
-        if dataclasses.is_dataclass(args_type):
+        if names is None and dataclasses.is_dataclass(args_type):
+            names = _DATACLASS_FIELDS[args_type] = frozenset(
+                f.name for f in dataclasses.fields(args_type) if f.init)
+        if names is not None:
             # Fields the class does not know are dropped (as pydantic does), so a
             # producer may add a field before every worker is redeployed.
-            names = {f.name for f in dataclasses.fields(args_type) if f.init}
             return args_type(**{k: v for k, v in data.items() if k in names})
         return args_type(**data)
     except SerializationError:
