@@ -26,6 +26,7 @@ from awa import config, db, lifecycle, metrics
 from awa.known_queues import has_waiting, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
+from awa_ops.diagnose import unique_wedge
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.queues import CONFIGURED_QUEUES, known_queues
 from awa_ops.replication import STANDBYS_WORST
@@ -34,6 +35,7 @@ from awa_ops.replication import from_row as replication_from_row
 from awa_ops.runtimes import (
     LEADER_LOCK_HELD,
     Runtime,
+    attempt_timing,
     judged_running_counts,
     judging_timing,
 )
@@ -82,6 +84,12 @@ UNION ALL
 SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::float8,
        max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database()
 """
+# The slots that hold a data xmin, for their age in seconds: PostgreSQL records no time
+# for a slot's xmin, so the exporter times how long it has seen each one inactive with the
+# same xmin (an active slot's xmin follows its consumer; standby_feedback covers that).
+SLOT_XMINS = """
+SELECT slot_name, active, xmin::text AS xmin FROM pg_replication_slots WHERE xmin IS NOT NULL
+"""
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 # Queues an operator configured (paused, sharded): known even while empty.
 QUEUE_META_QUEUES = CONFIGURED_QUEUES
@@ -117,6 +125,8 @@ class DatabaseCollector(Collector):
         # keeps lifetime totals: the rate is then their difference, exact even for
         # completions whose rows were folded away between two scrapes.
         self._last_totals: tuple[datetime, dict[str, int]] | None = None
+        # (slot, xmin) -> when this exporter first saw that slot inactive holding that xmin
+        self._slot_inactive_since: dict[tuple[str, str], float] = {}
 
     # --- the async core (usable directly from tests and benchmarks) --------
     async def _ensure_session(self) -> OpsSession:
@@ -158,10 +168,10 @@ class DatabaseCollector(Collector):
         async with session.read() as cur:
             catalogue = []
             for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine),
-                          REPLICATION_STATE):
+                          REPLICATION_STATE, SLOT_XMINS):
                 await cur.execute(query)
                 catalogue.append(await cur.fetchall())
-            txns, horizon, notify, tables, replication_rows = catalogue
+            txns, horizon, notify, tables, replication_rows, slot_xmins = catalogue
             standbys_worst: dict[str, Any] | None = None
             if replication_rows and not replication_rows[0]["standby"]:
                 await cur.execute(STANDBYS_WORST)
@@ -173,6 +183,12 @@ class DatabaseCollector(Collector):
             lock_held = bool((await cur.fetchone() or {}).get("held"))
             depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
             wedged_rows = await reads.wedged_claims(session.conn)
+            # Superseded is not wedged: a running attempt whose unique key a newer job took
+            # (a mask without running admits one) is normal while it runs and heartbeats,
+            # and rescue cancels it once stale.  Only one past its runtime's staleness --
+            # rescue should be moving it and is not -- counts (as for diagnose unique-wedge).
+            superseded_rows = (await unique_wedge.superseded(
+                session, cur, None, config.OPS_JUDGED_ATTEMPTS_LIMIT) if wedged_rows else [])
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
             configured: list[str] = []
             if with_meta:
@@ -230,7 +246,7 @@ class DatabaseCollector(Collector):
             completed.add_metric([queue], rate_by_queue.get(queue, 0.0))
         out.append(completed)
         wedged, _ = _family("awa.db.unique.wedged")
-        wedged_by_queue = {w.queue: w.wedged for w in wedged_rows}
+        wedged_by_queue = self._stale_superseded(superseded_rows, runtimes)
         for queue in queues:
             wedged.add_metric([queue], wedged_by_queue.get(queue, 0))
         out += [depth, lag, wedged]
@@ -261,9 +277,11 @@ class DatabaseCollector(Collector):
             txn.add_metric([r["state"] or "unknown"], max(r["oldest_s"] or 0.0, 0.0))
         horizon_age, _ = _family("awa.db.xmin_horizon.age")
         horizon_xids, _ = _family("awa.db.xmin_horizon.xid_age")
+        slot_age = self._inactive_slot_age(slot_xmins)
         for r in horizon:
-            if r["age_s"] is not None:
-                horizon_age.add_metric([r["source"]], max(r["age_s"], 0.0))
+            age_s = slot_age if r["source"] == "replication_slot" else r["age_s"]
+            if age_s is not None:
+                horizon_age.add_metric([r["source"]], max(age_s, 0.0))
             horizon_xids.add_metric([r["source"]], r["xid_age"] or 0)
         dead, _ = _family("awa.db.table.dead_tuples")
         live_t, _ = _family("awa.db.table.live_tuples")
@@ -294,6 +312,32 @@ class DatabaseCollector(Collector):
             session.conn, reads, [Runtime.of(r, self.staleness) for r in runtimes],
             stale_after_s=self.staleness)
         return [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue) for c in counts]
+
+    def _inactive_slot_age(self, slots: list[dict[str, Any]]) -> float | None:
+        """Seconds the longest-abandoned slot has been seen inactive holding its xmin (None:
+        no inactive slot holds one).  Counted from this exporter's first sight of it, so
+        after an exporter restart the age starts again: the alert comes late, never wrong."""
+        now = time.monotonic()
+        held = {(r["slot_name"], r["xmin"]) for r in slots if not r["active"]}
+        self._slot_inactive_since = {key: self._slot_inactive_since.get(key, now)
+                                     for key in held}
+        return max((now - since for since in self._slot_inactive_since.values()), default=None)
+
+    def _stale_superseded(self, rows: list[dict[str, Any]],
+                          runtimes: list[RuntimeInstance]) -> dict[str, int]:
+        """Per queue, the superseded attempts (``unique_wedge.superseded``) whose heartbeat is
+        older than the staleness of the runtime that runs them: rescue should have cancelled
+        them (``rescued as duplicate``)."""
+        judged = [Runtime.of(r, self.staleness) for r in runtimes]
+        out: dict[str, int] = {}
+        for row in rows:
+            timing = attempt_timing(judged, row["queue"], row["claimed_by"],
+                                    is_live=lambda r: bool(r.live),
+                                    stale_after_s=self.staleness)
+            age = row["heartbeat_age_s"]
+            if age is not None and age > timing.stale_after_s:
+                out[row["queue"]] = out.get(row["queue"], 0) + 1
+        return out
 
     async def close(self) -> None:
         if self._session is not None:
