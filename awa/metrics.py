@@ -439,6 +439,10 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
            "Live tuples per queue table (pg_stat_user_tables.n_live_tup).", "database"),
     _gauge("awa.db.table.last_autovacuum_age", UNIT_SECONDS, _TABLE,
            "Seconds since the last autovacuum of each queue table.", "database"),
+    _gauge("awa.db.cron.overdue", UNIT_SECONDS, (ATTR_CRON_NAME,),
+           "Per active (unpaused) cron schedule: seconds since its oldest fire time that has "
+           "not been enqueued (0 when it is on time); for a stored expression the runtime "
+           "cannot evaluate (the leader skips it), seconds since it last fired.", "database"),
     _gauge("awa.db.notification_queue.usage", "1", (),
            "Fraction (0..1) of the LISTEN/NOTIFY queue in use (pg_notification_queue_usage()).",
            "database"),

@@ -26,6 +26,7 @@ from awa import config, db, lifecycle, metrics
 from awa.known_queues import has_waiting, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
+from awa_ops.cron import lateness
 from awa_ops.diagnose import unique_wedge
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.queues import CONFIGURED_QUEUES, known_queues
@@ -190,6 +191,7 @@ class DatabaseCollector(Collector):
             superseded_rows = (await unique_wedge.superseded(
                 session, cur, None, config.OPS_JUDGED_ATTEMPTS_LIMIT) if wedged_rows else [])
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
+            cron = [lateness(c) for c in await reads.list_active_cron_jobs(session.conn)]
             configured: list[str] = []
             if with_meta:
                 await cur.execute(QUEUE_META_QUEUES, {"limit": KNOWN_QUEUE_LIMIT})
@@ -292,10 +294,13 @@ class DatabaseCollector(Collector):
             if r["last_autovacuum"] is not None:
                 vacuum_age.add_metric([r["relname"]],
                                       max(time.time() - r["last_autovacuum"].timestamp(), 0.0))
+        cron_overdue, _ = _family("awa.db.cron.overdue")
+        for c in cron[:KNOWN_QUEUE_LIMIT]:
+            cron_overdue.add_metric([c.name], c.overdue_s)
         usage, _ = _family("awa.db.notification_queue.usage")
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
-                dead, live_t, vacuum_age, usage]
+                dead, live_t, vacuum_age, cron_overdue, usage]
         out += _ring_families(rings)
         out += _replication_families(replication_rows[0] if replication_rows else None,
                                      standbys_worst)

@@ -272,7 +272,7 @@ def poison_job(fleet: Fleet, spec: dict[str, Any]) -> None:
         fleet.wait_for_history(float(spec["history_s"]))  # AwaRescuesSpiking's 10m window
         fleet.incident_begins()
         with awa.Client(fleet.url) as client:
-            client.insert_many([{"file": f"import-{i}.csv"} for i in range(4)], kind="crash",
+            client.insert_many([{"file": f"import-{i}.csv"} for i in range(6)], kind="crash",
                                queue="imports", max_attempts=3)
         observe_all(fleet, spec)
 
@@ -283,8 +283,8 @@ def unique_claim_superseded(fleet: Fleet, spec: dict[str, Any]) -> None:
     SIGKILLed: rescue cannot move that attempt back to retryable (a newer job holds the
     key), so it cancels it ("rescued as duplicate"); the other keeps running, superseded."""
     mask = {"states": ["scheduled", "available", "retryable"]}
-    survivor = fleet.worker("reports:2")
-    victim = fleet.worker("reports:2")
+    survivor = fleet.worker("reports:1")  # one report each
+    victim = fleet.worker("reports:1")
     with awa.Client(fleet.url) as client:
         client.insert({"seconds": 3600, "report": "daily"}, kind="slow", queue="reports",
                       unique_opts=mask)
