@@ -248,7 +248,9 @@ class DatabaseCollector(Collector):
             completed.add_metric([queue], rate_by_queue.get(queue, 0.0))
         out.append(completed)
         wedged, _ = _family("awa.db.unique.wedged")
-        wedged_by_queue = self._stale_superseded(superseded_rows, runtimes)
+        # where superseded attempts cannot be listed (queue storage), every one counts
+        wedged_by_queue = ({w.queue: w.wedged for w in wedged_rows} if superseded_rows is None
+                           else self._stale_superseded(superseded_rows, runtimes))
         for queue in queues:
             wedged.add_metric([queue], wedged_by_queue.get(queue, 0))
         out += [depth, lag, wedged]

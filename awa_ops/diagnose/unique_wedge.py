@@ -43,15 +43,19 @@ LIMIT %(limit)s
 
 
 async def superseded(session: OpsSession, cur: Any, queue: str | None,
-                     limit: int) -> list[dict[str, Any]]:
+                     limit: int) -> list[dict[str, Any]] | None:
     """Running attempts whose unique key another job holds (the guide's query), with each
     attempt's heartbeat age, run time and claiming runtime and whether its holder sits in
-    the DLQ; run inside a read transaction (``cur`` is its cursor)."""
+    the DLQ; run inside a read transaction (``cur`` is its cursor).  None where they cannot
+    be listed: the guide's query reads the canonical tables, and the queue-storage engine
+    has no read that lists them (only ``wedged_claims``' counts)."""
     engine = await storage_engine(session)
     superseded_attempts = getattr(engine, "superseded_attempts", None)
     if superseded_attempts is not None and getattr(engine, "queue_storage", False):
         rows = [asdict(a) for a in await superseded_attempts(session.conn, queue=queue,
                                                              limit=limit)]
+    elif engine.name == "queue_storage":
+        return None
     else:
         await cur.execute(WEDGE, {"queue": queue, "limit": limit})
         rows = await cur.fetchall()
@@ -76,7 +80,9 @@ async def superseded(session: OpsSession, cur: Any, queue: str | None,
 
 async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
     async with session.read() as cur:
-        return await superseded(session, cur, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
+        # queue storage: not listable here (superseded() says why); reported as before
+        return await superseded(session, cur, options.queue,
+                                config.OPS_EVIDENCE_LIMIT * 20) or []
 
 
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
