@@ -27,7 +27,6 @@ from awa.known_queues import has_waiting, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
 from awa_ops.cron import lateness
-from awa_ops.diagnose import unique_wedge
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.queues import CONFIGURED_QUEUES, known_queues
 from awa_ops.replication import STANDBYS_WORST
@@ -188,8 +187,8 @@ class DatabaseCollector(Collector):
             # (a mask without running admits one) is normal while it runs and heartbeats,
             # and rescue cancels it once stale.  Only one past its runtime's staleness --
             # rescue should be moving it and is not -- counts (as for diagnose unique-wedge).
-            superseded_rows = (await unique_wedge.superseded(
-                session, cur, None, config.OPS_JUDGED_ATTEMPTS_LIMIT) if wedged_rows else [])
+            wedged_by_queue = await self._stale_superseded(
+                session, reads, {w.queue for w in wedged_rows if w.wedged}, runtimes)
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
             cron = [lateness(c) for c in await reads.list_active_cron_jobs(session.conn)]
             configured: list[str] = []
@@ -248,9 +247,6 @@ class DatabaseCollector(Collector):
             completed.add_metric([queue], rate_by_queue.get(queue, 0.0))
         out.append(completed)
         wedged, _ = _family("awa.db.unique.wedged")
-        # where superseded attempts cannot be listed (queue storage), every one counts
-        wedged_by_queue = ({w.queue: w.wedged for w in wedged_rows} if superseded_rows is None
-                           else self._stale_superseded(superseded_rows, runtimes))
         for queue in queues:
             wedged.add_metric([queue], wedged_by_queue.get(queue, 0))
         out += [depth, lag, wedged]
@@ -330,20 +326,40 @@ class DatabaseCollector(Collector):
                                      for key in held}
         return max((now - since for since in self._slot_inactive_since.values()), default=None)
 
-    def _stale_superseded(self, rows: list[dict[str, Any]],
-                          runtimes: list[RuntimeInstance]) -> dict[str, int]:
-        """Per queue, the superseded attempts (``unique_wedge.superseded``) whose heartbeat is
-        older than the staleness of the runtime that runs them: rescue should have cancelled
-        them (``rescued as duplicate``)."""
+    async def _stale_superseded(self, session: OpsSession, reads: Any, queues: set[str],
+                                runtimes: list[RuntimeInstance]) -> dict[str, int]:
+        """Per queue of ``queues`` (those whose running attempts include one whose unique key
+        another job holds: ``wedged_claims``), the running attempts whose heartbeat is past
+        the staleness of the runtime that runs them and whose unique key another job holds:
+        rescue should have cancelled them (``rescued as duplicate``).  Stale attempts are
+        few, so each one's key is looked up (``job_record``), on every engine alike."""
+        if not queues:
+            return {}
         judged = [Runtime.of(r, self.staleness) for r in runtimes]
-        out: dict[str, int] = {}
-        for row in rows:
-            timing = attempt_timing(judged, row["queue"], row["claimed_by"],
-                                    is_live=lambda r: bool(r.live),
+        stale = []
+        for a in await reads.running_attempts(session.conn,
+                                              limit=config.OPS_JUDGED_ATTEMPTS_LIMIT):
+            if a.queue not in queues or a.heartbeat_age_s is None:
+                continue
+            timing = attempt_timing(judged, a.queue, a.claimed_by, is_live=lambda r: bool(r.live),
                                     stale_after_s=self.staleness)
-            age = row["heartbeat_age_s"]
-            if age is not None and age > timing.stale_after_s:
-                out[row["queue"]] = out.get(row["queue"], 0) + 1
+            if a.heartbeat_age_s > timing.stale_after_s:
+                stale.append(a)
+        keys: dict[int, bytes] = {}
+        for a in stale[:config.OPS_EVIDENCE_LIMIT * 20]:
+            record = await reads.job_record(session.conn, a.id)
+            key = record.job.unique_key if record is not None else None
+            if key:
+                keys[a.id] = bytes(key)
+        if not keys:
+            return {}
+        holders: dict[bytes, set[int]] = {}
+        for h in await reads.unique_claim_holders(session.conn, list(set(keys.values()))):
+            holders.setdefault(bytes(h.unique_key), set()).add(h.job_id)
+        out: dict[str, int] = {}
+        for a in stale:
+            if a.id in keys and holders.get(keys[a.id], set()) - {a.id}:
+                out[a.queue] = out.get(a.queue, 0) + 1
         return out
 
     async def close(self) -> None:

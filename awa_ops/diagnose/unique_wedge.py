@@ -43,19 +43,17 @@ LIMIT %(limit)s
 
 
 async def superseded(session: OpsSession, cur: Any, queue: str | None,
-                     limit: int) -> list[dict[str, Any]] | None:
+                     limit: int) -> list[dict[str, Any]]:
     """Running attempts whose unique key another job holds (the guide's query), with each
     attempt's heartbeat age, run time and claiming runtime and whether its holder sits in
-    the DLQ; run inside a read transaction (``cur`` is its cursor).  None where they cannot
-    be listed: the guide's query reads the canonical tables, and the queue-storage engine
-    has no read that lists them (only ``wedged_claims``' counts)."""
+    the DLQ; run inside a read transaction (``cur`` is its cursor).  On the queue-storage
+    engine the guide's query reads the canonical tables and finds none: that engine has no
+    read that lists them (only ``wedged_claims``' counts, which the exporter uses)."""
     engine = await storage_engine(session)
     superseded_attempts = getattr(engine, "superseded_attempts", None)
     if superseded_attempts is not None and getattr(engine, "queue_storage", False):
         rows = [asdict(a) for a in await superseded_attempts(session.conn, queue=queue,
                                                              limit=limit)]
-    elif engine.name == "queue_storage":
-        return None
     else:
         await cur.execute(WEDGE, {"queue": queue, "limit": limit})
         rows = await cur.fetchall()
@@ -80,9 +78,7 @@ async def superseded(session: OpsSession, cur: Any, queue: str | None,
 
 async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
     async with session.read() as cur:
-        # queue storage: not listable here (superseded() says why); reported as before
-        return await superseded(session, cur, options.queue,
-                                config.OPS_EVIDENCE_LIMIT * 20) or []
+        return await superseded(session, cur, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
 
 
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:

@@ -33,9 +33,6 @@ def wedged(database_url: str) -> float:
     return asyncio.run(scrape()).get("reports", 0)
 
 
-# canonical: the queue-storage engine has no read that lists superseded attempts (only
-# their count), so there the exporter counts every one, as before
-@pytest.mark.engine("canonical")
 @pytest.mark.connections(with_worker_processes(1, besides=3))
 def test_superseded_attempt_counts_as_wedged_only_when_stale_and_unrescued(database_url,
                                                                           tmp_path):
