@@ -178,6 +178,7 @@ OPS_XID_AGE_WARNING = 10_000_000
 OPS_VACUUM_RECENT_S = 600  # vacuumed this recently yet still dead: something pins the horizon
 OPS_VACUUM_STALE_S = 1_800  # no vacuum for this long while dead rows pile up
 OPS_DEAD_TUPLES_MIN = 10_000  # below this, dead tuples are never worth an alarm
+OPS_CRON_OVERDUE_S = 300  # a cron schedule this late past a fire time warns
 OPS_DLQ_RECENT_S = 3_600
 OPS_ERROR_SAMPLE = 1_000  # recent DLQ/failed rows scanned for repeated errors
 OPS_POISON_REPEATS = 3

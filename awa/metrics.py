@@ -417,15 +417,18 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
     _gauge("awa.db.dlq.depth", "{job}", _Q + (ATTR_DLQ_REASON,),
            "Dead-letter entries per queue and reason.", "database"),
     _gauge("awa.db.unique.wedged", "{job}", _Q,
-           "Running jobs whose unique key is claimed by another job (the unique-claim wedge).",
+           "Running jobs whose unique key is claimed by another job and whose heartbeat is "
+           "past their runtime's staleness, so rescue should have cancelled them (the "
+           "unique-claim wedge); a superseded attempt that still runs is not counted.",
            "database"),
     _gauge("awa.db.transaction.oldest_age", UNIT_SECONDS, (ATTR_DB_TXN_STATE,),
            "Age of the oldest open transaction per backend state (active, idle in "
            "transaction, ...), in seconds.", "database"),
     _gauge("awa.db.xmin_horizon.age", UNIT_SECONDS, (ATTR_DB_XMIN_SOURCE,),
            "How long the oldest holder of each xmin-horizon source has held it, in seconds "
-           "(sources without a start time, like replication slots, are reported in xid_age "
-           "only).", "database"),
+           "(an inactive replication slot: how long the exporter has seen it inactive with "
+           "the same xmin; sources without a start time, like catalog_xmin or standby "
+           "feedback, are reported in xid_age only).", "database"),
     _gauge("awa.db.xmin_horizon.xid_age", "{transaction}", (ATTR_DB_XMIN_SOURCE,),
            "age() in transactions of the oldest xmin held by each source: transaction, "
            "replication_slot, replication_slot_catalog, standby_feedback, prepared_transaction.",
@@ -436,6 +439,10 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
            "Live tuples per queue table (pg_stat_user_tables.n_live_tup).", "database"),
     _gauge("awa.db.table.last_autovacuum_age", UNIT_SECONDS, _TABLE,
            "Seconds since the last autovacuum of each queue table.", "database"),
+    _gauge("awa.db.cron.overdue", UNIT_SECONDS, (ATTR_CRON_NAME,),
+           "Per active (unpaused) cron schedule: seconds since its oldest fire time that has "
+           "not been enqueued (0 when it is on time); for a stored expression the runtime "
+           "cannot evaluate (the leader skips it), seconds since it last fired.", "database"),
     _gauge("awa.db.notification_queue.usage", "1", (),
            "Fraction (0..1) of the LISTEN/NOTIFY queue in use (pg_notification_queue_usage()).",
            "database"),

@@ -26,6 +26,7 @@ from awa import config, db, lifecycle, metrics
 from awa.known_queues import CONFIGURED_QUEUES, has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import RingState, RuntimeInstance
+from awa_ops.cron import lateness
 from awa_ops.diagnose.dead_tuples import churn_query
 from awa_ops.replication import STANDBYS_WORST
 from awa_ops.replication import STATE as REPLICATION_STATE
@@ -33,6 +34,7 @@ from awa_ops.replication import from_row as replication_from_row
 from awa_ops.runtimes import (
     LEADER_LOCK_HELD,
     Runtime,
+    attempt_timing,
     judged_running_counts,
     judging_timing,
 )
@@ -81,6 +83,12 @@ UNION ALL
 SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::float8,
        max(age(transaction)) FROM pg_prepared_xacts WHERE database = current_database()
 """
+# The slots that hold a data xmin, for their age in seconds: PostgreSQL records no time
+# for a slot's xmin, so the exporter times how long it has seen each one inactive with the
+# same xmin (an active slot's xmin follows its consumer; standby_feedback covers that).
+SLOT_XMINS = """
+SELECT slot_name, active, xmin::text AS xmin FROM pg_replication_slots WHERE xmin IS NOT NULL
+"""
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 # Queues an operator configured (paused, sharded): known even while empty.
 QUEUE_META_QUEUES = CONFIGURED_QUEUES
@@ -116,6 +124,8 @@ class DatabaseCollector(Collector):
         # keeps lifetime totals: the rate is then their difference, exact even for
         # completions whose rows were folded away between two scrapes.
         self._last_totals: tuple[datetime, dict[str, int]] | None = None
+        # (slot, xmin) -> when this exporter first saw that slot inactive holding that xmin
+        self._slot_inactive_since: dict[tuple[str, str], float] = {}
 
     # --- the async core (usable directly from tests and benchmarks) --------
     async def _ensure_session(self) -> OpsSession:
@@ -157,10 +167,10 @@ class DatabaseCollector(Collector):
         async with session.read() as cur:
             catalogue = []
             for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine),
-                          REPLICATION_STATE):
+                          REPLICATION_STATE, SLOT_XMINS):
                 await cur.execute(query)
                 catalogue.append(await cur.fetchall())
-            txns, horizon, notify, tables, replication_rows = catalogue
+            txns, horizon, notify, tables, replication_rows, slot_xmins = catalogue
             standbys_worst: dict[str, Any] | None = None
             if replication_rows and not replication_rows[0]["standby"]:
                 await cur.execute(STANDBYS_WORST)
@@ -172,7 +182,14 @@ class DatabaseCollector(Collector):
             lock_held = bool((await cur.fetchone() or {}).get("held"))
             depths = await reads.queue_depths(session.conn, cap=DEPTH_CAP)
             wedged_rows = await reads.wedged_claims(session.conn)
+            # Superseded is not wedged: a running attempt whose unique key a newer job took
+            # (a mask without running admits one) is normal while it runs and heartbeats,
+            # and rescue cancels it once stale.  Only one past its runtime's staleness --
+            # rescue should be moving it and is not -- counts (as for diagnose unique-wedge).
+            wedged_by_queue = await self._stale_superseded(
+                session, reads, {w.queue for w in wedged_rows if w.wedged}, runtimes)
             rings = await reads.ring_states(session.conn)  # queue storage only; else []
+            cron = [lateness(c) for c in await reads.list_active_cron_jobs(session.conn)]
             configured: list[str] = []
             if with_meta:
                 await cur.execute(QUEUE_META_QUEUES, {"limit": KNOWN_QUEUE_LIMIT})
@@ -229,7 +246,6 @@ class DatabaseCollector(Collector):
             completed.add_metric([queue], rate_by_queue.get(queue, 0.0))
         out.append(completed)
         wedged, _ = _family("awa.db.unique.wedged")
-        wedged_by_queue = {w.queue: w.wedged for w in wedged_rows}
         for queue in queues:
             wedged.add_metric([queue], wedged_by_queue.get(queue, 0))
         out += [depth, lag, wedged]
@@ -260,9 +276,11 @@ class DatabaseCollector(Collector):
             txn.add_metric([r["state"] or "unknown"], max(r["oldest_s"] or 0.0, 0.0))
         horizon_age, _ = _family("awa.db.xmin_horizon.age")
         horizon_xids, _ = _family("awa.db.xmin_horizon.xid_age")
+        slot_age = self._inactive_slot_age(slot_xmins)
         for r in horizon:
-            if r["age_s"] is not None:
-                horizon_age.add_metric([r["source"]], max(r["age_s"], 0.0))
+            age_s = slot_age if r["source"] == "replication_slot" else r["age_s"]
+            if age_s is not None:
+                horizon_age.add_metric([r["source"]], max(age_s, 0.0))
             horizon_xids.add_metric([r["source"]], r["xid_age"] or 0)
         dead, _ = _family("awa.db.table.dead_tuples")
         live_t, _ = _family("awa.db.table.live_tuples")
@@ -273,10 +291,13 @@ class DatabaseCollector(Collector):
             if r["last_autovacuum"] is not None:
                 vacuum_age.add_metric([r["relname"]],
                                       max(time.time() - r["last_autovacuum"].timestamp(), 0.0))
+        cron_overdue, _ = _family("awa.db.cron.overdue")
+        for c in cron[:KNOWN_QUEUE_LIMIT]:
+            cron_overdue.add_metric([c.name], c.overdue_s)
         usage, _ = _family("awa.db.notification_queue.usage")
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
-                dead, live_t, vacuum_age, usage]
+                dead, live_t, vacuum_age, cron_overdue, usage]
         out += _ring_families(rings)
         out += _replication_families(replication_rows[0] if replication_rows else None,
                                      standbys_worst)
@@ -293,6 +314,52 @@ class DatabaseCollector(Collector):
             session.conn, reads, [Runtime.of(r, self.staleness) for r in runtimes],
             stale_after_s=self.staleness)
         return [(c.queue, c.oldest_heartbeat_s, c.stale, c.overdue) for c in counts]
+
+    def _inactive_slot_age(self, slots: list[dict[str, Any]]) -> float | None:
+        """Seconds the longest-abandoned slot has been seen inactive holding its xmin (None:
+        no inactive slot holds one).  Counted from this exporter's first sight of it, so
+        after an exporter restart the age starts again: the alert comes late, never wrong."""
+        now = time.monotonic()
+        held = {(r["slot_name"], r["xmin"]) for r in slots if not r["active"]}
+        self._slot_inactive_since = {key: self._slot_inactive_since.get(key, now)
+                                     for key in held}
+        return max((now - since for since in self._slot_inactive_since.values()), default=None)
+
+    async def _stale_superseded(self, session: OpsSession, reads: Any, queues: set[str],
+                                runtimes: list[RuntimeInstance]) -> dict[str, int]:
+        """Per queue of ``queues`` (those whose running attempts include one whose unique key
+        another job holds: ``wedged_claims``), the running attempts whose heartbeat is past
+        the staleness of the runtime that runs them and whose unique key another job holds:
+        rescue should have cancelled them (``rescued as duplicate``).  Stale attempts are
+        few, so each one's key is looked up (``job_record``), on every engine alike."""
+        if not queues:
+            return {}
+        judged = [Runtime.of(r, self.staleness) for r in runtimes]
+        stale = []
+        for a in await reads.running_attempts(session.conn,
+                                              limit=config.OPS_JUDGED_ATTEMPTS_LIMIT):
+            if a.queue not in queues or a.heartbeat_age_s is None:
+                continue
+            timing = attempt_timing(judged, a.queue, a.claimed_by, is_live=lambda r: bool(r.live),
+                                    stale_after_s=self.staleness)
+            if a.heartbeat_age_s > timing.stale_after_s:
+                stale.append(a)
+        keys: dict[int, bytes] = {}
+        for a in stale[:config.OPS_EVIDENCE_LIMIT * 20]:
+            record = await reads.job_record(session.conn, a.id)
+            key = record.job.unique_key if record is not None else None
+            if key:
+                keys[a.id] = bytes(key)
+        if not keys:
+            return {}
+        holders: dict[bytes, set[int]] = {}
+        for h in await reads.unique_claim_holders(session.conn, list(set(keys.values()))):
+            holders.setdefault(bytes(h.unique_key), set()).add(h.job_id)
+        out: dict[str, int] = {}
+        for a in stale:
+            if a.id in keys and holders.get(keys[a.id], set()) - {a.id}:
+                out[a.queue] = out.get(a.queue, 0) + 1
+        return out
 
     async def close(self) -> None:
         if self._session is not None:

@@ -39,6 +39,7 @@ CHECKS: dict[str, str] = {
     "enqueue": "enqueue",
     "dlq": "dlq",
     "descriptors": "descriptors",
+    "cron": "cron",
 }
 
 

@@ -138,7 +138,13 @@ def assess(tables: list[dict[str, Any]], pinning: list[Finding],
             findings.append(Finding(
                 Severity.WARNING, f"{t['relname']}: {dead} dead tuples and autovacuum is disabled "
                                   f"for it", "nothing will reclaim them; the table bloats",
-                psql(f"VACUUM (VERBOSE) {schema}.{t['relname']}"), evidence, RUNBOOK))
+                # turning autovacuum back on is the fix (a bare VACUUM reclaims them once and
+                # the table bloats again); the VACUUM catches up now
+                (psql(f"ALTER TABLE {schema}.{t['relname']} RESET (autovacuum_enabled)")
+                 if t["autovacuum_on"] else
+                 psql("ALTER SYSTEM SET autovacuum = on") + "; " + psql("SELECT pg_reload_conf()"))
+                + "; then " + psql(f"VACUUM (VERBOSE) {schema}.{t['relname']}"),
+                evidence, RUNBOOK))
         elif dead > 2 * limit and (since is None or since > config.OPS_VACUUM_STALE_S):
             findings.append(Finding(
                 Severity.WARNING,

@@ -42,31 +42,43 @@ LIMIT %(limit)s
 """
 
 
-async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
+async def superseded(session: OpsSession, cur: Any, queue: str | None,
+                     limit: int) -> list[dict[str, Any]]:
+    """Running attempts whose unique key another job holds (the guide's query), with each
+    attempt's heartbeat age, run time and claiming runtime and whether its holder sits in
+    the DLQ; run inside a read transaction (``cur`` is its cursor).  On the queue-storage
+    engine the guide's query reads the canonical tables and finds none: that engine has no
+    read that lists them (only ``wedged_claims``' counts, which the exporter uses)."""
     engine = await storage_engine(session)
-    limit = config.OPS_EVIDENCE_LIMIT * 20
-    async with session.read() as cur:
-        superseded = getattr(engine, "superseded_attempts", None)
-        if superseded is not None and getattr(engine, "queue_storage", False):
-            rows = [asdict(a) for a in await superseded(session.conn, queue=options.queue,
-                                                        limit=limit)]
-        else:
-            await cur.execute(WEDGE, {"queue": options.queue, "limit": limit})
-            rows = await cur.fetchall()
-        holders = await engine.unique_claim_holders(
-            session.conn, list({bytes(r["unique_key"]) for r in rows}))
-        attempts = {a.id: a for a in await engine.running_attempts(
-            session.conn, job_ids=[r["stuck_job"] for r in rows], limit=max(len(rows), 1))}
+    superseded_attempts = getattr(engine, "superseded_attempts", None)
+    if superseded_attempts is not None and getattr(engine, "queue_storage", False):
+        rows = [asdict(a) for a in await superseded_attempts(session.conn, queue=queue,
+                                                             limit=limit)]
+    else:
+        await cur.execute(WEDGE, {"queue": queue, "limit": limit})
+        rows = await cur.fetchall()
+    if not rows:
+        return []
+    holders = await engine.unique_claim_holders(
+        session.conn, list({bytes(r["unique_key"]) for r in rows}))
+    attempts = {a.id: a for a in await engine.running_attempts(
+        session.conn, job_ids=[r["stuck_job"] for r in rows], limit=max(len(rows), 1))}
     for row in rows:
         a = attempts.get(row["stuck_job"])
         row["heartbeat_age_s"] = None if a is None or a.heartbeat_age_s is None else round(
             a.heartbeat_age_s, 1)
         row["running_for_s"] = None if a is None or a.running_for_s is None else round(
             a.running_for_s, 1)
+        row["claimed_by"] = None if a is None else a.claimed_by
     in_dlq = {(h.unique_key, h.job_id) for h in holders if h.in_dlq}
     for row in rows:
         row["holder_in_dlq"] = (bytes(row["unique_key"]), row["claim_holder"]) in in_dlq
     return rows
+
+
+async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
+    async with session.read() as cur:
+        return await superseded(session, cur, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
 
 
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:

@@ -64,6 +64,7 @@ OWNER = _label(metrics.ATTR_OWNER)
 DESCRIPTOR_HASH = _label(metrics.ATTR_DESCRIPTOR_HASH)
 RING = _label(metrics.ATTR_RING)
 BLOCKER = _label(metrics.ATTR_PRUNE_BLOCKER)
+CRON = _label(metrics.ATTR_CRON_NAME)
 
 COMPLETED = _metric("awa.job.completed")
 FAILED = _metric("awa.job.failed")
@@ -89,6 +90,7 @@ DB_XMIN_AGE = _metric("awa.db.xmin_horizon.age")
 DB_DEAD_TUPLES = _metric("awa.db.table.dead_tuples")
 DB_LIVE_TUPLES = _metric("awa.db.table.live_tuples")
 DB_NOTIFY_USAGE = _metric("awa.db.notification_queue.usage")
+DB_CRON_OVERDUE = _metric("awa.db.cron.overdue")
 DB_SCRAPE_SUCCESS = _metric("awa.db.exporter.scrape_success")
 PRUNE_BLOCKED_AGE = _metric("awa.storage.prune_blocked_age")
 ROTATE_ATTEMPTS = _metric("awa.maintenance.rotate.attempts")
@@ -125,6 +127,8 @@ class Thresholds:
     leader_changes_per_hour: float = 5
     prune_blocked_seconds: float = 1800  # a sealed ring slot held by live work this long
     ring_wrap_skip_ratio: float = 0.5  # share of rotations that hit a slot held by live work
+    # a cron schedule's due fire time not enqueued this long (the leader fires within 1 s)
+    cron_overdue_seconds: float = config.OPS_CRON_OVERDUE_S
     for_overrides: dict[str, str] = field(default_factory=dict)
 
 
@@ -591,6 +595,22 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
             cases=_wrap_pressure_cases(t),
         ),
         AlertRule(
+            name="AwaCronNotFiring",
+            severity="warning",
+            expr=f"max by ({CRON}) ({DB_CRON_OVERDUE}) > {num(t.cron_overdue_seconds)}",
+            # the leader fires a due slot within one cron evaluation (1 s); after a leader
+            # failover (an election interval, 10 s) it fires the missed slot at once
+            for_="5m",
+            summary="A cron schedule is not firing.",
+            description=(
+                "Cron schedule {{ $labels.awa_cron_name }} has a fire time that was not enqueued "
+                "for {{ $value | humanizeDuration }}: no leader, or the leader cannot evaluate "
+                "its stored expression, or its cron pass fails."),
+            runbook_check="cron",
+            cases=lambda r: _gauge_cases(r, DB_CRON_OVERDUE, {CRON: "nightly-report"},
+                                         t.cron_overdue_seconds),
+        ),
+        AlertRule(
             name="AwaExporterDown",
             severity="warning",
             expr=f"max({DB_SCRAPE_SUCCESS}) < 1 or absent({DB_SCRAPE_SUCCESS})",
@@ -967,7 +987,8 @@ def readme(rules: list[AlertRule], t: Thresholds) -> str:
 # --- time-scaled rules (the incident matrix) ---------------------------------------
 # Thresholds that are durations: scaled with the rules' windows and for:.
 TIME_THRESHOLDS = ("queue_lag_seconds", "heartbeat_age_seconds", "xmin_horizon_age_seconds",
-                   "idle_in_transaction_seconds", "prune_blocked_seconds")
+                   "idle_in_transaction_seconds", "prune_blocked_seconds",
+                   "cron_overdue_seconds")
 _RANGE = re.compile(r"\[(\d+[smhdw])\]")
 _OFFSET = re.compile(r"offset (\d+[smhdw])")
 

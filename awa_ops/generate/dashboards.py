@@ -432,6 +432,14 @@ def maintenance(t: Thresholds) -> DashboardSpec:
         PanelSpec("Cron fires", "Jobs enqueued by cron schedules in the window, per schedule.",
                   (Target(f"sum by ({CRON_NAME}) ({increase('awa.cron.fired')})",
                           "{{awa_cron_name}}"),), width=12),
+        PanelSpec("Cron lateness", "Per active schedule, how long its oldest due fire time has "
+                  "waited to be enqueued (0 on time), read from the database by awa-ops "
+                  "exporter: it keeps rising when no leader fires it or the leader cannot "
+                  "evaluate its stored expression.",
+                  (Target(f"max by ({CRON_NAME}) ({m('awa.db.cron.overdue')})",
+                          "{{awa_cron_name}}"),), unit="s", width=12,
+                  thresholds=warn_at(t.cron_overdue_seconds),
+                  runbooks=(alert_runbook("AwaCronNotFiring"), diagnostic("cron"))),
     )
     storage = (
         PanelSpec("Ring occupancy", "Share of each ring's slots whose partitions hold rows, "

@@ -49,7 +49,8 @@ PRODUCED = {
     "awa.enqueue.batch_size", "awa.enqueue.duration", "awa.runtime.info",
 } | {entry.name for entry in metrics.DATABASE_METRICS
      if entry.name not in ("awa.db.table.last_autovacuum_age",  # needs an autovacuum run
-                           "awa.db.unique.wedged")}  # needs a unique-claim wedge
+                           "awa.db.unique.wedged",  # needs a unique-claim wedge
+                           "awa.db.cron.overdue")}  # one series per cron schedule: none here
 
 # The leader's ring series, on a database laid out for queue storage (one cleanup tick).
 QUEUE_STORAGE_PRODUCED = {

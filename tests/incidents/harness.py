@@ -78,9 +78,12 @@ class Observation:
 class Fleet:
     """One scenario's world: its database, workers, exporter and Prometheus."""
 
-    def __init__(self, url: str, directory: Path) -> None:
+    def __init__(self, url: str, directory: Path, cluster: Any = None) -> None:
         self.url = url
         self.directory = directory
+        # The scenario's own PostgreSQL (support.pgcluster.PrivateCluster) when its incident
+        # is server-wide (a replication slot, a stopped server): None on a shared server.
+        self.cluster = cluster
         self.workers: list[WorkerProcess] = []
         self.metrics_ports: dict[int, int] = {}  # worker pid -> its metrics port
         self.exporter: subprocess.Popen[bytes] | None = None
@@ -88,6 +91,7 @@ class Fleet:
         self.targets_file = directory / "targets.json"
         self.prometheus: PrometheusServer | None = None
         self.t0 = time.monotonic()
+        self.started = self.t0  # when Prometheus started (start())
         self.alerts: dict[str, AlertSeen] = {}
         self.observations: list[Observation] = []
         self.diagnose_flags: list[str] = []
@@ -110,6 +114,7 @@ class Fleet:
             {"files": [str(self.targets_file)], "refresh_interval": "1s"}]}]
         cfg_path.write_text(yaml.safe_dump(cfg))
         self.prometheus.start()
+        self.started = time.monotonic()
         self._poller = threading.Thread(target=self._poll_alerts, daemon=True)
         self._poller.start()
         return self
@@ -138,12 +143,13 @@ class Fleet:
             self.exporter.kill()
             self.exporter.wait(10)
 
-    def worker(self, queues: str, **settings: Any) -> WorkerProcess:
+    def worker(self, queues: str, env: dict[str, str] | None = None,
+               **settings: Any) -> WorkerProcess:
         port = free_port()
         worker = start_worker(self.url, queues,
                               settings=scaled_settings(metrics_addr=f"127.0.0.1:{port}",
                                                        **settings),
-                              log_dir=self.directory / "workers")
+                              log_dir=self.directory / "workers", env=env)
         self.workers.append(worker)
         self.metrics_ports[worker.pid] = port
         self._write_targets()
@@ -178,6 +184,14 @@ class Fleet:
     def incident_begins(self) -> None:
         """From now on, alerts count against the scenario's expectation."""
         self.t0 = time.monotonic()
+
+    def wait_for_history(self, real_s: float) -> None:
+        """Wait until Prometheus has ``real_s`` of history.  Rules that count a series born
+        inside their window (``recent_increase``, ``gauge_growth``) stay silent until the
+        window lies inside Prometheus' history -- a fresh Prometheus cannot tell a burst from
+        an old total -- so an incident such a rule must catch begins after it, as it would in
+        production where Prometheus has run for days."""
+        time.sleep(max(0.0, self.started + real_s - time.monotonic()))
 
     def now_s(self) -> float:
         return time.monotonic() - self.t0
@@ -232,7 +246,13 @@ class Fleet:
         return Observation(at, checks, report, problem, unserved)
 
     async def _console(self) -> tuple[str | None, list[str]]:
-        session = await OpsSession.open(self.url, read_only=True)
+        try:
+            session = await OpsSession.open(self.url, read_only=True)
+        except Exception as exc:  # noqa: BLE001 - any failed read is what the console shows
+            # recorded as seen; the console itself keeps its last screen and marks the read
+            # failed (awa_tui)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"READ FAILED: {first}", []
         try:
             overview = await ConsoleReader(session).overview()
             return overview.problem(), overview.unserved()

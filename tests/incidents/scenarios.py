@@ -8,12 +8,14 @@ times the data names, and compares.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +35,17 @@ def expectations() -> dict[str, dict[str, Any]]:
 
 @contextmanager
 def producing(url: str, queue: str = "default", period_s: float = 0.25,
-              flaky_every: int = 25) -> Iterator[None]:
-    """A producer enqueueing the demo's healthy mix until the block ends: fast jobs, a few
-    that take a while, and now and then one that fails once and then succeeds."""
+              flaky_every: int = 25, bulk: int = 10) -> Iterator[None]:
+    """A producer enqueueing the demo's healthy mix until the block ends: fast jobs (``bulk``
+    per round), a few that take a while, and now and then one that fails once and then
+    succeeds."""
     stop = threading.Event()
 
     def run() -> None:
         n = 0
         with awa.Client(url) as client:
             while not stop.is_set():
-                client.insert_many([{}] * 10, kind="fast", queue=queue)
+                client.insert_many([{}] * bulk, kind="fast", queue=queue)
                 client.insert_many([{"ms": 300}] * 2, kind="sleep", queue=queue)
                 n += 1
                 if n % max(1, flaky_every // 12) == 0:
@@ -200,11 +203,205 @@ def backlog_draining(fleet: Fleet, spec: dict[str, Any]) -> None:
     _backlog(fleet, spec, slots=16, jobs=300, ms=50)  # gone within a second or two
 
 
+# --- server-wide incidents and the later scenarios of issue 46 ----------------------------
+
+def replication_slot_pinned(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """A standby with hot_standby_feedback streams through a physical slot, then is gone
+    (its host lost): the inactive slot keeps the xmin the standby last reported, and WAL."""
+    cluster = _own_cluster(fleet)
+    from support.pgcluster import PrivateCluster
+    slot = "standby_eu_1"
+    standby = PrivateCluster(*cluster.settings[4:], "-c", "hot_standby_feedback=on", init=False)
+    fleet.worker("default:8")
+    fleet.worker("default:8")
+    try:
+        cluster._run("pg_basebackup", "-D", str(standby.data), "-h", "127.0.0.1",
+                     "-p", str(cluster.port), "-U", "postgres", "-R", "-C", "-S", slot,
+                     "-X", "stream", "--checkpoint", "fast", "--no-sync")
+        standby.start()
+        with producing(fleet.url):
+            _wait_for(fleet.url, "SELECT xmin IS NOT NULL FROM pg_replication_slots "
+                                 "WHERE slot_name = %s", (slot,), timeout=30)
+            fleet.incident_begins()
+            standby.stop("immediate")  # the standby's host is gone; its slot stays
+            observe_all(fleet, spec)
+    finally:
+        standby.close()
+
+
+def prepared_transaction(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """A two-phase commit whose coordinator died after PREPARE: the prepared transaction
+    outlives its session and holds its xid (and locks) until someone resolves it."""
+    fleet.worker("default:8")
+    fleet.worker("default:8")
+    gid = "export-batch-42"
+    with producing(fleet.url):
+        fleet.incident_begins()
+        with psycopg.connect(fleet.url, autocommit=True) as coordinator:
+            coordinator.execute("BEGIN")
+            coordinator.execute("CREATE TABLE IF NOT EXISTS export_marks (batch int)")
+            coordinator.execute("INSERT INTO export_marks VALUES (42)")
+            coordinator.execute(f"PREPARE TRANSACTION '{gid}'")
+        observe_all(fleet, spec)
+    with psycopg.connect(fleet.url, autocommit=True) as conn:
+        conn.execute(f"ROLLBACK PREPARED '{gid}'")
+
+
+def dead_tuples_climbing(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """Autovacuum switched off on the queue tables (a bulk-load setting left behind) while
+    they churn: dead tuples pile up with nothing to reclaim them."""
+    fleet.worker("default:16")
+    fleet.worker("default:16")
+    with psycopg.connect(fleet.url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname LIKE 'awa%' AND c.relkind = 'r'")]
+        for table in tables:
+            conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    fleet.incident_begins()
+    with producing(fleet.url, bulk=100, period_s=0.1):
+        observe_all(fleet, spec)
+
+
+def poison_job(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """Jobs whose handler kills the worker process: each claim crashes the worker of queue
+    ``imports`` (its supervisor restarts it), rescue retries them, until their attempts are
+    spent and they land in the DLQ."""
+    fleet.worker("default:4", dlq_enabled_by_default=True)  # the leader, never crashes
+    with supervised(fleet, "imports:4", dlq_enabled_by_default=True):
+        fleet.wait_for_history(float(spec["history_s"]))  # AwaRescuesSpiking's 10m window
+        fleet.incident_begins()
+        with awa.Client(fleet.url) as client:
+            client.insert_many([{"file": f"import-{i}.csv"} for i in range(6)], kind="crash",
+                               queue="imports", max_attempts=3)
+        observe_all(fleet, spec)
+
+
+def unique_claim_superseded(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """Unique jobs whose mask excludes running: while two long reports run, newer duplicates
+    are enqueued for later and take their unique keys.  One report's worker is then
+    SIGKILLed: rescue cannot move that attempt back to retryable (a newer job holds the
+    key), so it cancels it ("rescued as duplicate"); the other keeps running, superseded."""
+    mask = {"states": ["scheduled", "available", "retryable"]}
+    survivor = fleet.worker("reports:1")  # one report each
+    victim = fleet.worker("reports:1")
+    with awa.Client(fleet.url) as client:
+        client.insert({"seconds": 3600, "report": "daily"}, kind="slow", queue="reports",
+                      unique_opts=mask)
+        client.insert({"seconds": 3600, "report": "weekly"}, kind="slow", queue="reports",
+                      unique_opts=mask)
+        deadline = time.monotonic() + 20
+        while not (survivor.log_lines() and victim.log_lines()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the two reports did not start on both workers")
+            time.sleep(0.1)
+        for report in ("daily", "weekly"):
+            client.insert({"seconds": 3600, "report": report}, kind="slow", queue="reports",
+                          unique_opts=mask, run_at=timedelta(hours=6))
+    fleet.incident_begins()
+    victim.kill()
+    fleet.forget_dead()
+    observe_all(fleet, spec)
+
+
+def database_unreachable(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """The database server goes away (stopped) for a while, then comes back."""
+    cluster = _own_cluster(fleet)
+    fleet.worker("default:8")
+    fleet.worker("default:8")
+    time.sleep(2)
+    fleet.incident_begins()
+    cluster.stop("immediate")
+    try:
+        observe_all(fleet, {**spec, "duration_s": spec["restart_at_s"]})
+    finally:
+        cluster.start()
+    fleet.sleep_until(float(spec["duration_s"]))
+
+
+def cron_stopped(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """A schedule that fired every minute stops firing while the fleet and its leader are
+    healthy: its expression was edited by hand into one the leader cannot evaluate (a
+    six-field expression pasted from another scheduler's docs)."""
+    every_minute = [{"name": "hourly-digest", "cron_expr": "* * * * * */4", "kind": "fast"}]
+    fleet.worker("default:4", env={"AWA_WORKER_PERIODIC": json.dumps(every_minute)})
+    fleet.worker("default:4")
+    time.sleep(10)  # it fires a few times
+    fleet.incident_begins()
+    with psycopg.connect(fleet.url, autocommit=True) as conn:
+        conn.execute("UPDATE awa.cron_jobs SET cron_expr = '0 */5 * * * * ?' "
+                     "WHERE name = 'hourly-digest'")
+    observe_all(fleet, spec)
+
+
+def callbacks_timing_out(fleet: Fleet, spec: dict[str, Any]) -> None:
+    """An external system (a payment provider) stops calling back: every job parked in
+    waiting_external runs past its callback timeout and is rescued (callback timed out)."""
+    fleet.worker("default:4,payments:8", dlq_enabled_by_default=True)
+    fleet.worker("default:4,payments:8", dlq_enabled_by_default=True)
+    fleet.wait_for_history(float(spec["history_s"]))  # AwaDLQGrowing's 30m window
+    fleet.incident_begins()
+    with awa.Client(fleet.url) as client:
+        # 60 s production callback timeout (4 s here); one attempt each
+        client.insert_many([{"timeout": 60 * 1 / 15, "charge": i} for i in range(12)],
+                           kind="await_callback", queue="payments", max_attempts=1)
+    observe_all(fleet, spec)
+
+
+# --- helpers of the scenarios above ----------------------------------------------------
+
+def _own_cluster(fleet: Fleet) -> Any:
+    if fleet.cluster is None:
+        raise RuntimeError("this scenario needs its own PostgreSQL server (own_cluster in "
+                           "expected.yaml): run it with benchmarks/incident_matrix.py")
+    return fleet.cluster
+
+
+def _wait_for(url: str, query: str, params: tuple[Any, ...], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not conn.execute(query, params).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not true after {timeout}s: {query}")
+            time.sleep(0.2)
+
+
+@contextmanager
+def supervised(fleet: Fleet, queues: str, **settings: Any) -> Iterator[None]:
+    """A worker for ``queues`` that is started again whenever it dies (a process
+    supervisor: systemd, a Kubernetes restart policy)."""
+    stop = threading.Event()
+    current = [fleet.worker(queues, **settings)]
+
+    def watch() -> None:
+        while not stop.is_set():
+            if not current[0].alive:
+                fleet.forget_dead()
+                stop.wait(1.0)  # the supervisor's restart back-off
+                if not stop.is_set():
+                    try:
+                        current[0] = fleet.worker(queues, **settings)
+                    except (RuntimeError, TimeoutError):
+                        pass  # it crashed again while starting: try once more
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
 SCENARIOS: dict[str, Callable[[Fleet, dict[str, Any]], None]] = {
     f.__name__: f for f in (healthy_idle, healthy_busy, rolling_restart, worker_killed_long_jobs,
                             only_worker_of_queue_gone, no_leader, frozen_leader,
                             idle_in_transaction, long_query, dlq_one_cause, exporter_down,
-                            backlog_not_draining, backlog_draining)}
+                            backlog_not_draining, backlog_draining, replication_slot_pinned,
+                            prepared_transaction, dead_tuples_climbing, poison_job,
+                            unique_claim_superseded, database_unreachable, cron_stopped,
+                            callbacks_timing_out)}
 
 
 # --- observing and comparing -----------------------------------------------------------
@@ -217,7 +414,8 @@ def observe_all(fleet: Fleet, spec: dict[str, Any]) -> None:
     fleet.sleep_until(float(spec["duration_s"]))
 
 
-def run(name: str, url: str, directory: Path, *, ci: bool = False) -> Verdict:
+def run(name: str, url: str, directory: Path, *, ci: bool = False,
+        cluster: Any = None) -> Verdict:
     """Play scenario ``name``; ``ci``: its compressed length (``ci_duration_s``), observed
     only at the times that fall inside it."""
     spec = dict(expectations()[name])
@@ -230,7 +428,7 @@ def run(name: str, url: str, directory: Path, *, ci: bool = False) -> Verdict:
                                 if float(o["at"]) < end]
         spec["alerts"] = {k: v for k, v in (spec.get("alerts") or {}).items()
                           if float(v) <= end}
-    fleet = Fleet(url, directory)
+    fleet = Fleet(url, directory, cluster)
     fleet.diagnose_flags = [str(f) for f in spec.get("diagnose_flags", [])]
     try:
         fleet.start()
@@ -245,7 +443,12 @@ def compare(name: str, spec: dict[str, Any], alerts: dict[str, Any],
     expected_alerts = {k: float(v) for k, v in (spec.get("alerts") or {}).items()}
     verdict = Verdict(name, expected_alerts, dict(alerts), observations)
     from awa_ops.generate.alerts import Thresholds, build_rules
-    for rule in build_rules(Thresholds()):
+    rules = build_rules(Thresholds())
+    for name_ in sorted(set(expected_alerts) - {rule.name for rule in rules}):
+        # an incident no rule can catch yet: a missing signal, never a silent pass
+        verdict.tally.append((f"alert:{name_}", True, False))
+        verdict.problems.append(f"{name_} never fired: alerts/awa-rules.yml has no such rule")
+    for rule in rules:
         want = rule.name in expected_alerts
         seen = alerts.get(rule.name)
         on_time = seen is not None and seen.at_s <= expected_alerts.get(rule.name, 0.0)
@@ -268,6 +471,11 @@ def compare(name: str, spec: dict[str, Any], alerts: dict[str, Any],
 def _compare_observation(verdict: Verdict, point: dict[str, Any], seen: Observation) -> None:
     where = f"at {seen.at_s:.1f}s"
     wanted = point.get("diagnose") or {}
+    for check in sorted(set(wanted) - set(seen.diagnose)):
+        # a check the expectation names that `diagnose all` does not run: a missing signal
+        verdict.tally.append((f"diagnose:{check}", wanted[check]["status"] != "ok", False))
+        verdict.problems.append(f"{where}: diagnose {check} did not report (no such check in "
+                                f"`diagnose all`), expected {wanted[check]['status']}")
     for check, got in seen.diagnose.items():
         want = wanted.get(check) or {"status": "ok"}
         status = want["status"]

@@ -27,9 +27,12 @@ REPLAY_TIMEOUT_S = 30.0
 
 class ReplicaPair:
     def __init__(self, *, hot_standby_feedback: bool = False,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, slot: str | None = None) -> None:
+        """``slot``: the standby streams through this physical replication slot (created by
+        pg_basebackup), which keeps the xmin its feedback reported after it is gone."""
         self.hot_standby_feedback = hot_standby_feedback
         self.engine = engine
+        self.slot = slot
         self.primary = PrivateCluster("-c", "wal_level=replica", "-c", "max_wal_senders=5")
         self.standby: PrivateCluster | None = None
 
@@ -42,7 +45,8 @@ class ReplicaPair:
         standby = PrivateCluster("-c", "hot_standby=on", init=False)
         standby._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary.port),
                      "-U", "postgres", "-D", str(standby.data), "-R", "-X", "stream",
-                     "--no-sync")
+                     "--no-sync", *(("-C", "-S", self.slot, "--checkpoint", "fast")
+                                    if self.slot else ()))
         self.standby = standby
         self._write_feedback(self.hot_standby_feedback)
         standby.start()

@@ -10,6 +10,8 @@ Configured by environment variables:
   arguments (short intervals, ``global_max_workers``, ``dlq_enabled_by_default``;
   queue dicts may be given as ``{"queues": [...]}`` here instead, and
   ``shutdown_timeout_ms`` for the graceful shutdown on SIGTERM);
+* ``AWA_WORKER_PERIODIC``     -- JSON list of ``{"name", "cron_expr", "kind", "queue"}``:
+  schedules this worker declares (``client.periodic``), stored when it starts;
 * ``AWA_WORKER_LOG_DIR``      -- when set, every handler appends
   ``start|done <kind> <id> <attempt> <run_lease> <unix time>`` lines to ``<dir>/<pid>.log``.
 
@@ -28,6 +30,8 @@ Handler kinds (args are plain dicts; insert with ``kind=...``):
 ``flaky``       ``{"fail_times": n}``: raises until attempt > n, then completes
 ``retry_after`` ``{"seconds": s}``: returns RetryAfter(s)
 ``snooze``      ``{"seconds": s}``: snoozes once, completes on the next run
+``await_callback`` ``{"timeout": s}``: registers a callback with that timeout and parks
+                in waiting_external (nobody ever resolves it)
 ``cancel_aware`` runs until ``is_cancelled()``, then keeps going ``{"linger": s}``
                 seconds and returns (its late completion must be ignored)
 
@@ -176,6 +180,12 @@ def build_client(database_url: str) -> awa.AsyncClient:
             return awa.Snooze(float(job.args.get("seconds", 0.1)))
         log_line("done", job)
 
+    @handler("await_callback")
+    async def await_callback(job):
+        log_line("start", job)
+        token = await job.register_callback(timeout_seconds=float(job.args.get("timeout", 60)))
+        return awa.WaitForCallback(token)
+
     @handler("cancel_aware")
     async def cancel_aware(job):
         log_line("start", job)
@@ -203,6 +213,9 @@ async def main() -> int:
     queues = settings.pop("queues", None) or parse_queues(
         os.environ.get("AWA_WORKER_QUEUES", "default:8"))
     client = build_client(database_url)
+    for p in json.loads(os.environ.get("AWA_WORKER_PERIODIC") or "[]"):
+        client.periodic(p["name"], p["cron_expr"], dict, {}, kind=p["kind"],
+                        queue=p.get("queue", "default"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
