@@ -1171,6 +1171,19 @@ class WedgedClaims:
 
 
 @dataclass(frozen=True)
+class SupersededAttempt:
+    """A running attempt whose unique key another job holds (the guide's wedge query), and
+    the holder's state (None: the holder is gone)."""
+
+    stuck_job: int
+    kind: str
+    queue: str
+    unique_key: bytes
+    claim_holder: int
+    holder_state: str | None
+
+
+@dataclass(frozen=True)
 class JobListQuery:
     """The console's job screen filter; ``window`` bounds the rows kind/tag/args filters
     search."""
@@ -1416,6 +1429,13 @@ class OpsReads(Protocol):
 
     async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
         """Per queue: running jobs whose unique key another job holds."""
+        ...
+
+    async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                                  queue: str | None = None,
+                                  limit: int) -> list[SupersededAttempt]:
+        """Running attempts whose unique key another job holds, each with its holder's state
+        (the guide's unique-wedge query), at most ``limit``."""
         ...
 
     async def job_page(self, conn: psycopg.AsyncConnection[Any],

@@ -20,7 +20,7 @@ from awa import config
 from awa_ops.diagnose._text import awa, plural, psql, secs
 from awa_ops.findings import Finding, Severity, plain, runbook
 from awa_ops.session import OpsSession
-from awa_ops.storage import render, storage_engine
+from awa_ops.storage import storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
@@ -31,32 +31,15 @@ NAME = "unique-wedge"
 RUNBOOK = runbook("unique-wedge")
 TERMINAL = {"completed", "failed", "cancelled"}
 
-# The guide's query verbatim, filtered by queue and capped; whether a holder sits
-# in the DLQ comes from the engine's unique-claim holder lookup.
-WEDGE = f"""
-WITH seed AS ({render("unique_wedge", as_subquery=True)})
-SELECT s.*
-FROM seed s
-WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s)
-LIMIT %(limit)s
-"""
-
-
-async def superseded(session: OpsSession, cur: Any, queue: str | None,
+async def superseded(session: OpsSession, queue: str | None,
                      limit: int) -> list[dict[str, Any]]:
-    """Running attempts whose unique key another job holds (the guide's query), with each
-    attempt's heartbeat age, run time and claiming runtime and whether its holder sits in
-    the DLQ; run inside a read transaction (``cur`` is its cursor).  On the queue-storage
-    engine the guide's query reads the canonical tables and finds none: that engine has no
-    read that lists them (only ``wedged_claims``' counts, which the exporter uses)."""
+    """Running attempts whose unique key another job holds (the guide's query, as each
+    engine keeps its rows: ``superseded_attempts``), with each attempt's heartbeat age, run
+    time and claiming runtime and whether its holder sits in the DLQ; run inside a read
+    transaction."""
     engine = await storage_engine(session)
-    superseded_attempts = getattr(engine, "superseded_attempts", None)
-    if superseded_attempts is not None and getattr(engine, "queue_storage", False):
-        rows = [asdict(a) for a in await superseded_attempts(session.conn, queue=queue,
-                                                             limit=limit)]
-    else:
-        await cur.execute(WEDGE, {"queue": queue, "limit": limit})
-        rows = await cur.fetchall()
+    rows = [asdict(a) for a in await engine.superseded_attempts(session.conn, queue=queue,
+                                                                limit=limit)]
     if not rows:
         return []
     holders = await engine.unique_claim_holders(
@@ -77,8 +60,8 @@ async def superseded(session: OpsSession, cur: Any, queue: str | None,
 
 
 async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]:
-    async with session.read() as cur:
-        return await superseded(session, cur, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
+    async with session.read():
+        return await superseded(session, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
 
 
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:

@@ -35,7 +35,7 @@ def wedged(database_url: str) -> float:
 
 @pytest.mark.connections(with_worker_processes(1, besides=3))
 def test_superseded_attempt_counts_as_wedged_only_when_stale_and_unrescued(database_url,
-                                                                          tmp_path):
+                                                                          tmp_path, ops):
     # no maintenance: nothing rescues the attempt once its worker is gone
     worker = start_worker(database_url, "reports:1", settings={"run_maintenance": False},
                           log_dir=tmp_path)
@@ -47,6 +47,11 @@ def test_superseded_attempt_counts_as_wedged_only_when_stale_and_unrescued(datab
                           run_at=timedelta(hours=6))
         # the old attempt runs and heartbeats: superseded, not wedged
         assert wedged(database_url) == 0
+        # diagnose unique-wedge sees it on every engine (it read canonical's table alone,
+        # so on queue storage it said OK whatever was running), as information
+        seen = ops("unique-wedge")
+        assert seen.code == 0, seen.data
+        assert any("1 running job superseded" in f["summary"] for f in seen.findings())
         worker.kill()
         # its heartbeat goes past the runtime's staleness (1 s) and nothing rescues it
         wait_until(lambda: wedged(database_url) == 1, timeout=20,

@@ -43,6 +43,7 @@ from awa.storage.engine import (
     RuntimeInstance,
     StateBucket,
     StoredDescriptor,
+    SupersededAttempt,
     UniqueClaimHolder,
     WedgedClaims,
 )
@@ -194,6 +195,17 @@ SELECT j.queue, count(*) AS wedged
   JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
  WHERE j.state = 'running'
  GROUP BY j.queue
+"""
+# The same running attempts one by one, with the holder's state (the guide's wedge query).
+SUPERSEDED_IN = """
+SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key, c.job_id AS claim_holder,
+       h.state::text AS holder_state
+  FROM {table} j
+  JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
+  LEFT JOIN awa.jobs h ON h.id = c.job_id
+ WHERE j.state = 'running' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+ ORDER BY j.id
+ LIMIT %(limit)s
 """
 
 # --- job lists and detail --------------------------------------------------------------
@@ -374,6 +386,7 @@ class JobStatements:
     running_counts: str
     cancelled_while_running: str
     wedged_claims: str
+    superseded: str
     repeated_errors: str
 
     @classmethod
@@ -381,7 +394,7 @@ class JobStatements:
         """The statements on ``table`` (an engine's constant, never input)."""
         return cls(*(template.format(table=table) for template in (
             RUNNING_IN, RUNNING_BY_ID_IN, RUNNING_COUNTS_IN, CANCELLED_WHILE_RUNNING_IN,
-            WEDGED_CLAIMS_IN, REPEATED_ERRORS_IN)))
+            WEDGED_CLAIMS_IN, SUPERSEDED_IN, REPEATED_ERRORS_IN)))
 
 
 def running_attempt(r: dict[str, Any]) -> RunningAttemptRead:
@@ -487,6 +500,13 @@ class SharedReads:
     async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
         return [WedgedClaims(r["queue"], int(r["wedged"]))
                 for r in await fetch_all(conn, self.statements.wedged_claims)]
+
+    async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
+                                  queue: str | None = None,
+                                  limit: int) -> list[SupersededAttempt]:
+        rows = await fetch_all(conn, self.statements.superseded, {"queue": queue, "limit": limit})
+        return [SupersededAttempt(r["stuck_job"], r["kind"], r["queue"], bytes(r["unique_key"]),
+                                  r["claim_holder"], r["holder_state"]) for r in rows]
 
     async def job_record(self, conn: psycopg.AsyncConnection[Any], job_id: int, *,
                          cap_bytes: int | None = None) -> JobRecord | None:

@@ -20,7 +20,6 @@ serve, read-only all the same.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -54,26 +53,13 @@ from awa.storage.engine import (
     RunningCounts,
     RuntimeDescriptorHashes,
     StateBucket,
+    SupersededAttempt,
     UniqueClaimHolder,
     WedgedClaims,
 )
 
 NAME = "rust_core"
 
-
-@dataclass(frozen=True)
-class SupersededAttempt:
-    """A running attempt whose unique key another job holds (the guide's wedge query).
-
-    (For the lead: belongs in engine.py's OpsReads section beside WedgedClaims.)
-    """
-
-    stuck_job: int
-    kind: str
-    queue: str
-    unique_key: bytes
-    claim_holder: int
-    holder_state: str | None
 
 # --- running attempts: open receipt claims and materialized leases --------------------
 # The guide's open-claim anti-join (plus the claim's own closed_at), a lease
@@ -866,6 +852,8 @@ class RustCoreEngine(CanonicalReads):
                                   queue: str | None = None,
                                   limit: int) -> list[SupersededAttempt]:
         """Running attempts whose unique key another job holds, with the holder's state."""
+        if not self.queue_storage:
+            return await super().superseded_attempts(conn, queue=queue, limit=limit)
         rows = await fetch_all(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
         holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
             conn, list({bytes(r["unique_key"]) for r in rows}))}

@@ -63,9 +63,9 @@ from awa.storage.transition.state import (
 _READS = frozenset({
     "queue_details", "completed_totals", "recently_completed_queues", "dlq_depths_by_queue",
     "dlq_depths", "runtime_instances", "cancelled_while_running", "unique_claim_holders",
-    "wedged_claims", "dlq_page", "repeated_errors", "descriptors", "runtime_descriptor_hashes",
-    "ring_states", "created_timeseries", "kind_counts", "dlq_depth", "dlq_depth_by_queue",
-    "get_dlq_job", "list_dlq", "batch_preview"})
+    "wedged_claims", "superseded_attempts", "dlq_page", "repeated_errors", "descriptors",
+    "runtime_descriptor_hashes", "ring_states", "created_timeseries", "kind_counts",
+    "dlq_depth", "dlq_depth_by_queue", "get_dlq_job", "list_dlq", "batch_preview"})
 
 
 class TransitionEngine:
