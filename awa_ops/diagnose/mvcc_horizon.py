@@ -49,12 +49,15 @@ LEFT JOIN (
 WHERE s.pid <> pg_backend_pid()
 ORDER BY s.xact_age DESC
 """
+# Every slot: one holding xmin pins rows; any slot keeps WAL from its restart_lsn on.
 SLOTS = """
 SELECT slot_name, slot_type, database, active, active_pid,
        xmin::text AS xmin, catalog_xmin::text AS catalog_xmin,
-       age(xmin) AS xmin_age, age(catalog_xmin) AS catalog_xmin_age
+       age(xmin) AS xmin_age, age(catalog_xmin) AS catalog_xmin_age,
+       CASE WHEN pg_is_in_recovery() OR restart_lsn IS NULL THEN NULL
+            ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+       END AS retained_wal_bytes
 FROM pg_replication_slots
-WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL
 """
 STANDBY_FEEDBACK = """
 SELECT pid, usename, application_name, client_addr, state,
@@ -129,13 +132,16 @@ def holders(found: dict[str, list[dict[str, Any]]], options: Options) -> list[Fi
             "a long transaction holds its locks and will pin the horizon at its next statement",
             _end_command(s, kind), [s], RUNBOOK))
     for slot in found["slots"]:
+        if slot["xmin"] is None and slot["catalog_xmin"] is None:
+            continue  # pins no rows (wal_retainers)
         age = max(slot["xmin_age"] or 0, slot["catalog_xmin_age"] or 0)
         sev = Severity.WARNING if (age >= config.OPS_XID_AGE_WARNING or not slot["active"]) \
             else Severity.OK
         out.append(Finding(
             sev, f"replication slot {slot['slot_name']} ({slot['slot_type']}, "
                  f"{'active' if slot['active'] else 'INACTIVE'}) holds xmin {slot['xmin']} / "
-                 f"catalog_xmin {slot['catalog_xmin']} ({age} xids old)",
+                 f"catalog_xmin {slot['catalog_xmin']} ({age} xids old)"
+                 + (f" and {_wal(slot)}" if _wal(slot) else ""),
             "a slot keeps every row (xmin) or catalog row (catalog_xmin) its consumer may still "
             "need; an abandoned slot pins the horizon forever",
             psql(f"SELECT pg_drop_replication_slot('{slot['slot_name']}')")
@@ -191,16 +197,42 @@ def _end_command(s: dict[str, Any], kind: str) -> str:
     return psql(f"SELECT pg_terminate_backend({s['pid']})") + "  # rolls back its transaction"
 
 
+def _wal(slot: dict[str, Any]) -> str:
+    """``retains N MiB of WAL`` (empty on a standby, where it cannot be read)."""
+    retained = slot["retained_wal_bytes"]
+    return "" if retained is None else f"retains {retained / 2**20:.1f} MiB of WAL"
+
+
+def wal_retainers(found: dict[str, Any]) -> list[Finding]:
+    """Inactive slots that pin no rows but keep WAL: nothing consumes them, so the WAL
+    they keep grows until the disk fills (unless ``max_slot_wal_keep_size`` caps it)."""
+    out = []
+    for slot in found["slots"]:
+        if (slot["xmin"] is None and slot["catalog_xmin"] is None and not slot["active"]
+                and slot["retained_wal_bytes"]):
+            out.append(Finding(
+                Severity.WARNING,
+                f"replication slot {slot['slot_name']} ({slot['slot_type']}, INACTIVE) pins no "
+                f"rows but {_wal(slot)}",
+                "nothing consumes an inactive slot: the WAL it keeps grows with every write "
+                "until its consumer returns or the slot is dropped, and a full WAL disk stops "
+                "the server",
+                psql(f"SELECT pg_drop_replication_slot('{slot['slot_name']}')")
+                + "  # only if its consumer is gone", [slot], RUNBOOK))
+    return out
+
+
 async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
     found = await gather(session)
-    findings = holders(found, options)
+    findings = holders(found, options) + wal_retainers(found)
     if not any(f.severity > Severity.OK for f in findings):
         warn, _ = thresholds(options)
         oldest = max((s["xact_age_s"] or 0 for s in found["sessions"]), default=0)
+        pinning = sum(1 for s in found["slots"] if s["xmin"] or s["catalog_xmin"])
         summary = (f"nothing pins the xmin horizon longer than {secs(warn)} "
                    f"(oldest open transaction {secs(oldest)}; "
                    f"{plural(len(found['prepared']), 'prepared transaction')}, "
-                   f"{plural(len(found['slots']), 'slot')} holding xmin)")
+                   f"{plural(pinning, 'slot')} holding xmin)")
         findings.insert(0, Finding(Severity.OK, summary,
                                    evidence=found["sessions"][:options.evidence_limit],
                                    runbook=RUNBOOK))

@@ -56,6 +56,20 @@ def test_an_abandoned_slot_has_a_horizon_age_and_is_named(test_engine):
                 assert f"pg_drop_replication_slot('\\''{SLOT}'\\'')" in named[0]["next_step"]
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
                 assert _slot_age(collector) is None  # dropped: nothing holds the horizon
+
+                # A slot that never had a consumer pins no rows, but keeps WAL from its
+                # reservation on: named as a disk risk, not as a horizon holder.
+                conn.execute("SELECT pg_create_physical_replication_slot('wal_only', true)")
+                conn.execute("CREATE TABLE wal_filler AS SELECT g, repeat('x', 200) AS pad "
+                             "FROM generate_series(1, 20000) g")
+                findings = _checks(_ops("diagnose", "mvcc-horizon", "--database-url",
+                                        pair.primary_url, "--json"))["mvcc-horizon"]["findings"]
+                kept = [f for f in findings if "replication slot wal_only" in f["summary"]]
+                assert len(kept) == 1 and kept[0]["severity"] == "warning", findings
+                assert "pins no rows but retains" in kept[0]["summary"]
+                assert "MiB of WAL" in kept[0]["summary"]
+                assert "pg_drop_replication_slot" in kept[0]["next_step"]
+                conn.execute("SELECT pg_drop_replication_slot('wal_only')")
             finally:
                 assert collector._loop is not None
                 asyncio.run_coroutine_threadsafe(collector.close(), collector._loop).result(10)
