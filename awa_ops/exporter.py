@@ -39,7 +39,7 @@ from awa_ops.runtimes import (
     judging_timing,
 )
 from awa_ops.session import OpsSession
-from awa_ops.storage import Engine, column_exists, detect_engine, storage_engine
+from awa_ops.storage import DetectedEngine, column_exists, detect_engine, storage_engine
 
 log = logging.getLogger("awa_ops.exporter")
 # Storage layout is re-detected this often, so a storage transition is noticed.
@@ -160,7 +160,8 @@ class DatabaseCollector(Collector):
         success.add_metric([], ok)
         return [*families, duration, success]
 
-    async def _database_metrics(self, session: OpsSession, engine: Engine) -> list[Metric]:
+    async def _database_metrics(self, session: OpsSession,
+                                engine: DetectedEngine) -> list[Metric]:
         reads = await storage_engine(session)
         with_meta = await column_exists(session, "awa", "queue_meta", "queue")
         # One short read-only transaction: the catalogue queries, then the job reads.

@@ -20,7 +20,7 @@ from psycopg import sql
 
 from awa.statements import run_async
 from awa.storage import CANONICAL, describe_layout, fleet_steps
-from awa.storage.engine import Engine as StorageEngine
+from awa.storage.engine import Engine
 from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
@@ -47,7 +47,11 @@ SCHEMA_VERSION = "SELECT max(version) AS schema_version FROM awa.schema_version"
 
 
 @dataclass(frozen=True)
-class Engine:
+class DetectedEngine:
+    """What ``detect_engine`` found: which engine serves the database and where its running
+    attempts live (the storage engine itself, whose reads the checks run, is
+    ``storage_engine``'s ``awa.storage.engine.Engine``)."""
+
     name: str  # canonical | queue_storage | none
     schema: str  # where running attempts live
     schema_version: int | None = None
@@ -71,9 +75,9 @@ class Engine:
         return "canonical (schema awa)"
 
 
-async def detect_engine(session: OpsSession) -> Engine:
+async def detect_engine(session: OpsSession) -> DetectedEngine:
     """The engine in use, asked once per session."""
-    cached: Engine | None = session.cache.get("engine")
+    cached: DetectedEngine | None = session.cache.get("engine")
     if cached is not None:
         return cached
     probe = await session.fetch_one(PROBE)
@@ -84,7 +88,7 @@ async def detect_engine(session: OpsSession) -> Engine:
         version = row["schema_version"] if row else None
     foreign = bool(probe["has_storage_status"])
     if not probe["has_control_schema"]:
-        engine = Engine(NO_SCHEMA, CONTROL_SCHEMA, None)
+        engine = DetectedEngine(NO_SCHEMA, CONTROL_SCHEMA, None)
     else:
         schema = None
         if probe["has_active_fn"]:
@@ -98,16 +102,16 @@ async def detect_engine(session: OpsSession) -> Engine:
         if schema:
             found = await session.fetch_one(RELATION_EXISTS, (f"{quote(schema)}.leases",))
             if found and found["present"]:
-                engine = Engine(QUEUE_STORAGE, schema, version, foreign)
+                engine = DetectedEngine(QUEUE_STORAGE, schema, version, foreign)
             else:
-                engine = Engine(CANONICAL, CONTROL_SCHEMA, version, foreign)
+                engine = DetectedEngine(CANONICAL, CONTROL_SCHEMA, version, foreign)
         else:
-            engine = Engine(CANONICAL, CONTROL_SCHEMA, version, foreign)
+            engine = DetectedEngine(CANONICAL, CONTROL_SCHEMA, version, foreign)
     session.cache["engine"] = engine
     return engine
 
 
-async def storage_engine(session: OpsSession) -> StorageEngine:
+async def storage_engine(session: OpsSession) -> Engine:
     """The storage engine whose read side serves this session's job-table reads.
 
     Its methods run on ``session.conn`` inside ``session.read()``, so each
@@ -115,7 +119,7 @@ async def storage_engine(session: OpsSession) -> StorageEngine:
     Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
     every read there is of that layout, and every write is refused.
     """
-    cached: StorageEngine | None = session.cache.get("storage_engine")
+    cached: Engine | None = session.cache.get("storage_engine")
     if cached is None:
         cached = read_engine_for(await describe_layout(session.conn))
         session.cache["storage_engine"] = cached

@@ -23,7 +23,7 @@ from awa_ops.diagnose._text import USING, awa
 from awa_ops.findings import CheckResult, Finding, Severity
 from awa_ops.replication import on_standby
 from awa_ops.session import OpsSession
-from awa_ops.storage import Engine, detect_engine, storage_engine
+from awa_ops.storage import DetectedEngine, detect_engine, storage_engine
 
 # check name -> module; imported on first use so `run_check` stays cheap.
 CHECKS: dict[str, str] = {
@@ -215,4 +215,4 @@ async def run_all(session: OpsSession, options: Options | None = None,
 
 
 __all__ = ["CHECKS", "Options", "run_check", "run_all", "check_module", "Finding", "Severity",
-           "CheckResult", "Engine"]
+           "CheckResult", "DetectedEngine"]

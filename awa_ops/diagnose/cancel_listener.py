@@ -24,7 +24,7 @@ from awa_ops.session import OpsSession
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "cancel-listener"
@@ -73,7 +73,7 @@ async def notify_round_trip(session: OpsSession) -> tuple[bool, float, float]:
         await listener.close()
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     runtimes = [r for r in await load_runtimes(session, options.heartbeat_staleness_s)
                 if r.live and not r.row["shutting_down"]]
     listeners = await session.fetch_all(LISTENERS, {"app": config.APP_NAME_LISTENER})

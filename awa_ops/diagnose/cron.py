@@ -22,14 +22,14 @@ from awa_ops.storage import storage_engine
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "cron"
 RUNBOOK = runbook("cron")
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     reads = await storage_engine(session)
     async with session.read():
         schedules = [lateness(s) for s in await reads.list_active_cron_jobs(session.conn)]

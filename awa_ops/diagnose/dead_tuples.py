@@ -20,7 +20,7 @@ from awa_ops.storage import literal, render
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "dead-tuples"
@@ -66,7 +66,7 @@ def guide_table(relname: str) -> bool:
     return relname in GUIDE_TABLES or relname.startswith(GUIDE_PREFIXES)
 
 
-def churn_query(engine: Engine) -> str:
+def churn_query(engine: DetectedEngine) -> str:
     if engine.is_queue_storage:
         churn = QUEUE_STORAGE_CHURN.replace("'<schema>'", literal(engine.schema)).strip()
     else:
@@ -96,7 +96,7 @@ def autovacuum_enabled(row: dict[str, Any]) -> bool:
     return row["autovacuum_on"] and (own is None or own.lower() in ("true", "on", "1"))
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     tables = await session.fetch_all(churn_query(engine))
     pinning = [f for f in mvcc_horizon.holders(await mvcc_horizon.gather(session), options)
                if f.severity > Severity.OK]

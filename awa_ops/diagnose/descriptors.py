@@ -15,7 +15,7 @@ from awa_ops.storage import column_exists, storage_engine
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "descriptors"
@@ -47,7 +47,7 @@ def split_hashes(value: Any) -> dict[tuple[str, str], str]:
     return out
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     live = [r for r in runtimes if r.live]
     window = max((r.window_s for r in live), default=None)

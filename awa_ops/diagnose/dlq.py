@@ -27,7 +27,7 @@ from awa_ops.storage import column_exists, storage_engine
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "dlq"
@@ -138,7 +138,7 @@ def _ago(ts: datetime, now: datetime) -> str:
     return f"{secs(max(0.0, (now - ts).total_seconds()))} ago"
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     depth_rows, errors = await _canonical_dlq(session, options)
     now = datetime.now(UTC)
     by_queue: dict[str, int] = {}

@@ -22,7 +22,7 @@ from awa_ops.storage import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "enqueue"
@@ -101,7 +101,7 @@ async def collect_wal_waits(session: OpsSession) -> tuple[int, list[dict[str, An
     return await sample_wal_waits(session)
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     shards = await session.fetch_all(SHARDS)
     if options.queue:
         shards = [s for s in shards if s["queue"] == options.queue] or \

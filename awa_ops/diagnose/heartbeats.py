@@ -12,7 +12,7 @@ from awa_ops.storage import storage_engine
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "heartbeats"
@@ -25,7 +25,7 @@ def _cutoffs(cutoffs: Any) -> str:
     return secs(low) if low == high else f"{secs(low)}–{secs(high)}"
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     reads = await storage_engine(session)
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     # Each attempt judged by the staleness its own runtime publishes (the one that claimed

@@ -20,7 +20,7 @@ from awa_ops.storage import render
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "mvcc-horizon"
@@ -222,7 +222,7 @@ def wal_retainers(found: dict[str, Any]) -> list[Finding]:
     return out
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     found = await gather(session)
     findings = holders(found, options) + wal_retainers(found)
     if not any(f.severity > Severity.OK for f in findings):

@@ -19,7 +19,7 @@ from awa_ops.replication import behind_primary, replication_state, standbys
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "replication"
@@ -35,7 +35,7 @@ def lag_severity(lag_s: float | None) -> Severity:
     return Severity.CRITICAL
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     state = await replication_state(session, fresh=True)
     if not state.standby:
         rows = await standbys(session)

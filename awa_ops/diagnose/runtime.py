@@ -28,14 +28,14 @@ from awa_ops.storage import kept_for_older_releases, storage_engine
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "runtime"
 RUNBOOK = runbook("runtime")
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)
     # The leader's lock lives in the primary's pg_locks: on a standby it is asked of
     # --primary-url, or left unknown (the runtime rows are replicated, the locks are not).

@@ -17,7 +17,7 @@ from awa_ops.storage import quote
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
     from awa_ops.session import OpsSession
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "schema"
@@ -46,7 +46,7 @@ REQUIRED_TRIGGERS = ("awa_unique_claim_ins", "awa_unique_claim_upd", "awa_unique
                      "awa_notify_available")
 
 
-def required_objects(engine: Engine) -> list[tuple[str, str]]:
+def required_objects(engine: DetectedEngine) -> list[tuple[str, str]]:
     if engine.foreign_layout:
         # Laid out by the Rust core: check the objects the guide names for it.
         objects = [("table", "awa.runtime_instances"), ("table", "awa.queue_meta"),
@@ -69,7 +69,7 @@ def required_objects(engine: Engine) -> list[tuple[str, str]]:
     return objects
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     needed = migrations.current_migration_version()
     fix = awa("migrate")
     if not engine.installed:

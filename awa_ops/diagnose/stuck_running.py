@@ -29,7 +29,7 @@ from awa_ops.storage import render, storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "stuck-running"
@@ -56,7 +56,7 @@ ALIVE, STALE, OVERDUE, ORPHANED = (REPORT_NAMES[c] for c in (
 CANCELLED = "cancelled but still running"
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     params = {"queue": options.queue, "limit": config.OPS_EVIDENCE_LIMIT * 20,
               "window": config.OPS_CANCEL_WINDOW_S, "staleness": options.heartbeat_staleness_s}
     runtimes = await load_runtimes(session, options.heartbeat_staleness_s)

@@ -24,7 +24,7 @@ from awa_ops.storage import storage_engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa_ops.diagnose import Options
-    from awa_ops.storage import Engine
+    from awa_ops.storage import DetectedEngine
 
 
 NAME = "unique-wedge"
@@ -64,7 +64,7 @@ async def _wedged(session: OpsSession, options: Options) -> list[dict[str, Any]]
         return await superseded(session, options.queue, config.OPS_EVIDENCE_LIMIT * 20)
 
 
-async def check(session: OpsSession, engine: Engine, options: Options) -> list[Finding]:
+async def check(session: OpsSession, engine: DetectedEngine, options: Options) -> list[Finding]:
     rows = await _wedged(session, options)
     if not rows:
         return [Finding(Severity.OK, "no running job is wedged behind another job's unique claim",
