@@ -258,7 +258,7 @@ def _roll(old: Code, new: Code, url: str, fleet: Fleet, log_dir: Path, jobs: int
           rate: float) -> tuple[Verdict, Fleet]:
     old_workers = [fleet.worker(old, f"old{i}") for i in (1, 2)]
     producer = fleet.producer(old, "old", 0, half, rate)
-    _wait_running(url, half // 4)  # a quarter of the old half done: mid-run
+    wait_completed(url, half // 4)  # a quarter of the old half done: mid-run
     started = time.time()
     migrated = new.migrate(url)
     ended = time.time()
@@ -332,8 +332,9 @@ def _layout_state(url: str) -> list[str]:
     return installed(url) + sorted(r[0] for r in rows)
 
 
-def _wait_running(url: str, completed: int, timeout: float = 60) -> None:
-    """Until the old fleet has completed ``completed`` jobs (it is busy, with a backlog)."""
+def wait_completed(url: str, completed: int, timeout: float = 60) -> None:
+    """Until the fleet has completed ``completed`` jobs (mid-run: it is busy, with a
+    backlog)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
@@ -342,7 +343,7 @@ def _wait_running(url: str, completed: int, timeout: float = 60) -> None:
             if row is not None and row[0] >= completed:
                 return
             time.sleep(0.05)
-    raise AssertionError(f"the old fleet completed fewer than {completed} jobs in {timeout} s")
+    raise AssertionError(f"the fleet completed fewer than {completed} jobs in {timeout} s")
 
 
 def run(old_release: str, engine: str, jobs: int, admin_url: str, log_root: Path,

@@ -41,6 +41,7 @@ from upgrade.rolling import (
     executions,
     judge,
     wait_all_completed,
+    wait_completed,
 )
 
 
@@ -117,18 +118,6 @@ SELECT (SELECT count(*) FROM awa.jobs_hot WHERE state = 'completed') AS canonica
        (SELECT state FROM awa.storage_transition) AS state"""
 
 
-def _wait_completed(url: str, completed: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'completed'"
-                               ).fetchone()
-            if row is not None and row[0] >= completed:
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"fewer than {completed} jobs completed in {timeout} s")
-
-
 def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> SwitchVerdict:
     log_dir.mkdir(parents=True, exist_ok=True)
     first = CURRENT.migrate(url, "canonical")
@@ -142,7 +131,7 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
         workers = [fleet.worker(CURRENT, f"w{i}") for i in (1, 2)]
         head = jobs * 3 // 4
         producer = fleet.producer(CURRENT, "p1", 0, head, rate)
-        _wait_completed(url, jobs // 16)
+        wait_completed(url, jobs // 16)
         started = time.time()
         for step in (("prepare", "--dry-run"), ("prepare",), ("enter-mixed",)):
             at = time.time()
