@@ -28,9 +28,11 @@ from psycopg import sql
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
 from awa.storage.canonical.reads import CanonicalReads
+from awa.storage.common.cron import SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
 from awa.storage.common.reads import cap_record, running_attempt, running_counts
 from awa.storage.engine import (
+    ActiveCronSchedule,
     CancelledAttempt,
     DlqCursor,
     DlqDepth,
@@ -453,7 +455,7 @@ RUNTIME_WRITES = (
     "resume_external", "heartbeat_callback", "upsert_cron_jobs", "pause_cron_job",
     "resume_cron_job", "trigger_cron_job", "clean_for_tests",
     # Reads only our runtime, producer and callback receiver make (never on this layout).
-    "available_counts", "list_active_cron_jobs", "unique_holder", "unique_holder_sync",
+    "available_counts", "unique_holder", "unique_holder_sync",
     "poll_callback_wait", "lock_open_callback", "find_callback",
     # Batch operations: the Rust core keeps and runs its own (its migration v029).
     "batch_insert", "batch_list", "batch_get", "batch_request_cancel", "batch_preview",
@@ -864,6 +866,12 @@ class RustCoreEngine(CanonicalReads):
                                          bytes(r["unique_key"]), r["claim_holder"],
                                          h.state if h else None))
         return out
+
+    async def list_active_cron_jobs(
+            self, conn: psycopg.AsyncConnection[Any]) -> list[ActiveCronSchedule]:
+        """Its ``awa.cron_jobs`` has this distribution's columns (0.6.9's migrations 1, 15
+        and 26), so the schedules read alike: the ops tools judge their lateness."""
+        return [ActiveCronSchedule(**r) for r in await fetch_all(conn, SELECT_ACTIVE_CRON_JOBS)]
 
     async def runtime_descriptor_hashes(
             self, conn: psycopg.AsyncConnection[Any]) -> list[RuntimeDescriptorHashes]:

@@ -20,6 +20,7 @@ so an insert or claim still in flight is either visible to the check or waits fo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -94,8 +95,11 @@ def _state(row: Mapping[str, Any], layout: StorageLayout | None) -> TransitionSt
     if state == CANONICAL and layout is not None and layout.engine == QUEUE_STORAGE:
         # Laid out for queue storage by `awa migrate` (no transition): it is the active engine.
         state, schema = ACTIVE, layout.schema
+    details = row["details"] or {}
+    if isinstance(details, str):  # a driver that loads jsonb as text (Django's adapter)
+        details = json.loads(details)
     return TransitionState(state, row["prepared_engine"], schema, row["transition_epoch"],
-                           dict(row["details"] or {}), row["entered_at"], row["updated_at"],
+                           dict(details), row["entered_at"], row["updated_at"],
                            row["finalized_at"], float(row["in_state_s"] or 0.0))
 
 
