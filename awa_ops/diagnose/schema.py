@@ -129,11 +129,20 @@ async def check(session: OpsSession, engine: DetectedEngine, options: Options) -
     return findings
 
 
-def _switch_status() -> Steps[transition.TransitionStatus | None]:
+# A finalized switch (every database laid out for queue storage): its state and canonical's
+# live jobs by state -- all its finding needs.
+Finalized = tuple[transition.TransitionState, dict[str, int]]
+
+
+def _switch_status() -> Steps[Finalized | transition.TransitionStatus | None]:
+    """The switch's whole status while one is under way; once ``active`` only canonical's
+    live jobs (counting queue storage's backlog there would scan it for nothing)."""
     layout = yield from describe_layout_steps()
     state = yield from transition.read_steps(layout)
     if state is None or state.state == transition.CANONICAL:
         return None  # no switch, and no canonical count on a database it would cost
+    if state.state == transition.ACTIVE:
+        return state, (yield from transition.canonical_backlog_steps())
     return (yield from transition.status_steps(layout))
 
 
@@ -141,19 +150,17 @@ async def switch_findings(session: OpsSession) -> list[Finding]:
     """The live switch of engines (``awa storage``): in progress, what blocks its next step;
     once finalized, live jobs left in canonical (nothing claims them there any more)."""
     async with session.read() as cur:
-        status = await run_async(cur.connection, _switch_status())
-    if status is None:
+        found = await run_async(cur.connection, _switch_status())
+    if found is None:
         return []
-    state = status.state.state
-    canonical_live = sum(status.canonical_backlog.values())
-    evidence = [{"state": state, "epoch": status.state.epoch,
-                 "in_state_s": round(status.state.in_state_s, 1),
-                 "canonical_live_jobs": canonical_live,
-                 "queue_storage_live_jobs": status.queue_storage_backlog,
-                 **{f"runtimes_{k}": n for k, n in status.capability_counts.items()}}]
-    if state == transition.ACTIVE:
+    if isinstance(found, tuple):
+        state, left = found
+        canonical_live = sum(left.values())
         if not canonical_live:
             return []
+        evidence = [{"state": state.state, "epoch": state.epoch,
+                     "in_state_s": round(state.in_state_s, 1),
+                     "canonical_live_jobs": canonical_live}]
         return [Finding(
             Severity.WARNING, f"queue storage serves this database, but canonical still holds "
                               f"{canonical_live} live job(s) that nothing claims",
@@ -161,6 +168,13 @@ async def switch_findings(session: OpsSession) -> list[Finding]:
             "after finalize", "roll that producer to this release, then enqueue those jobs again "
             "and cancel the stranded ones (`awa job list --state available`)", evidence,
             RUNBOOK)]
+    status = found
+    canonical_live = sum(status.canonical_backlog.values())
+    evidence = [{"state": status.state.state, "epoch": status.state.epoch,
+                 "in_state_s": round(status.state.in_state_s, 1),
+                 "canonical_live_jobs": canonical_live,
+                 "queue_storage_live_jobs": status.queue_storage_backlog,
+                 **{f"runtimes_{k}": n for k, n in status.capability_counts.items()}}]
     unaware = status.capability_counts.get("canonical", 0)
     return [Finding(
         Severity.WARNING if unaware else Severity.OK,

@@ -26,6 +26,7 @@ from awa.storage.transition.state import (
     TransitionState,
     TransitionStatus,
     abort_steps,
+    canonical_backlog_steps,
     enter_mixed_steps,
     finalize_steps,
     note_installed_steps,
@@ -48,5 +49,5 @@ def engine_over(canonical: Engine, state: TransitionState,
 
 __all__ = ["ABORTING", "ACTIVE", "CANONICAL", "MIXED", "PREPARED", "ROLES", "STATES",
            "TRANSITION_MIGRATION", "TransitionRefused", "TransitionState", "TransitionStatus",
-           "abort_steps", "engine_over", "enter_mixed_steps", "finalize_steps",
-           "note_installed_steps", "prepare_steps", "read_steps", "status_steps"]
+           "abort_steps", "canonical_backlog_steps", "engine_over", "enter_mixed_steps",
+           "finalize_steps", "note_installed_steps", "prepare_steps", "read_steps", "status_steps"]
