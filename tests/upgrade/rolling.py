@@ -134,6 +134,16 @@ class Fleet:
                 p.proc.kill()
                 p.proc.wait()
 
+    def shut_down(self) -> None:
+        """SIGTERM every process still running, give each 15 s to drain, then ``close``."""
+        for p in self.processes:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        for p in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.proc.wait(15)
+        self.close()  # SIGKILL what did not drain
+
     def error_lines(self, since: float = 0.0) -> tuple[list[str], list[str]]:
         """The error lines of every process's stderr: ``(before, from)`` unix time ``since``
         (a line without a time of its own, a traceback's, goes with the line before it)."""
@@ -382,12 +392,6 @@ def run(old_release: str, engine: str, jobs: int, admin_url: str, log_root: Path
         return {"roll": forward, "rollback": back}
     finally:
         if fleet is not None:
-            for p in fleet.processes:
-                if p.proc.poll() is None:
-                    p.proc.send_signal(signal.SIGTERM)
-            for p in fleet.processes:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.proc.wait(15)
-            fleet.close()  # SIGKILL what did not drain
+            fleet.shut_down()
         drop_database(admin_url, name)
     return {}

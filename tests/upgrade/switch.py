@@ -24,8 +24,6 @@ runs a small one; benchmarks/engine_switch.py 40,000 jobs.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import subprocess
 import sys
 import time
@@ -173,13 +171,7 @@ def switch(url: str, log_dir: Path, jobs: int, rate: float, abort: bool) -> Swit
                              row[0], row[1], row[2], row[3], refusals, outputs, drain_s,
                              {k: (stall_ms(log_dir, w), w[1] - w[0]) for k, w in windows.items()})
     finally:
-        for p in fleet.processes:
-            if p.proc.poll() is None:
-                p.proc.send_signal(signal.SIGTERM)
-        for p in fleet.processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.proc.wait(15)
-        fleet.close()
+        fleet.shut_down()
 
 
 def run(jobs: int, admin_url: str, log_root: Path, abort: bool = False,
