@@ -2,8 +2,9 @@
 
 Each ``NNNN_description.sql`` file beside this module is one migration (``catalogue``).  They
 run one transaction each, under the migration advisory lock, with every lock taken up
-front (``ddl``), so several processes migrating at once serialise and all but the first find
-nothing left to do, and a live fleet's statements wait a bounded time and never deadlock.
+front (``ddl``), so several processes migrating at once serialise: each migration is applied
+by exactly one of them (whichever reaches it first; the others re-check and skip it), and a
+live fleet's statements wait a bounded time and never deadlock.
 ``layout`` tells whose layout a database has, so a foreign one is refused before anything is
 written.
 """
