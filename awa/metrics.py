@@ -96,6 +96,8 @@ ATTR_DESCRIPTOR_HASH = "awa.descriptor.hash"
 ATTR_DB_TABLE = "awa.db.table"
 ATTR_DB_TXN_STATE = "awa.db.txn_state"
 ATTR_DB_XMIN_SOURCE = "awa.db.xmin_source"
+ATTR_DB_SLOT = "awa.db.replication_slot"
+ATTR_DB_SLOT_ACTIVE = "awa.db.replication_slot.active"  # "true" / "false"
 # span-only attributes (handler spans, awa.telemetry)
 ATTR_ATTEMPT = "awa.job.attempt"
 ATTR_JOB_ID = "awa.job.id"
@@ -433,6 +435,11 @@ DATABASE_METRICS: tuple[MetricSpec, ...] = (
            "age() in transactions of the oldest xmin held by each source: transaction, "
            "replication_slot, replication_slot_catalog, standby_feedback, prepared_transaction.",
            "database"),
+    _gauge("awa.db.replication_slot.retained_wal_bytes", "By", (ATTR_DB_SLOT, ATTR_DB_SLOT_ACTIVE),
+           "WAL each replication slot keeps on the primary (from its restart_lsn to the "
+           "current WAL position), in bytes, and whether a consumer is connected: an inactive "
+           "slot keeps WAL until its consumer returns or it is dropped, and a full WAL disk "
+           "stops the server.  Not reported on a standby.", "database"),
     _gauge("awa.db.table.dead_tuples", "{tuple}", _TABLE,
            "Dead tuples per queue table (pg_stat_user_tables.n_dead_tup).", "database"),
     _gauge("awa.db.table.live_tuples", "{tuple}", _TABLE,

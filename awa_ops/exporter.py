@@ -86,8 +86,15 @@ SELECT 'prepared_transaction', max(EXTRACT(EPOCH FROM (now() - prepared)))::floa
 # The slots that hold a data xmin, for their age in seconds: PostgreSQL records no time
 # for a slot's xmin, so the exporter times how long it has seen each one inactive with the
 # same xmin (an active slot's xmin follows its consumer; standby_feedback covers that).
-SLOT_XMINS = """
-SELECT slot_name, active, xmin::text AS xmin FROM pg_replication_slots WHERE xmin IS NOT NULL
+# Every slot: the xmin it holds (the horizon's age for an inactive one) and the WAL it keeps
+# (NULL on a standby, where the current WAL position cannot be read).
+SLOTS = """
+SELECT slot_name, active, xmin::text AS xmin,
+       CASE WHEN pg_is_in_recovery() OR restart_lsn IS NULL THEN NULL
+            ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8
+       END AS retained_wal_bytes
+FROM pg_replication_slots
+ORDER BY slot_name
 """
 NOTIFY_USAGE = "SELECT pg_notification_queue_usage()::float8 AS usage"
 # Queues an operator configured (paused, sharded): known even while empty.
@@ -168,10 +175,10 @@ class DatabaseCollector(Collector):
         async with session.read() as cur:
             catalogue = []
             for query in (TRANSACTIONS, HORIZON, NOTIFY_USAGE, churn_query(engine),
-                          REPLICATION_STATE, SLOT_XMINS):
+                          REPLICATION_STATE, SLOTS):
                 await cur.execute(query)
                 catalogue.append(await cur.fetchall())
-            txns, horizon, notify, tables, replication_rows, slot_xmins = catalogue
+            txns, horizon, notify, tables, replication_rows, slots = catalogue
             standbys_worst: dict[str, Any] | None = None
             if replication_rows and not replication_rows[0]["standby"]:
                 await cur.execute(STANDBYS_WORST)
@@ -277,7 +284,7 @@ class DatabaseCollector(Collector):
             txn.add_metric([r["state"] or "unknown"], max(r["oldest_s"] or 0.0, 0.0))
         horizon_age, _ = _family("awa.db.xmin_horizon.age")
         horizon_xids, _ = _family("awa.db.xmin_horizon.xid_age")
-        slot_age = self._inactive_slot_age(slot_xmins)
+        slot_age = self._inactive_slot_age([r for r in slots if r["xmin"] is not None])
         for r in horizon:
             age_s = slot_age if r["source"] == "replication_slot" else r["age_s"]
             if age_s is not None:
@@ -295,10 +302,15 @@ class DatabaseCollector(Collector):
         cron_overdue, _ = _family("awa.db.cron.overdue")
         for c in cron[:KNOWN_QUEUE_LIMIT]:
             cron_overdue.add_metric([c.name], c.overdue_s)
+        slot_wal, _ = _family("awa.db.replication_slot.retained_wal_bytes")
+        for r in slots:
+            if r["retained_wal_bytes"] is not None:
+                slot_wal.add_metric([r["slot_name"], "true" if r["active"] else "false"],
+                                    max(r["retained_wal_bytes"], 0.0))
         usage, _ = _family("awa.db.notification_queue.usage")
         usage.add_metric([], notify[0]["usage"])
         out += [oldest, stale, overdue, live, leader, dlq_depth, txn, horizon_age, horizon_xids,
-                dead, live_t, vacuum_age, cron_overdue, usage]
+                dead, live_t, vacuum_age, cron_overdue, slot_wal, usage]
         out += _ring_families(rings)
         out += _replication_families(replication_rows[0] if replication_rows else None,
                                      standbys_worst)

@@ -65,6 +65,8 @@ DESCRIPTOR_HASH = _label(metrics.ATTR_DESCRIPTOR_HASH)
 RING = _label(metrics.ATTR_RING)
 BLOCKER = _label(metrics.ATTR_PRUNE_BLOCKER)
 CRON = _label(metrics.ATTR_CRON_NAME)
+SLOT = _label(metrics.ATTR_DB_SLOT)
+SLOT_ACTIVE = _label(metrics.ATTR_DB_SLOT_ACTIVE)
 
 COMPLETED = _metric("awa.job.completed")
 FAILED = _metric("awa.job.failed")
@@ -91,6 +93,7 @@ DB_DEAD_TUPLES = _metric("awa.db.table.dead_tuples")
 DB_LIVE_TUPLES = _metric("awa.db.table.live_tuples")
 DB_NOTIFY_USAGE = _metric("awa.db.notification_queue.usage")
 DB_CRON_OVERDUE = _metric("awa.db.cron.overdue")
+DB_SLOT_WAL = _metric("awa.db.replication_slot.retained_wal_bytes")
 DB_SCRAPE_SUCCESS = _metric("awa.db.exporter.scrape_success")
 PRUNE_BLOCKED_AGE = _metric("awa.storage.prune_blocked_age")
 ROTATE_ATTEMPTS = _metric("awa.maintenance.rotate.attempts")
@@ -129,6 +132,9 @@ class Thresholds:
     ring_wrap_skip_ratio: float = 0.5  # share of rotations that hit a slot held by live work
     # a cron schedule's due fire time not enqueued this long (the leader fires within 1 s)
     cron_overdue_seconds: float = config.OPS_CRON_OVERDUE_S
+    # WAL an inactive replication slot keeps: past this, a consumer that will not return is
+    # filling the WAL disk (a standby down for maintenance keeps a few hundred MiB)
+    inactive_slot_wal_bytes: float = 2**30
     for_overrides: dict[str, str] = field(default_factory=dict)
 
 
@@ -611,6 +617,21 @@ def build_rules(t: Thresholds) -> list[AlertRule]:
                                          t.cron_overdue_seconds),
         ),
         AlertRule(
+            name="AwaReplicationSlotRetainingWal",
+            severity="warning",
+            expr=(f"max by ({SLOT}) ({selector(DB_SLOT_WAL, **{SLOT_ACTIVE: '=false'})}) > "
+                  f"{num(t.inactive_slot_wal_bytes)}"),
+            # a standby restarting or re-syncing reconnects within minutes
+            for_="15m",
+            summary="An inactive replication slot keeps WAL on the primary.",
+            description=(
+                "Replication slot {{ $labels.awa_db_replication_slot }} has no consumer and "
+                "keeps {{ $value | humanize1024 }}B of WAL, growing with every write until its "
+                "consumer returns or the slot is dropped; a full WAL disk stops the server."),
+            runbook_check="mvcc-horizon",
+            cases=lambda r: _slot_wal_cases(r, t.inactive_slot_wal_bytes),
+        ),
+        AlertRule(
             name="AwaExporterDown",
             severity="warning",
             expr=f"max({DB_SCRAPE_SUCCESS}) < 1 or absent({DB_SCRAPE_SUCCESS})",
@@ -684,6 +705,22 @@ def _gauge_cases(rule: AlertRule, metric: str, labels: dict[str, str], threshold
         RuleCase({series: constant(fire, minutes)}, rule.for_minutes + 3,
                  (Expected(dict(labels), fire),)),
         RuleCase({series: constant(threshold, minutes)}, rule.for_minutes + 3),
+    ]
+
+
+def _slot_wal_cases(rule: AlertRule, threshold: float) -> list[RuleCase]:
+    """An inactive slot past the threshold fires, named; an active one keeping as much (a
+    lagging consumer still reads it), or an inactive one at the threshold, does not."""
+    minutes = rule.for_minutes + 5
+    fire = 2 * threshold
+    inactive = {SLOT: "standby_eu_1", SLOT_ACTIVE: "false"}
+    active = {SLOT: "standby_eu_2", SLOT_ACTIVE: "true"}
+    return [
+        RuleCase({_labels_selector(DB_SLOT_WAL, inactive): constant(fire, minutes),
+                  _labels_selector(DB_SLOT_WAL, active): constant(fire, minutes)},
+                 rule.for_minutes + 3, (Expected({SLOT: "standby_eu_1"}, fire),)),
+        RuleCase({_labels_selector(DB_SLOT_WAL, inactive): constant(threshold, minutes)},
+                 rule.for_minutes + 3),
     ]
 
 

@@ -47,6 +47,8 @@ RATE = "$__rate_interval"
 TAG = "awa"
 DISPATCH_REASON = metrics.prometheus_label(metrics.ATTR_DISPATCH_REASON)
 CRON_NAME = metrics.prometheus_label(metrics.ATTR_CRON_NAME)
+SLOT = metrics.prometheus_label(metrics.ATTR_DB_SLOT)
+SLOT_ACTIVE = metrics.prometheus_label(metrics.ATTR_DB_SLOT_ACTIVE)
 CALLBACK_OUTCOME = metrics.prometheus_label(metrics.ATTR_CALLBACK_OUTCOME)
 RUNTIME_VERSION = metrics.prometheus_label(metrics.ATTR_RUNTIME_VERSION)
 STORAGE_ENGINE = metrics.prometheus_label(metrics.ATTR_STORAGE_ENGINE)
@@ -537,6 +539,15 @@ def postgres(t: Thresholds) -> DashboardSpec:
                    Target(f"max({m('awa.db.replication.replay_lag_bytes')})",
                           "received, not replayed (bytes)")),
                   runbooks=(diagnostic("replication"),)),
+        PanelSpec("WAL kept by replication slots", "Bytes of WAL each replication slot keeps "
+                  "on the primary, by whether a consumer is connected: an inactive slot's line "
+                  "only grows, until the WAL disk fills.",
+                  (Target(f"max by ({SLOT}, {SLOT_ACTIVE}) "
+                          f"({m('awa.db.replication_slot.retained_wal_bytes')})",
+                          f"{{{{{SLOT}}}}} (active: {{{{{SLOT_ACTIVE}}}}})"),), unit="bytes",
+                  thresholds=warn_at(t.inactive_slot_wal_bytes),
+                  runbooks=(alert_runbook("AwaReplicationSlotRetainingWal"),
+                            diagnostic("mvcc-horizon"))),
         PanelSpec("xmin horizon xid age by source", "age() in transactions of the oldest xmin "
                   "each source holds; replication slots only show here.",
                   (Target(f"max by ({XMIN_SOURCE}) ({m('awa.db.xmin_horizon.xid_age')})",

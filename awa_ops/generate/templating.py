@@ -2,7 +2,7 @@
 
 promtool's unit tests compare annotations as rendered text, so the generator
 renders the expected descriptions itself: ``{{ $labels.x }}`` and ``{{ $value }}``
-through ``humanize``, ``humanizeDuration`` and ``humanizePercentage``, written
+through ``humanize``, ``humanize1024``, ``humanizeDuration`` and ``humanizePercentage``, written
 after prometheus/template/template.go (Go's ``%.4g`` is C's, and so Python's).
 """
 
@@ -47,6 +47,17 @@ def humanize(v: float) -> str:
     return _g4(v) + prefix
 
 
+def humanize1024(v: float) -> str:
+    if abs(v) <= 1 or math.isnan(v) or math.isinf(v):
+        return _g4(v)
+    prefix = ""
+    for p in ("ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"):
+        if abs(v) < 1024:
+            break
+        prefix, v = p, v / 1024
+    return _g4(v) + prefix
+
+
 def humanize_duration(v: float) -> str:
     if math.isnan(v) or math.isinf(v):
         return _g4(v)
@@ -77,5 +88,6 @@ def humanize_percentage(v: float) -> str:
     return _g4(v * 100) + "%"
 
 
-_HUMANIZERS = {"humanize": humanize, "humanizeDuration": humanize_duration,
+_HUMANIZERS = {"humanize": humanize, "humanize1024": humanize1024,
+               "humanizeDuration": humanize_duration,
                "humanizePercentage": humanize_percentage}

@@ -50,7 +50,10 @@ PRODUCED = {
 } | {entry.name for entry in metrics.DATABASE_METRICS
      if entry.name not in ("awa.db.table.last_autovacuum_age",  # needs an autovacuum run
                            "awa.db.unique.wedged",  # needs a unique-claim wedge
-                           "awa.db.cron.overdue")}  # one series per cron schedule: none here
+                           "awa.db.cron.overdue",  # one series per cron schedule: none here
+                           # one series per replication slot: the shared server has none
+                           # (tests/topology/test_abandoned_slot.py reads it on a real one)
+                           "awa.db.replication_slot.retained_wal_bytes")}
 
 # The leader's ring series, on a database laid out for queue storage (one cleanup tick).
 QUEUE_STORAGE_PRODUCED = {

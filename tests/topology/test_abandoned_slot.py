@@ -29,6 +29,13 @@ def _slot_age(collector: DatabaseCollector) -> float | None:
     return ages.get("replication_slot")
 
 
+def _slot_wal(collector: DatabaseCollector) -> dict[tuple[str, str], float]:
+    """awa_db_replication_slot_retained_wal_bytes by (slot, active), from one scrape."""
+    families = {m.name: m for m in collector.collect()}
+    return {(s.labels["awa_db_replication_slot"], s.labels["awa_db_replication_slot_active"]):
+            s.value for s in families["awa_db_replication_slot_retained_wal_bytes"].samples}
+
+
 def test_an_abandoned_slot_has_a_horizon_age_and_is_named(test_engine):
     with ReplicaPair(hot_standby_feedback=True, engine=test_engine, slot=SLOT) as pair:
         with psycopg.connect(pair.primary_url, autocommit=True) as conn:
@@ -38,6 +45,7 @@ def test_an_abandoned_slot_has_a_horizon_age_and_is_named(test_engine):
             collector = DatabaseCollector(pair.primary_url)
             try:
                 assert _slot_age(collector) is None  # active: its consumer moves it
+                assert set(_slot_wal(collector)) == {(SLOT, "true")}
                 assert pair.standby is not None
                 pair.standby.stop("immediate")  # the standby's host is gone; the slot stays
                 wait_until(lambda: not conn.execute(
@@ -68,8 +76,14 @@ def test_an_abandoned_slot_has_a_horizon_age_and_is_named(test_engine):
                 assert len(kept) == 1 and kept[0]["severity"] == "warning", findings
                 assert "pins no rows but retains" in kept[0]["summary"]
                 assert "MiB of WAL" in kept[0]["summary"]
+                # the exporter's series, which AwaReplicationSlotRetainingWal reads: the WAL
+                # written since the slot reserved it (the 20,000 rows above, > 4 MiB)
+                kept_bytes = _slot_wal(collector)
+                assert set(kept_bytes) == {("wal_only", "false")}
+                assert kept_bytes[("wal_only", "false")] > 4 * 2**20
                 assert "pg_drop_replication_slot" in kept[0]["next_step"]
                 conn.execute("SELECT pg_drop_replication_slot('wal_only')")
+                assert _slot_wal(collector) == {}  # no slot, no series
             finally:
                 assert collector._loop is not None
                 asyncio.run_coroutine_threadsafe(collector.close(), collector._loop).result(10)
