@@ -11,13 +11,12 @@ once the engine's write has committed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, lifecycle, metrics
+from awa import config, lifecycle, recording
 from awa.bulk import BulkFilter, Target, select_targets
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, ValidationError
 from awa.known_queues import read_known_queues
@@ -36,7 +35,6 @@ from awa.storage.engine import (
     JobDump,
     JobListQuery,
     JobSummary,
-    KindQueueCount,
     QueueCount,
     QueueStat,
     RetryFailedResult,
@@ -47,25 +45,6 @@ __all__ = ["AdminMixin", "DlqEntry", "QueueStat", "RetryFailedResult", "render_d
 
 # awa.callbacks' name for the unique-collision error (the canonical engine owns it now).
 _unique_error = unique_error
-
-
-def _record_jobs(instrument: Any, counts: Iterable[KindQueueCount],
-                 extra: dict[str, str] | None = None) -> None:
-    """Count committed operator transitions per (kind, queue) -- after the write, never before."""
-    for c in counts:
-        if c.count:
-            attrs = metrics.job_attributes(c.kind, c.queue)
-            instrument.add(c.count, {**attrs, **extra} if extra else attrs)
-
-
-def _record_job(instrument: Any, job: Job[Any], extra: dict[str, str] | None = None) -> None:
-    _record_jobs(instrument, [KindQueueCount(job.kind, job.queue, 1)], extra)
-
-
-def _record_queues(instrument: Any, counts: Iterable[QueueCount]) -> None:
-    for c in counts:
-        if c.count:
-            instrument.add(c.count, metrics.queue_attributes(c.queue))
 
 
 def _validate_state(state: str | JobState | None) -> JobState | None:
@@ -178,7 +157,7 @@ class AdminMixin:
         async with pool.connection() as conn:
             job = await engine.cancel(conn, int(job_id))
         if job is not None:
-            _record_job(metrics.METRICS.job_cancelled, job)
+            recording.record_job_cancelled(job)
         return job
 
     async def _nothing_to_do(self, job_id: int, allowed: str, action: str) -> JobNotFound:
@@ -253,7 +232,7 @@ class AdminMixin:
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             drained = await engine.drain_queue(conn, queue)
-        _record_jobs(metrics.METRICS.job_cancelled, drained)
+        recording.record_jobs_cancelled(drained)
         return sum(c.count for c in drained)
 
     async def queue_stats(self) -> list[QueueStat]:
@@ -307,7 +286,7 @@ class AdminMixin:
             job = await engine.retry_from_dlq(conn, int(job_id), run_at=when, priority=priority,
                                               queue=queue)
         if job is not None:
-            _record_queues(metrics.METRICS.job_dlq_retried, [QueueCount(job.queue, 1)])
+            recording.record_dlq_retried([QueueCount(job.queue, 1)])
         return job
 
     async def bulk_retry_from_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -319,7 +298,7 @@ class AdminMixin:
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             moved = await engine.bulk_retry_from_dlq(conn, where)
-        _record_queues(metrics.METRICS.job_dlq_retried, moved)
+        recording.record_dlq_retried(moved)
         return sum(c.count for c in moved)
 
     async def purge_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -332,14 +311,14 @@ class AdminMixin:
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             purged = await engine.purge_dlq(conn, where)
-        _record_queues(metrics.METRICS.job_dlq_purged, purged)
+        recording.record_dlq_entries_purged(purged)
         return sum(c.count for c in purged)
 
     async def purge_dlq_job(self, job_id: int) -> bool:
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
             purged = await engine.purge_dlq_job(conn, int(job_id))
-        _record_queues(metrics.METRICS.job_dlq_purged, purged)
+        recording.record_dlq_entries_purged(purged)
         return bool(purged)
 
     async def move_failed_to_dlq(self, job_id: int,
@@ -349,8 +328,7 @@ class AdminMixin:
         async with pool.connection() as conn:
             entry = await engine.move_failed_to_dlq(conn, int(job_id), reason)
         if entry is not None:
-            _record_job(metrics.METRICS.job_dlq_moved, entry.job,
-                        {metrics.ATTR_DLQ_REASON: reason})
+            recording.record_job_dlq_moved(entry.job, reason)
         return entry
 
     async def bulk_move_failed_to_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -363,7 +341,7 @@ class AdminMixin:
         async with pool.connection() as conn:
             moved = await engine.bulk_move_failed_to_dlq(conn, kind=kind, queue=queue,
                                                          reason=reason)
-        _record_jobs(metrics.METRICS.job_dlq_moved, moved, {metrics.ATTR_DLQ_REASON: reason})
+        recording.record_jobs_dlq_moved(moved, reason)
         return sum(c.count for c in moved)
 
     # -- bulk commands: exactly what they touch (awa.bulk) ---------------------------

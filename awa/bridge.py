@@ -24,7 +24,7 @@ from typing import Any, Unpack, cast
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from awa import metrics as awa_metrics
+from awa import recording
 from awa.job import SerializationError, ValidationError
 from awa.producer import build_batch, raise_if_unique_skipped
 from awa.serialization import derive_kind
@@ -320,7 +320,7 @@ async def insert_job(conn: Any, args: Any, **options: Unpack[InsertKeywords]) ->
     engine = await _engine_of(aconn)
     outcome = await engine.insert_batch(aconn, batch)
     await raise_if_unique_skipped(engine, aconn, batch, outcome)
-    awa_metrics.record_inserted(batch, outcome)
+    recording.record_inserted(batch, outcome)
     return _row(batch, outcome)
 
 
@@ -333,5 +333,5 @@ def insert_job_sync(conn: Any, args: Any, **options: Unpack[InsertKeywords]) -> 
     if outcome.skipped and batch.unique_key[0] is not None:
         raise enqueue.unique_conflict(batch.kind[0],
                                       engine.unique_holder_sync(sconn, batch.unique_key[0]))
-    awa_metrics.record_inserted(batch, outcome)
+    recording.record_inserted(batch, outcome)
     return _row(batch, outcome)

@@ -48,7 +48,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from awa import cel, config, db, lifecycle
+from awa import cel, config, db, lifecycle, recording
 from awa.admin import _unique_error
 from awa.db import one_line
 from awa.job import (
@@ -59,7 +59,6 @@ from awa.job import (
     SerializationError,
     ValidationError,
 )
-from awa.metrics import ATTR_CALLBACK_OUTCOME, ATTR_QUEUE, ATTR_TERMINAL, METRICS, job_attributes
 from awa.storage import open_engine
 from awa.storage.engine import CALLBACK_RESULT_KEY, CALLBACK_RESUME_CHANNEL, CallbackSpec, Engine
 
@@ -307,16 +306,6 @@ async def _not_found(engine: Engine, conn: Any, callback_id: uuid.UUID) -> Callb
     return CallbackNotFound(f"callback {callback_id} not found or already resolved")
 
 
-def _count(job: Job[Any], outcome: str) -> None:
-    METRICS.callback_resolved.add(1, {ATTR_QUEUE: job.queue, ATTR_CALLBACK_OUTCOME: outcome})
-    # A callback that ends the job is that job's completion or failure too.
-    if outcome == "complete":
-        METRICS.job_completed.add(1, job_attributes(job.kind, job.queue))
-    elif outcome == "fail":
-        METRICS.job_failed.add(1, {**job_attributes(job.kind, job.queue),
-                                   ATTR_TERMINAL: True})
-
-
 async def _resolve(engine: Engine, conn: Any, callback_id: uuid.UUID, outcome: str | None,
                    resolution: Callable[[], Awaitable[Job[Any] | None]]) -> Job[Any]:
     """Run one guarded resolution; nothing matched means unknown or already resolved."""
@@ -332,7 +321,7 @@ async def _resolve(engine: Engine, conn: Any, callback_id: uuid.UUID, outcome: s
     if job is None:
         raise await _not_found(engine, conn, callback_id)
     if outcome is not None:
-        _count(job, outcome)
+        recording.record_callback_resolved(job, outcome)
     return job
 
 
@@ -373,7 +362,7 @@ async def retry_external(pool: AsyncConnectionPool, callback_id: Any, *,
     async with pool.connection() as conn, conn.transaction():
         job = await _resolve(engine, conn, cid, None,
                              lambda: engine.retry_external(conn, cid))
-    _count(job, "retry")  # once committed
+    recording.record_callback_resolved(job, "retry")  # once committed
     return job
 
 

@@ -15,8 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, serialization
-from awa import metrics as awa_metrics
+from awa import config, recording, serialization
 from awa.job import Job, ValidationError
 from awa.storage import open_engine
 from awa.storage.engine import CronJobInfo, CronSchedule, Engine
@@ -238,7 +237,7 @@ class CronMixin:
             job = await engine.trigger_cron_job(conn, name)
         if job is None:
             raise _not_found(name)
-        awa_metrics.record_inserted_jobs((job,))
+        recording.record_inserted_jobs((job,))
         return job
 
 

@@ -19,10 +19,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, db
-from awa import metrics as awa_metrics
+from awa import config, db, recording
 from awa.job import AwaError, DatabaseError, Job, Timestamp, ValidationError
-from awa.metrics import METRICS
 from awa.storage.common import enqueue
 from awa.storage.common.enqueue import InsertKeywords, InsertOptions, insert_options
 from awa.storage.engine import Engine, EnqueueBatch, InsertOutcome
@@ -132,12 +130,6 @@ def inserted_jobs(batch: EnqueueBatch, outcomes: Sequence[InsertOutcome]) -> Ins
     return jobs
 
 
-def _record(batch_size: int, started: float) -> None:
-    """Producer histograms (awa.enqueue.batch_size / awa.enqueue.duration)."""
-    METRICS.enqueue_batch_size.record(batch_size)
-    METRICS.enqueue_duration.record(time.perf_counter() - started)
-
-
 class ProducerMixin:
     """Insert paths of the client (``self._get_pool()`` comes from AsyncClient)."""
 
@@ -154,8 +146,8 @@ class ProducerMixin:
         async with pool.connection() as conn:
             started = time.perf_counter()
             job = await insert_one(engine, conn, batch)
-        _record(1, started)
-        awa_metrics.record_inserted_jobs((job,))
+        recording.record_enqueue(1, started)
+        recording.record_inserted_jobs((job,))
         return job
 
     async def insert_many(self, jobs: Sequence[Any], *,
@@ -201,7 +193,7 @@ class ProducerMixin:
             else:
                 outcomes.append(await self._write_chunk(engine, conn, batch, copy, returning))
         for chunk, outcome in zip(chunks, outcomes):  # after the commit: exactly the rows written
-            awa_metrics.record_inserted(chunk, outcome)
+            recording.record_inserted(chunk, outcome)
         if not returning:
             return EnqueueCount(sum(o.inserted for o in outcomes),
                                 sum(o.skipped for o in outcomes))
@@ -215,7 +207,7 @@ class ProducerMixin:
             outcome = await engine.copy_batch(conn, chunk, returning)
         else:
             outcome = await engine.insert_batch(conn, chunk, returning)
-        _record(len(chunk), started)
+        recording.record_enqueue(len(chunk), started)
         return outcome
 
     async def transaction(self) -> Transaction:
@@ -282,10 +274,10 @@ class Transaction:
 
     async def commit(self) -> None:
         await self._finish("COMMIT")
-        awa_metrics.record_transaction_end(self, committed=True)
+        recording.record_transaction_end(self, committed=True)
 
     async def rollback(self) -> None:
-        awa_metrics.record_transaction_end(self, committed=False)
+        recording.record_transaction_end(self, committed=False)
         await self._finish("ROLLBACK")
 
     async def execute(self, query: str, *args: Any) -> int:
@@ -316,7 +308,7 @@ class Transaction:
     async def insert(self, args: Any, **options: Unpack[InsertKeywords]) -> Job[Any]:
         batch = build_batch([args], insert_options("insert", options))
         job = await insert_one(self._engine, self.connection, batch)
-        awa_metrics.record_inserted_pending(self, (job,))
+        recording.record_inserted_pending(self, (job,))
         return job
 
     async def insert_many(self, jobs: Sequence[Any], *,
@@ -326,7 +318,7 @@ class Transaction:
         conn = self.connection
         jobs = inserted_jobs(batch, [await self._engine.insert_batch(conn, chunk)
                                      for chunk in batch.chunks(config.ENQUEUE_BATCH_SIZE)])
-        awa_metrics.record_inserted_pending(self, jobs)
+        recording.record_inserted_pending(self, jobs)
         return jobs
 
     def __repr__(self) -> str:

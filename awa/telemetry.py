@@ -1,6 +1,6 @@
 """Getting metrics and traces out: a Prometheus scrape endpoint, OTLP export, trace context.
 
-awa records through the OpenTelemetry *API* (``awa.metrics.METRICS``, the
+awa records through the OpenTelemetry *API* (``awa.instruments.METRICS``, the
 tracer below).  This module installs the SDK when nobody else has: if the
 application already set an SDK MeterProvider / TracerProvider, ours readers
 and span processors are added to it instead, so awa's metrics travel with the
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate, trace
 
-from awa import config, metrics
+from awa import config, instruments, metrics
 from awa.job import AwaError, ValidationError
 
 if TYPE_CHECKING:  # the SDK is imported where it is used
@@ -89,7 +89,7 @@ _aggregation: Any = None
 def awa_aggregation() -> Any:
     """The reader-side aggregation for ObservableGauge instruments (the SDK's ``Aggregation``).
 
-    awa's histograms (``awa.metrics.PreHistogram``) record into fixed buckets in
+    awa's histograms (``awa.instruments.PreHistogram``) record into fixed buckets in
     the process and are registered as observable gauges whose observations are
     whole cumulative histograms; this aggregation hands those to the reader as
     explicit-bucket histogram points (same boundaries, so Prometheus sees the
@@ -130,12 +130,12 @@ def _build_aggregation() -> Any:
                      boundaries: tuple[float, ...]) -> None:
             super().__init__(attributes, AggregationTemporality.CUMULATIVE, start_ns,
                              reservoir_builder, boundaries)
-            self._point: metrics.HistogramPoint | None = None
-            self._reported: metrics.HistogramPoint | None = None
+            self._point: instruments.HistogramPoint | None = None
+            self._reported: instruments.HistogramPoint | None = None
             self._reported_ns = start_ns
 
         def aggregate(self, measurement: Any, should_sample_exemplar: bool = True) -> None:
-            if isinstance(measurement.value, metrics.HistogramPoint):
+            if isinstance(measurement.value, instruments.HistogramPoint):
                 self._point = measurement.value
 
         def collect(self, collection_aggregation_temporality: Any,
@@ -163,7 +163,7 @@ def _build_aggregation() -> Any:
         def _create_aggregation(self, instrument: Any, attributes: Any, reservoir_factory: Any,
                                 start_time_unix_nano: int) -> Any:
             boundaries = None
-            if getattr(instrument.instrumentation_scope, "name", None) == metrics.METER_NAME:
+            if getattr(instrument.instrumentation_scope, "name", None) == instruments.METER_NAME:
                 boundaries = metrics.histogram_boundaries(instrument.name)
             if boundaries is None:
                 return default._create_aggregation(instrument, attributes, reservoir_factory,

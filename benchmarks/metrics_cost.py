@@ -6,7 +6,7 @@
 Reuses benchmarks/throughput.py (its worker, enqueue and measurement) and
 only changes how the worker process is started:
 
-* off -- no OpenTelemetry SDK installed: every ``METRICS.*`` call lands on
+* off -- no OpenTelemetry SDK installed: every ``awa.instruments.METRICS`` update lands on
   OTel's no-op proxy (what an application without an exporter pays);
 * on  -- the worker serves ``/metrics`` (``serve_prometheus``, as
   ``awa worker --metrics-addr`` does) and this process scrapes it every

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from awa import config
-from awa.runtime import recording
+from awa import config, recording
 from awa.runtime.loops import stop_tasks
 from awa.runtime.outcome import Finished, Outcome
 from awa.storage.engine import AppliedBatch, AttemptWrite, Engine

@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from awa import config, db
+from awa import config, db, recording
 from awa.config import QueueConfig
 from awa.job import Job
-from awa.runtime import recording
 from awa.runtime.loops import BackgroundLoop, listen_forever, stop_tasks
 from awa.runtime.permits import QueuePermits
 from awa.runtime.rate_limit import TokenBucket

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace as otel_trace
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 
-from awa import lifecycle, telemetry
+from awa import lifecycle, recording, telemetry
 from awa.job import (
     Cancel,
     Job,
@@ -33,7 +33,6 @@ from awa.job import (
     TerminalError,
     WaitForCallback,
 )
-from awa.runtime import recording
 from awa.runtime.context import JobContext
 from awa.runtime.outcome import Finished, Outcome
 from awa.serialization import decode_args

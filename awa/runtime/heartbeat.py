@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from awa import config
-from awa.runtime import recording
+from awa import config, recording
 from awa.runtime.loops import BackgroundLoop, every
 from awa.storage.engine import AttemptWrite
 

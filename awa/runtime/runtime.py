@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from awa import db, metrics, telemetry
+from awa import db, recording, telemetry
 from awa.config import QueueConfig, RuntimeSettings
 from awa.job import DatabaseError
-from awa.runtime import recording
 from awa.runtime.cancel_listener import CancelListener
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import JobContext
@@ -214,7 +213,7 @@ class Runtime:
         # The runtime's series first: a scrape during the warm-up already sees this runtime.
         self._start_metrics_endpoint()
         # Every queue/kind series of the catalogue from the start, zeros included.
-        metrics.METRICS.seed_zeros(list(self.queues), list(self.handlers))
+        recording.seed_zeros(list(self.queues), list(self.handlers))
         await self._warm_connections()
         self.completion.start()
         if self.listener is not None and self.cancel_listener is not None:

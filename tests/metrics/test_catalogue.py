@@ -1,12 +1,14 @@
-"""The catalogue's shape: every required metric, the Prometheus naming rule, the instruments."""
+"""The catalogue's shape: every required metric, the Prometheus naming rule, the instruments
+(awa.instruments: one per runtime entry)."""
 
 from __future__ import annotations
 
 import pytest
 from opentelemetry.metrics import Counter, Histogram, UpDownCounter, _Gauge
 
-from awa import metrics
-from awa.metrics import DATABASE_METRICS, METRICS, RUNTIME_METRICS
+from awa import instruments, metrics
+from awa.instruments import METRICS
+from awa.metrics import DATABASE_METRICS, RUNTIME_METRICS
 
 # Issue 8 item 1, plus the brief's additions (snoozed, waiting_external, cron fires, leader
 # changes).
@@ -129,8 +131,8 @@ def test_unknown_instrument_names_say_where_to_add_them():
 
 
 def test_cached_attribute_sets():
-    assert metrics.job_attributes("send_email", "email") == {
+    assert instruments.job_attributes("send_email", "email") == {
         metrics.ATTR_KIND: "send_email", metrics.ATTR_QUEUE: "email"}
-    assert metrics.job_attributes("send_email", "email") is metrics.job_attributes(
+    assert instruments.job_attributes("send_email", "email") is instruments.job_attributes(
         "send_email", "email")
-    assert metrics.queue_attributes("email") == {metrics.ATTR_QUEUE: "email"}
+    assert instruments.queue_attributes("email") == {metrics.ATTR_QUEUE: "email"}

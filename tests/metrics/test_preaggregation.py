@@ -11,8 +11,8 @@ import tracemalloc
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
-from awa import metrics, telemetry
-from awa.metrics import METRICS
+from awa import instruments, metrics, telemetry
+from awa.instruments import METRICS, job_attributes
 
 from .conftest import scrape, value
 
@@ -70,7 +70,7 @@ def test_counters_are_cumulative_and_monotonic_across_scrapes(prometheus_endpoin
     METRICS.job_in_flight.inc((queue,), -2)
     first = value(scrape(prometheus_endpoint.url), "awa_job_completed_total", awa_job_queue=queue)
     METRICS.job_completed.inc(("k", queue), 2)
-    METRICS.job_completed.add(-5, metrics.job_attributes("k", queue))  # ignored, as the SDK does
+    METRICS.job_completed.add(-5, job_attributes("k", queue))  # ignored, as the SDK does
     second = value(scrape(prometheus_endpoint.url), "awa_job_completed_total", awa_job_queue=queue)
     assert (first, second) == (3, 5)
     text = __import__("httpx").get(prometheus_endpoint.url, timeout=5).text
@@ -81,7 +81,7 @@ def test_counters_are_cumulative_and_monotonic_across_scrapes(prometheus_endpoin
 
 def test_the_dict_entry_points_land_on_the_same_series(prometheus_endpoint):
     queue = _unique("q")
-    METRICS.job_failed.add(1, {**metrics.job_attributes("k", queue), metrics.ATTR_TERMINAL: True})
+    METRICS.job_failed.add(1, {**job_attributes("k", queue), metrics.ATTR_TERMINAL: True})
     METRICS.job_failed.inc(("k", queue, True), 2)
     METRICS.job_failed.inc(("k", queue, False), 1)
     series = scrape(prometheus_endpoint.url)
@@ -161,8 +161,8 @@ def test_recording_is_cheap_and_allocates_nothing_per_call(prometheus_endpoint):
     finally:
         tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename")
-                if stat.traceback[0].filename == metrics.__file__)
-    assert grown < 4096, f"recording allocated {grown} bytes in awa/metrics.py"
+                if stat.traceback[0].filename == instruments.__file__)
+    assert grown < 4096, f"recording allocated {grown} bytes in awa/instruments.py"
     # generous bound (a shared, noisy machine): the SDK path cost about 6-7 us per record
     started = time.perf_counter()
     for _ in range(20_000):
@@ -189,7 +189,7 @@ def test_in_flight_is_counted_from_the_runtime_s_running_handlers(prometheus_end
     """No recording per job: the running-handler map is counted at collection."""
     from types import SimpleNamespace
 
-    from awa.runtime import recording
+    from awa import recording
 
     queue = _unique("q")
     running = {(i, 1): SimpleNamespace(job=SimpleNamespace(queue=queue)) for i in range(3)}

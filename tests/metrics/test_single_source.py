@@ -12,7 +12,8 @@ documentation) of awa/, awa_ops/ and awa_tui/ outside awa/metrics.py for:
 A literal that is exactly a catalogue metric name (``by_name("awa.job.completed")``,
 ``_family("awa.db.queue.depth")``) is a key into the catalogue, not a copy of it:
 it is allowed, and it cannot drift — the lookup fails if the name is renamed.
-It also checks that no code outside the catalogue creates OTel instruments.
+It also checks that no code outside ``awa/instruments.py`` creates OTel instruments and that
+the catalogue itself stays data: it imports neither OpenTelemetry nor the rest of awa.
 Generated artefacts (dashboards/, alerts/) are produced from the catalogue and
 checked by the generator's own --check test, so they are not scanned here.
 """
@@ -28,6 +29,7 @@ from awa import metrics
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED_PACKAGES = ("awa", "awa_ops", "awa_tui")
 CATALOGUE = ROOT / "awa" / "metrics.py"
+INSTRUMENTS = ROOT / "awa" / "instruments.py"
 
 ATTRIBUTE_KEYS = {value for name, value in vars(metrics).items()
                   if name.startswith("ATTR_") and isinstance(value, str)}
@@ -80,10 +82,37 @@ def test_no_metric_name_or_attribute_key_is_written_outside_the_catalogue():
                          + "\n".join(stray))
 
 
-def test_no_instrument_is_created_outside_the_catalogue():
+def test_no_instrument_is_created_outside_awa_instruments():
     creators = [f"{path.relative_to(ROOT)}" for path in scanned_files()
-                if INSTRUMENT_FACTORIES.search(path.read_text())]
-    assert creators == [], f"instruments must come from awa.metrics.METRICS: {creators}"
+                if path != INSTRUMENTS and INSTRUMENT_FACTORIES.search(path.read_text())]
+    assert creators == [], f"instruments must come from awa.instruments.METRICS: {creators}"
+
+
+def test_only_recording_and_telemetry_use_the_instruments():
+    """Code records through awa.recording (one function per event), never on METRICS itself;
+    awa.telemetry reads the instruments' histogram points to export them."""
+    users = []
+    for path in scanned_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            if "awa.instruments" in names:
+                users.append(str(path.relative_to(ROOT)))
+    assert sorted(set(users)) == ["awa/recording.py", "awa/telemetry.py"], users
+
+
+def test_the_catalogue_is_data_only():
+    """awa/metrics.py holds names, kinds, units, labels, help and buckets: no instrument, no
+    recording (awa.instruments, awa.recording), so it imports no OpenTelemetry and no awa."""
+    imported = set()
+    for node in ast.walk(ast.parse(CATALOGUE.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    assert not {m for m in imported if m.split(".")[0] in ("opentelemetry", "awa")}, imported
+    assert not INSTRUMENT_FACTORIES.search(CATALOGUE.read_text())
 
 
 def test_the_scan_finds_what_it_looks_for(tmp_path):

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from awa import metrics
+from awa import instruments, metrics
 from awa.runtime.maintenance.retention import RingTracker
 from awa.storage.engine import PRUNE_BLOCKERS, PruneReport, RingPass
 from awa_ops.exporter import DatabaseCollector
@@ -62,9 +62,9 @@ async def test_leader_ring_series_match_the_database(client, db):
                 "awa.maintenance.prune.skipped")
     baseline = {}
     for name in counters:
-        store = getattr(metrics.METRICS, metrics.by_name(name).attribute_name)
+        store = getattr(instruments.METRICS, metrics.by_name(name).attribute_name)
         for key, got in store.snapshot().items():
-            n = got.count if isinstance(got, metrics.HistogramPoint) else got
+            n = got.count if isinstance(got, instruments.HistogramPoint) else got
             for labels in {key[:1], key[:2]}:  # (ring,) and (ring, blocker)
                 baseline[(name, labels)] = baseline.get((name, labels), 0) + n
     # jobs of a queue nobody works stay claimable in the slot they were written to
@@ -220,8 +220,8 @@ def test_blocked_age_runs_from_the_first_blocked_tick_and_resets_when_truncated(
 
     tick({("queue", 0): "ready"}, now=100.0)
     tick({("queue", 0): "lease"}, now=130.0)  # the same slot, now held by a lease
-    gauge = metrics.METRICS.storage_prune_blocked_age
-    if metrics.recording_live():
+    gauge = instruments.METRICS.storage_prune_blocked_age
+    if instruments.recording_live():
         assert gauge.value(("queue", "lease")) == 30.0
         assert gauge.value(("queue", "ready")) == 0.0  # published before, gone now
     assert tracker.blocked_since == {("queue", 0): 100.0}
@@ -243,7 +243,7 @@ async def test_a_rotation_not_yet_due_is_no_attempt_and_no_skip(client, db):
         return None
 
     def counted(name: str, ring: str) -> float:
-        store = getattr(metrics.METRICS, metrics.by_name(name).attribute_name)
+        store = getattr(instruments.METRICS, metrics.by_name(name).attribute_name)
         return sum(v for k, v in store.snapshot().items() if k[0] == ring)
 
     before = {(n, r): counted(n, r) for n in ("awa.maintenance.rotate.attempts",

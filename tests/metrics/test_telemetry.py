@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 
 from awa import AwaError, Job, JobState, ValidationError, metrics, telemetry
-from awa.metrics import METRICS
+from awa.instruments import METRICS, job_attributes, queue_attributes
 
 from .conftest import scrape, value
 
@@ -21,12 +21,12 @@ def _unique(name: str) -> str:
 
 def test_endpoint_exports_catalogue_names_labels_and_buckets(prometheus_endpoint):
     queue = _unique("q")
-    attrs = metrics.job_attributes("send_email", queue)
+    attrs = job_attributes("send_email", queue)
     METRICS.job_completed.add(3, attrs)
     METRICS.job_duration.record(0.02, attrs)
     METRICS.job_duration.record(7.0, attrs)
-    METRICS.job_in_flight.add(2, metrics.queue_attributes(queue))
-    METRICS.queue_lag.set(1.5, metrics.queue_attributes(queue))
+    METRICS.job_in_flight.add(2, queue_attributes(queue))
+    METRICS.queue_lag.set(1.5, queue_attributes(queue))
     METRICS.queue_depth.set(9, {metrics.ATTR_QUEUE: queue, metrics.ATTR_STATE: "available"})
 
     series = scrape(prometheus_endpoint.url)
@@ -52,7 +52,7 @@ def test_two_endpoints_see_the_same_values_and_close_detaches(prometheus_endpoin
     queue = _unique("q")
     second = telemetry.serve_prometheus("127.0.0.1:0")
     try:
-        METRICS.dispatch_empty_claims.add(4, metrics.queue_attributes(queue))
+        METRICS.dispatch_empty_claims.add(4, queue_attributes(queue))
         for url in (prometheus_endpoint.url, second.url):
             assert value(scrape(url), "awa_dispatch_empty_claims_total", awa_job_queue=queue) == 4
     finally:
@@ -60,7 +60,7 @@ def test_two_endpoints_see_the_same_values_and_close_detaches(prometheus_endpoin
     with pytest.raises(httpx.ConnectError):
         httpx.get(second.url, timeout=2)
     second.close()  # idempotent
-    METRICS.dispatch_empty_claims.add(1, metrics.queue_attributes(queue))
+    METRICS.dispatch_empty_claims.add(1, queue_attributes(queue))
     assert value(scrape(prometheus_endpoint.url), "awa_dispatch_empty_claims_total",
                  awa_job_queue=queue) == 5
 
@@ -104,7 +104,7 @@ def test_current_traceparent_is_the_ambient_span():
 def test_otlp_export_of_metrics_and_linked_handler_spans(otlp_receiver):
     telemetry.init_telemetry(otlp_receiver.url, service_name="awa-test", export_interval_ms=100)
     queue = _unique("q")
-    METRICS.job_completed.add(2, metrics.job_attributes("report", queue))
+    METRICS.job_completed.add(2, job_attributes("report", queue))
 
     tracer = trace.get_tracer("test-producer")
     with tracer.start_as_current_span("enqueue") as producer:
@@ -170,13 +170,13 @@ def test_instruments_created_before_the_provider_export_once_it_is_set():
     import sys
 
     program = (
-        "from awa import metrics, telemetry\n"
-        "from awa.metrics import METRICS\n"
+        "from awa import telemetry\n"
+        "from awa.instruments import METRICS, job_attributes\n"
         "from opentelemetry import metrics as otel\n"
         "assert not hasattr(otel.get_meter_provider(), 'add_metric_reader')  # no SDK yet\n"
-        "METRICS.job_completed.add(1, metrics.job_attributes('k', 'before'))  # dropped\n"
+        "METRICS.job_completed.add(1, job_attributes('k', 'before'))  # dropped\n"
         "endpoint = telemetry.serve_prometheus('127.0.0.1:0')\n"
-        "METRICS.job_completed.add(2, metrics.job_attributes('k', 'after'))\n"
+        "METRICS.job_completed.add(2, job_attributes('k', 'after'))\n"
         "print(endpoint.url)\n"
         "import httpx; print(httpx.get(endpoint.url).text)\n")
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from awa import batch, config, db
+from awa import batch, config, db, recording
 from awa.runtime.leader import LeaderElector, leader_application_name
-from awa.runtime.maintenance import aging, cron, descriptors, promote, recording, rescue, retention
+from awa.runtime.maintenance import aging, cron, descriptors, promote, rescue, retention
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
 from awa.storage import open_engine
 from awa.storage.engine import Engine

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config
+from awa import config, recording
 from awa.cron import due_slots
-from awa.runtime.maintenance import recording
 from awa.storage import open_engine
 from awa.storage.engine import Engine
 

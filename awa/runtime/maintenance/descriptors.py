@@ -14,9 +14,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config
+from awa import config, recording
 from awa.descriptors import catalogue, descriptor_hashes
-from awa.runtime.maintenance import recording
 from awa.storage import open_engine
 from awa.storage.engine import Descriptor, Engine
 
@@ -39,5 +38,5 @@ async def sync_descriptors(pool: AsyncConnectionPool, client: Any,
             if instance_id is not None:
                 await engine.set_runtime_descriptor_hashes(conn, instance_id,
                                                            descriptor_hashes(client))
-    recording.record_descriptors(declared_queues, declared_kinds)
+    recording.descriptors_synced(declared_queues, declared_kinds)
     return written

@@ -17,8 +17,7 @@ from dataclasses import asdict, dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config, lifecycle
-from awa.runtime.maintenance import recording
+from awa import config, lifecycle, recording
 from awa.storage import open_engine
 from awa.storage.engine import Engine, PromoteBatch
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa.runtime.maintenance import recording
+from awa import recording
 from awa.storage import open_engine
 from awa.storage.engine import Engine
 

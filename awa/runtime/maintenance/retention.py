@@ -20,9 +20,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from awa import config
+from awa import config, recording
 from awa.config import QueueConfig, RetentionPolicy, RuntimeSettings
-from awa.runtime.maintenance import recording
 from awa.storage import open_engine
 from awa.storage.engine import Engine, PruneReport, PurgedBatch
 
