@@ -160,7 +160,9 @@ class ProducerMixin:
     async def insert_many_copy(self, jobs: Sequence[Any], *,
                                opts: list[dict[str, Any] | None] | None = None,
                                **options: Unpack[InsertKeywords]) -> InsertedJobs:
-        """COPY into a staging table, then one INSERT ... SELECT returning the jobs."""
+        """The bulk path, returning the jobs: canonical COPYs into a staging table, then
+        appends with one INSERT ... SELECT; queue storage writes each batch with one
+        statement (``Engine.copy_batch``)."""
         batch = build_batch(jobs, insert_options("insert_many_copy", options), opts=opts)
         return cast(InsertedJobs, await self._write(batch, copy=True))
 
@@ -168,7 +170,9 @@ class ProducerMixin:
                                 opts: list[dict[str, Any] | None] | None = None,
                                 queue_storage_queue_stripe_count: int = 1,
                                 **options: Unpack[InsertKeywords]) -> EnqueueCount:
-        """The fastest path: COPY straight into awa.jobs_hot; returns the row count.
+        """The bulk path, a count only: canonical COPYs a plain batch straight into
+        awa.jobs_hot; queue storage writes each batch with one statement, one round trip
+        (``Engine.copy_batch``).
 
         ``queue_storage_queue_stripe_count`` belongs to the queue-storage
         engine and is accepted for compatibility only.

@@ -34,7 +34,7 @@ OTHER = "another awa distribution"
 # The Rust core's first migration; seen with its awa.storage_status(), it names the distribution.
 RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
 
-QUEUE_STORAGE_LAYOUT_VERSION = 8
+QUEUE_STORAGE_LAYOUT_VERSION = 9
 """The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
 has).  Raised with every change to the engine's layout or to a function it calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix
@@ -51,7 +51,9 @@ called by batch moves; 6: the open-receipt rule as ``awa.qs_receipt_is_open`` an
 every ending of an attempt through ``awa.qs_end_attempts`` (``qs_finalize``, ``qs_retry``,
 ``qs_snooze`` and ``qs_dead_letter`` dropped); 8: one copy of history, a completed job's done
 entry naming its ready entry (``ready_id``; ``awa.qs_done_names_entry``) instead of repeating
-its args, read through ``awa.qs_done_rows``.  Kept here, so that
+its args, read through ``awa.qs_done_rows``; 9: ``awa.qs_enqueue_plain``, a plain batch's
+reservation and rows in one call returning the count (COPY's paths send their batches as
+arrays: one round trip instead of a reservation, a COPY and a transaction).  Kept here, so that
 checking a database needs no engine loaded; ``awa/storage/queue_storage/sql/layout_version.sql``
 installs the same number (a test checks)."""
 

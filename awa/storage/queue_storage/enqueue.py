@@ -1,12 +1,15 @@
 """Queue storage: enqueue appends ``ready_entries`` (``deferred_jobs`` for an explicit run_at).
 
-One statement per batch, fed by ``unnest`` of array parameters or by COPY
-into the per-session staging table (both sources are the common core's).
-Each lane (queue, priority, shard) gets its positions from ``awa.qs_reserve_lane``, which locks the
-lane's enqueue head until the producer commits -- so positions become
-visible in lane order and a claimer can never pass a position still to
-commit -- and reads the lane's end from the entries themselves: enqueue
-updates no row at all.
+One statement per batch, fed by ``unnest`` of array parameters -- on every path, COPY's
+included: each batch is one round trip (issue 48).  Each lane (queue, priority, shard)
+gets its positions from ``awa.qs_reserve_lane``, which locks the lane's enqueue head until
+the producer commits -- so positions become visible in lane order and a claimer can never
+pass a position still to commit -- and reads the lane's end from the entries themselves:
+enqueue updates no row at all.  A COPY cannot be that one statement: its rows need their
+positions, so the lane must be reserved (and stay locked) before the COPY starts, in a
+transaction around both -- four to five round trips per batch, the lane held across them
+(layout 8's path); staging the rows first and appending them from there writes every row
+twice.  So ``copy_batch`` sends the batch as arrays, like ``insert_batch``.
 
 ``APPEND_READY`` is shared by every path that makes a job runnable again
 (promotion, admin retry, callback retry, DLQ redrive): given a CTE ``src``
@@ -15,27 +18,17 @@ of full job rows it appends them to their lanes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from itertools import repeat
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.rows import dict_row, tuple_row
 
-from awa.statements import Rows, Steps, query, run_async, run_sync
+from awa.statements import Steps, first_value, query, run_async, run_sync
 from awa.storage.common.enqueue import (
-    COPY_INTO_STAGING,
-    CREATE_STAGING,
-    EMPTY_STAGING,
     KEPT_ROWS,
-    STAGING_SOURCE,
-    UNIQUE_RACE_RETRIES,
     UNNEST_SOURCE,
     UniqueHolders,
-    conflict_from,
-    copy_rows,
-    give_up,
+    counted,
     in_transaction,
     insert_outcome,
     insert_steps,
@@ -72,20 +65,11 @@ APPEND_READY = """
     RETURNING job_id AS id, 'available'::awa.job_state AS state, run_at, created_at
 )"""
 
-# The direct COPY of a plain batch: one reservation per (queue, priority) of the
-# batch, in a fixed order (two producers lock lanes the same way round), then
-# the rows straight into ready_entries, positions numbered from each lane's base.
-RESERVE_LANES = """
-SELECT l.queue, l.priority, r.lane_shard, r.base, (SELECT awa.qs_slot('queue')) AS slot
-  FROM unnest(%s::text[], %s::smallint[]) WITH ORDINALITY AS l(queue, priority, ord)
-  CROSS JOIN LATERAL awa.qs_reserve_lane(l.queue, l.priority) r
- ORDER BY l.ord"""
-COPY_INTO_READY = ("COPY awa.ready_entries (ready_slot, queue, priority, shard, lane_seq, kind, "
-                   "args, max_attempts, metadata, tags) FROM STDIN")
-
-# A plain batch (no unique key, no run_at) inserted by statement: the installed function
-# awa.qs_insert_plain (sql/enqueue.sql), one generic plan per session.
+# A plain batch (no unique key, no run_at) inserted by statement: the installed functions
+# of sql/enqueue.sql, one generic plan per session -- awa.qs_insert_plain returns the
+# jobs' rows, awa.qs_enqueue_plain only their count.
 INSERT_PLAIN = Procedure("qs_insert_plain")
+ENQUEUE_PLAIN = Procedure("qs_enqueue_plain")
 _PLAIN_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "metadata", "tags")
 
 # Of the kept rows (KEPT_ROWS), deferred ones go to deferred_jobs; the rest append.
@@ -118,30 +102,10 @@ _COUNT = "SELECT (SELECT count(*) FROM ready) + (SELECT count(*) FROM later) AS 
 
 INSERT_RETURNING = _INSERT.format(source=UNNEST_SOURCE) + _RETURNING
 INSERT_COUNT = _INSERT.format(source=UNNEST_SOURCE) + _COUNT
-# Run without parameters, as canonical's staged statements are: the text holds no ``%``.
-STAGED_RETURNING = _INSERT.format(source=STAGING_SOURCE) + _RETURNING
-STAGED_COUNT = _INSERT.format(source=STAGING_SOURCE) + _COUNT
 
 
 def _plain_params(batch: EnqueueBatch) -> dict[str, list[Any]]:
     return {name: getattr(batch, name) for name in _PLAIN_COLUMNS}
-
-
-def _ready_rows(batch: EnqueueBatch,
-                reserved: dict[tuple[str, int], list[Any]]) -> Iterator[tuple[Any, ...]]:
-    """COPY_INTO_READY's rows: each job at the next position of its lane, from the lane's
-    reserved base.  A batch of one lane (the usual one) numbers its rows with a range."""
-    columns = (batch.kind, batch.args, batch.max_attempts, batch.metadata, batch.tags)
-    if len(reserved) == 1:
-        (shard, base, slot), = reserved.values()
-        return zip(repeat(slot), batch.queue, batch.priority, repeat(shard),
-                   range(base, base + len(batch)), *columns)
-    lanes = [reserved[lane] for lane in zip(batch.queue, batch.priority)]
-    shards, seqs = [lane[0] for lane in lanes], []
-    for lane in lanes:
-        seqs.append(lane[1])
-        lane[1] += 1
-    return zip(repeat(lanes[0][2]), batch.queue, batch.priority, shards, seqs, *columns)
 
 
 class QueueStorageEnqueue(InSchema, UniqueHolders):
@@ -160,10 +124,13 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
 
     def _insert_steps(self, batch: EnqueueBatch, returning: bool,
                       in_transaction_now: Callable[[], bool]) -> Steps[InsertOutcome]:
-        """A plain batch by ``awa.qs_insert_plain``; any other by one statement, a lost
-        unique race retried."""
+        """A plain batch by ``awa.qs_insert_plain`` (its rows) or ``awa.qs_enqueue_plain``
+        (its count); any other by one statement, a lost unique race retried."""
         if not len(batch):
             return InsertOutcome([], 0, 0)
+        if not batch.needs_general and not returning:
+            rows = yield from query(self.sql(ENQUEUE_PLAIN.call), _plain_params(batch))
+            return counted(batch, int(first_value(rows)))
         if not batch.needs_general:
             rows = yield from query(self.sql(INSERT_PLAIN.call), _plain_params(batch))
             return insert_outcome(batch, rows, returning)
@@ -174,41 +141,6 @@ class QueueStorageEnqueue(InSchema, UniqueHolders):
 
     async def copy_batch(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch,
                          returning: bool = True) -> InsertOutcome:
-        """COPY the batch in: straight into ready_entries when it can (a plain batch whose
-        ids are not asked for), else into the session's staging table and one append."""
-        if not len(batch):
-            return InsertOutcome([], 0, 0)
-        if not returning and not batch.needs_general:
-            await self._copy_plain(conn, batch)
-            return InsertOutcome([], len(batch), 0)
-        sql = STAGED_RETURNING if returning else STAGED_COUNT
-        async with conn.transaction():
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(self.sql(CREATE_STAGING))
-                await cur.execute(self.sql(EMPTY_STAGING))
-                async with cur.copy(self.sql(COPY_INTO_STAGING)) as copy:
-                    for row in copy_rows(batch, with_ord=True):
-                        await copy.write_row(row)
-                for attempt in range(UNIQUE_RACE_RETRIES):
-                    try:
-                        async with conn.transaction():
-                            await cur.execute(self.sql(sql))
-                        return insert_outcome(batch, Rows(await cur.fetchall()), returning)
-                    except pg_errors.UniqueViolation as exc:
-                        if give_up(exc, attempt):
-                            raise conflict_from(exc) from None
-        raise AssertionError("unreachable")
-
-    async def _copy_plain(self, conn: psycopg.AsyncConnection[Any], batch: EnqueueBatch) -> None:
-        """Reserve each (queue, priority) lane of the batch, then COPY the rows with their
-        positions; the lanes stay locked to commit, so both run in one transaction."""
-        lanes = sorted(set(zip(batch.queue, batch.priority, strict=True)))
-        async with conn.transaction():
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(self.sql(RESERVE_LANES),
-                                  ([q for q, _ in lanes], [p for _, p in lanes]))
-                reserved = {(q, p): [shard, base, slot]
-                            for q, p, shard, base, slot in await cur.fetchall()}
-                async with cur.copy(self.sql(COPY_INTO_READY)) as copy:
-                    for row in _ready_rows(batch, reserved):
-                        await copy.write_row(row)
+        """The COPY paths' batch, written as ``insert_batch`` writes it: one statement, one
+        round trip (the module's docstring says why not a COPY)."""
+        return await self.insert_batch(conn, batch, returning)

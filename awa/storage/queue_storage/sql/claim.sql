@@ -66,8 +66,9 @@ BEGIN
           WHERE h.queue = p_queue AND h.priority = p_priority AND h.shard = lane_shard));
 END $$;
 
--- Enqueue's direct COPY (a plain batch: no unique key, nothing deferred) names
--- only what the producer knows; ids and timestamps come from these defaults.
+-- A plain batch (no unique key, nothing deferred: awa.qs_insert_plain,
+-- awa.qs_enqueue_plain, and the direct COPY of releases before layout 9) names only
+-- what the producer knows; ids and timestamps come from these defaults.
 ALTER TABLE awa.ready_entries ALTER COLUMN job_id SET DEFAULT nextval('awa.jobs_id_seq');
 ALTER TABLE awa.ready_entries ALTER COLUMN ready_id SET DEFAULT nextval('awa.qs_ready_id_seq');
 ALTER TABLE awa.ready_entries ALTER COLUMN run_at SET DEFAULT now();
