@@ -25,15 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 # The releases a fleet may upgrade from: name -> commit.  32a8704: the round before this one
-# (queue-storage layout 3, migrations 1-4); bb0ffc4: layout 8, migrations 1-6.
+# (queue-storage layout 3, migrations 1-4); bb0ffc4: layout 8, migrations 1-6; 0.2.0:
+# layout 8, migrations 1-7; 0.3.0: layout 8, migrations 1-8 (the live engine switch).
 PREVIOUS = {
     "32a8704": "32a8704bd8e720d8e847e1e23fd4198e6c52940b",
     "bb0ffc4": "bb0ffc457543e890c5b0d0a04a30d57482baab0f",
     "0.2.0": "4512380c5a1ada57c9fcd78d2850c1f72b8ab05f",  # tag v0.2.0
+    "0.3.0": "537e59e4244daacd3d742636fa1d16313a851ed8",  # tag v0.3.0
 }
 # The release a fleet rolls from today (docs/production.md's procedure goes one release at a
 # time): CI rolls from it; benchmarks/upgrade.py rolls from any of PREVIOUS.
-NEWEST = "0.2.0"
+NEWEST = "0.3.0"
 CACHE = Path(os.environ.get("AWA_UPGRADE_CACHE")
              or Path.home() / ".cache" / "awa-upgrade")
 
