@@ -888,7 +888,6 @@ class RustCoreEngine(CanonicalReads):
         return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
                 for r in await fetch_all(conn, RUNTIME_DESCRIPTOR_HASHES)]
 
-
     # -- refused: every other Engine method (``refusal``), so that this reader is an Engine
     # for the CLI's admin commands (``awa.cli.db.ForeignAdmin``) and writes nothing.  What
     # the Rust-core CLI does (``WRITE_COMMANDS``):
