@@ -1,4 +1,5 @@
-"""The ops read group: what awa_ops and awa_tui show."""
+"""The ops read group (``OpsReads``): the bounded, index-backed reads awa_ops and awa_tui show
+(docs/architecture.md §10, §11), never a write."""
 
 from __future__ import annotations
 
