@@ -111,7 +111,11 @@ def parse_id(op_id: Any) -> uuid.UUID:
 
 
 class BatchMixin:
-    """Batch operations on the client's pool (the CLI, the API and the console use these)."""
+    """Batch operations on the client's pool (the CLI, the API and the console use these).
+
+    An operation comes back as ``BatchOperation.to_dict()``: every column of its row, as
+    the CLI's and the REST API's JSON show it.  (The engine's ``BatchOps`` returns the
+    dataclasses; this public API keeps its dicts.)"""
 
     async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
         raise NotImplementedError  # provided by AsyncClient
@@ -129,7 +133,8 @@ class BatchMixin:
         flt = normalize_filter(op_kind, filter)
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
-            return await engine.batch_preview(conn, flt, sample=sample)
+            preview = await engine.batch_preview(conn, flt, sample=sample)
+        return preview.total_matched, preview.sample
 
     async def submit_batch_operation(self, op_kind: str, filter: dict[str, Any] | None,
                                      spec: dict[str, Any] | None, *,
@@ -144,8 +149,9 @@ class BatchMixin:
                                   "(CLI: --all)")
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
-            return await engine.batch_insert(conn, op_kind=op_kind, filter=flt,
-                                             spec=stored_spec, submitted_by=submitted_by)
+            op = await engine.batch_insert(conn, op_kind=op_kind, filter=flt,
+                                           spec=stored_spec, submitted_by=submitted_by)
+        return op.to_dict()
 
     async def list_batch_operations(self, *, state: str | None = None,
                                     limit: int = 100) -> list[dict[str, Any]]:
@@ -154,7 +160,8 @@ class BatchMixin:
                                   f"{', '.join(STATES)}")
         engine, pool = await self._get_engine(), await self._get_pool()
         async with pool.connection() as conn:
-            return await engine.batch_list(conn, state=state, limit=max(1, min(limit, 1000)))
+            ops = await engine.batch_list(conn, state=state, limit=max(1, min(limit, 1000)))
+        return [op.to_dict() for op in ops]
 
     async def get_batch_operation(self, op_id: Any) -> dict[str, Any]:
         engine, pool = await self._get_engine(), await self._get_pool()
@@ -162,7 +169,7 @@ class BatchMixin:
             found = await engine.batch_get(conn, parse_id(op_id))
         if found is None:
             raise ValidationError(f"batch operation not found: {op_id}")
-        return found
+        return found.to_dict()
 
     async def cancel_batch_operation(self, op_id: Any) -> dict[str, Any]:
         engine, pool = await self._get_engine(), await self._get_pool()
@@ -170,7 +177,7 @@ class BatchMixin:
             found = await engine.batch_request_cancel(conn, parse_id(op_id))
         if found is None:
             raise ValidationError(f"batch operation cannot be cancelled: {op_id}")
-        return found
+        return found.to_dict()
 
 
 async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,
@@ -196,28 +203,27 @@ async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,
                 if op is None:
                     break
                 done["steps"] += 1
-                state = op["state"]
-                if state == "cancelling":
-                    await engine.batch_finish(conn, op["id"], cancelled=True,
+                if op.state == "cancelling":
+                    await engine.batch_finish(conn, op.id, cancelled=True,
                                               retention_days=retention_days)
                     done["finished"] += 1
-                elif state == "pending":
+                elif op.state == "pending":
                     await engine.batch_start_scan(conn, op, runner)
-                elif state == "scanning":
-                    cursor = op["cursor"] or {"after_job_id": 0, "max_job_id": 0}
-                    moved = await engine.batch_scan_page(conn, op, cursor, runner, scan_page)
+                elif op.state == "scanning":
+                    moved = await engine.batch_scan_page(conn, op, op.scan_cursor, runner,
+                                                         scan_page)
                     if moved is None:
-                        await engine.batch_scanned(conn, op["id"])
+                        await engine.batch_scanned(conn, op.id)
                 else:  # running
                     outcome = await engine.batch_apply_chunk(conn, op, chunk)
                     if outcome is None:
-                        await engine.batch_finish(conn, op["id"], cancelled=False,
+                        await engine.batch_finish(conn, op.id, cancelled=False,
                                                   retention_days=retention_days)
                         done["finished"] += 1
                     else:
-                        done["processed"] += outcome[0]
-                        done["skipped"] += outcome[1]
-                        done["errored"] += outcome[2]
+                        done["processed"] += outcome.processed
+                        done["skipped"] += outcome.skipped
+                        done["errored"] += outcome.errored
             busy = time.monotonic() - step_started
             done["busy_s"] += busy
             rest_started = time.monotonic()

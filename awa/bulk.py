@@ -18,7 +18,7 @@ import psycopg
 from awa import config
 from awa.fingerprint import fingerprint as fingerprint_of
 from awa.job import ValidationError
-from awa.storage.engine import DlqCursor, DlqFilter, DlqPageQuery, Engine, JobListQuery
+from awa.storage.engine import DlqCursor, DlqFilter, DlqPageQuery, JobListQuery, ReadEngine
 
 DLQ = "dlq"
 FAILED = "failed"
@@ -71,7 +71,7 @@ def _matches(flt: BulkFilter, kind: str, queue: str, error: str | None) -> bool:
             and (flt.fingerprint is None or fingerprint_of(error) == flt.fingerprint))
 
 
-async def select_targets(engine: Engine, conn: psycopg.AsyncConnection[Any], flt: BulkFilter,
+async def select_targets(engine: ReadEngine, conn: psycopg.AsyncConnection[Any], flt: BulkFilter,
                          *, limit: int = config.BULK_SELECT_LIMIT) -> list[Target]:
     """The jobs ``flt`` selects, newest first, at most ``limit``."""
     found: list[Target] = []

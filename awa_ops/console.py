@@ -33,10 +33,10 @@ from awa.known_queues import has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
 from awa.storage.engine import (
     DlqPageQuery,
-    Engine,
     JobListQuery,
     JobRecord,
     Oversized,
+    ReadEngine,
     RuntimeInstance,
 )
 from awa_ops import diagnose
@@ -440,7 +440,7 @@ class ConsoleReader:
         await cur.execute(query, params)
         return await cur.fetchall()
 
-    async def _engine(self) -> Engine:
+    async def _engine(self) -> ReadEngine:
         """The storage engine's read side; its methods run on this session's read transaction."""
         return await storage_engine(self.session)
 
@@ -474,7 +474,7 @@ class ConsoleReader:
         return Overview(now, queues, runtimes, dlq_total, dlq_capped,
                         leader_lock_held=leader_lock.held, leader_lock=leader_lock)
 
-    async def _queue_summaries(self, engine: Engine, now: datetime, refresh_s: float,
+    async def _queue_summaries(self, engine: ReadEngine, now: datetime, refresh_s: float,
                                instances: list[RuntimeInstance]) -> list[QueueSummary]:
         """Every known queue (``awa.known_queues.known_queues``), zeros included; completions
         are counted for each of them, whether or not it has depth."""
@@ -519,7 +519,7 @@ class ConsoleReader:
             summary.throughput = self.throughput.of(summary.queue)
         return [by_queue[name] for name in sorted(by_queue)]
 
-    async def _runtimes(self, engine: Engine) -> list[RuntimeSummary]:
+    async def _runtimes(self, engine: ReadEngine) -> list[RuntimeSummary]:
         self.statements += 1
         return self._runtime_summaries(
             await engine.runtime_instances(self.session.conn, limit=RUNTIME_LIMIT))

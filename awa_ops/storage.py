@@ -20,7 +20,7 @@ from psycopg import sql
 
 from awa.statements import run_async
 from awa.storage import CANONICAL, describe_layout, fleet_steps
-from awa.storage.engine import Engine
+from awa.storage.engine import ReadEngine
 from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
@@ -50,7 +50,7 @@ SCHEMA_VERSION = "SELECT max(version) AS schema_version FROM awa.schema_version"
 class DetectedEngine:
     """What ``detect_engine`` found: which engine serves the database and where its running
     attempts live (the storage engine itself, whose reads the checks run, is
-    ``storage_engine``'s ``awa.storage.engine.Engine``)."""
+    ``storage_engine``'s ``awa.storage.engine.ReadEngine``)."""
 
     name: str  # canonical | queue_storage | none
     schema: str  # where running attempts live
@@ -111,7 +111,7 @@ async def detect_engine(session: OpsSession) -> DetectedEngine:
     return engine
 
 
-async def storage_engine(session: OpsSession) -> Engine:
+async def storage_engine(session: OpsSession) -> ReadEngine:
     """The storage engine whose read side serves this session's job-table reads.
 
     Its methods run on ``session.conn`` inside ``session.read()``, so each
@@ -119,7 +119,7 @@ async def storage_engine(session: OpsSession) -> Engine:
     Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
     every read there is of that layout, and every write is refused.
     """
-    cached: Engine | None = session.cache.get("storage_engine")
+    cached: ReadEngine | None = session.cache.get("storage_engine")
     if cached is None:
         cached = read_engine_for(await describe_layout(session.conn))
         session.cache["storage_engine"] = cached

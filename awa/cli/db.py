@@ -66,7 +66,7 @@ class ForeignAdmin(AdminMixin):
 
 def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
     """``run_client``, except that a Rust-core database is served by ``ForeignAdmin``."""
-    from awa.storage.rust_core import read_engine_for
+    from awa.storage.rust_core import rust_core_engine
 
     url = resolved_database_url()
     nothing = object()
@@ -78,7 +78,7 @@ def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
             if not (layout.foreign and layout.distribution == RUST_CORE):
                 return nothing
             await conn.execute("SET default_transaction_read_only = on")
-            return await operation(ForeignAdmin(conn, read_engine_for(layout)))
+            return await operation(ForeignAdmin(conn, rust_core_engine(layout)))
         finally:
             await conn.close()
 

@@ -22,7 +22,7 @@ from awa import config
 from awa.fingerprint import group_errors
 from awa.job import Job, JobState
 from awa.liveness import runtime_live
-from awa.storage.engine import DlqEntry, DlqFilter, Engine
+from awa.storage.engine import DlqEntry, DlqFilter, ReadEngine
 from awa_ops.api import shapes
 from awa_ops.session import OpsSession, load_sql
 from awa_ops.storage import storage_engine
@@ -41,7 +41,7 @@ class Bound:
     """A read in progress: the session (its transaction open) and the engine's read side."""
 
     session: OpsSession
-    engine: Engine
+    engine: ReadEngine
 
     @property
     def conn(self) -> Any:

@@ -12,15 +12,21 @@ import inspect
 import pytest
 
 import awa
-from awa.storage.engine import Engine
+from awa.storage.engine import Engine, ReadEngine
 from awa.storage.rust_core import RUNTIME_WRITES, WRITE_COMMANDS, RustCoreEngine
 
 PROTOCOL = sorted(n for n, v in inspect.getmembers(Engine)
                   if not n.startswith("_") and callable(v))
+READS = {n for n, v in inspect.getmembers(ReadEngine) if not n.startswith("_") and callable(v)}
 
 
 def test_every_engine_method_is_there() -> None:
     assert [n for n in PROTOCOL if not hasattr(RustCoreEngine, n)] == []
+
+
+def test_every_write_is_refused() -> None:
+    """What is not a read of ``ReadEngine`` is a refusal (``RustCoreEngine``'s class body)."""
+    assert sorted(set(PROTOCOL) - READS - {*WRITE_COMMANDS, *RUNTIME_WRITES}) == []
 
 
 @pytest.mark.parametrize("schema", [None, "awa"])

@@ -11,6 +11,7 @@ import pytest
 
 import awa
 from awa import batch
+from awa.storage.engine import ChunkOutcome
 from support.arrange import insert_job
 from support.rows import job_row
 
@@ -92,7 +93,7 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
     while (await client.get_batch_operation(op["id"]))["state"] != "running":
         await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
 
-    async def one_chunk() -> tuple[int, int, int] | None:
+    async def one_chunk() -> ChunkOutcome | None:
         async with pool.connection() as conn, conn.transaction():
             active = await engine.batch_next_active(conn)
             assert active is not None
@@ -107,7 +108,7 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
             # The claim's locks (its lane on queue storage, its rows on canonical) hold
             # the chunk back until the claim commits.
             assert not chunk.done()
-        assert await chunk == (35, 5, 0)
+        assert await chunk == ChunkOutcome(35, 5, 0)
     # The counters agree with the items (queue storage records both before the lock and
     # corrects the five the claim took, in the move's own statement).
     counted = await client.get_batch_operation(op["id"])
@@ -157,7 +158,7 @@ async def test_cancelling_stops_an_operation_and_skips_what_is_left(client, db, 
     async with pool.connection() as conn, conn.transaction():
         active = await engine.batch_next_active(conn)
         assert active is not None
-        assert await engine.batch_apply_chunk(conn, active, 10) == (10, 0, 0)
+        assert await engine.batch_apply_chunk(conn, active, 10) == ChunkOutcome(10, 0, 0)
     cancelling = await client.cancel_batch_operation(op["id"])
     assert cancelling["state"] == "cancelling"
     await run_until_idle(client)

@@ -20,9 +20,9 @@ from awa.storage.common.batch import (
     ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
     BatchOperations,
-    applied_through,
 )
 from awa.storage.common.fetch import fetch_all
+from awa.storage.engine import BatchOperation, ChunkOutcome
 
 # The change itself, on the canonical tables directly (not through the awa.jobs view, whose
 # INSTEAD OF trigger writes back the row it read: a claim committed in between would be
@@ -64,16 +64,16 @@ class CanonicalBatch(BatchOperations):
     Row locks on ``jobs_hot`` / ``scheduled_jobs`` order the change against claims.
     """
 
-    async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
-                                limit: int) -> tuple[int, int, int] | None:
+    async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: BatchOperation,
+                                limit: int) -> ChunkOutcome | None:
         """Apply the op to its next ``limit`` pending items and record their outcomes and
         the counters, in the caller's transaction; None when no item is pending."""
         ids = [r["job_id"] for r in await fetch_all(conn, PENDING_ITEMS, {
-            "id": op["id"], "limit": limit, "after": applied_through(op)})]
+            "id": op.id, "limit": limit, "after": op.applied_through})]
         if not ids:
             return None
-        spec = op["spec"]
-        statements = SET_PRIORITY if op["op_kind"] == "set_priority" else MOVE_QUEUE
+        spec = op.spec
+        statements = SET_PRIORITY if op.op_kind == "set_priority" else MOVE_QUEUE
         params = {"priority": spec.get("priority"), "queue": spec.get("queue")}
         errored: list[tuple[int, str]] = []
 
@@ -96,15 +96,15 @@ class CanonicalBatch(BatchOperations):
                     errored.append((job_id, f"job_id={job_id}: unique conflict: "
                                             f"{str(exc).splitlines()[0]}"))
         for job_id, message in errored:
-            await fetch_all(conn, MARK_ERRORED, {"id": op["id"], "job_id": job_id,
+            await fetch_all(conn, MARK_ERRORED, {"id": op.id, "job_id": job_id,
                                              "error": message})
-        await fetch_all(conn, MARK_ITEMS, {"id": op["id"], "ids": ids, "changed": changed})
+        await fetch_all(conn, MARK_ITEMS, {"id": op.id, "ids": ids, "changed": changed})
         skipped = len(ids) - len(changed) - len(errored)
-        await fetch_all(conn, BUMP, {"id": op["id"], "processed": len(changed),
+        await fetch_all(conn, BUMP, {"id": op.id, "processed": len(changed),
                                  "skipped": skipped, "errored": len(errored),
                                  "error": errored[-1][1] if errored else None,
                                  "through": max(ids)})
-        return len(changed), skipped, len(errored)
+        return ChunkOutcome(len(changed), skipped, len(errored))
 
 
 __all__ = ["CanonicalBatch"]

@@ -14,6 +14,7 @@ its items live in ``awa.batch_operations`` / ``awa.batch_operation_items``
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -22,11 +23,18 @@ from psycopg.types.json import Jsonb
 
 from awa.job import JOB_COLUMNS, Job
 from awa.storage.common.fetch import fetch_all
+from awa.storage.engine import (
+    BATCH_OPERATION_COLUMNS,
+    BatchOperation,
+    BatchPreview,
+    ScanCursor,
+)
 
 ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
 ORIGINAL_QUEUE_KEY = "_awa_original_queue"
 ACTIVE_STATES = ("pending", "scanning", "running", "cancelling")
 _COLUMNS = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
+_OP = ", ".join(BATCH_OPERATION_COLUMNS)
 
 # Every filter field is a parameter that is NULL when unset: one constant statement.
 ELIGIBLE = """
@@ -53,22 +61,22 @@ SELECT %(op)s, id FROM page
 ON CONFLICT DO NOTHING
 RETURNING job_id"""
 
-INSERT_OP = """
+INSERT_OP = f"""
 INSERT INTO awa.batch_operations (id, op_kind, filter, spec, submitted_by)
 VALUES (%(id)s, %(op_kind)s, %(filter)s, %(spec)s, %(submitted_by)s)
-RETURNING *"""
-LIST_OPS = """
-SELECT * FROM awa.batch_operations
+RETURNING {_OP}"""
+LIST_OPS = f"""
+SELECT {_OP} FROM awa.batch_operations
  WHERE (%(state)s::text IS NULL OR state = %(state)s)
  ORDER BY submitted_at DESC LIMIT %(limit)s"""
-GET_OP = "SELECT * FROM awa.batch_operations WHERE id = %(id)s"
-CANCEL_OP = """
+GET_OP = f"SELECT {_OP} FROM awa.batch_operations WHERE id = %(id)s"
+CANCEL_OP = f"""
 UPDATE awa.batch_operations SET state = 'cancelling', updated_at = clock_timestamp()
  WHERE id = %(id)s AND state IN ('pending', 'scanning', 'running')
-RETURNING *"""
+RETURNING {_OP}"""
 # The oldest active operation, locked for this tick (another runner skips it).
-NEXT_ACTIVE = """
-SELECT * FROM awa.batch_operations
+NEXT_ACTIVE = f"""
+SELECT {_OP} FROM awa.batch_operations
  WHERE state IN ('pending', 'scanning', 'running', 'cancelling')
  ORDER BY submitted_at LIMIT 1
  FOR UPDATE SKIP LOCKED"""
@@ -126,19 +134,14 @@ WITH s AS (
 )
 UPDATE awa.batch_operations SET skipped = skipped + (SELECT count(*) FROM s)
  WHERE id = %(id)s"""
-FINISH = """
+FINISH = f"""
 UPDATE awa.batch_operations
    SET state = %(state)s, finalized_at = clock_timestamp(), updated_at = clock_timestamp(),
        retention_until = clock_timestamp() + make_interval(secs => %(retention_days)s * 86400),
        total_matched = COALESCE(total_matched, (SELECT count(*) FROM awa.batch_operation_items
                                                 WHERE operation_id = %(id)s))
  WHERE id = %(id)s
-RETURNING *"""
-
-
-def applied_through(op: dict[str, Any]) -> int:
-    """The highest item id a chunk of ``op`` has finished (0 before the first)."""
-    return int((op.get("cursor") or {}).get("applied_through") or 0)
+RETURNING {_OP}"""
 
 
 def filter_params(flt: dict[str, Any]) -> dict[str, Any]:
@@ -158,58 +161,59 @@ class BatchOperations:
 
     async def batch_insert(self, conn: psycopg.AsyncConnection[Any], *, op_kind: str,
                            filter: dict[str, Any], spec: dict[str, Any],
-                           submitted_by: str | None) -> dict[str, Any]:
+                           submitted_by: str | None) -> BatchOperation:
         rows = await fetch_all(conn, INSERT_OP, {"id": uuid.uuid4(), "op_kind": op_kind,
                                              "filter": Jsonb(filter), "spec": Jsonb(spec),
                                              "submitted_by": submitted_by})
-        return rows[0]
+        return BatchOperation(**rows[0])
 
     async def batch_list(self, conn: psycopg.AsyncConnection[Any], *, state: str | None,
-                         limit: int) -> list[dict[str, Any]]:
-        return await fetch_all(conn, LIST_OPS, {"state": state, "limit": limit})
+                         limit: int) -> list[BatchOperation]:
+        return [BatchOperation(**r)
+                for r in await fetch_all(conn, LIST_OPS, {"state": state, "limit": limit})]
 
     async def batch_get(self, conn: psycopg.AsyncConnection[Any],
-                        op_id: uuid.UUID) -> dict[str, Any] | None:
+                        op_id: uuid.UUID) -> BatchOperation | None:
         rows = await fetch_all(conn, GET_OP, {"id": op_id})
-        return rows[0] if rows else None
+        return BatchOperation(**rows[0]) if rows else None
 
     async def batch_request_cancel(self, conn: psycopg.AsyncConnection[Any],
-                                   op_id: uuid.UUID) -> dict[str, Any] | None:
+                                   op_id: uuid.UUID) -> BatchOperation | None:
         rows = await fetch_all(conn, CANCEL_OP, {"id": op_id})
-        return rows[0] if rows else None
+        return BatchOperation(**rows[0]) if rows else None
 
     async def batch_preview(self, conn: psycopg.AsyncConnection[Any], filter: dict[str, Any],
-                            *, sample: int) -> tuple[int, list[Job[Any]]]:
+                            *, sample: int) -> BatchPreview:
         params = {**filter_params(filter), "limit": sample}
         count = (await fetch_all(conn, PREVIEW_COUNT, params))[0]["n"]
         jobs = [Job.from_row(r) for r in await fetch_all(conn, PREVIEW_SAMPLE, params)]
-        return int(count), jobs
+        return BatchPreview(int(count), jobs)
 
-    async def batch_next_active(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, Any] | None:
+    async def batch_next_active(self, conn: psycopg.AsyncConnection[Any]) -> BatchOperation | None:
         rows = await fetch_all(conn, NEXT_ACTIVE, {})
-        return rows[0] if rows else None
+        return BatchOperation(**rows[0]) if rows else None
 
-    async def batch_start_scan(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
-                               runner: uuid.UUID) -> dict[str, Any]:
+    async def batch_start_scan(self, conn: psycopg.AsyncConnection[Any], op: BatchOperation,
+                               runner: uuid.UUID) -> ScanCursor:
         """pending -> scanning: the upper bound of the ids to match is fixed now."""
-        found = await fetch_all(conn, MAX_ELIGIBLE_ID, filter_params(op["filter"]))
-        cursor = {"after_job_id": 0, "max_job_id": int(found[0]["max_id"] or 0)}
-        await fetch_all(conn, START_SCAN, {"id": op["id"], "runner": runner,
-                                       "cursor": Jsonb(cursor)})
+        found = await fetch_all(conn, MAX_ELIGIBLE_ID, filter_params(op.filter))
+        cursor = ScanCursor(0, int(found[0]["max_id"] or 0))
+        await fetch_all(conn, START_SCAN, {"id": op.id, "runner": runner,
+                                       "cursor": Jsonb(dataclasses.asdict(cursor))})
         return cursor
 
-    async def batch_scan_page(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
-                              cursor: dict[str, int], runner: uuid.UUID,
-                              page: int) -> dict[str, int] | None:
+    async def batch_scan_page(self, conn: psycopg.AsyncConnection[Any], op: BatchOperation,
+                              cursor: ScanCursor, runner: uuid.UUID,
+                              page: int) -> ScanCursor | None:
         """Record the next page of matching ids as items (cursor moved in the same
         transaction); None when the scan is done."""
-        params = {**filter_params(op["filter"]), "op": op["id"], "page": page,
-                  "after": cursor["after_job_id"], "upto": cursor["max_job_id"]}
+        params = {**filter_params(op.filter), "op": op.id, "page": page,
+                  "after": cursor.after_job_id, "upto": cursor.max_job_id}
         ids = [r["job_id"] for r in await fetch_all(conn, SCAN_PAGE, params)]
         if not ids:
             return None
-        moved = {**cursor, "after_job_id": max(ids)}
-        await fetch_all(conn, SCAN_CURSOR, {"id": op["id"], "cursor": Jsonb(moved),
+        moved = dataclasses.replace(cursor, after_job_id=max(ids))
+        await fetch_all(conn, SCAN_CURSOR, {"id": op.id, "cursor": Jsonb(dataclasses.asdict(moved)),
                                         "runner": runner})
         return moved
 
@@ -218,12 +222,12 @@ class BatchOperations:
         await conn.execute(ANALYZE_ITEMS)
 
     async def batch_finish(self, conn: psycopg.AsyncConnection[Any], op_id: uuid.UUID, *,
-                           cancelled: bool, retention_days: float) -> dict[str, Any]:
+                           cancelled: bool, retention_days: float) -> BatchOperation:
         if cancelled:
             await fetch_all(conn, SKIP_PENDING, {"id": op_id})
         rows = await fetch_all(conn, FINISH, {"id": op_id, "retention_days": retention_days,
                                           "state": "cancelled" if cancelled else "completed"})
-        return rows[0]
+        return BatchOperation(**rows[0])
 
 
-__all__ = ["ACTIVE_STATES", "BatchOperations", "applied_through", "filter_params"]
+__all__ = ["ACTIVE_STATES", "BatchOperations", "filter_params"]

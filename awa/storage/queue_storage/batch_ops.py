@@ -39,8 +39,8 @@ from awa.storage.common.batch import (
     ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
     BatchOperations,
-    applied_through,
 )
+from awa.storage.engine import BatchOperation, ChunkOutcome
 from awa.storage.queue_storage.admin import LOCK_LANES
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.schema import InSchema
@@ -149,18 +149,18 @@ class QueueStorageBatch(InSchema, BatchOperations):
         await super().batch_scanned(conn, op_id)
         await conn.execute(self.sql(ANALYZE_READY))
 
-    async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: dict[str, Any],
-                                limit: int) -> tuple[int, int, int] | None:
+    async def batch_apply_chunk(self, conn: psycopg.AsyncConnection[Any], op: BatchOperation,
+                                limit: int) -> ChunkOutcome | None:
         """Change the next ``limit`` pending items' jobs and record the outcomes, in the
         caller's transaction; None when no item is pending."""
         limit = min(limit, config.BATCH_OP_LANE_CHUNK_SIZE)
         ids = [r["job_id"] for r in await self._rows(conn, PENDING_ITEMS, {
-            "id": op["id"], "limit": limit, "after": applied_through(op)})]
+            "id": op.id, "limit": limit, "after": op.applied_through})]
         if not ids:
             return None
-        spec = op["spec"]
+        spec = op.spec
         params = {"ids": ids, "priority": spec.get("priority"),
-                  "queue": spec.get("queue") if op["op_kind"] == "move_queue" else None}
+                  "queue": spec.get("queue") if op.op_kind == "move_queue" else None}
         # Deferred rows first: promotion locks them before it reserves any lane.
         changed = [r["id"] for r in await self._rows(conn, CHANGE_DEFERRED, params)]
         candidates = await self._rows(conn, READY_CANDIDATES, params)
@@ -168,12 +168,12 @@ class QueueStorageBatch(InSchema, BatchOperations):
         # Outcomes and counters recorded before the lanes are locked, as expected; the move
         # corrects the rare item that went otherwise.
         changed += expected
-        await self._rows(conn, MARK_ITEMS, {"id": op["id"], "ids": ids, "changed": changed})
-        await self._rows(conn, BUMP, {"id": op["id"], "processed": len(changed),
+        await self._rows(conn, MARK_ITEMS, {"id": op.id, "ids": ids, "changed": changed})
+        await self._rows(conn, BUMP, {"id": op.id, "processed": len(changed),
                                       "skipped": len(ids) - len(changed), "errored": 0,
                                       "error": None, "through": max(ids)})
         if not candidates:
-            return len(changed), len(ids) - len(changed), 0
+            return ChunkOutcome(len(changed), len(ids) - len(changed), 0)
         lanes = sorted({(r["queue"], r["priority"], r["shard"]) for r in candidates})
         lane_params = {"queues": [q for q, _, _ in lanes],
                        "priorities": [p for _, p, _ in lanes],
@@ -186,11 +186,11 @@ class QueueStorageBatch(InSchema, BatchOperations):
                 await conn.execute(ASYNC_COMMIT)
                 await conn.execute(self.sql(LOCK_LANES), lane_params)
                 await move.execute(self.sql(MOVE_READY), {
-                    **params, **lane_params, "op": op["id"], "expected": expected})
+                    **params, **lane_params, "op": op.id, "expected": expected})
                 await conn.execute(self.sql(SETTLE_SOURCE_LANES), lane_params)
             moved = {row[0] for row in await move.fetchall()}
         changed = [i for i in changed if i not in set(expected)] + sorted(moved)
-        return len(changed), len(ids) - len(changed), 0
+        return ChunkOutcome(len(changed), len(ids) - len(changed), 0)
 
 
 __all__ = ["MOVED_REASON", "QueueStorageBatch"]

@@ -19,14 +19,15 @@ serve, read-only all the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
+from awa.schema.layout import StorageLayout
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.common.cron import SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
@@ -50,6 +51,7 @@ from awa.storage.engine import (
     QueueDepth,
     QueueDetail,
     QueueStat,
+    ReadEngine,
     RepeatedError,
     RunningAttemptRead,
     RunningCounts,
@@ -61,6 +63,7 @@ from awa.storage.engine import (
 )
 
 NAME = "rust_core"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 # --- running attempts: open receipt claims and materialized leases --------------------
@@ -474,15 +477,22 @@ def refusal(method: str) -> ForeignSchema:
                          f"({method} is done by its own runtime)")
 
 
-def _refuser(method: str) -> Any:
+def _refused(method: str) -> Callable[..., Coroutine[Any, Any, NoReturn]]:
+    """An ``Engine`` method of ``RustCoreEngine`` that raises ``refusal(method)``."""
     async def refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
         raise refusal(method)
+    return _named(refuse, method)
 
+
+def _refused_sync(method: str) -> Callable[..., NoReturn]:
+    """``_refused`` for the blocking methods (``..._sync``)."""
     def refuse_sync(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
         raise refusal(method)
+    return _named(refuse_sync, method)
 
-    fn = refuse_sync if method.endswith("_sync") else refuse
-    fn.__name__ = method
+
+def _named(fn: F, method: str) -> F:
+    fn.__name__ = fn.__qualname__ = method
     fn.__doc__ = f"Refused: {WRITE_COMMANDS.get(method, 'the Rust-core runtime does this')}."
     return fn
 
@@ -878,10 +888,97 @@ class RustCoreEngine(CanonicalReads):
         return [RuntimeDescriptorHashes(str(r["instance_id"]), r["descriptor_hashes"])
                 for r in await fetch_all(conn, RUNTIME_DESCRIPTOR_HASHES)]
 
+    # -- refused: every other Engine method (``refusal``), so that this reader is an Engine
+    # for the CLI's admin commands (``awa.cli.db.ForeignAdmin``) and writes nothing.  What
+    # the Rust-core CLI does (``WRITE_COMMANDS``):
+    cancel = _refused("cancel")
+    retry = _refused("retry")
+    retry_failed = _refused("retry_failed")
+    discard_failed = _refused("discard_failed")
+    pause_queue = _refused("pause_queue")
+    resume_queue = _refused("resume_queue")
+    drain_queue = _refused("drain_queue")
+    purge_dlq = _refused("purge_dlq")
+    purge_dlq_job = _refused("purge_dlq_job")
+    retry_from_dlq = _refused("retry_from_dlq")
+    bulk_retry_from_dlq = _refused("bulk_retry_from_dlq")
+    move_failed_to_dlq = _refused("move_failed_to_dlq")
+    bulk_move_failed_to_dlq = _refused("bulk_move_failed_to_dlq")
+    delete_cron_job = _refused("delete_cron_job")
+    list_cron_jobs = _refused("list_cron_jobs")
+    get_cron_job = _refused("get_cron_job")
+    # What its own runtime does (``RUNTIME_WRITES``): enqueue,
+    insert_batch = _refused("insert_batch")
+    insert_batch_sync = _refused_sync("insert_batch_sync")
+    copy_batch = _refused("copy_batch")
+    unique_holder = _refused("unique_holder")
+    unique_holder_sync = _refused_sync("unique_holder_sync")
+    # execution,
+    warm_up = _refused("warm_up")
+    claim_batch = _refused("claim_batch")
+    complete_batch = _refused("complete_batch")
+    retry_batch = _refused("retry_batch")
+    snooze_batch = _refused("snooze_batch")
+    cancel_batch = _refused("cancel_batch")
+    fail_batch = _refused("fail_batch")
+    dead_letter_batch = _refused("dead_letter_batch")
+    park_batch = _refused("park_batch")
+    cancel_superseded = _refused("cancel_superseded")
+    heartbeat_batch = _refused("heartbeat_batch")
+    flush_progress_batch = _refused("flush_progress_batch")
+    upsert_runtime_snapshot = _refused("upsert_runtime_snapshot")
+    available_counts = _refused("available_counts")
+    # maintenance,
+    rescue_stale_heartbeats = _refused("rescue_stale_heartbeats")
+    rescue_expired_deadlines = _refused("rescue_expired_deadlines")
+    rescue_callback_timeouts = _refused("rescue_callback_timeouts")
+    promote_due = _refused("promote_due")
+    purge_finalized = _refused("purge_finalized")
+    purge_aged_dlq = _refused("purge_aged_dlq")
+    rotate_and_prune = _refused("rotate_and_prune")
+    purge_unseen_runtimes = _refused("purge_unseen_runtimes")
+    purge_unseen_descriptors = _refused("purge_unseen_descriptors")
+    age_priorities = _refused("age_priorities")
+    fire_cron = _refused("fire_cron")
+    upsert_descriptors = _refused("upsert_descriptors")
+    set_runtime_descriptor_hashes = _refused("set_runtime_descriptor_hashes")
+    clean_for_tests = _refused("clean_for_tests")
+    # callbacks,
+    register_callback = _refused("register_callback")
+    park_for_callback = _refused("park_for_callback")
+    poll_callback_wait = _refused("poll_callback_wait")
+    complete_external = _refused("complete_external")
+    fail_external = _refused("fail_external")
+    retry_external = _refused("retry_external")
+    resume_external = _refused("resume_external")
+    heartbeat_callback = _refused("heartbeat_callback")
+    lock_open_callback = _refused("lock_open_callback")
+    find_callback = _refused("find_callback")
+    # cron administration,
+    upsert_cron_jobs = _refused("upsert_cron_jobs")
+    pause_cron_job = _refused("pause_cron_job")
+    resume_cron_job = _refused("resume_cron_job")
+    trigger_cron_job = _refused("trigger_cron_job")
+    # and batch operations (the Rust core keeps and runs its own: its migration v029).
+    batch_insert = _refused("batch_insert")
+    batch_list = _refused("batch_list")
+    batch_get = _refused("batch_get")
+    batch_request_cancel = _refused("batch_request_cancel")
+    batch_preview = _refused("batch_preview")
+    batch_next_active = _refused("batch_next_active")
+    batch_start_scan = _refused("batch_start_scan")
+    batch_scan_page = _refused("batch_scan_page")
+    batch_scanned = _refused("batch_scanned")
+    batch_apply_chunk = _refused("batch_apply_chunk")
+    batch_finish = _refused("batch_finish")
 
-for _method in (*WRITE_COMMANDS, *RUNTIME_WRITES):
-    setattr(RustCoreEngine, _method, _refuser(_method))
-del _method
+
+def rust_core_engine(layout: StorageLayout) -> RustCoreEngine:
+    """The read-only engine of a Rust-core database (``layout.distribution`` is
+    ``rust_core``): an ``Engine`` whose every write is refused in one line."""
+    from awa.storage import QUEUE_STORAGE
+
+    return RustCoreEngine(layout.schema if layout.engine == QUEUE_STORAGE else None)
 
 
 def engine_for_schema(schema: str | None) -> RustCoreEngine:
@@ -889,16 +986,16 @@ def engine_for_schema(schema: str | None) -> RustCoreEngine:
     return RustCoreEngine(schema)
 
 
-def read_engine_for(layout: Any) -> Any:
+def read_engine_for(layout: StorageLayout) -> ReadEngine:
     """The engine whose read side serves ``layout`` for operators (awa-ops, awa-tui, CLI reads).
 
-    A Rust-core layout gets this read-only engine (its writes refused with the
-    Rust CLI command); every other layout the engine ``open_engine`` would give
-    (``ForeignSchema`` for one nothing here can read).  Our runtime and client
-    keep going through ``open_engine``, which refuses every foreign layout.
+    A Rust-core layout gets this read-only engine (``rust_core_engine``); every other
+    layout the engine ``open_engine`` would give (``ForeignSchema`` for one nothing here
+    can read).  Our runtime and client keep going through ``open_engine``, which refuses
+    every foreign layout.
     """
-    from awa.storage import QUEUE_STORAGE, RUST_CORE, engine_for
+    from awa.storage import RUST_CORE, engine_for
 
     if layout.foreign and layout.distribution == RUST_CORE:
-        return RustCoreEngine(layout.schema if layout.engine == QUEUE_STORAGE else None)
+        return rust_core_engine(layout)
     return engine_for(layout)
