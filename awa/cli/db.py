@@ -16,6 +16,7 @@ import psycopg
 
 from awa import config, db, schema, storage
 from awa.admin import AdminMixin, wrong_state
+from awa.batch import BatchMixin
 from awa.cli.options import (
     current_database_url,
     database_url_option,
@@ -45,12 +46,12 @@ class _OneConnection:
         yield self.conn
 
 
-class ForeignAdmin(AdminMixin):
+class ForeignAdmin(AdminMixin, BatchMixin):
     """The client's admin API over the Rust-core read-only engine, on one read-only connection.
 
     Reads (list/get/dump job, queue stats, DLQ depth/list) answer from that
-    layout; every write raises the engine's one line naming the Rust-core CLI
-    command (`awa job cancel <id>`).
+    layout; every write, and every batch operation, raises the engine's one line
+    naming the Rust-core CLI command (`awa job cancel <id>`).
     """
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], engine: Engine) -> None:

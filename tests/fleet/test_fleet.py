@@ -244,6 +244,10 @@ def test_a_real_fleet_dies_fails_over_and_bloats(fleet_db: str, tmp_path: Path) 
         refused = our_awa(url, "job", "cancel", str(some_job))
         assert refused.returncode != 0 and "`awa job cancel <id>`" in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        # a batch operation, even its preview, is the Rust core's own: one line, no traceback
+        batch = our_awa(url, "batch", "preview", "--queue", "work", "--set-priority", "2")
+        assert batch.returncode != 0 and "Rust-core awa" in batch.stderr, batch.stderr
+        assert len(batch.stderr.strip().splitlines()) == 1, batch.stderr
         # `awa migrate` / `awa db` say what they found and change nothing.
         versions = rows(url, "SELECT count(*) AS n, max(version) AS v FROM awa.schema_version")
         migrate = our_awa(url, "migrate")
