@@ -73,8 +73,7 @@ class Heartbeat(BackgroundLoop):
         self.last_beat_at = time.monotonic()
         contexts = sorted(self.in_flight.values(), key=lambda c: c.job.id)
         running = {c.key for c in contexts}
-        finished = sorted(a for a in self.unflushed()
-                          if a not in running)
+        finished = sorted(a for a in self.unflushed() if a not in running)
         if not contexts and not finished:
             return 0
         handlers: list[AttemptWrite] = []
