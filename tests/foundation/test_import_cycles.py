@@ -5,10 +5,10 @@ The graph is built from the source with ``ast``, so it sees what a run may impor
 imports and imports inside functions alike (a lazy import only hides a cycle until the function
 runs).  Imports under ``if TYPE_CHECKING:`` never run, but a cycle through them is still two
 modules that cannot be read or moved apart (the runtime's parts once typed themselves with the
-``Runtime`` that builds them): the first check leaves them out, the second counts them.  ``from pkg import
-name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg`` itself; importing
-``a.b.c`` is not counted as importing the packages ``a`` and ``a.b`` (every module would then
-depend on ``awa/__init__.py``, which re-exports the public API).
+``Runtime`` that builds them): the first check leaves them out, the second counts them.
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``
+itself; importing ``a.b.c`` is not counted as importing the packages ``a`` and ``a.b`` (every
+module would then depend on ``awa/__init__.py``, which re-exports the public API).
 """
 
 from __future__ import annotations
