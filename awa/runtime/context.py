@@ -12,22 +12,23 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from awa.job import CallbackToken, Job
 
-if TYPE_CHECKING:  # pragma: no cover
-    from psycopg_pool import AsyncConnectionPool
-
 
 class AttemptIO(Protocol):
-    """Where a running attempt's own writes go, outside its outcome: ``job.flush_progress()``
-    (the heartbeat's write, out of turn) and its callback registrations (``pool``).  The
-    runtime's ``Heartbeat`` is one."""
-
-    pool: AsyncConnectionPool
+    """Where a running attempt's own writes go, outside its outcome and its heartbeat:
+    ``job.flush_progress()`` and the callback calls (``awa.runtime.attempts.AttemptWrites``)."""
 
     async def flush_progress(self, ctx: JobContext) -> None: ...
+
+    async def register_callback(self, ctx: JobContext, timeout_seconds: float,
+                                filter: str | None, on_complete: str | None,
+                                on_fail: str | None, transform: str | None
+                                ) -> CallbackToken: ...
+
+    async def wait_for_callback(self, ctx: JobContext, callback_id: str) -> Any: ...
 
 
 class JobContext:
@@ -127,20 +128,15 @@ class JobContext:
     async def register_callback(self, timeout_seconds: float, filter: str | None,
                                 on_complete: str | None, on_fail: str | None,
                                 transform: str | None) -> CallbackToken:
-        from awa import callbacks  # the callbacks module is optional at import time
-        token = await callbacks.register_callback(
-            self.io.pool, self.job.id, self.job.run_lease, timeout_seconds,
-            filter, on_complete, on_fail, transform)
+        token = await self.io.register_callback(self, timeout_seconds, filter, on_complete,
+                                                on_fail, transform)
         self.job.callback_id = token.id
         return token
 
     async def wait_for_callback(self, token: CallbackToken | str) -> Any:
-        from awa import callbacks
         callback_id = token.id if isinstance(token, CallbackToken) else str(token)
         self.waiting = True
         try:
-            return await callbacks.wait_for_resume(
-                self.io.pool, self.job.id, self.job.run_lease, callback_id,
-                self.is_cancelled)
+            return await self.io.wait_for_callback(self, callback_id)
         finally:
             self.waiting = False

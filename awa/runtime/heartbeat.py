@@ -30,8 +30,7 @@ log = logging.getLogger("awa.runtime.heartbeat")
 
 class Heartbeat(BackgroundLoop):
     """The heartbeat of the attempts in ``in_flight`` and of those in ``unflushed`` (outcomes
-    the completion batcher has not written yet); also each attempt's ``AttemptIO``
-    (``job.flush_progress()``, callback registrations)."""
+    the completion batcher has not written yet)."""
 
     task_name = "awa-heartbeat"
 
@@ -98,20 +97,3 @@ class Heartbeat(BackgroundLoop):
                 c.cancel("attempt no longer owned by this worker")
                 recording.stale_heartbeats(c.job.queue, 1)
         return len(matched)
-
-    async def flush_progress(self, ctx: JobContext) -> None:
-        """One attempt's buffered progress and metadata now (``job.flush_progress()``)."""
-        progress, patch = ctx.take_buffered()
-        if progress is None and patch is None:
-            return
-        job = ctx.job
-        try:
-            async with self.pool.connection() as conn:
-                matched = await self.engine.flush_progress_batch(
-                    conn, [AttemptWrite(job.id, job.run_lease, progress, patch)])
-        except BaseException:
-            ctx.restore_buffered(progress, patch)
-            raise
-        if not matched:
-            ctx.cancel("attempt no longer owned by this worker")
-            recording.stale_heartbeats(job.queue, 1)  # a stale write, counted

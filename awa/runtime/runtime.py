@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from awa import db, recording, telemetry
 from awa.config import QueueConfig, RuntimeSettings
 from awa.job import DatabaseError
+from awa.runtime.attempts import AttemptWrites
 from awa.runtime.cancel_listener import CancelListener
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import JobContext
@@ -124,7 +125,7 @@ class Runtime:
                                    unflushed=self.completion.unflushed_attempts,
                                    interval_ms=settings.heartbeat_interval_ms)
         self.executor = Executor(handlers=handlers, threads=settings.sync_handler_threads,
-                                 in_flight=self.in_flight, io=self.heartbeat,
+                                 in_flight=self.in_flight, io=AttemptWrites(pool, engine),
                                  submit=self.completion.submit, events=events,
                                  dlq_enabled=self.dlq_enabled)
         self.snapshot = Snapshot(pool=pool, engine=engine, health=self.health,
