@@ -243,6 +243,11 @@ def catalogue(client: Any, running: Iterable[str] | None = None
 
 def descriptor_hashes(client: Any) -> dict[str, dict[str, str]]:
     """What the runtime snapshot writes into ``runtime_instances.descriptor_hashes``."""
-    queues, kinds = catalogue(client)
+    return hashes_of(*catalogue(client))
+
+
+def hashes_of(queues: Iterable[Mapping[str, Any]], kinds: Iterable[Mapping[str, Any]]
+              ) -> dict[str, dict[str, str]]:
+    """A catalogue's hashes by name (``catalogue``'s queues and kinds)."""
     return {"queues": {d["name"]: d["descriptor_hash"] for d in queues},
             "kinds": {d["name"]: d["descriptor_hash"] for d in kinds}}

@@ -13,7 +13,9 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
+
+from psycopg_pool import AsyncConnectionPool
 
 from awa import config, descriptors
 from awa.config import QueueConfig, RateLimit, RuntimeSettings
@@ -22,9 +24,7 @@ from awa.runtime.events import EVENT_NAMES, EventHooks, JobEvent
 from awa.runtime.executor import HandlerSpec
 from awa.serialization import derive_kind
 from awa.storage import check_queue_storage_schema
-
-if TYPE_CHECKING:
-    from awa.client import AsyncClient
+from awa.storage.engine import Engine
 
 T = TypeVar("T")
 # A job handler as registered: sync or async, taking the job (and a context when it asks).
@@ -240,6 +240,20 @@ _BATCH_ARGS = ("cleanup_batch_size", "promote_batch_size", "rescue_batch_size",
                "sync_handler_threads")
 
 
+class _ClientMembers(Protocol):
+    """What ``start()`` hands the runtime of the ``AsyncClient`` this mixin is part of."""
+
+    application_name: str
+
+    @property
+    def database_url(self) -> str: ...
+
+    @property
+    def direct_database_url(self) -> str | None: ...
+
+    async def sync_cron_jobs(self, pool: AsyncConnectionPool | None = None) -> int: ...
+
+
 class WorkerMixin:
     """Worker role of the client (composed into ``AsyncClient``)."""
 
@@ -247,6 +261,12 @@ class WorkerMixin:
         self._runtime: Any = None
         self._handlers: dict[str, HandlerSpec] = {}
         self._events = EventHooks()
+
+    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def _get_engine(self) -> Engine:
+        raise NotImplementedError  # provided by AsyncClient
 
     # -- registration --------------------------------------------------------
     def task(self, args_type: type[T], *, kind: str | None = None,
@@ -386,9 +406,18 @@ class WorkerMixin:
             await self._check_queue_storage_schema(queue_storage_schema)
         from awa.runtime.runtime import Runtime
 
-        # WorkerMixin is only ever mixed into AsyncClient.
-        runtime = await Runtime.connect(cast("AsyncClient", self), settings, queue_configs,
-                                        self._handlers, self._events)
+        # The pool and engine first: the schema check and the foreign-layout refusal happen
+        # before any part of the runtime exists.
+        pool = await self._get_pool()
+        engine = await self._get_engine()
+        client = cast(_ClientMembers, self)  # WorkerMixin is only ever mixed into AsyncClient
+        runtime = Runtime(settings, queue_configs, self._handlers, self._events,
+                          pool=pool, engine=engine,
+                          database_url=client.database_url,  # may be the embedded server's
+                          direct_database_url=client.direct_database_url,
+                          application_name=client.application_name,
+                          sync_cron=client.sync_cron_jobs,
+                          catalogue=lambda: descriptors.catalogue(self, queue_configs))
         # During a live switch of engines (awa.storage.transition) the role picks which engine
         # this runtime claims from; on a database in none, the engine has no such member.
         set_role = getattr(runtime.engine, "set_transition_role", None)
@@ -399,8 +428,9 @@ class WorkerMixin:
             await runtime.start()
             # Catalogued before start() returns, as awa-pg 0.6.9 did (then every snapshot tick).
             from awa.runtime.maintenance.descriptors import sync_descriptors
-            await sync_descriptors(runtime.pool, self, runtime.instance_id,
-                                   engine=runtime.engine)
+            await sync_descriptors(runtime.pool, runtime.catalogue(), runtime.instance_id,
+                                   engine=runtime.engine,
+                                   sync_interval_ms=settings.snapshot_interval_ms)
         except BaseException:
             self._runtime = None
             try:
@@ -433,7 +463,7 @@ class WorkerMixin:
     async def _check_queue_storage_schema(self, schema: str) -> None:
         """A worker told its queue-storage schema must find the database's layout there."""
         check_queue_storage_schema(schema)
-        engine = await cast("AsyncClient", self)._get_engine()  # only mixed into AsyncClient
+        engine = await self._get_engine()
         serving = getattr(engine, "schema", None) if engine.name == "queue_storage" else None
         if serving is not None and serving != schema:
             raise ValidationError(f"queue_storage_schema={schema!r}, but this database's queue "
@@ -442,7 +472,7 @@ class WorkerMixin:
 
     async def _postgres_reachable(self) -> bool:
         try:
-            await cast("AsyncClient", self)._get_engine()
+            await self._get_engine()
             return True
         except Exception:  # any failure to reach the database means: not connected
             return False
@@ -455,7 +485,7 @@ class WorkerMixin:
                                poll_loop_alive=False,
                                heartbeat_alive=False, shutting_down=False, leader=False)
         h = runtime.health
-        h.refresh(runtime)
+        h.refresh()
         try:
             available = await runtime.available_counts()
             h.postgres_connected = True

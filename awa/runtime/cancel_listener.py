@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING
 
 import psycopg
 
 from awa import config, db
+from awa.runtime.context import JobContext
 from awa.runtime.loops import BackgroundLoop, listen_forever
-
-if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
 
 log = logging.getLogger("awa.runtime.cancel_listener")
 
@@ -33,8 +30,10 @@ TRANSIENT_ERROR = "PG cancel listener error; will retry"
 class CancelListener(BackgroundLoop):
     task_name = "awa-cancel-listener"
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, url: str, in_flight: dict[tuple[int, int], JobContext]) -> None:
+        # The direct URL when there is one (a pooler's LISTEN reaches nobody).
+        self.url = url
+        self.in_flight = in_flight
         self.listening = asyncio.Event()
         self.retry_s = config.CANCEL_LISTENER_RETRY_MS / 1000.0
 
@@ -46,16 +45,14 @@ class CancelListener(BackgroundLoop):
         except (ValueError, KeyError, TypeError):
             log.debug("ignoring malformed cancel notification %r", payload)
             return False
-        ctx = self.runtime.in_flight.get(key)
+        ctx = self.in_flight.get(key)
         if ctx is None:
             return False
         ctx.cancel("cancelled by operator")
         return True
 
     async def _run(self) -> None:
-        # The direct URL when there is one (a pooler's LISTEN reaches nobody).
-        url = self.runtime.session_url or self.runtime.database_url
-        await listen_forever(url, [config.CANCEL_CHANNEL],
+        await listen_forever(self.url, [config.CANCEL_CHANNEL],
                              on_listening=self.listening.set,
                              on_notify=self._notified,
                              on_lost=self._lost, log=log, connect_failed=CREATE_FAILED,

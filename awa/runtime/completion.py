@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa import config, recording
+from awa.runtime.events import EventHooks
+from awa.runtime.health import Health
 from awa.runtime.loops import stop_tasks
 from awa.runtime.outcome import Finished, Outcome
 from awa.storage.engine import AppliedBatch, AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
+    from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger("awa.runtime.completion")
 
@@ -42,8 +44,15 @@ def _job_id(f: Finished) -> int:
 
 
 class CompletionBatcher:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    """Writes the outcomes ``submit`` takes through ``engine`` on ``pool``; fires ``events``
+    for the rows whose write committed; tells ``health`` whether the database answers."""
+
+    def __init__(self, *, pool: AsyncConnectionPool, engine: Engine, health: Health,
+                 events: EventHooks) -> None:
+        self.pool = pool
+        self.engine = engine
+        self.health = health
+        self.events = events
         self.max_rows = config.COMPLETION_FLUSH_MAX_ROWS
         self.flush_interval = config.COMPLETION_FLUSH_INTERVAL_MS / 1000.0
         self._pending: list[Finished] = []
@@ -141,11 +150,11 @@ class CompletionBatcher:
             try:
                 await self._flush(batch)
                 failures = 0
-                self.runtime.health.postgres_connected = True
+                self.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.errors.DeadlockDetected,
                     psycopg.errors.SerializationFailure) as exc:
                 failures += 1
-                self.runtime.health.postgres_connected = not isinstance(
+                self.health.postgres_connected = not isinstance(
                     exc, psycopg.OperationalError)
                 log.warning("writing %d outcome(s) failed (%s); retrying", len(batch),
                             " ".join(str(exc).split()))
@@ -167,7 +176,7 @@ class CompletionBatcher:
             groups.setdefault(item.outcome, []).append(item)
         applied: list[tuple[Outcome, list[Finished]]] = []
         stale: list[Finished] = []
-        async with self.runtime.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             for outcome, items in groups.items():
                 if len(items) > 1:
                     items.sort(key=_job_id)
@@ -186,7 +195,7 @@ class CompletionBatcher:
         if stale:
             recording.stale_ignored(stale)
             log.debug("%d stale outcome(s) ignored", len(stale))
-        emit = self.runtime.events.emit
+        emit = self.events.emit
         for outcome, ok in applied:
             if not ok:
                 continue
@@ -210,7 +219,7 @@ class CompletionBatcher:
             append(AttemptWrite(job.id, job.run_lease, progress, meta, f.error, f.delay_s,
                                 f.reason, f.callback_id, job.attempt))
         try:
-            return await _WRITES[outcome](self.runtime.engine, conn, attempts)
+            return await _WRITES[outcome](self.engine, conn, attempts)
         except BaseException:
             for f, a in zip(items, attempts):
                 f.ctx.restore_buffered(a.progress, a.metadata)

@@ -12,23 +12,34 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from awa.job import CallbackToken, Job
 
-if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
+
+class AttemptIO(Protocol):
+    """Where a running attempt's own writes go, outside its outcome and its heartbeat:
+    ``job.flush_progress()`` and the callback calls (``awa.runtime.attempts.AttemptWrites``)."""
+
+    async def flush_progress(self, ctx: JobContext) -> None: ...
+
+    async def register_callback(self, ctx: JobContext, timeout_seconds: float,
+                                filter: str | None, on_complete: str | None,
+                                on_fail: str | None, transform: str | None
+                                ) -> CallbackToken: ...
+
+    async def wait_for_callback(self, ctx: JobContext, callback_id: str) -> Any: ...
 
 
 class JobContext:
-    __slots__ = ("job", "runtime", "permits", "cancelled", "cancel_reason", "task",
+    __slots__ = ("job", "io", "permits", "cancelled", "cancel_reason", "task",
                  "started", "deadline_monotonic", "dropped", "waiting", "_progress_seq",
                  "_written_seq", "_metadata_patch", "is_async", "loop", "__weakref__")
 
-    def __init__(self, job: Job[Any], runtime: Runtime, permits: Any,
+    def __init__(self, job: Job[Any], io: AttemptIO, permits: Any,
                  deadline_monotonic: float) -> None:
         self.job = job
-        self.runtime = runtime
+        self.io = io
         self.permits = permits
         self.cancelled = False
         self.cancel_reason: str | None = None
@@ -112,25 +123,20 @@ class JobContext:
         return self._progress_seq != self._written_seq or self._metadata_patch is not None
 
     async def flush_progress(self) -> None:
-        await self.runtime.flush_progress(self)
+        await self.io.flush_progress(self)
 
     async def register_callback(self, timeout_seconds: float, filter: str | None,
                                 on_complete: str | None, on_fail: str | None,
                                 transform: str | None) -> CallbackToken:
-        from awa import callbacks  # the callbacks module is optional at import time
-        token = await callbacks.register_callback(
-            self.runtime.pool, self.job.id, self.job.run_lease, timeout_seconds,
-            filter, on_complete, on_fail, transform)
+        token = await self.io.register_callback(self, timeout_seconds, filter, on_complete,
+                                                on_fail, transform)
         self.job.callback_id = token.id
         return token
 
     async def wait_for_callback(self, token: CallbackToken | str) -> Any:
-        from awa import callbacks
         callback_id = token.id if isinstance(token, CallbackToken) else str(token)
         self.waiting = True
         try:
-            return await callbacks.wait_for_resume(
-                self.runtime.pool, self.job.id, self.job.run_lease, callback_id,
-                self.is_cancelled)
+            return await self.io.wait_for_callback(self, callback_id)
         finally:
             self.waiting = False

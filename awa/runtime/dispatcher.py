@@ -18,20 +18,27 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import psycopg
 
 from awa import config, db, recording
-from awa.config import QueueConfig
+from awa.config import QueueConfig, RuntimeSettings
 from awa.job import Job
+from awa.runtime.completion import CompletionBatcher
+from awa.runtime.health import Health
 from awa.runtime.loops import BackgroundLoop, listen_forever, stop_tasks
 from awa.runtime.permits import QueuePermits
 from awa.runtime.rate_limit import TokenBucket
-from awa.storage.engine import AttemptWrite
+from awa.storage.engine import AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
+    from psycopg_pool import AsyncConnectionPool
+
+# Starts a claimed job's handler (``Executor.start_job``): (job, permits, deadline).
+StartJob = Callable[[Job[Any], QueuePermits, float], object]
 
 log = logging.getLogger("awa.runtime.dispatcher")
 
@@ -41,13 +48,25 @@ REASON_CAPACITY = "capacity"
 
 
 class Dispatcher:
-    def __init__(self, runtime: Runtime, queue: QueueConfig, permits: QueuePermits) -> None:
-        self.runtime = runtime
+    """Claims ``queue``'s jobs through ``engine`` on ``pool`` as ``instance_id`` and hands
+    them to ``start_job``; holds back while ``completion`` is backlogged; tells ``health``
+    whether the database answers.  ``settings``: the runtime's defaults for the queue."""
+
+    def __init__(self, queue: QueueConfig, permits: QueuePermits, *,
+                 settings: RuntimeSettings, pool: AsyncConnectionPool, engine: Engine,
+                 health: Health, completion: CompletionBatcher, start_job: StartJob,
+                 instance_id: UUID) -> None:
+        self.pool = pool
+        self.engine = engine
+        self.health = health
+        self.completion = completion
+        self.start_job = start_job
+        self.instance_id = instance_id
         self.queue = queue
         self.name = queue.name
         self.permits = permits
         self.bucket = TokenBucket(queue.rate_limit) if queue.rate_limit else None
-        poll_ms = queue.poll_interval_ms or runtime.settings.poll_interval_ms
+        poll_ms = queue.poll_interval_ms or settings.poll_interval_ms
         self.poll_interval = poll_ms / 1000.0
         # 0: attempts without a deadline (deadline_at NULL, never dropped), as 0.6.9.
         self.deadline_ms = queue.deadline_duration_ms or None
@@ -55,12 +74,12 @@ class Dispatcher:
         # Claimers sharing this queue's permits: a second one claims while the
         # first waits for the database, when there are slots for two batches.
         # Each claims at most half the queue's slots, so the two alternate.
-        capacity = permits.max_workers or runtime.settings.global_max_workers or 1
+        capacity = permits.max_workers or settings.global_max_workers or 1
         self.claimers = int(queue.extra.get("claimers") or (2 if capacity >= 2 else 1))
         self.batch_size = min(self.batch_size, max(-(-capacity // self.claimers), 1))
         # A claim slower than this may hand back attempts rescue has already taken
         # (half the staleness after which an attempt that never heartbeated is rescued).
-        self._paused_claim_ms = runtime.settings.heartbeat_staleness_ms / 2
+        self._paused_claim_ms = settings.heartbeat_staleness_ms / 2
         self._wake = asyncio.Event()
         self._stopping = False
         self.last_loop_at = time.monotonic()
@@ -105,10 +124,10 @@ class Dispatcher:
                     await asyncio.sleep(min(self.bucket.seconds_until_token(), self.poll_interval))
                     continue
                 wanted = min(wanted, tokens)
-            if self.runtime.completion.backlogged:
+            if self.completion.backlogged:
                 # Back-pressure: the flushers are behind; claiming more would only add
                 # attempts that are open in the database and waiting on them.
-                await self.runtime.completion.wait_for_room(self.poll_interval)
+                await self.completion.wait_for_room(self.poll_interval)
                 continue
             recording.capacity(self.name, self.permits)
             granted = self.permits.try_acquire(wanted)
@@ -123,10 +142,10 @@ class Dispatcher:
             try:
                 jobs = await self._claim_checked(granted, started)
                 failures = 0
-                self.runtime.health.postgres_connected = True
+                self.health.postgres_connected = True
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 self._give_back(granted)
-                self.runtime.health.postgres_connected = False
+                self.health.postgres_connected = False
                 failures += 1
                 log.warning("claim on queue %s failed (%s); retrying", self.name, db.one_line(exc))
                 await asyncio.sleep(min(self.poll_interval * failures, 5.0))
@@ -176,8 +195,8 @@ class Dispatcher:
         (the process was paused, or its answer sat unread) that rescue may have moved
         them on meanwhile: one heartbeat says which.  The others are not run -- their
         next attempt will be -- instead of running twice."""
-        async with self.runtime.pool.connection() as conn:
-            alive = set(await self.runtime.engine.heartbeat_batch(
+        async with self.pool.connection() as conn:
+            alive = set(await self.engine.heartbeat_batch(
                 conn, [AttemptWrite(j.id, j.run_lease) for j in jobs]))
         kept = [j for j in jobs if j.id in alive]
         if len(kept) < len(jobs):
@@ -194,13 +213,13 @@ class Dispatcher:
 
     async def _claim(self, n: int) -> list[Job[Any]]:
         """One claim statement: the engine builds the running jobs from its rows."""
-        async with self.runtime.pool.connection() as conn:
-            return await self.runtime.engine.claim_batch(
-                conn, self.name, n, self.deadline_ms, self.runtime.instance_id,
+        async with self.pool.connection() as conn:
+            return await self.engine.claim_batch(
+                conn, self.name, n, self.deadline_ms, self.instance_id,
                 aging_interval_ms=self.queue.priority_aging_interval_ms)
 
     def _start_jobs(self, jobs: list[Job[Any]]) -> None:
-        start_job = self.runtime.executor.start_job
+        start_job = self.start_job
         deadline = (math.inf if self.deadline_ms is None
                     else time.monotonic() + self.deadline_ms / 1000.0)
         for job in jobs:
@@ -216,15 +235,15 @@ class QueueListener(BackgroundLoop):
 
     task_name = "awa-queue-listener"
 
-    def __init__(self, runtime: Runtime, dispatchers: dict[str, Dispatcher]) -> None:
-        self.runtime = runtime
+    def __init__(self, url: str, dispatchers: dict[str, Dispatcher]) -> None:
+        self.url = url  # a session: PostgreSQL itself, not a transaction pooler
         self.dispatchers = dispatchers
         self.by_channel = {config.NOTIFY_CHANNEL_PREFIX + name: d
                            for name, d in dispatchers.items()}
         self.connected = asyncio.Event()
 
     async def _run(self) -> None:
-        await listen_forever(self.runtime.session_url or self.runtime.database_url, self.by_channel,
+        await listen_forever(self.url, self.by_channel,
                              on_listening=self._listening, on_notify=self._notified,
                              on_lost=self._lost, log=log,
                              application_name=config.APP_NAME_QUEUE_LISTENER)

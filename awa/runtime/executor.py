@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
@@ -33,12 +33,10 @@ from awa.job import (
     TerminalError,
     WaitForCallback,
 )
-from awa.runtime.context import JobContext
+from awa.runtime.context import AttemptIO, JobContext
+from awa.runtime.events import EventHooks
 from awa.runtime.outcome import Finished, Outcome
 from awa.serialization import decode_args
-
-if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
 
 log = logging.getLogger("awa.runtime.executor")
 
@@ -94,15 +92,27 @@ def _tracing_installed() -> bool:
 
 
 class Executor:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.handlers: dict[str, HandlerSpec] = runtime.handlers
-        self.threads = ThreadPoolExecutor(max_workers=runtime.settings.sync_handler_threads,
+    """Runs ``handlers`` for the jobs ``start_job`` gets; each running attempt is in
+    ``in_flight`` until its handler ends, and its outcome goes to ``submit`` (the completion
+    batcher).  ``io``: where an attempt's own writes go (``AttemptIO``); ``dlq_enabled``:
+    whether a queue's exhausted or terminal attempts go to the DLQ."""
+
+    def __init__(self, *, handlers: dict[str, HandlerSpec], threads: int,
+                 in_flight: dict[tuple[int, int], JobContext], io: AttemptIO,
+                 submit: Callable[[Finished], None], events: EventHooks,
+                 dlq_enabled: Callable[[str], bool]) -> None:
+        self.handlers = handlers
+        self.in_flight = in_flight
+        self.io = io
+        self.submit = submit
+        self.events = events
+        self.dlq_enabled = dlq_enabled
+        self.threads = ThreadPoolExecutor(max_workers=threads,
                                           thread_name_prefix=HANDLER_THREAD_PREFIX)
 
     def start_job(self, job: Job[Any], permits: Any, deadline_monotonic: float) -> JobContext:
-        ctx = JobContext(job, self.runtime, permits, deadline_monotonic)
-        self.runtime.in_flight[(job.id, job.run_lease)] = ctx
+        ctx = JobContext(job, self.io, permits, deadline_monotonic)
+        self.in_flight[(job.id, job.run_lease)] = ctx
         ctx.task = asyncio.get_running_loop().create_task(self._run(ctx))
         return ctx
 
@@ -119,11 +129,11 @@ class Executor:
         except BaseException:  # an error in our own code: leave the job to rescue
             log.exception("job %s: executor error; the attempt is left for rescue", job.id)
         finally:
-            self.runtime.in_flight.pop((job.id, job.run_lease), None)
+            self.in_flight.pop((job.id, job.run_lease), None)
             ctx.permits.release(1)
             recording.handler_finished(job.kind, job.queue, time.monotonic() - ctx.started)
             if finished is not None:
-                self.runtime.completion.submit(finished)
+                self.submit(finished)
 
     async def _execute(self, ctx: JobContext) -> Finished:
         job = ctx.job
@@ -135,7 +145,7 @@ class Executor:
             job.args = decode_args(spec.args_type, job.args)
         except SerializationError as exc:
             return self._terminal(ctx, str(exc))
-        self.runtime.events.emit("started", job, None)
+        self.events.emit("started", job, None)
         if not _tracing_installed():
             return await self._outcome_of_call(spec, ctx)
         with telemetry.handler_span(job) as span:
@@ -196,7 +206,7 @@ class Executor:
                         error=entry, result=exc)
 
     def _exhausted(self, ctx: JobContext, entry: dict[str, Any], result: Any) -> Finished:
-        if self.runtime.dlq_enabled(ctx.job.queue):
+        if self.dlq_enabled(ctx.job.queue):
             return Finished(ctx, Outcome.DLQ, error=entry, reason=lifecycle.DLQ_MAX_ATTEMPTS,
                             result=result)
         return Finished(ctx, Outcome.FAIL, error=entry, result=result)
@@ -206,7 +216,7 @@ class Executor:
         entry = lifecycle.error_entry(message, ctx.job.attempt, terminal=True)
         if traceback:
             entry["traceback"] = traceback
-        if self.runtime.dlq_enabled(ctx.job.queue):
+        if self.dlq_enabled(ctx.job.queue):
             return Finished(ctx, Outcome.DLQ, error=entry, reason=lifecycle.DLQ_TERMINAL_ERROR,
                             result=result)
         return Finished(ctx, Outcome.FAIL, error=entry, result=result)
@@ -217,7 +227,7 @@ class Executor:
         async tasks cancelled (their slot freed); the attempt is left to rescue."""
         now = time.monotonic()
         dropped = 0
-        for ctx in list(self.runtime.in_flight.values()):
+        for ctx in list(self.in_flight.values()):
             if ctx.dropped or ctx.waiting or now < ctx.deadline_monotonic + grace_s:
                 continue
             ctx.cancel("deadline exceeded")

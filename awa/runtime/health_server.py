@@ -20,16 +20,16 @@ import asyncio
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from awa import config
+from awa.config import RuntimeSettings
 from awa.job import AwaError, ValidationError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
+from awa.runtime.health import Health
 
 log = logging.getLogger("awa.runtime.health")
 
@@ -63,8 +63,16 @@ def configured_addr(setting: str | None) -> str | None:
 
 
 class HealthServer:
-    def __init__(self, runtime: Runtime, host: str, port: int) -> None:
-        self.runtime = runtime
+    """Answers from ``health`` (refreshed first), a probe of the database on ``pool`` and
+    ``maintenance_running`` (the runtime's maintenance task runs); ``settings``: the
+    heartbeat interval bounds the probe, ``run_maintenance`` whether maintenance counts."""
+
+    def __init__(self, host: str, port: int, *, settings: RuntimeSettings, health: Health,
+                 pool: AsyncConnectionPool, maintenance_running: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.health = health
+        self.pool = pool
+        self.maintenance_running = maintenance_running
         self.host = host
         self.port = port
         self.server: asyncio.Server | None = None
@@ -95,11 +103,10 @@ class HealthServer:
         """(connected, schema version, compatible), from the database now."""
         from awa import schema
 
-        rt = self.runtime
-        budget = min(PROBE_TIMEOUT_S, rt.settings.heartbeat_interval_ms / 1000)
+        budget = min(PROBE_TIMEOUT_S, self.settings.heartbeat_interval_ms / 1000)
 
         async def probe() -> tuple[bool, int | None, bool]:
-            async with rt.pool.connection(timeout=budget) as conn:
+            async with self.pool.connection(timeout=budget) as conn:
                 await conn.execute("SELECT 1")
                 try:
                     return True, await schema.ensure_migrated(conn), True
@@ -113,13 +120,10 @@ class HealthServer:
     async def readiness(self) -> dict[str, Any]:
         from awa import schema
 
-        rt = self.runtime
-        health = rt.health
-        health.refresh(rt)
+        health = self.health
+        health.refresh()
         connected, version, compatible = await self._postgres()
-        task = rt._maintenance_task
-        maintenance = (not rt.settings.run_maintenance
-                       or (task is not None and not task.done()))
+        maintenance = not self.settings.run_maintenance or self.maintenance_running()
         report = {
             "postgres_connected": connected, "schema_version": version,
             "expected_schema_version": schema.current_migration_version(),
@@ -174,12 +178,14 @@ class HealthServer:
         return (200 if report["ready"] else 503), report
 
 
-async def start_for(runtime: Runtime) -> HealthServer | None:
+async def start_for(settings: RuntimeSettings, *, health: Health, pool: AsyncConnectionPool,
+                    maintenance_running: Callable[[], bool]) -> HealthServer | None:
     """The runtime's health server, listening, when an address is configured."""
-    addr = configured_addr(runtime.settings.health_addr)
+    addr = configured_addr(settings.health_addr)
     if addr is None:
         return None
     host, port = parse_health_addr(addr)
-    server = HealthServer(runtime, host, port)
+    server = HealthServer(host, port, settings=settings, health=health, pool=pool,
+                          maintenance_running=maintenance_running)
     await server.start()
     return server

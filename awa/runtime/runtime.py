@@ -1,10 +1,12 @@
 """The runtime: wires dispatchers, executor, completion batcher, heartbeat,
 listeners, snapshot and maintenance together, and takes them down again.
 
-Maintenance (``awa.runtime.maintenance``) reads these attributes: ``pool``,
-``engine`` (the storage engine every job-table write goes through),
-``database_url``, ``settings``, ``queues``, ``instance_id``, ``health``,
-``in_flight``, ``dlq_enabled(queue)`` and ``client``.
+The runtime is the one place that knows every part: each part is given, at construction,
+only what it uses (the pool, the engine, ``Health``, the shared ``in_flight`` map, the
+completion batcher or its ``submit``, config values, ...), never the runtime itself; and
+the runtime is given what it needs of the client (its opened pool and engine, its URLs and
+``application_name``, a cron-sync callable and the descriptor catalogue), never the client
+(docs/architecture.md §9).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -22,23 +25,23 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from awa import db, recording, telemetry
 from awa.config import QueueConfig, RuntimeSettings
 from awa.job import DatabaseError
+from awa.runtime.attempts import AttemptWrites
 from awa.runtime.cancel_listener import CancelListener
 from awa.runtime.completion import CompletionBatcher
 from awa.runtime.context import JobContext
 from awa.runtime.dispatcher import Dispatcher, QueueListener
 from awa.runtime.events import EventHooks
 from awa.runtime.executor import Executor, HandlerSpec
+from awa.runtime.health import Health
 from awa.runtime.heartbeat import Heartbeat
 from awa.runtime.leader import SESSION_LOCK, TRANSACTION_LOCK
 from awa.runtime.maintenance import MaintenanceService
+from awa.runtime.maintenance.descriptors import Catalogue
 from awa.runtime.permits import QueuePermits, WeightedPool
 from awa.runtime.snapshot import Snapshot
 from awa.schema.catalogue import current_migration_version
-from awa.storage.engine import AttemptWrite, Engine
+from awa.storage.engine import Engine
 from awa.version import __version__
-
-if TYPE_CHECKING:  # pragma: no cover
-    from awa.client import AsyncClient
 
 log = logging.getLogger("awa.runtime")
 
@@ -75,70 +78,36 @@ def connection_budget(pool_max: int, *, listening: bool, leader: bool) -> dict[s
     return budget
 
 
-class Health:
-    """Mutable liveness flags; maintenance sets ``leader`` and ``maintenance_alive``."""
-
-    def __init__(self) -> None:
-        self.leader = False
-        self.maintenance_alive = False
-        self.heartbeat_alive = True
-        self.poll_loop_alive = True
-        self._postgres_connected = True
-        self.shutting_down = False
-        # When this process last saw the database come back after losing it
-        # (time.monotonic()); None while it never lost it.
-        self.database_back_at: float | None = None
-
-    @property
-    def postgres_connected(self) -> bool:
-        return self._postgres_connected
-
-    @postgres_connected.setter
-    def postgres_connected(self, value: bool) -> None:
-        if value and not self._postgres_connected:
-            self.database_back_at = time.monotonic()
-        self._postgres_connected = value
-
-    def database_steady_for(self) -> float:
-        """Seconds the database has answered since this process last lost it (inf: never lost)."""
-        if not self._postgres_connected:
-            return 0.0
-        if self.database_back_at is None:
-            return float("inf")
-        return time.monotonic() - self.database_back_at
-
-    @property
-    def healthy(self) -> bool:
-        return (self.postgres_connected and self.poll_loop_alive and self.heartbeat_alive
-                and not self.shutting_down)
-
-    def refresh(self, runtime: Runtime) -> None:
-        """Recompute the loop flags from the tasks themselves."""
-        if self.shutting_down:
-            return
-        self.poll_loop_alive = all(d.alive for d in runtime.dispatchers.values())
-        hb = runtime.heartbeat
-        stale_after = 3 * hb.interval + 1.0
-        self.heartbeat_alive = (hb.task is not None and not hb.task.done()
-                                and time.monotonic() - hb.last_beat_at < stale_after)
-
-
 class Runtime:
-    """One worker runtime, built with its parts: ``connect`` opens the client's pool and
-    storage engine first, so every part exists (and is typed) from construction on, and
-    ``start`` only starts them."""
+    """One worker runtime, built with its parts on an opened pool and storage engine (the
+    client opens them first: the schema check and the foreign-layout refusal happen before
+    any part exists), so every part exists (and is typed) from construction on, and
+    ``start`` only starts them.
 
-    def __init__(self, client: AsyncClient, settings: RuntimeSettings,
-                 queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
-                 events: EventHooks, *, pool: AsyncConnectionPool, engine: Engine) -> None:
-        self.client = client
+    ``database_url``: what the pool reached (may be the embedded server);
+    ``direct_database_url``: PostgreSQL itself for the session work, when configured;
+    ``application_name``: what the direct-URL check's connection is called;
+    ``sync_cron``: stores the declared cron schedules on a pool (``client.sync_cron_jobs``);
+    ``catalogue``: the queue and kind descriptors to store (``awa.descriptors.catalogue``).
+    """
+
+    def __init__(self, settings: RuntimeSettings, queues: dict[str, QueueConfig],
+                 handlers: dict[str, HandlerSpec], events: EventHooks, *,
+                 pool: AsyncConnectionPool, engine: Engine, database_url: str,
+                 direct_database_url: str | None, application_name: str,
+                 sync_cron: Callable[[AsyncConnectionPool], Awaitable[object]],
+                 catalogue: Callable[[], Catalogue]) -> None:
         self.settings = settings
         self.queues = queues
         self.handlers = handlers
         self.events = events
         self.pool = pool
         self.engine = engine  # every job-table write goes through it
-        self.database_url = client.database_url  # resolved by the pool: may be the embedded one
+        self.database_url = database_url
+        self.direct_database_url = direct_database_url
+        self.application_name = application_name
+        self.sync_cron = sync_cron
+        self.catalogue = catalogue
         self.instance_id = uuid.uuid4()
         self.health = Health()
         self.in_flight: dict[tuple[int, int], JobContext] = {}
@@ -146,14 +115,30 @@ class Runtime:
         # URL, else database_url unless it goes through a pooler (None: poll-only).
         self.session_url: str | None = None
         self.behind_pooler = False
+        # The server-connection budget by use, filled in by start() (the snapshot reads it).
         self.connections: dict[str, int] = {}
         self.permits = self._build_permits()
-        self.executor = Executor(self)
-        self.completion = CompletionBatcher(self)
-        self.heartbeat = Heartbeat(self)
-        self.snapshot = Snapshot(self)
-        self.dispatchers = {name: Dispatcher(self, q, self.permits[name])
-                            for name, q in queues.items()}
+        self.completion = CompletionBatcher(pool=pool, engine=engine, health=self.health,
+                                            events=events)
+        self.heartbeat = Heartbeat(pool=pool, engine=engine, health=self.health,
+                                   in_flight=self.in_flight,
+                                   unflushed=self.completion.unflushed_attempts,
+                                   interval_ms=settings.heartbeat_interval_ms)
+        self.executor = Executor(handlers=handlers, threads=settings.sync_handler_threads,
+                                 in_flight=self.in_flight, io=AttemptWrites(pool, engine),
+                                 submit=self.completion.submit, events=events,
+                                 dlq_enabled=self.dlq_enabled)
+        self.snapshot = Snapshot(pool=pool, engine=engine, health=self.health,
+                                 instance_id=self.instance_id, settings=settings, queues=queues,
+                                 permits=self.permits, dlq_enabled=self.dlq_enabled,
+                                 connections=self.connections)
+        self.dispatchers = {
+            name: Dispatcher(q, self.permits[name], settings=settings, pool=pool, engine=engine,
+                             health=self.health, completion=self.completion,
+                             start_job=self.executor.start_job, instance_id=self.instance_id)
+            for name, q in queues.items()}
+        self.health.watch(poll_loops_alive=self._dispatchers_alive,
+                          heartbeat_alive=self.heartbeat.alive)
         # The LISTEN connections, made in start() once it knows there is a session URL.
         self.listener: QueueListener | None = None
         self.cancel_listener: CancelListener | None = None
@@ -167,15 +152,12 @@ class Runtime:
         self._open_attempts_source: Any = None  # awa.job.open_attempts, from open_attempts()
         self.health_server: Any = None  # awa.runtime.health_server, when an address is set
 
-    @classmethod
-    async def connect(cls, client: AsyncClient, settings: RuntimeSettings,
-                      queues: dict[str, QueueConfig], handlers: dict[str, HandlerSpec],
-                      events: EventHooks) -> Runtime:
-        """A runtime on the client's pool and engine (opened here: the schema check and the
-        foreign-layout refusal happen before any part exists)."""
-        pool = await client._get_pool()
-        engine = await client._get_engine()
-        return cls(client, settings, queues, handlers, events, pool=pool, engine=engine)
+    def _dispatchers_alive(self) -> bool:
+        return all(d.alive for d in self.dispatchers.values())
+
+    def _maintenance_running(self) -> bool:
+        task = self._maintenance_task
+        return task is not None and not task.done()
 
     def _build_permits(self) -> dict[str, QueuePermits]:
         gmw = self.settings.global_max_workers
@@ -205,11 +187,13 @@ class Runtime:
         telemetry.init_telemetry_from_env()
         await self._choose_session_url()
         from awa.runtime import health_server  # /healthz, /readyz: bound first, or start fails
-        self.health_server = await health_server.start_for(self)
+        self.health_server = await health_server.start_for(
+            self.settings, health=self.health, pool=self.pool,
+            maintenance_running=self._maintenance_running)
         self._running = True
         if self.session_url is not None:
-            self.listener = QueueListener(self, self.dispatchers)
-            self.cancel_listener = CancelListener(self)
+            self.listener = QueueListener(self.session_url, self.dispatchers)
+            self.cancel_listener = CancelListener(self.session_url, self.in_flight)
         # The runtime's series first: a scrape during the warm-up already sees this runtime.
         self._start_metrics_endpoint()
         # Every queue/kind series of the catalogue from the start, zeros included.
@@ -248,9 +232,9 @@ class Runtime:
             raise DatabaseError(f"database_url {db.redact(self.database_url)} reaches a hot "
                                 "standby (read-only); point workers at the primary")
         self.behind_pooler = db.behind_pooler(self.pool)
-        direct = self.client.direct_database_url
+        direct = self.direct_database_url
         if direct is not None:
-            conn = await db.connect(direct, self.client.application_name, pooled=True)
+            conn = await db.connect(direct, self.application_name, pooled=True)
             try:
                 found = await db.server_identity(conn)
             finally:
@@ -271,9 +255,9 @@ class Runtime:
         else:
             self.session_url = None
             log.warning(POLL_ONLY_NOTICE, self.settings.poll_interval_ms)
-        self.connections = connection_budget(
+        self.connections.update(connection_budget(
             self.pool.max_size, listening=self.session_url is not None,
-            leader=self.settings.run_maintenance)
+            leader=self.settings.run_maintenance))
 
     @property
     def leader_lock_scope(self) -> str:
@@ -303,7 +287,11 @@ class Runtime:
         # Every runtime runs the service: its declarations loop (cron schedules, descriptor
         # refresh) is every runtime's; only the election, and so the leader's branches,
         # depend on run_maintenance (MaintenanceService.run).
-        self.maintenance = MaintenanceService(self)
+        self.maintenance = MaintenanceService(
+            pool=self.pool, settings=self.settings, queues=self.queues,
+            instance_id=self.instance_id, health=self.health, in_flight=self.in_flight,
+            dlq_enabled=self.dlq_enabled, database_url=self.database_url,
+            sync_cron=self.sync_cron, catalogue=self.catalogue)
         self.maintenance.elector.use(self.session_url or self.database_url,
                                      self.leader_lock_scope)
         self._maintenance_task = asyncio.create_task(self.maintenance.run(),
@@ -333,23 +321,6 @@ class Runtime:
         while True:
             await asyncio.sleep(tick)
             self.executor.drop_overdue(grace)
-
-    # -- used by JobContext --------------------------------------------------
-    async def flush_progress(self, ctx: JobContext) -> None:
-        progress, patch = ctx.take_buffered()
-        if progress is None and patch is None:
-            return
-        job = ctx.job
-        try:
-            async with self.pool.connection() as conn:
-                matched = await self.engine.flush_progress_batch(
-                    conn, [AttemptWrite(job.id, job.run_lease, progress, patch)])
-        except BaseException:
-            ctx.restore_buffered(progress, patch)
-            raise
-        if not matched:
-            ctx.cancel("attempt no longer owned by this worker")
-            recording.stale_heartbeats(job.queue, 1)  # a stale write, counted
 
     # -- health ----------------------------------------------------------------
     async def available_counts(self) -> dict[str, int]:

@@ -10,15 +10,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
+from awa.config import QueueConfig, RuntimeSettings
+from awa.runtime.health import Health
 from awa.runtime.loops import BackgroundLoop, every
-from awa.storage.engine import RuntimeSnapshot
+from awa.runtime.permits import QueuePermits
+from awa.storage.engine import Engine, RuntimeSnapshot
 from awa.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from awa.runtime.runtime import Runtime
+    from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger("awa.runtime.snapshot")
 
@@ -29,40 +34,57 @@ TIMING_KEYS = ("heartbeat_interval_ms", "heartbeat_staleness_ms", "heartbeat_res
                "deadline_rescue_interval_ms")
 
 
-def runtime_timing(runtime: Runtime) -> dict[str, int]:
-    return {key: int(getattr(runtime.settings, key)) for key in TIMING_KEYS
-            if getattr(runtime.settings, key, None) is not None}
+def runtime_timing(settings: RuntimeSettings) -> dict[str, int]:
+    return {key: int(getattr(settings, key)) for key in TIMING_KEYS
+            if getattr(settings, key, None) is not None}
 
 
-def queue_descriptions(runtime: Runtime) -> list[dict[str, Any]]:
+def queue_descriptions(queues: dict[str, QueueConfig], permits: dict[str, QueuePermits],
+                       dlq_enabled: Callable[[str], bool], connections: dict[str, int],
+                       settings: RuntimeSettings) -> list[dict[str, Any]]:
     out = []
-    for name, q in runtime.queues.items():
-        permits = runtime.permits[name]
+    for name, q in queues.items():
+        queue_permits = permits[name]
         out.append({
             "queue": name,
             "max_workers": q.max_workers,
             "min_workers": q.min_workers,
             "weight": q.weight if q.min_workers is not None else None,
-            "in_flight": permits.in_use,
-            "capacity": permits.capacity,
+            "in_flight": queue_permits.in_use,
+            "capacity": queue_permits.capacity,
             "rate_limit": ({"max_rate": q.rate_limit.max_rate, "burst": q.rate_limit.burst}
                            if q.rate_limit else None),
             "deadline_duration_ms": q.deadline_duration_ms,
-            "dlq_enabled": runtime.dlq_enabled(name),
+            "dlq_enabled": dlq_enabled(name),
             # The runtime's server-connection budget by use (``Runtime.connections``); the
             # same on every queue of the runtime (the row has no column of its own for it).
-            "server_connections": runtime.connections,
-            **runtime_timing(runtime),
+            "server_connections": connections,
+            **runtime_timing(settings),
         })
     return out
 
 
 class Snapshot(BackgroundLoop):
+    """Upserts ``instance_id``'s row through ``engine`` on ``pool``: ``health``'s flags (refreshed
+    first), and per queue of ``queues`` its limits, ``permits`` in use, ``dlq_enabled`` and the
+    ``connections`` budget (filled in by the runtime's start)."""
+
     task_name = "awa-snapshot"
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.interval = runtime.settings.snapshot_interval_ms / 1000.0
+    def __init__(self, *, pool: AsyncConnectionPool, engine: Engine, health: Health,
+                 instance_id: UUID, settings: RuntimeSettings, queues: dict[str, QueueConfig],
+                 permits: dict[str, QueuePermits], dlq_enabled: Callable[[str], bool],
+                 connections: dict[str, int]) -> None:
+        self.pool = pool
+        self.engine = engine
+        self.health = health
+        self.instance_id = instance_id
+        self.settings = settings
+        self.queues = queues
+        self.permits = permits
+        self.dlq_enabled = dlq_enabled
+        self.connections = connections
+        self.interval = settings.snapshot_interval_ms / 1000.0
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         self.started_at = datetime.now(UTC)
@@ -72,18 +94,19 @@ class Snapshot(BackgroundLoop):
         await every(self.interval, self.write, log=log, failed="runtime snapshot failed (%s)")
 
     async def write(self) -> None:
-        rt = self.runtime
-        h = rt.health
-        h.refresh(rt)
+        h = self.health
+        h.refresh()
+        settings = self.settings
         snapshot = RuntimeSnapshot(
-            instance_id=rt.instance_id, hostname=self.hostname, pid=self.pid,
+            instance_id=self.instance_id, hostname=self.hostname, pid=self.pid,
             version=__version__, started_at=self.started_at,
-            snapshot_interval_ms=int(rt.settings.snapshot_interval_ms), healthy=h.healthy,
+            snapshot_interval_ms=int(settings.snapshot_interval_ms), healthy=h.healthy,
             postgres_connected=h.postgres_connected, poll_loop_alive=h.poll_loop_alive,
             heartbeat_alive=h.heartbeat_alive, maintenance_alive=h.maintenance_alive,
             leader=h.leader, shutting_down=h.shutting_down,
-            global_max_workers=rt.settings.global_max_workers,
-            queues=queue_descriptions(rt))
-        async with rt.pool.connection() as conn:
-            await rt.engine.upsert_runtime_snapshot(conn, snapshot)
+            global_max_workers=settings.global_max_workers,
+            queues=queue_descriptions(self.queues, self.permits, self.dlq_enabled,
+                                      self.connections, settings))
+        async with self.pool.connection() as conn:
+            await self.engine.upsert_runtime_snapshot(conn, snapshot)
         self.written = True

@@ -3,10 +3,12 @@ that import it (docs/architecture.md §2).
 
 The graph is built from the source with ``ast``, so it sees what a run may import: module-level
 imports and imports inside functions alike (a lazy import only hides a cycle until the function
-runs).  Imports under ``if TYPE_CHECKING:`` are left out: they never run.  ``from pkg import
-name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg`` itself; importing
-``a.b.c`` is not counted as importing the packages ``a`` and ``a.b`` (every module would then
-depend on ``awa/__init__.py``, which re-exports the public API).
+runs).  Imports under ``if TYPE_CHECKING:`` never run, but a cycle through them is still two
+modules that cannot be read or moved apart (the runtime's parts once typed themselves with the
+``Runtime`` that builds them): the first check leaves them out, the second counts them.
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``
+itself; importing ``a.b.c`` is not counted as importing the packages ``a`` and ``a.b`` (every
+module would then depend on ``awa/__init__.py``, which re-exports the public API).
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ def _type_checking_only(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that module ``name`` imports, at any depth of its code."""
+def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str],
+             type_checking: bool = False) -> set[str]:
+    """The modules of ``modules`` that module ``name`` imports, at any depth of its code
+    (under ``if TYPE_CHECKING:`` too when ``type_checking``)."""
     found: set[str] = set()
     package = name if is_package else name.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking_only(node):
+        if isinstance(node, ast.If) and _type_checking_only(node) and not type_checking:
             for branch in node.orelse:
                 visit(branch)
             return
@@ -59,11 +63,11 @@ def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> s
     return {m for m in found if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     files = {module_name(p): p for p in (ROOT / PACKAGE).rglob("*.py")}
     modules = set(files)
     return {name: imported(ast.parse(path.read_text(), str(path)), name,
-                           path.name == "__init__.py", modules)
+                           path.name == "__init__.py", modules, type_checking)
             for name, path in files.items()}
 
 
@@ -121,6 +125,16 @@ def test_awa_has_no_import_cycles():
         " -> ".join(a_cycle(graph, c)) for c in components)
 
 
+def test_awa_has_no_import_cycles_through_type_checking_imports_either():
+    """Typing-only imports count too: a part that names the whole that builds it (the runtime's
+    parts and ``Runtime``, the client's mixins and ``AsyncClient``) is given what it uses
+    instead (docs/architecture.md §9)."""
+    graph = import_graph(type_checking=True)
+    components = strongly_connected(graph)
+    assert not components, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(
+        " -> ".join(a_cycle(graph, c)) for c in components)
+
+
 def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():
     """The detector itself: a function-level import is an edge, a TYPE_CHECKING one is not."""
     source = ("from typing import TYPE_CHECKING\n"
@@ -128,6 +142,8 @@ def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():
               "def f():\n    from awa import c\n    import awa.d\n")
     modules = {"awa", "awa.a", "awa.b", "awa.c", "awa.d"}
     assert imported(ast.parse(source), "awa.a", False, modules) == {"awa.c", "awa.d"}
+    assert imported(ast.parse(source), "awa.a", False, modules, type_checking=True) == {
+        "awa.b", "awa.c", "awa.d"}
     cyclic = {"awa.a": {"awa.c"}, "awa.c": {"awa.d"}, "awa.d": {"awa.a"}, "awa.b": {"awa.a"}}
     assert strongly_connected(cyclic) == [{"awa.a", "awa.c", "awa.d"}]
     assert a_cycle(cyclic, {"awa.a", "awa.c", "awa.d"}) == ["awa.a", "awa.c", "awa.d", "awa.a"]

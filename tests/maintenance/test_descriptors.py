@@ -6,7 +6,7 @@ import blake3
 import pytest
 
 from awa import ValidationError
-from awa.descriptors import descriptor_hashes
+from awa.descriptors import catalogue, descriptor_hashes
 from awa.runtime.maintenance.descriptors import sync_descriptors
 from awa.serialization import canonical_json
 
@@ -17,7 +17,7 @@ async def test_declared_descriptors_sync_with_hash_and_refresh(client, db):
     client.job_kind_descriptor("send_email", description="Sends one email",
                                extra={"sla": "5m"})
     pool = await client._get_pool()
-    assert await sync_descriptors(pool, client) == 2
+    assert await sync_descriptors(pool, catalogue(client)) == 2
     q = db.execute("SELECT * FROM awa.queue_descriptors").fetchone()
     # The Rust core's hash: BLAKE3 of serde_json's bytes (sorted keys, compact, UTF-8).
     expected = blake3.blake3(canonical_json({
@@ -33,7 +33,7 @@ async def test_declared_descriptors_sync_with_hash_and_refresh(client, db):
     # A later tick refreshes last_seen_at; a changed declaration changes the hash.
     db.execute("UPDATE awa.queue_descriptors SET last_seen_at = now() - interval '1 day'")
     client.queue_descriptor("email", display_name="E-mail", owner="growth")
-    await sync_descriptors(pool, client)
+    await sync_descriptors(pool, catalogue(client))
     q2 = db.execute("SELECT *, now() - last_seen_at < interval '1 minute' AS fresh "
                     "FROM awa.queue_descriptors").fetchone()
     assert q2["fresh"] and q2["descriptor_hash"] != expected

@@ -97,7 +97,7 @@ async def test_leader_whose_lock_connection_dies_steps_down_and_leadership_moves
         db.execute("SELECT pg_terminate_backend(%s)", (leader.elector.backend_pid,))
         await eventually(lambda: sum(s.elections for s in services) == 2,
                          message="a second election")
-        await eventually(lambda: sum(s.runtime.health.leader for s in services) == 1,
+        await eventually(lambda: sum(s.health.leader for s in services) == 1,
                          message="exactly one leader again")
         assert sum(s.elector.is_leader for s in services) == 1
     finally:

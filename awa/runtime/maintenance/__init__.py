@@ -1,6 +1,6 @@
 """Maintenance: leader election and the leader's periodic branches.
 
-``MaintenanceService(runtime).run()`` runs in every runtime.  Every runtime
+``MaintenanceService(...).run()`` runs in every runtime.  Every runtime
 stores its declarations (cron schedules once at start, descriptors every
 snapshot tick); one elected leader per database runs the branches, each on
 its own interval: promotion, the three rescues, retention, priority aging,
@@ -15,13 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
 
 from awa import batch, config, db, recording
+from awa.runtime.health import Health
 from awa.runtime.leader import LeaderElector, leader_application_name
 from awa.runtime.maintenance import aging, cron, descriptors, promote, rescue, retention
+from awa.runtime.maintenance.descriptors import Catalogue
 from awa.runtime.maintenance.queue_health import QueueHealthPublisher
 from awa.storage import open_engine
 from awa.storage.engine import Engine
@@ -37,12 +42,31 @@ class Branch:
 
 
 class MaintenanceService:
-    def __init__(self, runtime: Any) -> None:
-        self.runtime = runtime
-        self.settings: config.RuntimeSettings = runtime.settings
+    """Runs as ``instance_id`` on ``pool``: stores the declarations (``sync_cron`` once,
+    ``catalogue``'s descriptors every snapshot tick), takes part in elections (the lock
+    session on ``database_url`` until the runtime says where: ``elector.use``) and, while
+    leading, runs the branches for ``queues`` with ``settings``' intervals.  ``health``: it
+    sets ``leader`` and ``maintenance_alive`` and reads when the database came back;
+    ``in_flight`` and ``dlq_enabled`` are the runtime's (rescue)."""
+
+    def __init__(self, *, pool: AsyncConnectionPool, settings: config.RuntimeSettings,
+                 queues: dict[str, config.QueueConfig], instance_id: UUID, health: Health,
+                 in_flight: Mapping[tuple[int, int], Any], dlq_enabled: Callable[[str], bool],
+                 database_url: str,
+                 sync_cron: Callable[[AsyncConnectionPool], Awaitable[object]],
+                 catalogue: Callable[[], Catalogue]) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.queues = queues
+        self.instance_id = instance_id
+        self.health = health
+        self.in_flight = in_flight
+        self.dlq_enabled = dlq_enabled
+        self.sync_cron = sync_cron
+        self.catalogue = catalogue
         self.elector = LeaderElector(
-            runtime.database_url, ping_interval_ms=self._ping_interval_ms(),
-            application_name=leader_application_name(runtime.instance_id))
+            database_url, ping_interval_ms=self._ping_interval_ms(),
+            application_name=leader_application_name(instance_id))
         self.queue_health = QueueHealthPublisher()
         # The latest result of each branch, for diagnostics and tests.
         self.last_results: dict[str, Any] = {}
@@ -53,7 +77,7 @@ class MaintenanceService:
     async def engine(self) -> Engine:
         """The storage engine every branch goes through, decided once."""
         if self._engine is None:
-            self._engine = await open_engine(self.runtime.pool)
+            self._engine = await open_engine(self.pool)
             recording.record_storage_engine(getattr(self._engine, "name", "unknown"))
         return self._engine
 
@@ -62,14 +86,13 @@ class MaintenanceService:
 
     # -- the branches ---------------------------------------------------------------
     def branches(self, engine: Engine) -> list[Branch]:
-        s, rt = self.settings, self.runtime
-        pool = rt.pool
+        s, pool, queues = self.settings, self.pool, self.queues
 
         def rescuer(kind: rescue.RescueKind) -> Callable[[], Awaitable[Any]]:
             return lambda: rescue.rescue(
                 pool, kind, batch_size=s.rescue_batch_size,
-                staleness_ms=s.heartbeat_staleness_ms, dlq_enabled=rt.dlq_enabled,
-                in_flight=rt.in_flight, engine=engine)
+                staleness_ms=s.heartbeat_staleness_ms, dlq_enabled=self.dlq_enabled,
+                in_flight=self.in_flight, engine=engine)
 
         staleness_s = s.heartbeat_staleness_ms / 1000
         rescue_heartbeats = rescuer(rescue.HEARTBEAT_STALE)
@@ -78,7 +101,7 @@ class MaintenanceService:
             # After this process lost the database, live workers' heartbeats
             # were held back too: give them one staleness window to write
             # again before anyone is declared dead (deadlines are unaffected).
-            steady_s = min(rt.health.database_steady_for(), self.elector.database_steady_for())
+            steady_s = min(self.health.database_steady_for(), self.elector.database_steady_for())
             if steady_s < staleness_s:
                 return None
             return await rescue_heartbeats()
@@ -94,24 +117,24 @@ class MaintenanceService:
             Branch("rescue_callback", s.callback_rescue_interval_ms,
                    rescuer(rescue.CALLBACK_TIMEOUT)),
             Branch("cleanup", s.cleanup_interval_ms,
-                   lambda: retention.clean(pool, s, rt.queues, engine=engine)),
+                   lambda: retention.clean(pool, s, queues, engine=engine)),
             Branch("priority_aging",
-                   aging.tick_interval_ms(s.priority_aging_interval_ms, rt.queues),
+                   aging.tick_interval_ms(s.priority_aging_interval_ms, queues),
                    lambda: aging.age_priorities(
                        pool, default_interval_ms=s.priority_aging_interval_ms,
-                       queues=rt.queues, batch_size=s.cleanup_batch_size, engine=engine)),
+                       queues=queues, batch_size=s.cleanup_batch_size, engine=engine)),
             Branch("cron", s.cron_eval_interval_ms,
                    lambda: cron.evaluate(pool, engine=engine)),
             Branch("queue_health", s.queue_health_interval_ms,
                    lambda: self.queue_health.publish(pool, engine=engine)),
             Branch("batch_operations", s.batch_operations_interval_ms,
-                   lambda: batch.run_batch_operations(pool, engine, runner=rt.instance_id,
+                   lambda: batch.run_batch_operations(pool, engine, runner=self.instance_id,
                                                       pace=s.batch_operations_pace)),
         ) if b.interval_ms > 0]
 
     # -- lifecycle ----------------------------------------------------------------------
     async def run(self) -> None:
-        health = self.runtime.health
+        health = self.health
         health.maintenance_alive = True
         try:
             async with asyncio.TaskGroup() as tg:
@@ -125,16 +148,15 @@ class MaintenanceService:
 
     async def _declarations_loop(self) -> None:
         """Every runtime: cron schedules once, descriptors every snapshot tick."""
-        client = self.runtime.client
         cron_synced = False
         while True:
             try:
                 if not cron_synced:
-                    await client.sync_cron_jobs(self.runtime.pool)
+                    await self.sync_cron(self.pool)
                     cron_synced = True
-                await descriptors.sync_descriptors(self.runtime.pool, client,
-                                                   self.runtime.instance_id,
-                                                   engine=await self.engine())
+                await descriptors.sync_descriptors(
+                    self.pool, self.catalogue(), self.instance_id, engine=await self.engine(),
+                    sync_interval_ms=self.settings.snapshot_interval_ms)
             except Exception as exc:  # noqa: BLE001 - retried next tick, never fatal
                 log.error("could not store cron schedules / descriptors (retrying): %s",
                           db.one_line(exc))
@@ -154,12 +176,12 @@ class MaintenanceService:
             log.error("cannot lead maintenance: no storage engine (retrying): %s",
                       db.one_line(exc))
             return
-        health = self.runtime.health
+        health = self.health
         self.elections += 1
         health.leader = True
         recording.record_leadership(True, elected=True)
         log.info("this runtime is now the maintenance leader (instance %s)",
-                 getattr(self.runtime, "instance_id", "?"))
+                 self.instance_id)
         ping_s = self._ping_interval_ms() / 1000
         try:
             async with asyncio.TaskGroup() as tg:
