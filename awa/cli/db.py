@@ -16,7 +16,7 @@ import psycopg
 
 from awa import config, db, schema, storage
 from awa.admin import AdminMixin, wrong_state
-from awa.batch import BatchMixin
+from awa.batch_operations import BatchOperationsMixin
 from awa.cli.options import (
     current_database_url,
     database_url_option,
@@ -46,7 +46,7 @@ class _OneConnection:
         yield self.conn
 
 
-class ForeignAdmin(AdminMixin, BatchMixin):
+class ForeignAdmin(AdminMixin, BatchOperationsMixin):
     """The client's admin API over the Rust-core read-only engine, on one read-only connection.
 
     Reads (list/get/dump job, queue stats, DLQ depth/list) answer from that

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 
 from awa import config, schema
 from awa.admin import AdminMixin
-from awa.batch import BatchMixin
+from awa.batch_operations import BatchOperationsMixin
 from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.storage import open_engine
@@ -73,7 +73,7 @@ class ApiSettings:
     public_url: str | None = None
 
 
-class Actions(AdminMixin, CronMixin, CallbackMixin, StorageTransitionMixin, BatchMixin):
+class Actions(AdminMixin, CronMixin, CallbackMixin, StorageTransitionMixin, BatchOperationsMixin):
     """The admin layer (awa.admin and its siblings) on the API's pool."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:

@@ -22,7 +22,6 @@ from psycopg import errors as pg_errors
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.canonical.batch import CanonicalBatch
 from awa.storage.common.admin import (
     DLQ_IDS,
     NON_ID_COLUMNS,
@@ -185,7 +184,7 @@ MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM mov
 BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
                            "GROUP BY kind, queue")  # .format(filter=<constant fragments>)
 
-class CanonicalAdmin(SharedAdmin, CanonicalBatch):
+class CanonicalAdmin(SharedAdmin):
     """The admin group of the Engine protocol on the canonical engine."""
 
     # -- jobs --------------------------------------------------------------
