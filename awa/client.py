@@ -37,7 +37,7 @@ from awa.producer import ProducerMixin, Transaction
 from awa.storage import forget_engine, open_engine
 from awa.storage import migrate as storage_migrate
 from awa.storage.engine import Engine
-from awa.transition import StorageTransitionMixin
+from awa.storage_transition import StorageTransitionMixin
 from awa.worker import WorkerMixin
 
 # Set by launchers that load an application's client only to point it elsewhere.

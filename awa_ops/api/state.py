@@ -27,7 +27,7 @@ from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.storage import open_engine
 from awa.storage.engine import Engine
-from awa.transition import StorageTransitionMixin
+from awa.storage_transition import StorageTransitionMixin
 from awa_ops.api import shapes
 from awa_ops.api.reads import ApiReads
 
