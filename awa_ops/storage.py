@@ -19,9 +19,8 @@ from typing import Any
 from psycopg import sql
 
 from awa.statements import run_async
-from awa.storage import CANONICAL, describe_layout, fleet_steps
+from awa.storage import CANONICAL, describe_layout, fleet_steps, read_engine_for
 from awa.storage.engine import ReadEngine
-from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
 QUEUE_STORAGE = "queue_storage"
@@ -116,7 +115,7 @@ async def storage_engine(session: OpsSession) -> ReadEngine:
 
     Its methods run on ``session.conn`` inside ``session.read()``, so each
     refresh stays one short read-only transaction.  A database run by the
-    Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
+    Rust-core awa 0.6 gets its read-only engine (``awa.storage.read_engine_for``):
     every read there is of that layout, and every write is refused.
     """
     cached: ReadEngine | None = session.cache.get("storage_engine")

@@ -28,7 +28,7 @@ from awa.cli.options import (
 )
 from awa.job import AwaError, JobNotFound
 from awa.statements import run_async
-from awa.storage import RUST_CORE, StorageLayout, describe_layout
+from awa.storage import RUST_CORE, StorageLayout, describe_layout, rust_core_engine
 from awa.storage.engine import Engine
 
 T = TypeVar("T")
@@ -67,8 +67,6 @@ class ForeignAdmin(AdminMixin, BatchOperationsMixin):
 
 def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
     """``run_client``, except that a Rust-core database is served by ``ForeignAdmin``."""
-    from awa.storage.rust_core import rust_core_engine
-
     url = resolved_database_url()
     nothing = object()
 
