@@ -168,7 +168,6 @@ hot AS (
 )
 SELECT * FROM hot UNION ALL SELECT * FROM later"""
 RETRY_FROM_DLQ = _REDRIVE_FROM.format(filter="job_id = %(id)s")
-BULK_RETRY_FROM_DLQ = _REDRIVE_FROM  # .format(filter=<constant fragments>)
 RETRY_FROM_DLQ_IDS = _REDRIVE_FROM.format(filter="job_id = ANY(%(ids)s::bigint[])")
 
 _TO_DLQ = f"""
