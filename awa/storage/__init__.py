@@ -50,9 +50,10 @@ from awa.storage.engine import Engine, ReadEngine
 __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_STORAGE",
            "RUST_CORE", "RUST_CORE_FIRST_MIGRATION", "StorageLayout", "classify",
            "describe_layout", "describe_layout_sync", "ENGINES", "engine_for", "open_engine",
-           "open_engine_sync", "forget_engine", "read_engine_for", "rust_core_engine", "migrate", "migrate_sync",
-           "check_queue_storage_schema", "ConnectionSource", "ContractRefused",
-           "contract_steps", "FleetVersions", "fleet_steps", "transition_status"]
+           "open_engine_sync", "forget_engine", "read_engine_for", "rust_core_engine",
+           "migrate", "migrate_sync", "check_queue_storage_schema", "ConnectionSource",
+           "ContractRefused", "contract_steps", "FleetVersions", "fleet_steps",
+           "transition_status"]
 
 
 def _canonical(schema: str) -> Engine:
