@@ -78,14 +78,14 @@ $$;
 -- tests once per call; the fresh start is a function call, not a write of this statement,
 -- so the plan of every other ending holds no insert into ready_entries).
 --
--- att: each attempt of the batch joined to its receipt (awa.qs_attempts); closed / contested: one
--- lease_claim_closure_batches row per claim slot, skipped whole when another closer got one
--- of its receipts first (then one NULL id is returned: the engine runs the statement again
--- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
--- attempts, deleted; ended: each ended job's full row; dropped: its attempt state;
--- uq_take / uq_give: the unique claims as the job moves to p_to_state; done / deferred /
--- dead: the job's row where p_to_state puts it.  Completion clears the progress (awa-pg
--- 0.6.9); every other ending keeps it.
+-- att: each attempt of the batch joined to its receipt (awa.qs_attempts); closed /
+-- contested: one lease_claim_closure_batches row per claim slot, skipped whole when another
+-- closer got one of its receipts first (then one NULL id is returned: the engine runs the
+-- statement again for the attempts it missed, ``execution.finish``); leased: the lease rows
+-- of materialized attempts, deleted; ended: each ended job's full row; dropped: its attempt
+-- state; uq_take / uq_give: the unique claims as the job moves to p_to_state; done /
+-- deferred / dead / fresh: the job's row where p_to_state puts it.  Completion clears the
+-- progress (awa-pg 0.6.9); every other ending keeps it.
 CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
