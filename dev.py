@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
     rest = argv[1:]
     if command == "demo":
         ensure_venv()
-        return subprocess.call([str(PY), "-m", "awa.demo", *rest], cwd=ROOT)
+        return subprocess.call([str(PY), "-m", "awa_tui.demo", *rest], cwd=ROOT)
     if command == "test":
         ensure_venv()
         ensure_system_tools()

@@ -1,4 +1,6 @@
-"""awa_tui: the live terminal console; reads only through awa_ops.
+"""awa_tui: the live terminal console; reads only through awa_ops.  ``awa_tui.demo`` is the
+demo, the one application that uses every layer (workers, the exporter, this console), so
+it sits on top.
 
 Installed by the ``tui`` extra (``pip install 'awa-py[tui]'``): this module
 imports nothing of Textual, so ``awa-tui`` without the extra says so in one line.

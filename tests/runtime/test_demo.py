@@ -10,7 +10,7 @@ import pytest
 
 @pytest.mark.connections(33)
 def test_demo_runs_for_a_while_and_stops(database_url, db):
-    out = subprocess.run([sys.executable, "-m", "awa.demo", "--duration", "6", "--workers", "2",
+    out = subprocess.run([sys.executable, "-m", "awa_tui.demo", "--duration", "6", "--workers", "2",
                           "--no-tui", "--database-url", database_url],
                          capture_output=True, text=True, timeout=90)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -33,7 +33,7 @@ def test_demo_piped_prints_its_stats_while_it_runs(database_url):
 
     from awa import config
 
-    proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--duration", "30", "--workers",
+    proc = subprocess.Popen([sys.executable, "-m", "awa_tui.demo", "--duration", "30", "--workers",
                              "1", "--no-tui", "--database-url", database_url],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[tuple[float, str]] = []

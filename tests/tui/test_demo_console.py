@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from awa import demo
+from awa_tui import demo
 from tui.conftest import press, running_console, screen_text, seed_system
 from tui.test_terminal import Terminal, tmux  # noqa: F401  (the fixture)
 
@@ -22,7 +22,7 @@ from tui.test_terminal import Terminal, tmux  # noqa: F401  (the fixture)
 @pytest.mark.connections(18)
 def test_demo_duration_ends_the_tui_and_says_what_is_left(tmux, database_url, db, tmp_path):  # noqa: F811
     script = tmp_path / "run.sh"
-    script.write_text(f"{sys.executable} -m awa.demo --duration 8 --workers 1 "
+    script.write_text(f"{sys.executable} -m awa_tui.demo --duration 8 --workers 1 "
                       f"--database-url '{database_url}'; echo DEMO-EXIT=$?; sleep 60\n")
     term = Terminal(tmux, ["sh", str(script)], width=80, height=24)
     try:
@@ -37,7 +37,7 @@ def test_demo_duration_ends_the_tui_and_says_what_is_left(tmux, database_url, db
 
 @pytest.mark.connections(29)
 def test_demo_serves_metrics_and_writes_prometheus_yml(database_url, db):
-    proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--duration", "20", "--workers",
+    proc = subprocess.Popen([sys.executable, "-m", "awa_tui.demo", "--duration", "20", "--workers",
                              "2", "--no-tui", "--database-url", database_url],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -245,7 +245,7 @@ class Fleet:
             env[METRICS_ADDR_ENV] = f"{METRICS_HOST}:{port}"
         # The child keeps its own copy of the log descriptor; ours closes once it has started.
         with open(self.log_dir / f"worker-{len(self.procs) + self.kills}.log", "a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "awa.demo", "--worker-process"],
+            proc = subprocess.Popen([sys.executable, "-m", "awa_tui.demo", "--worker-process"],
                                     env=env, stdout=log, stderr=subprocess.STDOUT)
         if port is not None:
             self.port_of[proc.pid] = port
@@ -420,7 +420,7 @@ def tui_available() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m awa.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m awa_tui.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=None,
                         help="stop by itself after this many seconds")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         if not args.no_tui and tui_available():
-            from awa_tui.app import run_app  # the demo is an application: it may use the TUI
+            from awa_tui.app import run_app
             # Staleness: each worker's own, as its snapshot publishes it.
             run_app(url, exit_after_s=args.duration)
         elif sys.stdout.isatty():
