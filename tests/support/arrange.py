@@ -111,6 +111,8 @@ def _encode(value: Any) -> Any:
         return "\\x" + bytes(value).hex()
     if isinstance(value, UUID):
         return str(value)
+    if isinstance(value, Jsonb):  # a value already wrapped for psycopg
+        return value.obj
     raise TypeError(f"cannot arrange a {type(value).__name__} column value")
 
 
