@@ -19,7 +19,6 @@ import pytest
 from awa.liveness import live_window_s, runtime_live
 from awa.storage.canonical import CanonicalEngine
 from awa.storage.engine import DlqCursor, DlqPageQuery, JobListQuery
-from support.arrange import canonical_job, db_now
 from awa_ops.runtimes import (
     ALIVE,
     ORPHANED,
@@ -27,6 +26,7 @@ from awa_ops.runtimes import (
     STALE,
     classify_attempt,
 )
+from support.arrange import canonical_job, db_now
 
 DEADLINE_MS = 300_000
 
