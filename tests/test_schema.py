@@ -95,6 +95,7 @@ def test_concurrent_migrations_leave_one_schema(empty_database_url):
 
 
 def test_unique_claim_trigger_takes_and_releases(db):
+    # The table's own trigger is under test, so the rows are written into the table itself.
     insert = ("INSERT INTO awa.jobs_hot (kind, unique_key, unique_states) "
               "VALUES ('k', '\\x01', B'11111000') RETURNING id")
     first = db.execute(insert).fetchone()["id"]

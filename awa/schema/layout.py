@@ -34,7 +34,7 @@ OTHER = "another awa distribution"
 # The Rust core's first migration; seen with its awa.storage_status(), it names the distribution.
 RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
 
-QUEUE_STORAGE_LAYOUT_VERSION = 10
+QUEUE_STORAGE_LAYOUT_VERSION = 11
 """The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
 has).  Raised with every change to the engine's layout or to a function it calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix
@@ -56,7 +56,10 @@ reservation and rows in one call returning the count (COPY's paths send their ba
 arrays: one round trip instead of a reservation, a COPY and a transaction); 10: callbacks
 resolved by ``awa.qs_resolve_callbacks`` over ``awa.qs_end_attempts``, which takes
 ``available`` (a fresh start, ``awa.qs_append_ready``), the ``att`` step as
-``awa.qs_attempts``.  Kept here, so that
+``awa.qs_attempts``; 11: ``awa.qs_arrange_job``, ``awa.qs_arrange_times`` and
+``awa.qs_arrange_rotated_at`` (sql/arrange.sql): jobs placed in a given state, and a ring's
+rotation time, for tests, which no longer write the engine's tables themselves.  Kept here,
+so that
 checking a database needs no engine loaded; ``awa/storage/queue_storage/sql/layout_version.sql``
 installs the same number (a test checks)."""
 

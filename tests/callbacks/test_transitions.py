@@ -12,6 +12,7 @@ import awa
 from awa import callbacks
 from awa.callbacks import CallbackAlreadyResolved, CallbackWaitInterrupted
 from awa.storage.canonical.callbacks import PARK_FOR_WAIT
+from support.arrange import insert_job
 from support.rows import job_row
 
 # These drive canonical's own statements against
@@ -50,7 +51,7 @@ async def test_register_sets_callback_columns_guarded_by_lease_and_state(db, poo
 
     with pytest.raises(awa.AwaError, match="no longer running under run lease 2"):
         await callbacks.register_callback(pool, job_id, lease - 1, 60)
-    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled' WHERE id = %s", (job_id,))
+    db.execute("UPDATE awa.jobs SET state = 'cancelled' WHERE id = %s", (job_id,))
     with pytest.raises(awa.AwaError, match="not registered"):
         await callbacks.register_callback(pool, job_id, lease, 60)
     assert str(job_row(db, job_id)["callback_id"]) == token.id  # neither write applied
@@ -275,7 +276,7 @@ async def test_a_lost_notification_is_caught_by_the_fallback_poll(db, pool, runn
     await asyncio.sleep(0.1)
     # Resume written without the notification (as if it were lost).
     result = {"quiet": True}  # stored bare, as awa-pg 0.6.9
-    db.execute("UPDATE awa.jobs_hot SET state = 'running', callback_id = NULL, "
+    db.execute("UPDATE awa.jobs SET state = 'running', callback_id = NULL, "
                "metadata = metadata || jsonb_build_object(%s::text, %s::jsonb) WHERE id = %s",
                (callbacks.RESULT_KEY, psycopg.types.json.Jsonb(result), job_id))
     assert await asyncio.wait_for(waiter, 5) == {"quiet": True}
@@ -286,10 +287,10 @@ async def test_resolution_into_a_taken_unique_key_is_a_conflict_and_changes_noth
     job_id, _, token = await waiting()
     key = b"\x01" * 16
     # waiting_external is outside the default mask, so another job took the key.
-    db.execute("UPDATE awa.jobs_hot SET unique_key = %s, unique_states = B'11111000' "
+    db.execute("UPDATE awa.jobs SET unique_key = %s, unique_states = B'11111000' "
                "WHERE id = %s", (key, job_id))
-    db.execute("INSERT INTO awa.jobs_hot (kind, queue, unique_key, unique_states) "
-               "VALUES ('external', 'cb', %s, B'11111000')", (key,))
+    insert_job(db, "available", kind="external", queue="cb", unique_key=key,
+               unique_states="11111000")
     before = job_row(db, job_id)
     with pytest.raises(awa.UniqueConflict, match="another live job holds its unique key"):
         await client.complete_external(token.id, {"x": 1})

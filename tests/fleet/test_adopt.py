@@ -165,6 +165,7 @@ def test_adopt_a_real_069_database(layout: str, target: str, empty_database_url:
     aged = ids["completed"] if layout == "canonical" else []
     if aged:
         with psycopg.connect(url, autocommit=True) as conn:
+            # awa-pg's own table: the database is awa-pg's until adopted, no engine of ours.
             conn.execute("UPDATE awa.jobs_hot SET finalized_at = now() - interval '3 days' "
                          "WHERE id = %s", (aged[0],))
     dry = wait_for("the killed runtime seen gone", lambda: (

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from psycopg.types.json import Jsonb
 
 from awa.lifecycle import error_entry
 from ops.ops_helpers import summaries
+from support.arrange import insert_job
 
 
 def add_runtime(db, *, leader=True, age_s=0.0, hashes=None, queues=("default",)) -> str:
@@ -77,20 +79,18 @@ def test_cancel_listener_missing(ops, db):
 
 def test_stuck_running_deadline_overdue_stale_and_cancelled(ops, db):
     add_runtime(db)  # a live leader serving "default": attempts are not orphaned
-    overdue = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
-                            deadline_at, attempted_at) VALUES ('k', 'running', 1, 1, now(),
-                            now() - interval '5 seconds', now() - interval '1 minute')
-                            RETURNING id""").fetchone()["id"]
-    stale = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease, heartbeat_at,
-                          deadline_at, attempted_at) VALUES ('k', 'running', 1, 1,
-                          now() - interval '60 seconds', now() + interval '1 minute', now())
-                          RETURNING id""").fetchone()["id"]
-    cancelled = db.execute("""INSERT INTO awa.jobs_hot (kind, state, attempt, run_lease,
-                              heartbeat_at, deadline_at, attempted_at, finalized_at)
-                              VALUES ('k', 'cancelled', 1, 1,
-                              now() - interval '4 seconds', now() + interval '1 minute',
-                              now() - interval '10 seconds', now() - interval '3 seconds')
-                              RETURNING id""").fetchone()["id"]
+    now = db.execute("SELECT now() AS now").fetchone()["now"]
+    overdue = insert_job(db, "running", kind="k", queue="default", heartbeat_at=now,
+                         deadline_at=now - timedelta(seconds=5),
+                         attempted_at=now - timedelta(minutes=1))
+    stale = insert_job(db, "running", kind="k", queue="default",
+                       heartbeat_at=now - timedelta(seconds=60),
+                       deadline_at=now + timedelta(minutes=1), attempted_at=now)
+    cancelled = insert_job(db, "cancelled", kind="k", queue="default", attempt=1,
+                           heartbeat_at=now - timedelta(seconds=4),
+                           deadline_at=now + timedelta(minutes=1),
+                           attempted_at=now - timedelta(seconds=10),
+                           finalized_at=now - timedelta(seconds=3))
     # A generous cutoff keeps the fresh heartbeats fresh however slow this machine is.
     flags = ("--heartbeat-staleness", "30", "--heartbeat-interval", "1")
     result = ops("stuck-running", *flags)

@@ -107,12 +107,12 @@ def test_no_leader_is_critical(ops, db):
     assert ops("runtime").code == 0
 
 
-@pytest.mark.engine("canonical")  # arranges the wedge by editing canonical rows and triggers
+@pytest.mark.engine("canonical")  # the wedge: canonical's rescue and triggers, shown by hand
 def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     key = b"\x01" * 16
     no_running = "11011000"  # scheduled, available, completed, retryable: running excluded
     old = insert_job(db, "wedged", unique_key=key, unique_states=no_running)
-    db.execute("UPDATE awa.jobs_hot SET state = 'running', attempt = 1, run_lease = 1, "
+    db.execute("UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1, "
                "heartbeat_at = now(), deadline_at = now() + interval '5 minutes', "
                "attempted_at = now() WHERE id = %s", (old,))
     newer = insert_job(db, "wedged", unique_key=key, unique_states=no_running)
@@ -120,9 +120,10 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     # a wedge needs evidence that rescue fails: a heartbeat older than staleness + 2 rescue scans.
     transient = ops("unique-wedge")
     assert transient.code == 0 and "superseded" in summaries(transient.data)
-    db.execute("UPDATE awa.jobs_hot SET heartbeat_at = now() - interval '10 minutes' "
+    db.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '10 minutes' "
                "WHERE id = %s", (old,))
     # The wedge is real: rescuing the old attempt to retryable collides on the unique index.
+    # Corruption on purpose: canonical's rescue move written out, to show it cannot succeed.
     with pytest.raises(psycopg.errors.UniqueViolation, match="idx_awa_jobs_unique"):
         db.execute("""WITH moved AS (DELETE FROM awa.jobs_hot WHERE id = %s RETURNING *)
                       INSERT INTO awa.scheduled_jobs (id, kind, queue, args, state, unique_key,
@@ -137,6 +138,7 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     assert f"job cancel {old}" in finding["next_step"] and "do NOT delete" in finding["next_step"]
 
     # Holder gone (deleted by hand, leaving its claim behind): deleting the claim is now safe.
+    # Corruption on purpose: the claim's trigger disabled, so the check sees an orphaned claim.
     db.execute("ALTER TABLE awa.jobs_hot DISABLE TRIGGER awa_unique_claim_del")
     db.execute("DELETE FROM awa.jobs_hot WHERE id = %s", (newer,))
     db.execute("ALTER TABLE awa.jobs_hot ENABLE TRIGGER awa_unique_claim_del")
@@ -144,7 +146,7 @@ def test_unique_wedge_is_found_with_the_safe_remedy(ops, db):
     assert ("holder gone" in gone["summary"]
             and "DELETE FROM awa.job_unique_claims" in gone["next_step"])
 
-    db.execute("UPDATE awa.jobs_hot SET state = 'cancelled', finalized_at = now() WHERE id = %s",
+    db.execute("UPDATE awa.jobs SET state = 'cancelled', finalized_at = now() WHERE id = %s",
                (old,))
     assert ops("unique-wedge").code == 0
 

@@ -40,6 +40,7 @@ def route_to_queue_storage(binary: Path, url: str) -> dict:
 def insert_stale_lease(url: str) -> None:
     """Job 4711 of queue email: a materialized lease whose worker stopped heartbeating 5 min ago."""
     with psycopg.connect(url, autocommit=True) as conn:
+        # The Rust core's layout, which no engine of ours writes (rust_core is read-only).
         conn.execute(f"""INSERT INTO {QS_SCHEMA}.leases (lease_slot, lease_generation, ready_slot,
                          ready_generation, job_id, queue, priority, lane_seq, heartbeat_at,
                          deadline_at, attempted_at)
@@ -103,6 +104,7 @@ def test_queues_known_from_their_history_on_the_rust_core_layout(awa_cli, empty_
     url = empty_database_url
     route_to_queue_storage(awa_cli, url)
     with psycopg.connect(url, autocommit=True) as conn:
+        # The Rust core's layout, which no engine of ours writes (rust_core is read-only).
         conn.execute(f"""INSERT INTO {QS_SCHEMA}.done_entries (ready_slot, ready_generation,
                          job_id, kind, queue, priority, lane_seq)
                          VALUES (3, 0, 4712, 'fast', 'drained', 2, 1)""")

@@ -26,7 +26,7 @@ ENGINES: dict[str, Callable[[], Engine]] = {
 
 @pytest.fixture(autouse=True)
 def _queue_storage_arrangers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """The queue-storage arrangers of the modules that arrange engine state directly."""
+    """The queue-storage arrangers of the modules that arrange jobs per engine."""
     module = request.module
     for name in ENGINES:
         _, _, schema = name.partition("@")

@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from awa import lifecycle
 from awa.storage.engine import ORIGINAL_PRIORITY_KEY, Descriptor, Engine, QueueDepth
+from support.arrange import aged_columns, canonical_job, db_now
 
 
 def NO_DLQ(queue: str) -> bool:
@@ -31,7 +32,8 @@ def NO_DLQ(queue: str) -> bool:
 
 
 class CanonicalArrange:
-    """Rows in any state on the canonical engine (``awa.jobs_hot`` / ``awa.scheduled_jobs``)."""
+    """Rows in any state on the canonical engine: jobs enqueued by the engine and given their
+    state through the ``awa.jobs`` view (``support.arrange.canonical_job``)."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
@@ -43,36 +45,14 @@ class CanonicalArrange:
                   finalized_age_s: float | None = None, unique_key: bytes | None = None,
                   unique_states: str | None = None,
                   callback_timeout_in_s: float | None = None) -> int:
-        table = ("awa.scheduled_jobs" if state in ("scheduled", "retryable")
-                 else "awa.jobs_hot")
-        cur = await self.conn.execute(
-            f"""INSERT INTO {table} (kind, queue, args, state, attempt, max_attempts,
-                    run_lease, priority, attempted_at, heartbeat_at, deadline_at, run_at,
-                    finalized_at, unique_key, unique_states, callback_id,
-                    callback_timeout_at)
-                VALUES (%(kind)s, %(queue)s, '{{}}', %(state)s::awa.job_state, %(attempt)s,
-                    %(max_attempts)s, %(run_lease)s, %(priority)s,
-                    CASE WHEN %(attempt)s > 0 THEN now() END,
-                    CASE WHEN %(state)s::text IN ('running', 'waiting_external')
-                         THEN now() - make_interval(secs => %(hb)s) END,
-                    CASE WHEN %(state)s::text = 'running'
-                         THEN now() + make_interval(secs => %(dl)s) END,
-                    now() + make_interval(secs => %(run_at)s),
-                    CASE WHEN %(fin)s::float8 IS NOT NULL
-                         THEN now() - make_interval(secs => %(fin)s::float8) END,
-                    %(uk)s, %(us)s::bit(8),
-                    CASE WHEN %(cb)s::float8 IS NOT NULL THEN gen_random_uuid() END,
-                    CASE WHEN %(cb)s::float8 IS NOT NULL
-                         THEN now() + make_interval(secs => %(cb)s::float8) END)
-                RETURNING id""",
-            {"kind": kind, "queue": queue, "state": state, "attempt": attempt,
-             "max_attempts": max_attempts, "run_lease": run_lease, "priority": priority,
-             "hb": heartbeat_age_s, "dl": deadline_in_s, "run_at": run_at_offset_s,
-             "fin": finalized_age_s, "uk": unique_key, "us": unique_states,
-             "cb": callback_timeout_in_s})
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row["id"])
+        columns = aged_columns(
+            await db_now(self.conn), state=state, kind=kind, queue=queue, attempt=attempt,
+            max_attempts=max_attempts, run_lease=run_lease, priority=priority,
+            heartbeat_age_s=heartbeat_age_s, deadline_in_s=deadline_in_s,
+            run_at_offset_s=run_at_offset_s, finalized_age_s=finalized_age_s,
+            unique_key=unique_key, unique_states=unique_states,
+            callback_timeout_in_s=callback_timeout_in_s)
+        return await canonical_job(self.conn, state, **columns)
 
     async def dlq_entry(self, job_id: int, *, queue: str = "maint", age_s: float = 0.0) -> None:
         await self.conn.execute(

@@ -86,7 +86,7 @@ async def test_a_done_entry_without_args_must_name_a_completed_entry(engine, aco
     jobs = await _claimed(engine, aconn, 1)
     await engine.fail_batch(aconn, [AttemptWrite(jobs[0].id, jobs[0].run_lease,
                                                  error={"error": "boom"})])
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(psycopg.errors.CheckViolation):  # corruption on purpose: refused
         await aconn.execute("UPDATE awa.done_entries SET args = NULL")
 
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from awa.liveness import live_window_s, runtime_live
-from awa.storage.canonical.execution import CLAIM_JOBS
+from awa.storage.canonical import CanonicalEngine
 from awa.storage.engine import DlqCursor, DlqPageQuery, JobListQuery
 from awa_ops.runtimes import (
     ALIVE,
@@ -26,12 +26,15 @@ from awa_ops.runtimes import (
     STALE,
     classify_attempt,
 )
+from support.arrange import canonical_job, db_now
 
 DEADLINE_MS = 300_000
 
 
 class CanonicalArrange:
-    """How the canonical engine's state is set up for a test (rows of awa.jobs_hot & co)."""
+    """How the canonical engine's state is set up for a test: jobs enqueued by the engine and
+    given their state, claimed, aged and cancelled through the engine and the ``awa.jobs``
+    view."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
@@ -40,29 +43,21 @@ class CanonicalArrange:
                       age_s: float = 0.0, run_in_s: float | None = None, priority: int = 2,
                       unique_key: bytes | None = None, unique_states: str | None = None,
                       tags: list[str] | None = None) -> int:
-        table = "awa.scheduled_jobs" if state in ("scheduled", "retryable") else "awa.jobs_hot"
-        terminal = state in ("completed", "failed", "cancelled")
-        row = await (await self.conn.execute(
-            f"""INSERT INTO {table} (kind, queue, args, state, priority, run_at, created_at,
-                    finalized_at, unique_key, unique_states, tags)
-                VALUES (%s, %s, '{{}}', %s::awa.job_state, %s,
-                        now() + make_interval(secs => %s), now() - make_interval(secs => %s),
-                        CASE WHEN %s THEN now() END, %s, %s::bit(8), %s)
-                RETURNING id""",
-            (kind, queue, state, priority, run_in_s if run_in_s is not None else -age_s, age_s,
-             terminal, unique_key, unique_states if unique_key else None, tags or []))).fetchone()
-        assert row is not None
-        return int(row["id"])
+        now = await db_now(self.conn)
+        run_at = now + timedelta(seconds=run_in_s if run_in_s is not None else -age_s)
+        return await canonical_job(
+            self.conn, state, kind=kind, queue=queue, priority=priority, run_at=run_at,
+            created_at=now - timedelta(seconds=age_s), unique_key=unique_key,
+            unique_states=unique_states if unique_key else None, tags=tags or [])
 
     async def claim(self, queue: str = "q", n: int = 1) -> list[int]:
-        cur = await self.conn.execute(CLAIM_JOBS, (queue, queue, n, DEADLINE_MS, None))
-        rows = await cur.fetchall()
-        return [int(r["id"]) for r in rows]
+        return [j.id for j in await CanonicalEngine().claim_batch(self.conn, queue, n,
+                                                                  DEADLINE_MS)]
 
     async def age(self, job_id: int, *, heartbeat_age_s: float | None = None,
                   deadline_in_s: float | None = None, running_for_s: float | None = None) -> None:
         await self.conn.execute(
-            """UPDATE awa.jobs_hot SET
+            """UPDATE awa.jobs SET
                    heartbeat_at = coalesce(now() - make_interval(secs => %s), heartbeat_at),
                    deadline_at = coalesce(now() + make_interval(secs => %s), deadline_at),
                    attempted_at = coalesce(now() - make_interval(secs => %s), attempted_at)
@@ -70,7 +65,7 @@ class CanonicalArrange:
 
     async def cancel_running(self, job_id: int, *, ago_s: float) -> None:
         await self.conn.execute(
-            """UPDATE awa.jobs_hot SET state = 'cancelled',
+            """UPDATE awa.jobs SET state = 'cancelled',
                    finalized_at = now() - make_interval(secs => %s)
                 WHERE id = %s""", (ago_s, job_id))
 

@@ -55,8 +55,9 @@ async def test_jobs_filters_by_state_kind_queue_and_tag(database_url, db):
 
 async def test_enter_opens_a_job_with_everything_recorded(database_url, db):
     key = blake3.blake3(b"k").digest()[:16]
+    # Corruption on purpose: a claim whose holder no longer exists (the screen must show it).
     db.execute("INSERT INTO awa.job_unique_claims (unique_key, job_id) VALUES (%s, %s)",
-               [key, 4242])  # a claim whose holder no longer exists
+               [key, 4242])
     job = add_job(db, state="retryable", kind="sync", args={"account": 7}, attempt=2,
                   metadata={"traceparent": "00-abc-def-01"}, progress={"percent": 40},
                   errors=[{"error": "boom 1", "attempt": 1, "at": at(-50).isoformat()},

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from awa.storage.canonical import execution
+from awa.storage.canonical import CanonicalEngine, execution
 from awa.storage.engine import AttemptWrite
+from support.arrange import plain_batch
 
 ONE = [AttemptWrite(1, 1)]
 STATEMENTS = {
@@ -38,8 +39,9 @@ def test_the_rows_are_locked_inside_the_batch_subquery(name, plans, db):
     statement, params = STATEMENTS[name]
     db.execute("SET plan_cache_mode = " + plans)
     # Enough running rows that scanning them could feed the join.
-    db.execute("""INSERT INTO awa.jobs_hot (kind, queue, state, run_lease, heartbeat_at)
-                  SELECT 'k', 'q', 'running', 1, now() FROM generate_series(1, 2000)""")
+    CanonicalEngine().insert_batch_sync(db, plain_batch("k", "q", 2000), returning=False)
+    db.execute("UPDATE awa.jobs SET state = 'running', run_lease = 1, heartbeat_at = now() "
+               "WHERE queue = 'q'")
     db.execute("ANALYZE awa.jobs_hot")
     row = db.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
     plan = (row["QUERY PLAN"] if isinstance(row["QUERY PLAN"], list)

@@ -6,8 +6,10 @@ run in the order of ``FILES``: ``layout.sql`` (tables, partitions, indexes),
 watermark), ``claim.sql`` (lane reservation, the claim, claim-head settling),
 ``jobs_view.sql`` (the ``awa.jobs`` view and its triggers), ``enqueue.sql`` (a plain batch
 by statement), ``execution.sql`` (the hot path's attempt-closing and attempt-state
-functions; its header says why these statements are functions), ``compat.sql`` (what older
-releases call, as wrappers; ``contract.sql`` drops it) and ``layout_version.sql``
+functions; its header says why these statements are functions), ``arrange.sql`` (jobs
+placed in a given state and ring times set, for tests; the engine never calls it),
+``compat.sql`` (what older releases call, as wrappers; ``contract.sql`` drops it) and
+``layout_version.sql``
 (last: a layout that has it is complete).  Python only reads the files (``script``,
 installed by ``schema.install_sql``) and, from each hot-path function's signature, the
 statement that calls it (``Procedure``); tests/storage/test_installed_sql.py checks what is
@@ -27,7 +29,7 @@ from awa.db import placeholder_format
 
 # Install order.
 FILES = ("layout.sql", "open_receipts.sql", "claim.sql", "jobs_view.sql", "enqueue.sql",
-         "execution.sql", "compat.sql", "layout_version.sql")
+         "execution.sql", "arrange.sql", "compat.sql", "layout_version.sql")
 # What is kept for older releases' runtimes (expand/contract): left out of the install once
 # ``awa migrate --contract`` ran at this layout; ``CONTRACT`` drops it.
 COMPAT = "compat.sql"
