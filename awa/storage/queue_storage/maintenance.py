@@ -21,7 +21,6 @@ from typing import Any
 import psycopg
 
 from awa import config, lifecycle
-from awa.job import JOB_COLUMNS
 from awa.storage.common.collisions import lock_then_apply
 from awa.storage.common.cron import ADVANCE_CRON_JOB
 from awa.storage.common.maintenance import SharedMaintenance
