@@ -7,6 +7,9 @@ two copies drift.  Here it is written once, as a generator of ``Query`` (and
 ``InTransaction``) steps that receives each query's rows as dicts; ``run_sync`` and
 ``run_async`` send the steps down one connection or the other.  The steps themselves never
 touch a connection, so the logic between the statements is the same code on both paths.
+
+Statements themselves live in ``.sql`` files; ``named_statements`` is the one reader of
+files of named queries (``-- name: <name>`` sections).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ so they may delete: a terminal ``done_entries`` row leaves when the job is
 retried, a ``deferred_jobs`` row when it is cancelled.  An available job is
 never deleted from ``ready_entries``: it gets a ``ready_tombstones`` row,
 written while its lane's claim head is locked so no claim can race it.
+The statements are in ``sql/admin.sql``, read by name, but for the redrives, which append to
+a lane through ``enqueue.APPEND_READY``.
 """
 
 from __future__ import annotations

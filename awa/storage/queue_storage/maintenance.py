@@ -7,7 +7,9 @@ same guarded end-of-attempt statements as the hot path, so a completion that
 wins the race leaves nothing to rescue.  Promotion moves due
 ``deferred_jobs`` rows onto their lanes.  Descriptors, runtimes, the DLQ and
 cron schedules live in shared tables: the engine-neutral core's statements
-(``awa.storage.common.maintenance``, ``common.cron``) serve them.
+(``awa.storage.common.maintenance``, ``common.cron``) serve them.  The statements are in
+``sql/maintenance.sql``, read by name, but for promotion's move and the cron runs' insert,
+which append to a lane through ``enqueue.APPEND_READY``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ view here (its queue-storage branches are index-backed: lanes from their
 claim heads, open receipts, leases, done and deferred rows), as this engine's
 own named statements (``awa.storage.common.reads``' templates on that view); the
 rest (runtimes, descriptors, the DLQ, unique claims) are shared tables and
-``common.reads``' statements.
+``common.reads``' statements.  This engine's own statements are in ``sql/reads.sql``, read by
+name, but for the job lists', composed below from the parts that can hold the state asked
+for and the column list each caller reads.
 """
 
 from __future__ import annotations
