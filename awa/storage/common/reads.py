@@ -1,9 +1,10 @@
 """The ops reads every engine serves alike, and the pieces of the others they share.
 
 Statements on the shared tables (the DLQ, runtimes, descriptors, unique claims) and on each
-engine's ``awa.jobs`` view are written once, in ``sql/reads.sql``; the reads of an engine's own relation of
-job rows are templates on ``{table}``, each engine naming its relation (canonical:
-``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named constants.
+engine's ``awa.jobs`` view are written once, in ``sql/reads.sql``; the reads of an engine's
+own relation of job rows are templates on ``{table}``, each engine naming its relation
+(canonical: ``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named
+constants.
 ``SharedReads`` is the ``OpsReads`` methods on them; an engine adds the rest.  Nothing here
 imports an engine.
 """
