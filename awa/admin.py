@@ -17,7 +17,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, lifecycle, recording
-from awa.bulk import BulkFilter, Target, select_targets
+from awa.bulk_selection import BulkFilter, Target, select_targets
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, ValidationError
 from awa.known_queues import read_known_queues
 from awa.serialization import encode_args
@@ -344,7 +344,7 @@ class AdminMixin:
         recording.record_jobs_dlq_moved(moved, reason)
         return sum(c.count for c in moved)
 
-    # -- bulk commands: exactly what they touch (awa.bulk) ---------------------------
+    # -- bulk commands: exactly what they touch (awa.bulk_selection) ------------------
     async def select_bulk(self, flt: BulkFilter, *,
                           limit: int = config.BULK_SELECT_LIMIT) -> list[Target]:
         """The DLQ entries or failed jobs ``flt`` selects (what a ``--dry-run`` lists)."""

@@ -7,7 +7,7 @@ the phase recorded in ``awa_adopt.adoption``):
    live (its ``awa.runtime_instances`` row seen within
    ``config.ADOPT_LIVE_SNAPSHOT_INTERVALS`` of its own snapshot interval)
    unless ``force``; lock the tables a starting 0.6.9 runtime writes; stage
-   every job and table (``awa.storage.rust_core.adopt``); rename the Rust
+   every job and table (``awa.storage.adopt``, the Rust side); rename the Rust
    schema ``awa`` to ``awa_rust_core``, untouched.
 2. **layout**: our ``awa migrate`` for the target engine.
 3. **copy**: the engine writes the staged rows (``adopt_staged``); its counts
@@ -17,7 +17,7 @@ the phase recorded in ``awa_adopt.adoption``):
 is the one the real run ends with.  ``abort`` gives schema ``awa`` back to the
 Rust core (0.6.9 workers run on it again); ``finalize`` drops what adoption
 kept.  Nothing here runs SQL on job tables itself: the Rust side and the
-target engine do (``awa/storage``).
+target engine do, reached through ``awa.storage.adopt`` only.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 
 from awa import config, db, storage
 from awa.job import AwaError, ValidationError
 from awa.storage import CANONICAL, QUEUE_STORAGE, RUST_CORE, describe_layout
-from awa.storage.rust_core import adopt as rust
+from awa.storage import adopt as store
 
 STAGED, LAID_OUT, ADOPTED = "staged", "laid_out", "adopted"
 ENGINE_TARGETS = (QUEUE_STORAGE, CANONICAL)  # engines that can take staged rows (AdoptTarget)
@@ -80,7 +80,7 @@ def _target(engine: str, state: str) -> str:
     return TABLE_TARGETS.get(engine, {}).get(state, "jobs_hot")
 
 
-def _report(engine: str, counts: rust.StagedCounts) -> AdoptReport:
+def _report(engine: str, counts: store.StagedCounts) -> AdoptReport:
     return AdoptReport(engine, [(s, f, _target(engine, s), n) for s, f, n in counts.moves],
                        dict(counts.tables), list(counts.cannot), counts.states, counts.next_id)
 
@@ -103,15 +103,15 @@ async def _check_rust_layout(conn: psycopg.AsyncConnection[Any]) -> None:
         raise AdoptRefused(f"nothing to adopt: this database is not laid out by the Rust-core "
                            f"awa 0.6 ({what}, {layout.distribution or 'nobody'}); nothing "
                            f"changed")
-    if layout.schema_version != rust.RUST_VERSION:
+    if layout.schema_version != store.RUST_VERSION:
         raise AdoptRefused(f"the Rust-core layout is at migration version "
                            f"{layout.schema_version}; awa adopt takes version "
-                           f"{rust.RUST_VERSION} (awa 0.6.9): run 0.6.9's `awa migrate` first; "
+                           f"{store.RUST_VERSION} (awa 0.6.9): run 0.6.9's `awa migrate` first; "
                            f"nothing changed")
 
 
 async def _refuse_if_live(conn: psycopg.AsyncConnection[Any], force: bool) -> list[str]:
-    live = await rust.live_runtimes(conn, config.ADOPT_LIVE_SNAPSHOT_INTERVALS)
+    live = await store.live_runtimes(conn, config.ADOPT_LIVE_SNAPSHOT_INTERVALS)
     names = [f"{r['hostname'] + ' ' if r['hostname'] else ''}pid {r['pid']} "
              f"({'shutting down, ' if r['shutting_down'] else ''}"
              f"seen {r['seen_s_ago']:.0f} s ago)" for r in live]
@@ -126,14 +126,6 @@ async def _refuse_if_live(conn: psycopg.AsyncConnection[Any], force: bool) -> li
     return names
 
 
-def _target_of(engine: Any) -> rust.AdoptTarget:
-    if engine.name == QUEUE_STORAGE:
-        from awa.storage.queue_storage.adopt import QueueStorageAdopt
-
-        return QueueStorageAdopt(engine)
-    return cast(rust.AdoptTarget, engine)
-
-
 async def _connect(url: str) -> psycopg.AsyncConnection[Any]:
     return await db.connect(url, config.APP_NAME_CLI)
 
@@ -143,7 +135,7 @@ async def dry_run(url: str, engine: str = config.DEFAULT_STORAGE_ENGINE) -> Adop
     _check_engine(engine)
     conn = await _connect(url)
     try:
-        recorded = await rust.adoption(conn)
+        recorded = await store.adoption(conn)
         if recorded is not None:
             raise AdoptRefused(f"an adoption is already under way (phase {recorded['phase']}): "
                                f"run `awa adopt` to finish it, `awa adopt --abort` to undo it "
@@ -152,7 +144,7 @@ async def dry_run(url: str, engine: str = config.DEFAULT_STORAGE_ENGINE) -> Adop
         await conn.execute("BEGIN")
         try:
             live = await _refuse_if_live(conn, force=True)
-            counts = await rust.stage(conn, retention_s=config.COMPLETED_RETENTION_HOURS * 3600,
+            counts = await store.stage(conn, retention_s=config.COMPLETED_RETENTION_HOURS * 3600,
                                       retention_reason=_retention_reason())
         finally:
             await conn.execute("ROLLBACK")
@@ -175,23 +167,23 @@ async def adopt(url: str, engine: str = config.DEFAULT_STORAGE_ENGINE, *,
         raise ValidationError(f"until: {STAGED!r} or {LAID_OUT!r}, not {until!r}")
     conn = await _connect(url)
     try:
-        recorded = await rust.adoption(conn)
+        recorded = await store.adoption(conn)
         if recorded is None:
             await _check_rust_layout(conn)
             async with conn.transaction():
-                await rust.lock(conn)
+                await store.lock(conn)
                 await _refuse_if_live(conn, force)
                 try:
-                    await rust.lock_rust_tables(conn)
+                    await store.lock_rust_tables(conn)
                 except psycopg.errors.LockNotAvailable as exc:
                     raise AdoptRefused("the Rust-core tables are in use (a 0.6.9 runtime or "
                                        "tool is connected): stop it and run awa adopt again; "
                                        "nothing changed") from exc
-                counts = await rust.stage(
+                counts = await store.stage(
                     conn, retention_s=config.COMPLETED_RETENTION_HOURS * 3600,
                     retention_reason=_retention_reason())
-                await rust.record(conn, engine=engine, next_id=counts.next_id)
-            recorded = await rust.adoption(conn)
+                await store.record(conn, engine=engine, next_id=counts.next_id)
+            recorded = await store.adoption(conn)
             assert recorded is not None  # just written
         if until == recorded["phase"]:
             return None
@@ -200,16 +192,16 @@ async def adopt(url: str, engine: str = config.DEFAULT_STORAGE_ENGINE, *,
         if recorded["phase"] == STAGED:
             await storage.migrate(conn, engine)
             async with conn.transaction():
-                await rust.set_phase(conn, LAID_OUT)
+                await store.set_phase(conn, LAID_OUT)
             recorded["phase"] = LAID_OUT
             if until == LAID_OUT:
                 return None
         if recorded["phase"] == LAID_OUT:
             async with conn.transaction():
-                await rust.lock(conn)
-                target = _target_of(await storage.open_engine(conn))
-                await target.adopt_staged(conn, rust.STAGING, int(recorded["next_id"]))
-                staged = _report(engine, await rust.staged_counts(conn))
+                await store.lock(conn)
+                target = store.target(await storage.open_engine(conn))
+                await target.adopt_staged(conn, store.STAGING, int(recorded["next_id"]))
+                staged = _report(engine, await store.staged_counts(conn))
                 staged.next_id = int(recorded["next_id"])
                 states, tables = await target.adopted_counts(conn)
                 if states != staged.states:
@@ -217,7 +209,7 @@ async def adopt(url: str, engine: str = config.DEFAULT_STORAGE_ENGINE, *,
                                        f"staged ones {staged.states}: rolled back this phase; "
                                        f"`awa adopt --abort` restores the Rust-core layout")
                 staged.tables = {k: tables.get(k, 0) for k in staged.tables}
-                await rust.set_phase(conn, ADOPTED, json.dumps(staged.as_dict()))
+                await store.set_phase(conn, ADOPTED, json.dumps(staged.as_dict()))
             return staged
         done = AdoptReport(engine, states=(recorded["report"] or {}).get("states") or {})
         raise AdoptRefused(f"already adopted ({done.states_line()}): "
@@ -234,8 +226,8 @@ async def _locked(url: str) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any],
     conn = await _connect(url)
     try:
         async with conn.transaction():
-            await rust.lock(conn)
-            yield conn, await rust.adoption(conn)
+            await store.lock(conn)
+            yield conn, await store.adoption(conn)
     finally:
         await conn.close()
 
@@ -243,12 +235,12 @@ async def _locked(url: str) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any],
 async def abort(url: str) -> str:
     """Give schema ``awa`` back to the Rust core: 0.6.9 workers run on it again."""
     async with _locked(url) as (conn, recorded):
-        if recorded is None or not await rust.schema_exists(conn, rust.STASH):
+        if recorded is None or not await store.schema_exists(conn, store.STASH):
             raise AdoptRefused("no adoption to abort (or it was finalized): nothing changed")
-        ours = await rust.schema_exists(conn, "awa")
-        await rust.restore(conn, ours_present=ours)
+        ours = await store.schema_exists(conn, "awa")
+        await store.restore(conn, ours_present=ours)
     return (f"aborted: schema awa is the Rust-core awa 0.6.9's again (from "
-            f"{rust.STASH}); awa-py's layout{' dropped' if ours else ' was not created'}")
+            f"{store.STASH}); awa-py's layout{' dropped' if ours else ' was not created'}")
 
 
 async def finalize(url: str) -> str:
@@ -259,6 +251,6 @@ async def finalize(url: str) -> str:
         if recorded["phase"] != ADOPTED:
             raise AdoptRefused(f"the adoption is not finished (phase {recorded['phase']}): "
                                f"run `awa adopt` (or `awa adopt --abort`); nothing changed")
-        await rust.drop(conn, recorded["rust_queue_storage_schema"],
-                        await rust.schema_exists(conn, rust.STASH))
-    return f"finalized: dropped the Rust-core tables ({rust.STASH}) and {rust.STAGING}"
+        await store.drop(conn, recorded["rust_queue_storage_schema"],
+                        await store.schema_exists(conn, store.STASH))
+    return f"finalized: dropped the Rust-core tables ({store.STASH}) and {store.STAGING}"

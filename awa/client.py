@@ -29,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa import config, db, schema
 from awa.admin import AdminMixin
-from awa.batch import BatchMixin
+from awa.batch_operations import BatchOperationsMixin
 from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.descriptors import DescriptorMixin
@@ -37,7 +37,7 @@ from awa.producer import ProducerMixin, Transaction
 from awa.storage import forget_engine, open_engine
 from awa.storage import migrate as storage_migrate
 from awa.storage.engine import Engine
-from awa.transition import StorageTransitionMixin
+from awa.storage_transition import StorageTransitionMixin
 from awa.worker import WorkerMixin
 
 # Set by launchers that load an application's client only to point it elsewhere.
@@ -61,7 +61,7 @@ def clients_built_unconnected() -> Iterator[None]:
 
 @db.database_errors_raise_awa
 class AsyncClient(ProducerMixin, AdminMixin, WorkerMixin, CronMixin, DescriptorMixin,
-                  CallbackMixin, StorageTransitionMixin, BatchMixin):
+                  CallbackMixin, StorageTransitionMixin, BatchOperationsMixin):
     def __init__(self, database_url: str | None = None,
                  max_connections: int = config.MAX_CONNECTIONS, *,
                  application_name: str = config.APP_NAME_WORKER,

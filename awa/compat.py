@@ -4,8 +4,8 @@
 * ``migrate(database_url)``, awaitable as in the reference.
 
 The storage-transition members of the clients (``storage_status``, ``install_queue_storage``,
-``prepare_queue_storage_schema``, ``flush_admin_metadata``) are ``awa.transition``'s mixin:
-this module builds a client, so the client cannot be built from this module.
+``prepare_queue_storage_schema``, ``flush_admin_metadata``) are ``awa.storage_transition``'s
+mixin: this module builds a client, so the client cannot be built from this module.
 """
 
 from __future__ import annotations

@@ -228,7 +228,8 @@ SERVE_MAX_BODY_BYTES = 2 * 1024 * 1024  # a request body past this is 413 (axum'
 SERVE_LIST_ARGS_CAP_BYTES = TUI_VALUE_CAP_BYTES  # /api/jobs, /api/dlq: bigger args are a marker
 # Worker health endpoints (/healthz, /readyz): off unless an address is given.
 HEALTH_ADDR_ENV = "AWA_HEALTH_ADDR"
-# Durable batch operations (awa.batch): run by the maintenance leader, a tick per interval.
+# Durable batch operations (awa.batch_operations): run by the maintenance leader, a tick per
+# interval.
 BATCH_OPERATIONS_INTERVAL_MS = 1_000
 BATCH_OP_CHUNK_SIZE = 500  # items changed (and recorded) per transaction
 BATCH_OP_SCAN_PAGE = 10_000  # matching ids recorded per scan transaction

@@ -3,7 +3,7 @@
 A stored error text is normalized by masking what varies between occurrences of
 the same cause -- quoted literals, paths and file names, UUIDs, hex values,
 numbers -- and hashed.  Pure functions only: the DLQ read model, the CLI's bulk
-commands (awa.bulk, ``--fingerprint``) and
+commands (awa.bulk_selection, ``--fingerprint``) and
 ``diagnose dlq`` group their rows with ``group_errors`` (issue 17, item 4).
 """
 

@@ -476,11 +476,6 @@ def prometheus_series(entry: MetricSpec) -> tuple[str, ...]:
     return (base,)
 
 
-def prometheus_type(entry: MetricSpec) -> str:
-    """The Prometheus TYPE (an up-down counter is exported as a gauge)."""
-    return {"counter": "counter", "histogram": "histogram"}.get(entry.kind, "gauge")
-
-
 _BY_NAME = {entry.name: entry for entry in ALL_METRICS}
 _BY_PROMETHEUS = {prometheus_name(entry): entry for entry in ALL_METRICS}
 assert len(_BY_NAME) == len(ALL_METRICS), "duplicate metric name in the catalogue"

@@ -97,15 +97,6 @@ def encode_args(args: Any) -> dict[str, Any]:
         raise _not_json(args, exc) from None
 
 
-def encode_args_json(args: Any) -> str:
-    """The args as a compact JSON text (the form COPY and unnest arrays take)."""
-    plain = _plain_object(args)
-    try:
-        return json.dumps(plain, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise _not_json(args, exc) from None
-
-
 def canonical_json(value: Any) -> str:
     """Sorted keys, compact separators: the bytes the unique key hashes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)

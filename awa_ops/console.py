@@ -24,9 +24,9 @@ import psycopg
 
 from awa import config, lifecycle, schema
 from awa.admin import AdminMixin
-from awa.batch import BatchMixin
-from awa.bulk import DLQ as DLQ_PLACE
-from awa.bulk import BulkFilter
+from awa.batch_operations import BatchOperationsMixin
+from awa.bulk_selection import DLQ as DLQ_PLACE
+from awa.bulk_selection import BulkFilter
 from awa.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa.job import JOB_COLUMNS
 from awa.known_queues import has_waiting, known_queues, unserved_queues
@@ -688,7 +688,7 @@ class FilterPreview:
 
 
 def batch_filter(flt: JobFilter) -> dict[str, Any]:
-    """A jobs-screen filter as a batch operation's filter (awa.batch.FILTER_KEYS)."""
+    """A jobs-screen filter as a batch operation's filter (awa.batch_operations.FILTER_KEYS)."""
     return {"state": flt.state, "kind": flt.kind, "queue": flt.queue, "tag": flt.tag}
 
 
@@ -706,8 +706,9 @@ def describe_batch_operation(op: dict[str, Any]) -> str:
             f"{op['skipped']} skipped, {op['errored']} errored)")
 
 
-class ConsoleActions(AdminMixin, BatchMixin):
-    """The CLI's admin functions (awa.admin, awa.batch), run on the console's own session.
+class ConsoleActions(AdminMixin, BatchOperationsMixin):
+    """The CLI's admin functions (awa.admin, awa.batch_operations), run on the console's own
+    session.
 
     Each action is one bounded write transaction (``OpsSession.write``), so a
     bulk action applies to all tagged rows or to none; on a ``--read-only``
@@ -808,7 +809,8 @@ class ConsoleActions(AdminMixin, BatchMixin):
                            cap: int = config.SERVE_BULK_PREVIEW_MAX) -> tuple[list[int], bool]:
         """The DLQ entries the screen's filter (queue, kind, reason, cause) selects now, newest
         first, at most ``cap`` (and whether there were more): the one selection rule of
-        ``awa dlq retry-bulk|purge`` (awa.bulk), so the console acts on what the CLI would."""
+        ``awa dlq retry-bulk|purge`` (awa.bulk_selection), so the console acts on what the CLI
+        would."""
         async with self.session.read():
             found = await self.select_bulk(BulkFilter(DLQ_PLACE, kind=flt.kind, queue=flt.queue,
                                                       reason=flt.reason,

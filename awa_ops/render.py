@@ -130,17 +130,6 @@ def render_result(console: Console, result: CheckResult, verbose: bool = False) 
     console.print(Panel(body, title=title, title_align="left", border_style=STYLE[result.severity]))
 
 
-def render_summary(console: Console, results: list[CheckResult]) -> None:
-    table = Table(title="awa-ops diagnose all", show_lines=False)
-    table.add_column("check", style="bold")
-    table.add_column("status")
-    table.add_column("what was seen", overflow="fold")
-    table.add_column("ms", justify="right")
-    for r in results:
-        table.add_row(r.check, severity_text(r.severity), r.headline(), f"{r.duration_ms:.0f}")
-    console.print(table)
-
-
 def render_all(console: Console, results: list[CheckResult], verbose: bool = False) -> None:
     """``diagnose all``: one line per check, then each problem once, compactly (its
     evidence one row per item; evidence another check already showed is not repeated)."""

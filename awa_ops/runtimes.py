@@ -131,19 +131,10 @@ def attempt_timing(runtimes: Sequence[Any], queue: str, claimed_by: str | None, 
                           fallback=fallback)
 
 
-def queue_servers(instances: list[RuntimeInstance], queue: str) -> list[RuntimeInstance]:
-    """The runtimes that serve ``queue`` (an empty queue list serves any), live ones first
-    considered: when none is live, every registered one that served it."""
-    serving = [r for r in instances if not r.queues or queue in r.queues]
-    live = [r for r in serving if runtime_live(r.last_seen_age_s, r.snapshot_interval_ms)]
-    return live or serving
-
-
 # --- the one running-attempt classifier ---------------------------------------
 
 # Running-attempt classes, worst first.
 OVERDUE, ORPHANED, STALE, ALIVE = "overdue", "orphaned", "stale", "alive"
-CLASSES = (OVERDUE, ORPHANED, STALE, ALIVE)
 # How `awa-ops diagnose stuck-running` spells them in its report (the guide's words).
 REPORT_NAMES = {OVERDUE: "deadline overdue", ORPHANED: "orphaned", STALE: "stale",
                 ALIVE: "alive"}

@@ -5,38 +5,25 @@ append-only engine of the troubleshooting guide): running attempts live in
 ``<schema>.leases`` and unmaterialized receipt claims in
 ``<schema>.lease_claims``, where ``<schema>`` is named by
 ``awa.active_queue_storage_schema()`` or ``awa.runtime_storage_backends``.
-The seed's queries are kept verbatim in ``sql/``; ``render`` only swaps the
-queue-storage schema (a quoted identifier) and the guide's ``'<placeholder>'``
-literals (quoted values), never anything a user typed.
+The seed's queries are kept verbatim in ``sql/``; ``render`` only binds the guide's
+``'<placeholder>'`` literals (quoted values), never anything a user typed.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import sql
 
 from awa.statements import run_async
-from awa.storage import CANONICAL, describe_layout, fleet_steps
+from awa.storage import CANONICAL, describe_layout, fleet_steps, read_engine_for
 from awa.storage.engine import ReadEngine
-from awa.storage.rust_core import read_engine_for
 from awa_ops.session import OpsSession, load_sql
 
 QUEUE_STORAGE = "queue_storage"
 NO_SCHEMA = "none"
 CONTROL_SCHEMA = "awa"
-
-# The tables of our queue-storage layout (awa/storage/queue_storage/sql/layout.sql) that
-# move with its schema; everything else the seed names (runtime_instances, queue_meta,
-# descriptors...) stays in ``awa``.
-QUEUE_STORAGE_TABLES = ("leases", "lease_claims", "lease_claim_closures",
-                        "lease_claim_closure_batches", "attempt_state", "deferred_jobs",
-                        "ready_entries", "done_entries", "ready_tombstones")
-# Relations only the Rust-core awa 0.6's queue-storage layout has (ours has none of them): the
-# guide's queries name them, and they are read on a database that layout serves.
-RUST_CORE_QUEUE_STORAGE_TABLES = ("ready_segments", "queue_terminal_count_deltas", "job_id_seq")
 
 PROBE = load_sql("engine_probe")
 ACTIVE_SCHEMA = load_sql("active_queue_storage_schema")
@@ -116,7 +103,7 @@ async def storage_engine(session: OpsSession) -> ReadEngine:
 
     Its methods run on ``session.conn`` inside ``session.read()``, so each
     refresh stays one short read-only transaction.  A database run by the
-    Rust-core awa 0.6 gets its read-only engine (``awa.storage.rust_core``):
+    Rust-core awa 0.6 gets its read-only engine (``awa.storage.read_engine_for``):
     every read there is of that layout, and every write is refused.
     """
     cached: ReadEngine | None = session.cache.get("storage_engine")
@@ -144,30 +131,15 @@ def literal(value: Any) -> str:
     return sql.Literal(value).as_string(None)
 
 
-_QUALIFIED = re.compile(
-    r"\bawa\.(" + "|".join(QUEUE_STORAGE_TABLES + RUST_CORE_QUEUE_STORAGE_TABLES) + r")\b")
-
-
-def render(name: str, *, schema: str = CONTROL_SCHEMA, literals: dict[str, Any] | None = None,
+def render(name: str, *, literals: dict[str, Any] | None = None,
            as_subquery: bool = False) -> str:
-    """A named query with the queue-storage schema and the guide's placeholders bound."""
+    """A named query with the guide's placeholders bound."""
     text = load_sql(name)
-    if schema != CONTROL_SCHEMA:
-        text = _QUALIFIED.sub(lambda m: f"{quote(schema)}.{m.group(1)}", text)
     for placeholder, value in (literals or {}).items():
         text = text.replace(f"'<{placeholder}>'", literal(value))
     if as_subquery:
         text = text.strip().rstrip(";")
     return text
-
-
-async def relation_exists(session: OpsSession, qualified: str) -> bool:
-    key = f"exists:{qualified}"
-    if key not in session.cache:
-        row = await session.fetch_one(RELATION_EXISTS, (qualified,))
-        session.cache[key] = bool(row and row["present"])
-    present: bool = session.cache[key]
-    return present
 
 
 async def column_exists(session: OpsSession, schema: str, table: str, column: str) -> bool:

@@ -15,7 +15,7 @@ of available and scheduled jobs, running, failed, cancelled, DLQ) a database, st
 * ``GET /api/jobs?limit=100``: the first page and page 100 (reached by ``before_id``
   keyset paging), ``--samples`` requests each: p50 / p95.  Target: p50 <= 50 ms.
 * a batch ``set_priority`` (4 -> 3) over ``--batch`` backlog jobs of one queue
-  (``awa.batch``; the maintenance leader's ticks driven back to back in this process, as
+  (``awa.batch_operations``; the maintenance leader's ticks driven back to back in this process, as
   well as by the fleet's own leader): jobs/s;
 * the claim latency of ``--claimers`` workers claiming urgent (priority 1) jobs of that
   same queue throughout -- a claim locks every lane of its queue, the batch's too --
@@ -43,7 +43,8 @@ import httpx
 
 import awa
 import ops
-from awa import batch, config
+from awa import config
+from awa.batch_operations import run_batch_operations
 from awa.storage.engine import AttemptWrite
 
 AWA = Path(sys.executable).with_name("awa")
@@ -193,8 +194,8 @@ async def measure_batch(url: str, args: argparse.Namespace,
         # Ticks back to back, until the operation is finished: the fleet's maintenance
         # leader steps it too (whoever holds the operation's row lock; the other skips).
         while (await client.get_batch_operation(op["id"]))["state"] not in FINISHED:
-            done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(),
-                                                    pace=pace)
+            done = await run_batch_operations(pool, engine, runner=uuid.uuid4(),
+                                              pace=pace)
             if done["steps"] == 0:
                 await asyncio.sleep(0.05)
         took = time.perf_counter() - started

@@ -1,17 +1,23 @@
 """The `awa` command: one module per command group, the shared plumbing in ``options``.
 
-    db.py         awa migrate, awa db
-    adopt.py      awa adopt [--dry-run|--abort|--finalize]
-    jobs.py       awa job list|dump|cancel|retry|retry-failed|discard
-    queues.py     awa queue stats|pause|resume|drain
-    dlq.py        awa dlq depth|list|retry|retry-bulk|purge|move
-    cron.py       awa cron list|remove|pause|resume|trigger
-    callbacks.py  awa callbacks complete|fail|retry|resume|heartbeat|resolve|serve
-    worker.py     awa worker MODULE:CLIENT
-    health.py     awa health: readiness from the database alone (exit 0/1/2)
-    batch.py      awa batch preview|start|status|cancel (durable set_priority / move_queue)
-    storage.py    awa storage status|prepare|enter-mixed|finalize|abort (the live engine switch)
-    options.py    --database-url, --json, run_client, output, the one-line error handling
+    db.py                awa migrate, awa db
+    adopt.py             awa adopt [--dry-run|--abort|--finalize]
+    jobs.py              awa job list|dump|cancel|retry|retry-failed|discard
+    queues.py            awa queue stats|pause|resume|drain
+    dlq.py               awa dlq depth|list|retry|retry-bulk|purge|move
+    cron.py              awa cron list|remove|pause|resume|trigger
+    callbacks.py         awa callbacks complete|fail|retry|resume|heartbeat|resolve|serve
+    worker.py            awa worker MODULE:CLIENT
+    health.py            awa health: readiness from the database alone (exit 0/1/2)
+    batch_operations.py  awa batch preview|start|status|cancel (durable set_priority /
+                         move_queue over a filter: awa.batch_operations)
+    storage.py           awa storage status|prepare|enter-mixed|finalize|abort (the live
+                         engine switch)
+    bulk_selection.py    what the bulk commands (dlq retry-bulk|purge|move, job
+                         retry-failed) share: --fingerprint, --dry-run, --yes
+                         (awa.bulk_selection's rule)
+    options.py           --database-url, --json, run_client, output, the one-line error
+                         handling
 
 Every command is a thin shell over one client method, so the CLI, the TUI
 and awa-ops share one implementation.  A new group is one module here plus
@@ -25,7 +31,7 @@ from __future__ import annotations
 import click
 
 from awa.cli.adopt import adopt_command
-from awa.cli.batch import batch_group
+from awa.cli.batch_operations import batch_group
 from awa.cli.callbacks import callbacks
 from awa.cli.cron import cron
 from awa.cli.db import db_command, migrate

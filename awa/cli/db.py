@@ -16,7 +16,7 @@ import psycopg
 
 from awa import config, db, schema, storage
 from awa.admin import AdminMixin, wrong_state
-from awa.batch import BatchMixin
+from awa.batch_operations import BatchOperationsMixin
 from awa.cli.options import (
     current_database_url,
     database_url_option,
@@ -28,7 +28,7 @@ from awa.cli.options import (
 )
 from awa.job import AwaError, JobNotFound
 from awa.statements import run_async
-from awa.storage import RUST_CORE, StorageLayout, describe_layout
+from awa.storage import RUST_CORE, StorageLayout, describe_layout, rust_core_engine
 from awa.storage.engine import Engine
 
 T = TypeVar("T")
@@ -46,7 +46,7 @@ class _OneConnection:
         yield self.conn
 
 
-class ForeignAdmin(AdminMixin, BatchMixin):
+class ForeignAdmin(AdminMixin, BatchOperationsMixin):
     """The client's admin API over the Rust-core read-only engine, on one read-only connection.
 
     Reads (list/get/dump job, queue stats, DLQ depth/list) answer from that
@@ -67,8 +67,6 @@ class ForeignAdmin(AdminMixin, BatchMixin):
 
 def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:
     """``run_client``, except that a Rust-core database is served by ``ForeignAdmin``."""
-    from awa.storage.rust_core import rust_core_engine
-
     url = resolved_database_url()
     nothing = object()
 

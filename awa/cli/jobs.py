@@ -6,8 +6,8 @@ import click
 from rich.table import Table
 
 from awa import config
-from awa.bulk import FAILED, BulkFilter
-from awa.cli.bulk import fingerprint_option, preview_or_confirm, safety_options
+from awa.bulk_selection import FAILED, BulkFilter
+from awa.cli.bulk_selection import fingerprint_option, preview_or_confirm, safety_options
 from awa.cli.db import apply_admin, run_admin
 from awa.cli.options import (
     database_url_option,

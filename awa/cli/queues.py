@@ -7,7 +7,7 @@ import sys
 import click
 from rich.table import Table
 
-from awa.cli.bulk import safety_options
+from awa.cli.bulk_selection import safety_options
 from awa.cli.db import run_admin
 from awa.cli.options import database_url_option, json_option, print_json, print_table
 

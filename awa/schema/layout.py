@@ -34,7 +34,7 @@ OTHER = "another awa distribution"
 # The Rust core's first migration; seen with its awa.storage_status(), it names the distribution.
 RUST_CORE_FIRST_MIGRATION = "Canonical schema with UI indexes"
 
-QUEUE_STORAGE_LAYOUT_VERSION = 9
+QUEUE_STORAGE_LAYOUT_VERSION = 10
 """The queue-storage layout this code needs (``awa.qs_layout_version()`` says which a database
 has).  Raised with every change to the engine's layout or to a function it calls, so
 that a database laid out by older code is refused with `awa migrate` as the fix
@@ -53,7 +53,10 @@ every ending of an attempt through ``awa.qs_end_attempts`` (``qs_finalize``, ``q
 entry naming its ready entry (``ready_id``; ``awa.qs_done_names_entry``) instead of repeating
 its args, read through ``awa.qs_done_rows``; 9: ``awa.qs_enqueue_plain``, a plain batch's
 reservation and rows in one call returning the count (COPY's paths send their batches as
-arrays: one round trip instead of a reservation, a COPY and a transaction).  Kept here, so that
+arrays: one round trip instead of a reservation, a COPY and a transaction); 10: callbacks
+resolved by ``awa.qs_resolve_callbacks`` over ``awa.qs_end_attempts``, which takes
+``available`` (a fresh start, ``awa.qs_append_ready``), the ``att`` step as
+``awa.qs_attempts``.  Kept here, so that
 checking a database needs no engine loaded; ``awa/storage/queue_storage/sql/layout_version.sql``
 installs the same number (a test checks)."""
 

@@ -9,6 +9,11 @@ users.  ``ENGINES`` maps an engine name to its loader, so a second engine
 plugs in with one entry (and its name in ``layout.ENGINE_NAMES``).  A foreign
 layout, or an engine missing from ``ENGINES``, is refused with one line
 (``ForeignSchema``) and never changed.
+
+Only this package reaches into an engine (``canonical``, ``queue_storage``, ``rust_core``):
+the rest of awa, awa-ops and awa-tui take an engine from ``open_engine``, the
+operators' read side from ``read_engine_for`` (which serves a Rust-core awa 0.6 layout
+too, read-only), and ``awa adopt`` goes through ``awa.storage.adopt``.
 """
 
 from __future__ import annotations
@@ -40,14 +45,15 @@ from awa.schema.layout import (
     describe_layout_sync,
 )
 from awa.statements import Query, Steps, run_async, run_sync
-from awa.storage.engine import Engine
+from awa.storage.engine import Engine, ReadEngine
 
 __all__ = ["CANONICAL", "CONTROL_SCHEMA", "NO_ENGINE", "OTHER", "OURS", "QUEUE_STORAGE",
            "RUST_CORE", "RUST_CORE_FIRST_MIGRATION", "StorageLayout", "classify",
            "describe_layout", "describe_layout_sync", "ENGINES", "engine_for", "open_engine",
-           "open_engine_sync", "forget_engine", "migrate", "migrate_sync",
-           "check_queue_storage_schema", "ConnectionSource", "ContractRefused",
-           "contract_steps", "FleetVersions", "fleet_steps", "transition_status"]
+           "open_engine_sync", "forget_engine", "read_engine_for", "rust_core_engine",
+           "migrate", "migrate_sync", "check_queue_storage_schema", "ConnectionSource",
+           "ContractRefused", "contract_steps", "FleetVersions", "fleet_steps",
+           "transition_status"]
 
 
 def _canonical(schema: str) -> Engine:
@@ -84,6 +90,28 @@ def engine_for(layout: StorageLayout) -> Engine:
     if refused is not None:
         raise refused
     return ENGINES[layout.engine if layout.installed else CANONICAL](layout.schema)
+
+
+def rust_core_engine(layout: StorageLayout) -> Engine:
+    """The read-only engine of a Rust-core layout (``layout.distribution`` is
+    ``rust_core``): an ``Engine`` whose every write is refused in one line naming the
+    Rust-core CLI command (what the CLI's admin commands run on such a database)."""
+    from awa.storage.rust_core import rust_core_engine as reader  # engines load on use
+
+    return reader(layout)
+
+
+def read_engine_for(layout: StorageLayout) -> ReadEngine:
+    """The engine whose read side serves ``layout`` for operators (awa-ops, awa-tui, CLI reads).
+
+    A Rust-core layout gets its read-only engine (``rust_core_engine``); every other
+    layout the engine ``open_engine`` would give (``ForeignSchema`` for one nothing here
+    can read).  Our runtime and client keep going through ``open_engine``, which refuses
+    every foreign layout.
+    """
+    if layout.foreign and layout.distribution == RUST_CORE:
+        return rust_core_engine(layout)
+    return engine_for(layout)
 
 
 class ConnectionSource(Protocol):

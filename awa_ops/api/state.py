@@ -22,12 +22,12 @@ from starlette.responses import JSONResponse
 
 from awa import config, schema
 from awa.admin import AdminMixin
-from awa.batch import BatchMixin
+from awa.batch_operations import BatchOperationsMixin
 from awa.callbacks import CallbackMixin
 from awa.cron import CronMixin
 from awa.storage import open_engine
 from awa.storage.engine import Engine
-from awa.transition import StorageTransitionMixin
+from awa.storage_transition import StorageTransitionMixin
 from awa_ops.api import shapes
 from awa_ops.api.reads import ApiReads
 
@@ -73,7 +73,7 @@ class ApiSettings:
     public_url: str | None = None
 
 
-class Actions(AdminMixin, CronMixin, CallbackMixin, StorageTransitionMixin, BatchMixin):
+class Actions(AdminMixin, CronMixin, CallbackMixin, StorageTransitionMixin, BatchOperationsMixin):
     """The admin layer (awa.admin and its siblings) on the API's pool."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:

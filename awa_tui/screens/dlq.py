@@ -142,8 +142,8 @@ class DlqScreen(JobTableScreen):
 
     def _matching(self, verb: str, act: Callable[[ConsoleActions, list[int]],
                                                  Awaitable[str]]) -> None:
-        """Preview what the filter selects (awa.bulk's rule, as ``awa dlq retry-bulk|purge``),
-        ask with the count and ids, then act on exactly those entries."""
+        """Preview what the filter selects (awa.bulk_selection's rule, as ``awa dlq
+        retry-bulk|purge``), ask with the count and ids, then act on exactly those entries."""
         flt = self.flt
         if not flt.words():
             self.console.say(f"DLQ {verb} by filter: set a filter first (/): queue, kind, "

@@ -2,7 +2,7 @@
 
 Tagged rows are cancelled or retried with c / r; every job the filter matches with C / R
 (previewed, confirmed, then exactly the previewed ids); b starts a durable batch operation
-(set_priority / move_queue, awa.batch) over the filter, B shows them, x cancels one.
+(set_priority / move_queue, awa.batch_operations) over the filter, B shows them, x cancels one.
 """
 
 from __future__ import annotations

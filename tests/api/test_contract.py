@@ -15,7 +15,7 @@ from support.pgcluster import free_port
 from support.rows import job_row
 
 from .conftest import AWA, awa_serve
-from .test_batch_ops import awa_cli
+from .test_batch_operations import awa_cli
 
 NUL = "a\x00b"
 PAST_INT64 = 41018824319302942720  # the id the fuzzer sent

@@ -63,8 +63,9 @@ def imported(tree: ast.AST, name: str, is_package: bool, modules: set[str],
     return {m for m in found if m in modules and m != name}
 
 
-def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
-    files = {module_name(p): p for p in (ROOT / PACKAGE).rglob("*.py")}
+def import_graph(type_checking: bool = False,
+                 packages: tuple[str, ...] = (PACKAGE,)) -> dict[str, set[str]]:
+    files = {module_name(p): p for package in packages for p in (ROOT / package).rglob("*.py")}
     modules = set(files)
     return {name: imported(ast.parse(path.read_text(), str(path)), name,
                            path.name == "__init__.py", modules, type_checking)
@@ -160,8 +161,7 @@ def test_the_engine_neutral_core_imports_no_engine():
 
 
 def test_the_two_engines_import_each_other_nowhere():
-    """Canonical and queue storage each stand on ``awa.storage.common``, never on each other;
-    and nothing in ``awa`` outside ``awa.storage`` reaches into canonical."""
+    """Canonical and queue storage each stand on ``awa.storage.common``, never on each other."""
     canonical, queue_storage = "awa.storage.canonical", "awa.storage.queue_storage"
     graph = import_graph()
 
@@ -172,6 +172,15 @@ def test_the_two_engines_import_each_other_nowhere():
 
     assert reaching(canonical, queue_storage) == {}
     assert reaching(queue_storage, canonical) == {}
-    outside = {m: t for m, t in reaching("awa", canonical).items()
-               if not m.startswith("awa.storage")}
-    assert outside == {}
+
+
+def test_only_awa_storage_reaches_into_an_engine():
+    """``awa``, ``awa_ops`` and ``awa_tui`` get an engine from ``awa.storage`` (``open_engine``,
+    ``read_engine_for``, ``rust_core_engine``; ``awa adopt`` through ``awa.storage.adopt``):
+    outside ``awa/storage/`` no module imports an engine's package (docs/architecture.md §2)."""
+    engines = ("awa.storage.canonical", "awa.storage.queue_storage", "awa.storage.rust_core")
+    graph = import_graph(packages=("awa", "awa_ops", "awa_tui"))
+    assert {"awa_ops.storage", "awa_tui.app", "awa.adopt"} <= set(graph)  # all three were read
+    outside = {m: sorted(t for t in ts if t.startswith(engines)) for m, ts in graph.items()
+               if m != "awa.storage" and not m.startswith("awa.storage.")}
+    assert {m: t for m, t in outside.items() if t} == {}

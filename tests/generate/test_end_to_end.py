@@ -80,7 +80,7 @@ def start_exporter(database_url: str, port: int) -> subprocess.Popen:
                              database_url, "--listen", f"127.0.0.1:{port}",
                              "--heartbeat-staleness", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # generous: a process start on a loaded 2-core machine
     stderr = proc.stderr
     assert stderr is not None  # stderr=PIPE
     while True:

@@ -1,4 +1,4 @@
-"""Durable batch operations (awa.batch) on both engines: preview, submit, the chunked
+"""Durable batch operations (awa.batch_operations) on both engines: preview, submit, the chunked
 runner, cancellation, refusals, and a chunk racing a claim."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import awa
-from awa import batch
+from awa.batch_operations import FILTER_KEYS, run_batch_operations
 from awa.storage.engine import ChunkOutcome
 from support.arrange import insert_job
 from support.rows import job_row
@@ -24,7 +24,7 @@ async def run_until_idle(client: awa.AsyncClient, **kw) -> dict[str, float]:
     pool, engine = await client._get_pool(), await client._get_engine()
     total: dict[str, float] = {"processed": 0, "skipped": 0, "errored": 0, "finished": 0}
     for _ in range(1_000):
-        done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), **kw)
+        done = await run_batch_operations(pool, engine, runner=uuid.uuid4(), **kw)
         for k in total:
             total[k] += done[k]
         if done["steps"] == 0:
@@ -50,7 +50,7 @@ async def test_move_queue_previews_then_moves_exactly_the_matching_jobs(client, 
                                              submitted_by="tester")
     assert op["state"] == "pending" and op["spec"] == {"op_kind": "move_queue",
                                                        "queue": "dst", "priority": 1}
-    assert set(op["filter"]) == set(batch.FILTER_KEYS)
+    assert set(op["filter"]) == set(FILTER_KEYS)
     done = await run_until_idle(client, chunk=64, scan_page=100)
     assert done["processed"] == 250 and done["finished"] == 1
     final = await client.get_batch_operation(op["id"])
@@ -91,7 +91,7 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
     op = await client.submit_batch_operation("move_queue", {"queue": "src"}, {"queue": "dst"})
     pool, engine = await client._get_pool(), await client._get_engine()
     while (await client.get_batch_operation(op["id"]))["state"] != "running":
-        await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
+        await run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
 
     async def one_chunk() -> ChunkOutcome | None:
         async with pool.connection() as conn, conn.transaction():
@@ -152,8 +152,8 @@ async def test_cancelling_stops_an_operation_and_skips_what_is_left(client, db, 
     for _ in range(10):  # one step each: pending -> scanning -> ... -> running
         if (await client.get_batch_operation(op["id"]))["state"] == "running":
             break
-        await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), chunk=10,
-                                         budget_s=0.0)
+        await run_batch_operations(pool, engine, runner=uuid.uuid4(), chunk=10,
+                                   budget_s=0.0)
     assert (await client.get_batch_operation(op["id"]))["state"] == "running"
     async with pool.connection() as conn, conn.transaction():
         active = await engine.batch_next_active(conn)
@@ -207,8 +207,8 @@ async def test_the_runner_rests_pace_times_each_step(client, db, engine_name):
                                             {"priority": 1 if pace else 2})
         busy = rested = steps = 0.0
         while True:
-            done = await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(),
-                                                    chunk=20, budget_s=0.0, pace=pace)
+            done = await run_batch_operations(pool, engine, runner=uuid.uuid4(),
+                                              chunk=20, budget_s=0.0, pace=pace)
             if done["steps"] == 0:
                 break
             busy, rested, steps = busy + done["busy_s"], rested + done["rested_s"], steps + 1
@@ -233,7 +233,7 @@ async def test_a_scanned_operation_leaves_the_ready_entries_analysed(client, db)
     op = await client.submit_batch_operation("set_priority", {"queue": "src"}, {"priority": 1})
     pool, engine = await client._get_pool(), await client._get_engine()
     while (await client.get_batch_operation(op["id"]))["state"] != "running":
-        await batch.run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
+        await run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
     assert before == 0
     assert db.execute(stats).fetchone()["n"] > 0
 

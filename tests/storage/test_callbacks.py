@@ -131,6 +131,7 @@ async def test_park_for_callback_moves_the_attempt_to_waiting_external(engine, a
 
 async def test_complete_external_then_already_resolved(engine, aconn, hold):
     job_id, _lease, cid = await registered(engine, aconn, hold)
+    runner = (await job_row(aconn, job_id))["claimed_by"]
     done = await engine.complete_external(aconn, cid, result(cid, "complete", {"receipt": 7}))
     assert done is not None and done.id == job_id
     assert done.state is awa.JobState.Completed and done.queue == QUEUE and done.kind == "held"
@@ -139,6 +140,8 @@ async def test_complete_external_then_already_resolved(engine, aconn, hold):
     assert row["callback_timeout_at"] is None and row["deadline_at"] is None
     assert row["metadata"][CALLBACK_RESULT_KEY] == {"receipt": 7}
     assert row["callback_id"] == cid  # kept as a record
+    # The runtime that ran the attempt stays on record, as when its handler completes it.
+    assert runner is not None and row["claimed_by"] == runner
 
     # A second resolution of any kind matches nothing: never a double transition.
     assert await engine.complete_external(aconn, cid, result(cid, "complete", None)) is None
@@ -152,10 +155,12 @@ async def test_complete_external_then_already_resolved(engine, aconn, hold):
 
 async def test_fail_external_records_the_error_for_the_attempt(engine, aconn, hold):
     job_id, _lease, cid = await registered(engine, aconn, hold)
+    runner = (await job_row(aconn, job_id))["claimed_by"]
     failed = await engine.fail_external(aconn, cid, {"error": "card declined", "terminal": True})
     assert failed is not None and failed.state is awa.JobState.Failed
     row = await job_row(aconn, job_id)
     assert row["state"] == "failed" and row["callback_timeout_at"] is None
+    assert runner is not None and row["claimed_by"] == runner
     [entry] = row["errors"]
     assert entry["error"] == "card declined" and entry["attempt"] == row["attempt"] == 1
     assert await engine.fail_external(aconn, cid, {"error": "again"}) is None

@@ -29,7 +29,7 @@ import pytest
 
 from awa.schema import catalogue
 from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
-from awa.storage.queue_storage import execution, procedures
+from awa.storage.queue_storage import procedures
 
 SCHEMA_DIR = Path(catalogue.__file__).parent
 QUEUE_STORAGE_SQL = Path(procedures.__file__).parent / "sql"
@@ -183,16 +183,7 @@ def test_the_queue_storage_layout_version_is_the_codes():
     assert f"$$ SELECT {QUEUE_STORAGE_LAYOUT_VERSION} $$" in text
 
 
-def test_the_callback_statements_end_attempts_as_the_installed_functions_do():
-    """The callback statements (sent as SQL) are built from ``execution._END``; the installed
-    attempt-ending function writes the same CTEs out.  With each ``%(name)s`` placeholder
-    as the function's parameter ``p_name``, ``_END`` is in it as written."""
-    end = re.sub(r"%\((\w+)\)s", r"p_\1", execution._END).strip()
-    defs = definitions(SOURCES["queue_storage"])
-    assert end in defs[("function", "awa.qs_end_attempts")].sql
-
-
-# Statements calling the open-receipt rule and the attempt step built on it, as the
+# Statements calling the open-receipt rule and the attempt steps built on it, as the
 # attempt-ending functions and the callback registration do.
 _RULE_CALLS = {
     "qs_receipt_is_open": """
@@ -203,6 +194,8 @@ SELECT c.job_id, o.is_open FROM awa.lease_claims c
     "qs_attempt_receipt": """
 SELECT u.*, c.* FROM unnest('{1,2}'::bigint[], '{1,1}'::bigint[]) AS u(id, lease)
  CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c""",
+    "qs_attempts": """
+SELECT * FROM awa.qs_attempts('{1,2}', '{1,1}', '{}', '{}', '{}', '{}', '{}')""",
 }
 
 
@@ -223,10 +216,11 @@ def _calls_and_relations(conn: psycopg.Connection, statement: str) -> tuple[set,
 
 @pytest.mark.parametrize("engine_name", ["queue_storage"])
 def test_the_open_receipt_rule_is_inlined_where_it_is_used(engine_name, database_url):
-    """awa.qs_receipt_is_open is the rule's one copy, and awa.qs_attempt_receipt the one
-    ``att`` step, only because the planner inlines them: the caller's plan probes the claim
-    and closure tables itself, with no function call per receipt.  The same function made
-    VOLATILE (in a rolled-back transaction) shows the call."""
+    """awa.qs_receipt_is_open is the rule's one copy, and awa.qs_attempt_receipt and
+    awa.qs_attempts (a batch's attempts over it) the one ``att`` step, only because the
+    planner inlines them: the caller's plan probes the claim and closure tables itself, with
+    no function call per receipt.  The same function made VOLATILE (in a rolled-back
+    transaction) shows the call."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         for name, statement in _RULE_CALLS.items():
             calls, relations = _calls_and_relations(conn, statement)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import awa
-from awa import batch
+from awa.batch_operations import run_batch_operations
 from support.rows import job_row
 from tui.conftest import add_dlq, add_job, press, running_console, screen_text
 
@@ -97,8 +97,7 @@ async def test_batch_operation_from_the_console(database_url, db, engine):
         client = awa.AsyncClient(database_url)
         try:
             pool, engine_ = await client._get_pool(), await client._get_engine()
-            while (await batch.run_batch_operations(pool, engine_, runner=uuid.uuid4()))[
-                    "steps"]:
+            while (await run_batch_operations(pool, engine_, runner=uuid.uuid4()))["steps"]:
                 pass
         finally:
             await client.close()

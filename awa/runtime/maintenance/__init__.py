@@ -22,7 +22,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from awa import batch, config, db, recording
+from awa import config, db, recording
+from awa.batch_operations import run_batch_operations
 from awa.runtime.health import Health
 from awa.runtime.leader import LeaderElector, leader_application_name
 from awa.runtime.maintenance import aging, cron, descriptors, promote, rescue, retention
@@ -128,8 +129,8 @@ class MaintenanceService:
             Branch("queue_health", s.queue_health_interval_ms,
                    lambda: self.queue_health.publish(pool, engine=engine)),
             Branch("batch_operations", s.batch_operations_interval_ms,
-                   lambda: batch.run_batch_operations(pool, engine, runner=self.instance_id,
-                                                      pace=s.batch_operations_pace)),
+                   lambda: run_batch_operations(pool, engine, runner=self.instance_id,
+                                                pace=s.batch_operations_pace)),
         ) if b.interval_ms > 0]
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from awa.storage.canonical.admin import CanonicalAdmin
 from awa.storage.canonical.adopt import CanonicalAdopt
+from awa.storage.canonical.batch_operations import CanonicalBatchOperations
 from awa.storage.canonical.callbacks import CanonicalCallbacks
 from awa.storage.canonical.cron_admin import CanonicalCronAdmin
 from awa.storage.canonical.enqueue import CanonicalEnqueue
@@ -16,8 +17,9 @@ from awa.storage.canonical.maintenance import CanonicalMaintenance
 from awa.storage.canonical.reads import CanonicalReads
 
 
-class CanonicalEngine(CanonicalEnqueue, CanonicalExecution, CanonicalMaintenance, CanonicalAdmin,
-                      CanonicalCallbacks, CanonicalCronAdmin, CanonicalReads, CanonicalAdopt):
+class CanonicalEngine(CanonicalBatchOperations, CanonicalEnqueue, CanonicalExecution,
+                      CanonicalMaintenance, CanonicalAdmin, CanonicalCallbacks, CanonicalCronAdmin,
+                      CanonicalReads, CanonicalAdopt):
     """The row-per-job engine behind ``awa.storage.engine.Engine``."""
 
     name = "canonical"

@@ -22,7 +22,6 @@ from psycopg import errors as pg_errors
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
-from awa.storage.canonical.batch import CanonicalBatch
 from awa.storage.common.admin import (
     DLQ_IDS,
     NON_ID_COLUMNS,
@@ -169,7 +168,6 @@ hot AS (
 )
 SELECT * FROM hot UNION ALL SELECT * FROM later"""
 RETRY_FROM_DLQ = _REDRIVE_FROM.format(filter="job_id = %(id)s")
-BULK_RETRY_FROM_DLQ = _REDRIVE_FROM  # .format(filter=<constant fragments>)
 RETRY_FROM_DLQ_IDS = _REDRIVE_FROM.format(filter="job_id = ANY(%(ids)s::bigint[])")
 
 _TO_DLQ = f"""
@@ -185,7 +183,7 @@ MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM mov
 BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
                            "GROUP BY kind, queue")  # .format(filter=<constant fragments>)
 
-class CanonicalAdmin(SharedAdmin, CanonicalBatch):
+class CanonicalAdmin(SharedAdmin):
     """The admin group of the Engine protocol on the canonical engine."""
 
     # -- jobs --------------------------------------------------------------

@@ -32,7 +32,7 @@ from awa.storage.engine.admin import (
     QueueStat,
     RetryFailedResult,
 )
-from awa.storage.engine.batch import (
+from awa.storage.engine.batch_operations import (
     BATCH_OPERATION_COLUMNS,
     BatchOperation,
     BatchOps,

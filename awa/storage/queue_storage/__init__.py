@@ -23,7 +23,7 @@ on this engine:
    holding its lane's claim-head lock, with a snapshot taken after the lock
    (every earlier claim's receipts visible); every other writer that removes or
    moves a ready entry (admin, the ``awa.jobs`` triggers) takes the same lock
-   first (so does a batch operation moving a job to another lane: ``batch_ops``).
+   first (so does a batch operation moving a job to another lane: ``batch_operations``).
    Nothing re-appends a waiting entry behind the claims' back: priority aging
    is applied at claim time (``awa.qs_aged_priority``), never by moving rows --
    a pass that did so raced the claims and ran attempts twice under one
@@ -55,7 +55,7 @@ from functools import cache
 from awa.schema.layout import QUEUE_STORAGE_LAYOUT_VERSION
 from awa.storage.engine import Engine
 from awa.storage.queue_storage.admin import QueueStorageAdmin
-from awa.storage.queue_storage.batch_ops import QueueStorageBatch
+from awa.storage.queue_storage.batch_operations import QueueStorageBatchOperations
 from awa.storage.queue_storage.callbacks import QueueStorageCallbacks
 from awa.storage.queue_storage.cron_admin import QueueStorageCronAdmin
 from awa.storage.queue_storage.enqueue import QueueStorageEnqueue
@@ -72,9 +72,9 @@ from awa.storage.queue_storage.schema import (
 NAME = "queue_storage"
 
 
-class QueueStorageEngine(QueueStorageBatch, QueueStorageEnqueue, QueueStorageExecution,
-                         QueueStorageMaintenance, QueueStorageAdmin, QueueStorageCallbacks,
-                         QueueStorageCronAdmin, QueueStorageReads):
+class QueueStorageEngine(QueueStorageBatchOperations, QueueStorageEnqueue,
+                         QueueStorageExecution, QueueStorageMaintenance, QueueStorageAdmin,
+                         QueueStorageCallbacks, QueueStorageCronAdmin, QueueStorageReads):
     """The append-only engine behind ``awa.storage.engine.Engine``, its tables in ``schema``.
 
     Every statement it sends goes through ``self.sql`` (``schema.InSchema``), which

@@ -45,9 +45,8 @@ from awa.storage.engine import (
     RetryFailedResult,
 )
 from awa.storage.queue_storage import reads
-from awa.storage.queue_storage.callbacks import RETRY_EXTERNAL
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import END_ATTEMPTS, finish
+from awa.storage.queue_storage.execution import END_ATTEMPTS, RESOLVE_CALLBACKS, finish
 from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
@@ -211,7 +210,7 @@ class QueueStorageAdmin(InSchema, SharedAdmin):
                 if current is not None and current["state"] == "waiting_external":
                     # The parked attempt ends; the job is appended afresh (attempt 0).
                     attempt = AttemptWrite(job_id, current["run_lease"])
-                    done = await finish(conn, self.schema, RETRY_EXTERNAL, [attempt],
+                    done = await finish(conn, self.schema, RESOLVE_CALLBACKS, [attempt],
                                         "available", "available",
                                         from_states=("waiting_external",))
                     return await self.get_job(conn, job_id) if done else None

@@ -4,8 +4,9 @@ A callback lives on its attempt's ``leases`` row: registering one
 materializes the attempt through ``awa.qs_heartbeat`` (its receipt closed
 ``materialized``, under the closure guard of ``execution``), the one way a
 receipt becomes a lease, if the first heartbeat has not already.
-Resolutions match ``callback_id`` and an open lease state (running,
-waiting_external) in one guarded statement.
+A resolution finds the open lease (running, waiting_external) holding
+``callback_id`` and ends its attempt through the installed
+``awa.qs_resolve_callbacks`` (``awa.qs_end_attempts``, sql/execution.sql).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from awa.job import JOB_COLUMNS, Job
+from awa.job import Job
 from awa.storage.engine import (
     CALLBACK_RESULT_KEY,
     CALLBACK_RESUME_CHANNEL,
@@ -25,15 +26,7 @@ from awa.storage.engine import (
     CallbackSpec,
     CallbackWait,
 )
-from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import (
-    _END,
-    CLEARED_ON_COMPLETION,
-    HEARTBEAT,
-    _ending_with,
-    _select,
-    finish,
-)
+from awa.storage.queue_storage.execution import HEARTBEAT, RESOLVE_CALLBACKS, finish
 from awa.storage.queue_storage.schema import InSchema
 
 _CALLBACK_SET = """
@@ -74,26 +67,6 @@ UNION ALL
 SELECT id, state::text FROM awa.done_entries WHERE callback_id = %(callback_id)s
 LIMIT 1"""
 
-# Resolved by the external system: terminal, the callback kept as a record.
-FINALIZE_EXTERNAL = _END + _ending_with("""
-INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
-SELECT (SELECT awa.qs_slot('queue')), """ + _select({"state": "%(to_state)s::awa.job_state",
-                                           "finalized_at": "now()",
-                                           "progress": CLEARED_ON_COMPLETION,
-                                           "callback_timeout_at": "NULL"}) + """
-  FROM ended e
-RETURNING id""")
-
-# A fresh start: the attempt ends and the job is appended to its lane with
-# attempt 0 and the callback cleared.
-RETRY_EXTERNAL = _END + """
-, src AS (
-    SELECT e.id, e.kind, e.queue, e.args, e.priority, 0::smallint AS attempt, e.max_attempts,
-           now() AS run_at, e.attempted_at, e.created_at, e.errors, e.metadata, e.tags,
-           e.unique_key, e.unique_states, e.run_lease, e.progress
-      FROM ended e
-)""" + APPEND_READY + _ending_with("SELECT id FROM ready")
-
 RESUME_EXTERNAL = """
 WITH hit AS (
     UPDATE awa.leases
@@ -127,19 +100,20 @@ class QueueStorageCallbacks(InSchema):
         return None if row is None else Job.from_row(row)
 
     async def _end(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
-                   statement: Any, to_state: str, meta: dict[str, Any] | None = None,
+                   to_state: str, meta: dict[str, Any] | None = None,
                    error: dict[str, Any] | None = None) -> Job[Any] | None:
-        """End the open attempt holding ``callback_id`` through ``statement``; the job is
-        read back in the same transaction, so it shows this write, not what a worker did
-        with the job right after it committed (a retried job claimed again)."""
+        """End the open attempt holding ``callback_id`` as ``to_state`` (available: a fresh
+        start) through ``awa.qs_resolve_callbacks``; the job is read back in the same
+        transaction, so it shows this write, not what a worker did with the job right after
+        it committed (a retried job claimed again)."""
         async with conn.transaction():
             held = await self._row(conn, OPEN_LEASE, {"callback_id": callback_id})
             if held is None:
                 return None
             entry = None if error is None else {**error, "attempt": held["attempt"]}
             write = AttemptWrite(held["job_id"], held["run_lease"], metadata=meta, error=entry)
-            done = await finish(conn, self.schema, statement, [write], to_state, to_state,
-                                from_states=OPEN)
+            done = await finish(conn, self.schema, RESOLVE_CALLBACKS, [write], to_state,
+                                to_state, from_states=OPEN)
             return await self._job(conn, done[0] if done else None)
 
     async def register_callback(self, conn: psycopg.AsyncConnection[Any], job_id: int,
@@ -171,16 +145,16 @@ class QueueStorageCallbacks(InSchema):
 
     async def complete_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                                 result: Any) -> Job[Any] | None:
-        return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "completed",
+        return await self._end(conn, callback_id, "completed",
                                meta={CALLBACK_RESULT_KEY: result})
 
     async def fail_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                             error: dict[str, Any]) -> Job[Any] | None:
-        return await self._end(conn, callback_id, FINALIZE_EXTERNAL, "failed", error=error)
+        return await self._end(conn, callback_id, "failed", error=error)
 
     async def retry_external(self, conn: psycopg.AsyncConnection[Any],
                              callback_id: uuid.UUID) -> Job[Any] | None:
-        return await self._end(conn, callback_id, RETRY_EXTERNAL, "available")
+        return await self._end(conn, callback_id, "available")
 
     async def resume_external(self, conn: psycopg.AsyncConnection[Any], callback_id: uuid.UUID,
                               result: Any) -> Job[Any] | None:

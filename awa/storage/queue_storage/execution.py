@@ -4,11 +4,12 @@ Claim (``awa.qs_claim``) appends a ``lease_claims`` receipt per job and
 advances the lane's claim head.  Every later write is guarded by
 ``(job_id, run_lease)``: an attempt is open while its receipt has no
 closure evidence (``awa.qs_receipt_is_open``), or while it has a ``leases`` row
-(materialized).  Ending a batch of attempts appends one
+(materialized).  Ending a batch of attempts (``awa.qs_end_attempts``,
+sql/execution.sql, the one copy of the rule) appends one
 ``lease_claim_closure_batches`` row per claim slot, the ranges of the
-receipts it closes (``_close``) -- or deletes their lease rows -- then appends
-each job where it goes next: ``done_entries``, ``deferred_jobs`` or
-``awa.dlq_entries``.  One statement per batch.
+receipts it closes -- or deletes their lease rows -- then appends each job
+where it goes next: ``done_entries``, ``deferred_jobs``, ``awa.dlq_entries``
+or, for a callback's retry, its lane again.  One statement per batch.
 
 Exactly one of two concurrent closers of an attempt wins: each claim-slot
 partition of ``lease_claim_closure_batches`` has an exclusion constraint (no
@@ -36,7 +37,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from awa import lifecycle
-from awa.job import JOB_COLUMNS, Job, JobState
+from awa.job import Job, JobState
 from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
@@ -50,9 +51,9 @@ CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 
 # The one rule for "this receipt's attempt is still open" is the installed function
 # awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; every
-# attempt-ending statement reads it through awa.qs_attempt_receipt (``_ATTEMPTS``).  Over many
-# receipts (rescue, prune, depth counts, awa.jobs) the view awa.qs_open_receipts is its set
-# form: the gaps between closed ranges, then the per-receipt closures.
+# attempt-ending function reads it through awa.qs_attempt_receipt (in ``awa.qs_attempts``).
+# Over many receipts (rescue, prune, depth counts, awa.jobs) the view awa.qs_open_receipts is
+# its set form: the gaps between closed ranges, then the per-receipt closures.
 
 
 def entry_of(alias: str, job_id: str = "job_id") -> str:
@@ -63,140 +64,6 @@ def entry_of(alias: str, job_id: str = "job_id") -> str:
             f" AND r.ready_id = {alias}.ready_id")
 
 
-# An attempt of ``att a`` (its ``c_open`` receipt in ``opened``) that ``_close`` closed.
-_CLOSED_HERE = "(a.c_open AND a.claim_slot IN (SELECT k.claim_slot FROM closed k))"
-
-
-def _close(source: str, outcome: str) -> str:
-    """CTEs ``closed`` (the claim slots whose closure row was written: every receipt of
-    ``source`` in that slot is now closed by this statement) and ``contested`` (one NULL
-    id when a slot's row was skipped: another closer got one of its receipts first).
-    ``source``: a relation of ``(claim_slot, receipt_id)`` of open receipts, each once.
-    Slots in order, so two closers never wait for each other in a cycle."""
-    return f"""
-, closed AS (
-    INSERT INTO awa.lease_claim_closure_batches (claim_slot, receipt_ranges, outcome)
-    SELECT o.claim_slot, range_agg(int8range(o.receipt_id, o.receipt_id, '[]')), {outcome}
-      FROM {source} o GROUP BY o.claim_slot ORDER BY o.claim_slot
-    ON CONFLICT DO NOTHING
-    RETURNING claim_slot
-), contested AS (
-    SELECT NULL::bigint AS id
-     WHERE (SELECT count(DISTINCT o.claim_slot) FROM {source} o)
-           > (SELECT count(*) FROM closed)
-)"""
-
-
-def _ending_with(statement: str) -> str:
-    """A finishing statement's last write (``... RETURNING <id>``) as the statement's
-    result, with ``contested``'s NULL after the ids it wrote."""
-    return f"""
-, fin AS ({statement.strip()})
-SELECT * FROM fin UNION ALL SELECT id FROM contested"""
-
-
-# What follows builds the callback statements (``callbacks.py``), which are sent as SQL.
-# The installed ``awa.qs_end_attempts`` (sql/execution.sql) writes the same CTEs out as text;
-# the test of the installed SQL checks that ``_END`` appears there as written here.
-#
-# The attempts a batch names (``u``: every buffered field of each write), joined to
-# their receipts.
-_ALL_FIELDS = """
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delay)s::float8[],
-                         %(error)s::jsonb[], %(progress)s::jsonb[], %(meta)s::jsonb[],
-                         %(reason)s::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)"""
-_ATTEMPTS = f"""
-WITH u AS MATERIALIZED ({_ALL_FIELDS}
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
-)"""
-
-# The unique claims of the attempts in ``ended`` as their jobs move to %(to_state)s:
-# taken where that state is in the key's mask (and running was not), given back
-# where it is not.
-_UNIQUE_MOVES = """
-, uq_take AS (
-    INSERT INTO awa.job_unique_claims (unique_key, job_id)
-    SELECT e.unique_key, e.id FROM ended e
-     WHERE e.unique_key IS NOT NULL
-       AND COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
-       AND NOT awa.qs_in_mask(e.unique_states, 'running')
-       AND NOT EXISTS (SELECT 1 FROM awa.job_unique_claims x
-                        WHERE x.unique_key = e.unique_key AND x.job_id = e.id)
-), uq_give AS (
-    DELETE FROM awa.job_unique_claims x USING ended e
-     WHERE e.unique_key IS NOT NULL AND x.unique_key = e.unique_key AND x.job_id = e.id
-       AND NOT COALESCE(awa.qs_in_mask(e.unique_states, %(to_state)s::awa.job_state), false)
-       -- probe the keys by index, never a scan of every claim held
-       AND x.unique_key = ANY(ARRAY(SELECT k.unique_key FROM ended k
-                                     WHERE k.unique_key IS NOT NULL))
-)
-"""
-
-# End the running attempts: close the receipt (or delete the lease), then
-# ``ended`` holds each one's full job row (state running) for the target.
-_END = _ATTEMPTS + _close("opened", "%(outcome)s::text") + """
-, leased AS (
-    -- Only long attempts materialize: with no lease (or attempt state) at all, as
-    -- with short jobs, the per-attempt probes are skipped.
-    DELETE FROM awa.leases l USING att
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.leases))
-       AND l.job_id = att.id AND l.run_lease = att.lease
-       AND l.job_id = ANY(%(ids)s::bigint[])  -- an index scan however many leases run
-       AND l.state = ANY(%(from_states)s::awa.job_state[])
-    RETURNING l.*
-), ended AS MATERIALIZED (
-    SELECT a.id, r.kind, r.queue, r.args, r.priority, a.c_attempt AS attempt, r.max_attempts,
-           r.run_at, COALESCE(l.heartbeat_at, a.claimed_at) AS heartbeat_at,
-           -- a lease's own deadline (NULL once parked), else the receipt's
-           CASE WHEN l.job_id IS NULL THEN a.c_deadline ELSE l.deadline_at END AS deadline_at,
-           a.claimed_at AS attempted_at,
-           r.created_at,
-           CASE WHEN a.error IS NULL THEN r.errors
-                ELSE array_append(COALESCE(r.errors, '{}'::jsonb[]), a.error) END AS errors,
-           r.metadata || COALESCE(st.metadata, '{}'::jsonb) || COALESCE(a.meta, '{}'::jsonb)
-               AS metadata,
-           r.tags, r.unique_key, r.unique_states, l.callback_id, l.callback_timeout_at,
-           l.callback_filter, l.callback_on_complete, l.callback_on_fail, l.callback_transform,
-           a.lease AS run_lease, COALESCE(a.progress, st.progress, r.progress) AS progress,
-           a.delay_s, a.reason, COALESCE(l.claimed_by, a.c_claimed_by) AS claimed_by,
-           a.ready_slot AS entry_slot, a.ready_id AS entry_id
-      FROM att a
-      -- An index probe per attempt, whatever the statistics say (a fresh ring
-      -- partition has none, and a hash join would read the whole partition).
-      CROSS JOIN LATERAL (
-           SELECT * FROM awa.ready_entries r
-            WHERE """ + entry_of("a", "id") + """ LIMIT 1) r
-      LEFT JOIN leased l ON l.job_id = a.id AND l.run_lease = a.lease
-      LEFT JOIN LATERAL (
-           SELECT * FROM awa.attempt_state st
-            WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-              AND st.job_id = a.id AND st.run_lease = a.lease) st ON true
-     WHERE l.job_id IS NOT NULL
-        OR """ + _CLOSED_HERE + """
-), dropped AS (
-    DELETE FROM awa.attempt_state s USING ended e
-     WHERE (SELECT EXISTS (SELECT 1 FROM awa.attempt_state))
-       AND s.job_id = e.id AND s.run_lease = e.run_lease
-       AND s.job_id = ANY(%(ids)s::bigint[])
-)""" + _UNIQUE_MOVES
-
-
-def _select(overrides: dict[str, str], *, with_id: str = "id") -> str:
-    """``ended``'s job columns in table order, some replaced by expressions."""
-    return ", ".join(overrides.get(c, "e." + c) if c != "id" else f"e.id AS {with_id}"
-                     for c in JOB_COLUMNS)
-
-
-# Completion clears the progress (awa-pg 0.6.9); failed and cancelled keep it.
-CLEARED_ON_COMPLETION = ("CASE WHEN %(to_state)s::awa.job_state = 'completed' THEN NULL "
-                         "ELSE e.progress END")
-
 # The hot path's installed functions (sql/execution.sql), as the engine calls them.
 # Every ending of an attempt; ``to_state`` says which (None: dead-lettered).
 END_ATTEMPTS = Procedure("qs_end_attempts")
@@ -205,6 +72,8 @@ FINALIZE_PLAIN = Procedure("qs_finalize_plain")
 PARK = Procedure("qs_park")
 HEARTBEAT = Procedure("qs_heartbeat")
 FLUSH_PROGRESS = Procedure("qs_flush_progress")
+# Attempts ended as their callback resolves (qs_end_attempts, the callback's timeout cleared).
+RESOLVE_CALLBACKS = Procedure("qs_resolve_callbacks")
 
 AVAILABLE_COUNTS = """
 SELECT r.queue, count(*) FROM awa.qs_ready_live r

@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
-from awa.schema.layout import StorageLayout
+from awa.schema.layout import QUEUE_STORAGE, StorageLayout
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.common.cron import SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
@@ -51,7 +51,6 @@ from awa.storage.engine import (
     QueueDepth,
     QueueDetail,
     QueueStat,
-    ReadEngine,
     RepeatedError,
     RunningAttemptRead,
     RunningCounts,
@@ -975,27 +974,6 @@ class RustCoreEngine(CanonicalReads):
 
 def rust_core_engine(layout: StorageLayout) -> RustCoreEngine:
     """The read-only engine of a Rust-core database (``layout.distribution`` is
-    ``rust_core``): an ``Engine`` whose every write is refused in one line."""
-    from awa.storage import QUEUE_STORAGE
-
+    ``rust_core``): an ``Engine`` whose every write is refused in one line.  Callers outside
+    ``awa/storage`` reach it through ``awa.storage.read_engine_for`` / ``rust_core_engine``."""
     return RustCoreEngine(layout.schema if layout.engine == QUEUE_STORAGE else None)
-
-
-def engine_for_schema(schema: str | None) -> RustCoreEngine:
-    """The read-only engine of a Rust-core database whose active queue-storage schema is this."""
-    return RustCoreEngine(schema)
-
-
-def read_engine_for(layout: StorageLayout) -> ReadEngine:
-    """The engine whose read side serves ``layout`` for operators (awa-ops, awa-tui, CLI reads).
-
-    A Rust-core layout gets this read-only engine (``rust_core_engine``); every other
-    layout the engine ``open_engine`` would give (``ForeignSchema`` for one nothing here
-    can read).  Our runtime and client keep going through ``open_engine``, which refuses
-    every foreign layout.
-    """
-    from awa.storage import RUST_CORE, engine_for
-
-    if layout.foreign and layout.distribution == RUST_CORE:
-        return rust_core_engine(layout)
-    return engine_for(layout)

@@ -33,14 +33,6 @@ RUST_VERSION = 40  # the migration version awa-pg / awa-cli 0.6.9 leave
 # Advisory lock key of adoption (two `awa adopt` never interleave their phases).
 ADOPT_LOCK_KEY = 0x61776164  # "awad"
 
-JOB_COLUMNS = (
-    "id", "kind", "queue", "args", "state", "priority", "attempt", "max_attempts", "run_at",
-    "heartbeat_at", "deadline_at", "attempted_at", "finalized_at", "created_at", "errors",
-    "metadata", "tags", "unique_key", "unique_states", "callback_id", "callback_timeout_at",
-    "callback_filter", "callback_on_complete", "callback_on_fail", "callback_transform",
-    "run_lease", "progress")
-DLQ_COLUMNS = ("dlq_reason", "dlq_at", "original_run_lease")
-
 # --- liveness: a Rust-core runtime that wrote its snapshot lately ------------------------
 LIVE_RUNTIMES = """
 SELECT instance_id::text AS instance_id, hostname, pid, shutting_down,

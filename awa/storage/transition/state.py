@@ -48,9 +48,7 @@ nothing of the transition (capability ``canonical``)."""
 
 ROLES = ("auto", "canonical_drain", "queue_storage_target")
 CAPABILITY_UNAWARE = "canonical"
-CAPABILITY_DRAIN_ONLY = "canonical_drain_only"
 CAPABILITY_QUEUE_STORAGE = "queue_storage"
-LIVE_STATES = ("available", "running", "waiting_external", "scheduled", "retryable")
 LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 PAUSE = "SELECT pg_sleep(%s)"
 

@@ -46,42 +46,59 @@ BEGIN
 END
 $fn$;
 
+-- The attempts a batch names, every buffered field of each write, joined to their receipts
+-- (awa.qs_attempt_receipt: one index probe per attempt, c_open by the open-receipt rule):
+-- the ``att`` step of qs_end_attempts, qs_heartbeat and qs_flush_progress.  A SQL function
+-- the planner inlines like the rule itself (tests/storage/test_installed_sql.py checks):
+-- the caller's generic plan is the unnest and the probes, with no function call.
+CREATE OR REPLACE FUNCTION awa.qs_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[])
+RETURNS TABLE (id bigint, lease bigint, delay_s float8, error jsonb, progress jsonb,
+               meta jsonb, reason text, claim_slot smallint, receipt_id bigint,
+               c_attempt smallint, claimed_at timestamptz, c_deadline timestamptz,
+               ready_slot smallint, ready_id bigint, c_queue text, c_claimed_by uuid,
+               c_open boolean)
+LANGUAGE sql STABLE AS $$
+    -- One index probe per attempt (a receipt is unique per attempt): never a hash join
+    -- over the whole claim ring.
+    SELECT u.*, c.*
+      FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[], p_error::jsonb[],
+                  p_progress::jsonb[], p_meta::jsonb[], p_reason::text[])
+           AS u(id, lease, delay_s, error, progress, meta, reason)
+     CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
+$$;
+
 -- End running attempts, every way an attempt ends, as one statement: p_to_state completed,
 -- failed or cancelled into done_entries; retryable (finalized_at is when the attempt ended,
 -- as awa-pg 0.6.9) or scheduled (the attempt given back) into deferred_jobs, run_at =
 -- now() + delay; NULL: dead-lettered, as failed, into dlq_entries with the reason and the
--- run lease.  Any other state is refused.  One function, so the ending is written once: the
--- two destinations a call does not take are never reached (each is gated on p_to_state,
--- which the generic plan tests once per call).
+-- run lease; available (a callback's retry, awa.qs_resolve_callbacks): a fresh start, the
+-- job appended to its lane with attempt 0 by awa.qs_append_ready, one call per job.  Any
+-- other state is refused.  One function, so the ending is written once: the destinations a
+-- call does not take are never reached (each is gated on p_to_state, which the generic plan
+-- tests once per call; the fresh start is a function call, not a write of this statement,
+-- so the plan of every other ending holds no insert into ready_entries).
 --
--- u: every buffered field of each write; att: each attempt joined to its receipt
--- (awa.qs_attempt_receipt: one index probe per attempt, c_open by the open-receipt rule,
--- both inlined by the planner); closed / contested: one
--- lease_claim_closure_batches row per claim slot, skipped whole when another closer got one
--- of its receipts first (then one NULL id is returned: the engine runs the statement again
--- for the attempts it missed, ``execution.finish``); leased: the lease rows of materialized
--- attempts, deleted; ended: each ended job's full row; dropped: its attempt state;
--- uq_take / uq_give: the unique claims as the job moves to p_to_state; done / deferred /
--- dead: the job's row where p_to_state puts it.  Completion clears the progress (awa-pg
--- 0.6.9); every other ending keeps it.
+-- att: each attempt of the batch joined to its receipt (awa.qs_attempts); closed /
+-- contested: one lease_claim_closure_batches row per claim slot, skipped whole when another
+-- closer got one of its receipts first (then one NULL id is returned: the engine runs the
+-- statement again for the attempts it missed, ``execution.finish``); leased: the lease rows
+-- of materialized attempts, deleted; ended: each ended job's full row; dropped: its attempt
+-- state; uq_take / uq_give: the unique claims as the job moves to p_to_state; done /
+-- deferred / dead / fresh: the job's row where p_to_state puts it.  Completion clears the
+-- progress (awa-pg 0.6.9); every other ending keeps it.
 CREATE OR REPLACE FUNCTION awa.qs_end_attempts(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
     PERFORM awa.qs_lock_leases(p_ids, p_leases);
     IF p_to_state IS NOT NULL
-       AND p_to_state NOT IN ('completed', 'failed', 'cancelled', 'retryable', 'scheduled') THEN
+       AND p_to_state NOT IN ('completed', 'failed', 'cancelled', 'retryable', 'scheduled',
+                              'available') THEN
         RAISE EXCEPTION 'awa.qs_end_attempts: an attempt cannot end as %', p_to_state;
     END IF;
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
+    RETURN QUERY WITH att AS MATERIALIZED (
+    SELECT * FROM awa.qs_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta,
+                                  p_reason)
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -174,8 +191,34 @@ SELECT e.id AS job_id, e.kind, e.queue, e.args, 'failed'::awa.job_state, e.prior
   FROM ended e
  WHERE p_to_state IS NULL
 RETURNING job_id)
+, fresh AS (
+    SELECT awa.qs_append_ready(e.id, e.kind, e.queue, e.args, e.priority, 0::smallint,
+                               e.max_attempts, now(), e.attempted_at, e.created_at, e.errors,
+                               e.metadata, e.tags, e.unique_key, e.unique_states, e.run_lease,
+                               e.progress) AS id
+      FROM (SELECT * FROM ended ORDER BY id) e
+     WHERE p_to_state::awa.job_state = 'available'
+)
 SELECT id FROM done UNION ALL SELECT id FROM deferred UNION ALL SELECT job_id FROM dead
-UNION ALL SELECT id FROM contested;
+UNION ALL SELECT id FROM fresh UNION ALL SELECT id FROM contested;
+END $fn$;
+
+-- End attempts as their callback resolves (complete_external, fail_external, retry_external,
+-- an operator's retry of a waiting job): qs_end_attempts, p_from_states saying which lease
+-- states may end, after the callback's timeout is cleared from the attempt's lease, so a
+-- terminal row keeps the callback as a record with no timeout pending (as canonical).
+CREATE OR REPLACE FUNCTION awa.qs_resolve_callbacks(p_ids bigint[], p_leases bigint[], p_delay float8[], p_error jsonb[], p_progress jsonb[], p_meta jsonb[], p_reason text[], p_outcome text, p_from_states awa.job_state[], p_to_state awa.job_state) RETURNS SETOF bigint
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
+BEGIN
+    PERFORM awa.qs_lock_leases(p_ids, p_leases);
+    UPDATE awa.leases l SET callback_timeout_at = NULL
+     WHERE l.job_id = ANY(p_ids::bigint[])
+       AND (l.job_id, l.run_lease) IN (SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[]))
+       AND l.state = ANY(p_from_states::awa.job_state[])
+       AND l.callback_timeout_at IS NOT NULL;
+    RETURN QUERY SELECT * FROM awa.qs_end_attempts(p_ids, p_leases, p_delay, p_error, p_progress,
+                                                   p_meta, p_reason, p_outcome, p_from_states,
+                                                   p_to_state);
 END $fn$;
 
 -- The common completion: nothing buffered, so only ids and leases are sent.  When no
@@ -298,15 +341,9 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = o
 #variable_conflict use_column
 BEGIN
     PERFORM awa.qs_lock_leases(p_ids, p_leases);
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
+    RETURN QUERY WITH att AS MATERIALIZED (
+    SELECT * FROM awa.qs_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta,
+                                  p_reason)
 ), opened AS (
     SELECT claim_slot, receipt_id FROM att WHERE c_open
 )
@@ -344,7 +381,7 @@ BEGIN
 , st AS (
     INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, metadata)
     SELECT u.id, u.lease, u.progress, COALESCE(u.meta, '{}'::jsonb)
-      FROM u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
+      FROM att u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
      WHERE u.progress IS NOT NULL OR u.meta IS NOT NULL
     ON CONFLICT (job_id, run_lease) DO UPDATE
        SET progress = COALESCE(EXCLUDED.progress, s.progress),
@@ -359,17 +396,9 @@ CREATE OR REPLACE FUNCTION awa.qs_flush_progress(p_ids bigint[], p_leases bigint
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-    RETURN QUERY WITH u AS MATERIALIZED (
-    SELECT * FROM unnest(p_ids::bigint[], p_leases::bigint[], p_delay::float8[],
-                         p_error::jsonb[], p_progress::jsonb[], p_meta::jsonb[],
-                         p_reason::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-), att AS MATERIALIZED (
-    -- One index probe per attempt (a receipt is unique per attempt): never a hash
-    -- join over the whole claim ring.
-    SELECT u.*, c.* FROM u CROSS JOIN LATERAL awa.qs_attempt_receipt(u.id, u.lease) c
-), opened AS (
-    SELECT claim_slot, receipt_id FROM att WHERE c_open
+    RETURN QUERY WITH att AS MATERIALIZED (
+    SELECT * FROM awa.qs_attempts(p_ids, p_leases, p_delay, p_error, p_progress, p_meta,
+                                  p_reason)
 )
 , hit AS (
     SELECT a.id AS job_id, a.lease AS run_lease FROM att a WHERE a.c_open
@@ -381,7 +410,7 @@ BEGIN
 , st AS (
     INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, metadata)
     SELECT u.id, u.lease, u.progress, COALESCE(u.meta, '{}'::jsonb)
-      FROM u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
+      FROM att u JOIN hit h ON h.job_id = u.id AND h.run_lease = u.lease
      WHERE u.progress IS NOT NULL OR u.meta IS NOT NULL
     ON CONFLICT (job_id, run_lease) DO UPDATE
        SET progress = COALESCE(EXCLUDED.progress, s.progress),

@@ -139,22 +139,36 @@ BEGIN
     RETURN found_any;
 END $$;
 
--- Put a job row image where its state lives (available, deferred or terminal).
-CREATE OR REPLACE FUNCTION awa.qs_place(j awa.jobs) RETURNS void
+-- Append one job to the end of its lane as an available entry; returns its id.  The
+-- columns of a ready entry, as enqueue.APPEND_READY writes a batch of them: used by
+-- awa.qs_place and by awa.qs_end_attempts (an attempt ending 'available', a fresh start).
+-- Nothing of the job's unique claim: each caller keeps that itself.
+CREATE OR REPLACE FUNCTION awa.qs_append_ready(p_id bigint, p_kind text, p_queue text, p_args jsonb, p_priority smallint, p_attempt smallint, p_max_attempts smallint, p_run_at timestamptz, p_attempted_at timestamptz, p_created_at timestamptz, p_errors jsonb[], p_metadata jsonb, p_tags text[], p_unique_key bytea, p_unique_states bit(8), p_run_lease bigint, p_progress jsonb) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     lane record;
 BEGIN
+    SELECT * INTO lane FROM awa.qs_reserve_lane(p_queue, p_priority);
+    INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard,
+                                   lane_seq, kind, args, attempt, max_attempts, run_at,
+                                   attempted_at, created_at, errors, metadata, tags,
+                                   unique_key, unique_states, run_lease, progress)
+    VALUES (awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), p_id, p_queue, p_priority,
+            lane.lane_shard, lane.base, p_kind, p_args, p_attempt, p_max_attempts, p_run_at,
+            p_attempted_at, p_created_at, p_errors, p_metadata, p_tags, p_unique_key,
+            p_unique_states, p_run_lease, p_progress);
+    RETURN p_id;
+END $$;
+
+-- Put a job row image where its state lives (available, deferred or terminal).
+CREATE OR REPLACE FUNCTION awa.qs_place(j awa.jobs) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
     IF j.state = 'available' THEN
-        SELECT * INTO lane FROM awa.qs_reserve_lane(j.queue, j.priority);
-        INSERT INTO awa.ready_entries (ready_slot, ready_id, job_id, queue, priority, shard,
-                                       lane_seq, kind, args, attempt, max_attempts, run_at,
-                                       attempted_at, created_at, errors, metadata, tags,
-                                       unique_key, unique_states, run_lease, progress)
-        VALUES (awa.qs_slot('queue'), nextval('awa.qs_ready_id_seq'), j.id, j.queue, j.priority,
-                lane.lane_shard, lane.base, j.kind, j.args,
-                j.attempt, j.max_attempts, j.run_at, j.attempted_at, j.created_at, j.errors,
-                j.metadata, j.tags, j.unique_key, j.unique_states, j.run_lease, j.progress);
+        PERFORM awa.qs_append_ready(j.id, j.kind, j.queue, j.args, j.priority, j.attempt,
+                                    j.max_attempts, j.run_at, j.attempted_at, j.created_at,
+                                    j.errors, j.metadata, j.tags, j.unique_key,
+                                    j.unique_states, j.run_lease, j.progress);
     ELSIF j.state IN ('scheduled', 'retryable') THEN
         INSERT INTO awa.deferred_jobs SELECT j.*;
     ELSIF j.state IN ('completed', 'failed', 'cancelled') THEN

@@ -4,4 +4,4 @@
 -- function the engine calls.
 
 CREATE OR REPLACE FUNCTION awa.qs_layout_version() RETURNS int
-LANGUAGE sql IMMUTABLE AS $$ SELECT 9 $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 10 $$;

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from awa import batch
+from awa import batch_operations
 from awa.cli.db import run_admin
 from awa.cli.options import database_url_option, fail, json_option, print_json
 
@@ -23,7 +23,7 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kind", default=None, help="Only jobs of this kind."),
         click.option("--queue", default=None, help="Only jobs of this queue."),
         click.option("--tag", default=None, help="Only jobs carrying this tag."),
-        click.option("--state", type=click.Choice(batch.ELIGIBLE_STATES), default=None,
+        click.option("--state", type=click.Choice(batch_operations.ELIGIBLE_STATES), default=None,
                      help="available or scheduled (default: both)."),
         click.option("--id", "ids", type=int, multiple=True, help="Only these job ids."),
         click.option("--created-after", type=click.DateTime(), default=None,
@@ -117,7 +117,7 @@ def start_command(as_json: bool, allow_all: bool, yes: bool, submitted_by: str |
                   **options: Any) -> None:
     """Preview, confirm, then submit; the workers' maintenance leader runs it."""
     op_kind, flt, spec = operation(**options)
-    if batch.filter_is_empty(flt) and not allow_all:
+    if batch_operations.filter_is_empty(flt) and not allow_all:
         fail("refusing a batch operation over every job without a filter: give --kind, "
              "--queue, --tag, --state, --id or --created-after/--created-before, or --all")
     count, _ = run_admin(lambda c: c.preview_batch_operation(op_kind, flt, spec))
@@ -139,7 +139,7 @@ def start_command(as_json: bool, allow_all: bool, yes: bool, submitted_by: str |
 @database_url_option
 @json_option
 @click.argument("op_id", required=False)
-@click.option("--state", type=click.Choice(batch.STATES), default=None,
+@click.option("--state", type=click.Choice(batch_operations.STATES), default=None,
               help="Without an id: only operations in this state.")
 def status_command(as_json: bool, op_id: str | None, state: str | None) -> None:
     """One operation's progress, or the newest operations."""

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import awa
-from awa import batch
+from awa.batch_operations import run_batch_operations
 from support.arrange import insert_job
 from support.rows import job_row
 
@@ -34,7 +34,7 @@ async def run_until_idle(database_url: str) -> None:
     try:
         pool, engine = await client._get_pool(), await client._get_engine()
         for _ in range(1_000):
-            if (await batch.run_batch_operations(pool, engine, runner=uuid.uuid4()))["steps"] == 0:
+            if (await run_batch_operations(pool, engine, runner=uuid.uuid4()))["steps"] == 0:
                 return
         raise AssertionError("the runner never went idle")
     finally:

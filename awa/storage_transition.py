@@ -1,8 +1,9 @@
 """The storage-transition members awa-pg 0.6.9's clients had, on this distribution's engines.
 
-A client mixin (``AsyncClient`` and the REST API's admin layer use it), kept apart from
-``awa.compat``'s module-level functions: those build an ``AsyncClient``, which is built from
-this mixin, and one module holding both would import itself in a circle.
+A client mixin (``AsyncClient`` and the REST API's admin layer use it) over the live switch
+of engines, ``awa.storage.transition`` (``awa storage ...``, docs/architecture.md §5).  Kept
+apart from ``awa.compat``'s module-level functions: those build an ``AsyncClient``, which is
+built from this mixin, and one module holding both would import itself in a circle.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What every bulk command shares: ``--fingerprint``, ``--dry-run`` and ``--yes``.
 
-``--dry-run`` prints exactly the jobs the command would touch (awa.bulk's selection,
-the same one the command acts on) and changes nothing; on a terminal the command asks
-before acting unless ``--yes``.
+``--dry-run`` prints exactly the jobs the command would touch (``awa.bulk_selection``'s
+selection, the same one the command acts on) and changes nothing; on a terminal the
+command asks before acting unless ``--yes``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from awa.bulk import BulkFilter, Target
+from awa.bulk_selection import BulkFilter, Target
 from awa.cli.db import run_admin
 
 SHOWN_IDS = 1_000  # a dry run lists at most this many ids (and says how many more)

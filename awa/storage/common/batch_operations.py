@@ -3,8 +3,8 @@
 Jobs are matched and previewed through the ``awa.jobs`` view, which every layout has; the
 operation and its items are shared tables.  What differs between engines is the change
 itself (``batch_apply_chunk``): canonical updates its tables in place
-(``awa.storage.canonical.batch``), queue storage moves ready entries between lanes
-(``awa.storage.queue_storage.batch_ops``).  Both record outcomes with ``MARK_ITEMS`` /
+(``awa.storage.canonical.batch_operations``), queue storage moves ready entries between lanes
+(``awa.storage.queue_storage.batch_operations``).  Both record outcomes with ``MARK_ITEMS`` /
 ``MARK_ERRORED`` / ``BUMP`` and start after ``applied_through``.
 
 Only ``available`` and ``scheduled`` jobs are ever matched.  The operation and
@@ -152,7 +152,7 @@ def filter_params(flt: dict[str, Any]) -> dict[str, Any]:
             "created_at_lt": flt.get("created_at_lt")}
 
 
-class BatchOperations:
+class SharedBatchOperations:
     """The engine-neutral part of the batch-operations group: the operation rows and their
     items (``awa.batch_operations`` / ``awa.batch_operation_items``), matching through the
     ``awa.jobs`` view, preview, scan and finish.  Each engine adds ``batch_apply_chunk``, the
@@ -230,4 +230,4 @@ class BatchOperations:
         return BatchOperation(**rows[0])
 
 
-__all__ = ["ACTIVE_STATES", "BatchOperations", "filter_params"]
+__all__ = ["ACTIVE_STATES", "SharedBatchOperations", "filter_params"]

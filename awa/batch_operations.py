@@ -110,7 +110,7 @@ def parse_id(op_id: Any) -> uuid.UUID:
         raise ValidationError(f"batch operation ids are UUIDs, got {op_id!r}") from None
 
 
-class BatchMixin:
+class BatchOperationsMixin:
     """Batch operations on the client's pool (the CLI, the API and the console use these).
 
     An operation comes back as ``BatchOperation.to_dict()``: every column of its row, as

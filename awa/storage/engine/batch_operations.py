@@ -1,5 +1,6 @@
 """The batch-operations group: durable ``set_priority`` / ``move_queue`` over a filter
-(``awa.batch``), its operation rows, their items, and the chunked change."""
+(the module ``awa.batch_operations`` runs them), its operation rows, their items, and the
+chunked change."""
 
 from __future__ import annotations
 
@@ -95,8 +96,8 @@ class BatchOps(Protocol):
     Only ``available`` and ``scheduled`` jobs are ever matched or changed.
     ``filter`` is the operation's filter document (kind, queue, tag, state, ids,
     created_at_gte, created_at_lt; absent or null = unset), ``spec`` its change
-    document (``awa.batch.normalize_spec``); both are stored as given.  The caller owns
-    every transaction: one scan page, or one chunk with its outcomes, per transaction.
+    document (``awa.batch_operations.normalize_spec``); both are stored as given.  The caller
+    owns every transaction: one scan page, or one chunk with its outcomes, per transaction.
     """
 
     async def batch_insert(self, conn: psycopg.AsyncConnection[Any], *, op_kind: str,

@@ -1,7 +1,7 @@
 """Queue storage: durable batch operations (set_priority, move_queue) change jobs here.
 
 Matching, preview, the operation rows and their items are the engine-neutral core's
-(``awa.storage.common.batch``: they read the ``awa.jobs`` view and the shared
+(``awa.storage.common.batch_operations``: they read the ``awa.jobs`` view and the shared
 ``awa.batch_operations`` tables).  What differs is the change itself:
 
 * a scheduled job is a ``deferred_jobs`` row: updated in place (its row lock
@@ -32,13 +32,13 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from awa import config
-from awa.storage.common.batch import (
+from awa.storage.common.batch_operations import (
     BUMP,
     MARK_ITEMS,
     ORIGINAL_PRIORITY_KEY,
     ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
-    BatchOperations,
+    SharedBatchOperations,
 )
 from awa.storage.engine import BatchOperation, ChunkOutcome
 from awa.storage.queue_storage.admin import LOCK_LANES
@@ -142,7 +142,7 @@ ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 ANALYZE_READY = "ANALYZE awa.ready_entries"
 
 
-class QueueStorageBatch(InSchema, BatchOperations):
+class QueueStorageBatchOperations(InSchema, SharedBatchOperations):
     """The batch-operations group on queue storage: the core's, and the change."""
 
     async def batch_scanned(self, conn: psycopg.AsyncConnection[Any], op_id: Any) -> None:
@@ -193,4 +193,4 @@ class QueueStorageBatch(InSchema, BatchOperations):
         return ChunkOutcome(len(changed), len(ids) - len(changed), 0)
 
 
-__all__ = ["MOVED_REASON", "QueueStorageBatch"]
+__all__ = ["MOVED_REASON", "QueueStorageBatchOperations"]

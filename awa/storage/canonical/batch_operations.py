@@ -1,7 +1,7 @@
 """Canonical engine: the change a durable batch operation makes (set_priority, move_queue).
 
 The operation, its items, matching and preview are the engine-neutral core's
-(``awa.storage.common.batch``).  Here jobs are changed in the canonical tables directly
+(``awa.storage.common.batch_operations``).  Here jobs are changed in the canonical tables directly
 (``jobs_hot`` for available jobs, ``scheduled_jobs`` for scheduled ones), where a row a
 claim took meanwhile is left alone and counts as skipped.
 """
@@ -12,14 +12,14 @@ from typing import Any
 
 import psycopg
 
-from awa.storage.common.batch import (
+from awa.storage.common.batch_operations import (
     BUMP,
     MARK_ERRORED,
     MARK_ITEMS,
     ORIGINAL_PRIORITY_KEY,
     ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
-    BatchOperations,
+    SharedBatchOperations,
 )
 from awa.storage.common.fetch import fetch_all
 from awa.storage.engine import BatchOperation, ChunkOutcome
@@ -58,7 +58,7 @@ SET_PRIORITY = tuple(_SET_PRIORITY.format(table=t, state=st) for t, st in _TABLE
 MOVE_QUEUE = tuple(_MOVE_QUEUE.format(table=t, state=st) for t, st in _TABLES)
 
 
-class CanonicalBatch(BatchOperations):
+class CanonicalBatchOperations(SharedBatchOperations):
     """The batch-operations group of the Engine protocol on the canonical engine.
 
     Row locks on ``jobs_hot`` / ``scheduled_jobs`` order the change against claims.
@@ -107,4 +107,4 @@ class CanonicalBatch(BatchOperations):
         return ChunkOutcome(len(changed), skipped, len(errored))
 
 
-__all__ = ["CanonicalBatch"]
+__all__ = ["CanonicalBatchOperations"]
