@@ -7,18 +7,45 @@ two copies drift.  Here it is written once, as a generator of ``Query`` (and
 ``InTransaction``) steps that receives each query's rows as dicts; ``run_sync`` and
 ``run_async`` send the steps down one connection or the other.  The steps themselves never
 touch a connection, so the logic between the statements is the same code on both paths.
+
+Statements themselves live in ``.sql`` files; ``named_statements`` is the one reader of
+files of named queries (``-- name: <name>`` sections).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
 
 T = TypeVar("T")
+
+_SECTION = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+
+
+@cache
+def named_statements(package: str, path: str) -> dict[str, str]:
+    """Every statement of the named-query file ``path`` (relative to ``package``), by name.
+
+    A statement starts at a ``-- name: <name>`` line and runs to the next one; lines that
+    start with ``--`` (its description) and empty lines are left out, so what is sent is the
+    statement as written.  The one loader of named queries (the storage transition's
+    ``transition.sql``, queue storage's ``sql/reads.sql`` ...)."""
+    text = resources.files(package).joinpath(*path.split("/")).read_text()
+    parts = _SECTION.split(text)[1:]
+    found = {}
+    for name, body in zip(parts[::2], parts[1::2], strict=True):
+        if name in found:
+            raise ValueError(f"{package}/{path}: two statements named {name!r}")
+        lines = [line for line in body.splitlines() if line and not line.startswith("--")]
+        found[name] = "\n".join(lines).strip()
+    return found
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ import psycopg
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
+from awa.statements import named_statements
 from awa.storage.common.fetch import fetch_all, fetch_one
 from awa.storage.engine import DlqEntry, DlqFilter, JobDump, QueueCount
+
+_SQL = named_statements("awa.storage.common", "sql/admin.sql")
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)
@@ -25,12 +28,7 @@ DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
 NON_ID_COLUMNS = ", ".join(c for c in JOB_COLUMNS if c != "id")
 
 # --- jobs ------------------------------------------------------------------
-GET_JOB = f"""
-SELECT {_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at
-  FROM awa.jobs WHERE id = %(id)s
-UNION ALL
-SELECT {DLQ_AS_JOB}, dlq_reason, dlq_at FROM awa.dlq_entries WHERE job_id = %(id)s
-LIMIT 1"""
+GET_JOB = _SQL["get_job"]
 LIST_JOBS = f"SELECT {_COLUMNS} FROM awa.jobs"
 LIST_JOBS_ORDER = " ORDER BY id DESC LIMIT %(limit)s"
 STATE_FILTER = "state = %(state)s::awa.job_state"
@@ -39,30 +37,23 @@ QUEUE_FILTER = "queue = %(queue)s"
 TAG_FILTER = "tags @> ARRAY[%(tag)s]::text[]"
 # Keyset paging of a newest-first job list: the next page starts below the last id seen.
 JOB_BEFORE_ID_FILTER = "id < %(before_id)s"
-NOTIFY = "SELECT pg_notify(%(channel)s, %(payload)s)"
+NOTIFY = _SQL["notify"]
 
 # --- queues ----------------------------------------------------------------
-PAUSE_QUEUE = """
-INSERT INTO awa.queue_meta (queue, paused, paused_at, paused_by)
-VALUES (%(queue)s, true, now(), %(paused_by)s)
-ON CONFLICT (queue)
-DO UPDATE SET paused = true, paused_at = now(), paused_by = EXCLUDED.paused_by"""
-RESUME_QUEUE = """
-INSERT INTO awa.queue_meta (queue, paused) VALUES (%(queue)s, false)
-ON CONFLICT (queue) DO UPDATE SET paused = false, paused_at = NULL, paused_by = NULL"""
+PAUSE_QUEUE = _SQL["pause_queue"]
+RESUME_QUEUE = _SQL["resume_queue"]
 
 # --- dead-letter queue -------------------------------------------------------
-DLQ_DEPTH = "SELECT count(*) AS n FROM awa.dlq_entries"
-DLQ_DEPTH_BY_QUEUE = ("SELECT queue, count(*) AS n FROM awa.dlq_entries "
-                      "GROUP BY queue ORDER BY queue")
-GET_DLQ = "SELECT * FROM awa.dlq_entries WHERE job_id = %(id)s"
+DLQ_DEPTH = _SQL["dlq_depth"]
+DLQ_DEPTH_BY_QUEUE = _SQL["dlq_depth_by_queue"]
+GET_DLQ = _SQL["get_dlq"]
 LIST_DLQ = "SELECT * FROM awa.dlq_entries"
 LIST_DLQ_ORDER = " ORDER BY dlq_at DESC, job_id DESC LIMIT %(limit)s"
 BEFORE_CURSOR_FILTER = "(dlq_at, job_id) < (%(before_dlq_at)s, %(before_id)s)"
 BEFORE_ID_FILTER = "job_id < %(before_id)s"
 BEFORE_DLQ_AT_FILTER = "dlq_at < %(before_dlq_at)s"
 PURGE_DLQ = "DELETE FROM awa.dlq_entries"
-PURGE_DLQ_JOB = "DELETE FROM awa.dlq_entries WHERE job_id = %(id)s"
+PURGE_DLQ_JOB = _SQL["purge_dlq_job"]
 # Wraps a PURGE_DLQ statement: how many entries per queue it deleted (for the metric).
 PURGE_COUNTED = ("WITH purged AS ({purge} RETURNING queue) "
                  "SELECT queue, count(*) AS n FROM purged GROUP BY queue")

@@ -17,82 +17,23 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from awa.statements import named_statements
 from awa.storage.common.fetch import fetch_one
 from awa.storage.engine import CronJobInfo, CronSchedule
 
-UPSERT_CRON_JOBS = """
-INSERT INTO awa.cron_jobs (name, cron_expr, timezone, kind, queue, args, priority,
-                           max_attempts, tags, metadata, missed_fire_policy)
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy
-  FROM jsonb_to_recordset(%(schedules)s::jsonb) AS t(
-       name text, cron_expr text, timezone text, kind text, queue text, args jsonb,
-       priority smallint, max_attempts smallint, tags text[], metadata jsonb,
-       missed_fire_policy text)
-ON CONFLICT (name) DO UPDATE
-   SET cron_expr = EXCLUDED.cron_expr, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind,
-       queue = EXCLUDED.queue, args = EXCLUDED.args, priority = EXCLUDED.priority,
-       max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags,
-       metadata = EXCLUDED.metadata, missed_fire_policy = EXCLUDED.missed_fire_policy,
-       updated_at = now()
- WHERE (awa.cron_jobs.cron_expr, awa.cron_jobs.timezone, awa.cron_jobs.kind,
-        awa.cron_jobs.queue, awa.cron_jobs.args, awa.cron_jobs.priority,
-        awa.cron_jobs.max_attempts, awa.cron_jobs.tags, awa.cron_jobs.metadata,
-        awa.cron_jobs.missed_fire_policy)
-       IS DISTINCT FROM
-       (EXCLUDED.cron_expr, EXCLUDED.timezone, EXCLUDED.kind, EXCLUDED.queue, EXCLUDED.args,
-        EXCLUDED.priority, EXCLUDED.max_attempts, EXCLUDED.tags, EXCLUDED.metadata,
-        EXCLUDED.missed_fire_policy)
-"""
+_SQL = named_statements("awa.storage.common", "sql/cron.sql")
 
-LIST_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- ORDER BY name
-"""
-
-GET_CRON_JOB = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags, metadata,
-       missed_fire_policy, last_enqueued_at, paused_at, paused_by, created_at, updated_at
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-"""
-
-DELETE_CRON_JOB = "DELETE FROM awa.cron_jobs WHERE name = %(name)s RETURNING name"
-
-PAUSE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = coalesce(paused_at, now()), paused_by = %(paused_by)s, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
-RESUME_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET paused_at = NULL, paused_by = NULL, updated_at = now()
- WHERE name = %(name)s
-RETURNING name
-"""
-
-SELECT_ACTIVE_CRON_JOBS = """
-SELECT name, cron_expr, timezone, kind, queue, args, priority, max_attempts, tags,
-       metadata, missed_fire_policy, last_enqueued_at, created_at, now() AS db_now
-  FROM awa.cron_jobs
- WHERE paused_at IS NULL
- ORDER BY name
-"""
+UPSERT_CRON_JOBS = _SQL["upsert_cron_jobs"]
+LIST_CRON_JOBS = _SQL["list_cron_jobs"]
+GET_CRON_JOB = _SQL["get_cron_job"]
+DELETE_CRON_JOB = _SQL["delete_cron_job"]
+PAUSE_CRON_JOB = _SQL["pause_cron_job"]
+RESUME_CRON_JOB = _SQL["resume_cron_job"]
+SELECT_ACTIVE_CRON_JOBS = _SQL["select_active_cron_jobs"]
 
 # Compare-and-set: only the evaluator that still sees the previous value
 # advances the schedule, so a slot fires once even across leader failover.
-ADVANCE_CRON_JOB = """
-UPDATE awa.cron_jobs
-   SET last_enqueued_at = %(slot)s, updated_at = now()
- WHERE name = %(name)s
-   AND paused_at IS NULL
-   AND last_enqueued_at IS NOT DISTINCT FROM %(previous)s
-RETURNING name
-"""
+ADVANCE_CRON_JOB = _SQL["advance_cron_job"]
 
 
 def cron_info(row: dict[str, Any]) -> CronJobInfo:

@@ -7,8 +7,8 @@ hashes, the active cron schedules.  Promotion (lock the due deferred rows, move 
 unique collision degrading row by row) and the finished-job purge run the same way on every
 engine over statements each engine names (``SELECT_DUE_SQL``, ``PROMOTE_SQL``,
 ``CANCEL_DEFERRED_DUPLICATE_SQL``, ``DELETE_FINALIZED_*_SQL``), sent through ``self.sql``
-(queue storage's schema).  The retention deletes are composed once, at import, from fixed
-table and column names -- never from input.
+(queue storage's schema).  The shared tables' statements are in ``sql/maintenance.sql``,
+read by name.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from awa import lifecycle
+from awa.statements import named_statements
 from awa.storage.common.collisions import lock_then_apply
 from awa.storage.common.cron import SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
@@ -36,11 +37,21 @@ from awa.storage.engine import (
     PurgedBatch,
 )
 
-# --- retention ----------------------------------------------------------------------
-# Each delete takes at most one batch; the caller loops a bounded number of
-# times.  Per-queue overrides run as their own statements; the default
-# statement skips the overridden queues.
+_SQL = named_statements("awa.storage.common", "sql/maintenance.sql")
 
+# --- retention ----------------------------------------------------------------------
+# Each delete takes at most one batch; the caller loops a bounded number of times.
+# Per-queue overrides run as their own statements; the default statement skips the
+# overridden queues (sql/maintenance.sql).
+DELETE_DLQ_DEFAULT = _SQL["delete_dlq_default"]
+DELETE_DLQ_QUEUE = _SQL["delete_dlq_queue"]
+DELETE_UNSEEN_RUNTIMES = _SQL["delete_unseen_runtimes"]
+DELETE_UNSEEN_QUEUE_DESCRIPTORS = _SQL["delete_unseen_queue_descriptors"]
+DELETE_UNSEEN_KIND_DESCRIPTORS = _SQL["delete_unseen_kind_descriptors"]
+
+
+# The same shape for canonical's finished-job deletes (awa.storage.canonical.maintenance
+# composes them from these; queue storage's are whole in its sql/maintenance.sql).
 def delete_batch(table: str, key: str, condition: str, *, returning: str = "",
                   skip_locked: bool = True) -> str:
     """One bounded batch of ``table``'s rows matching ``condition``."""
@@ -54,22 +65,8 @@ DELETE FROM {table}
 {returning}"""
 
 
-DLQ_AGED = "dlq_at < now() - make_interval(secs => %(age_s)s)"
 NOT_OVERRIDDEN = " AND queue <> ALL(%(excluded_queues)s::text[])"
 IN_QUEUE = " AND queue = %(queue)s"
-UNSEEN = "last_seen_at < now() - make_interval(secs => %(age_s)s)"
-
-DELETE_DLQ_DEFAULT = delete_batch("awa.dlq_entries", "job_id", DLQ_AGED + NOT_OVERRIDDEN,
-                                   returning="RETURNING queue")
-DELETE_DLQ_QUEUE = delete_batch("awa.dlq_entries", "job_id", DLQ_AGED + IN_QUEUE,
-                                 returning="RETURNING queue")
-DELETE_UNSEEN_RUNTIMES = delete_batch("awa.runtime_instances", "instance_id", UNSEEN,
-                                       skip_locked=False)
-DELETE_UNSEEN_QUEUE_DESCRIPTORS = delete_batch("awa.queue_descriptors", "queue", UNSEEN,
-                                                skip_locked=False)
-DELETE_UNSEEN_KIND_DESCRIPTORS = delete_batch("awa.job_kind_descriptors", "kind", UNSEEN,
-                                               skip_locked=False)
-
 FINALIZED_AGED = ("state = %(state)s::awa.job_state"
                    " AND finalized_at < now() - make_interval(secs => %(age_s)s)")
 
@@ -79,37 +76,11 @@ FINALIZED_STATES = ("completed", "cancelled", "failed")
 # --- descriptors -------------------------------------------------------------------------
 
 
-def _upsert_descriptors(table: str, key: str) -> str:
-    """Insert or refresh the declared descriptors of one catalogue table (``updated_at``
-    moves only when the descriptor changed, as in awa-pg 0.6.9)."""
-    return f"""
-INSERT INTO {table} ({key}, display_name, description, owner, docs_url, tags,
-    extra, descriptor_hash, sync_interval_ms, last_seen_at)
-SELECT name, display_name, description, owner, docs_url, coalesce(tags, '{{}}'),
-       coalesce(extra, '{{}}'), descriptor_hash, sync_interval_ms, now()
-  FROM jsonb_to_recordset(%(descriptors)s::jsonb) AS t(name text, display_name text,
-       description text, owner text, docs_url text, tags text[], extra jsonb,
-       descriptor_hash text, sync_interval_ms bigint)
-ON CONFLICT ({key}) DO UPDATE
-   SET display_name = EXCLUDED.display_name, description = EXCLUDED.description,
-       owner = EXCLUDED.owner, docs_url = EXCLUDED.docs_url, tags = EXCLUDED.tags,
-       extra = EXCLUDED.extra, descriptor_hash = EXCLUDED.descriptor_hash,
-       sync_interval_ms = EXCLUDED.sync_interval_ms,
-       updated_at = CASE WHEN {table}.descriptor_hash IS DISTINCT FROM EXCLUDED.descriptor_hash
-                         THEN now() ELSE {table}.updated_at END,
-       last_seen_at = now()
-"""
-
-
-UPSERT_QUEUE_DESCRIPTORS = _upsert_descriptors("awa.queue_descriptors", "queue")
-UPSERT_KIND_DESCRIPTORS = _upsert_descriptors("awa.job_kind_descriptors", "kind")
-
-SET_RUNTIME_DESCRIPTOR_HASHES = """
-UPDATE awa.runtime_instances
-   SET descriptor_hashes = %(hashes)s::jsonb
- WHERE instance_id = %(instance_id)s
-   AND descriptor_hashes IS DISTINCT FROM %(hashes)s::jsonb
-"""
+# Insert or refresh the declared descriptors of one catalogue table (``updated_at`` moves
+# only when the descriptor changed, as in awa-pg 0.6.9).
+UPSERT_QUEUE_DESCRIPTORS = _SQL["upsert_queue_descriptors"]
+UPSERT_KIND_DESCRIPTORS = _SQL["upsert_kind_descriptors"]
+SET_RUNTIME_DESCRIPTOR_HASHES = _SQL["set_runtime_descriptor_hashes"]
 
 
 async def execute(conn: psycopg.AsyncConnection[Any], query: str,

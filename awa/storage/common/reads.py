@@ -1,9 +1,10 @@
 """The ops reads every engine serves alike, and the pieces of the others they share.
 
 Statements on the shared tables (the DLQ, runtimes, descriptors, unique claims) and on each
-engine's ``awa.jobs`` view are written once here; the reads of an engine's own relation of
-job rows are templates on ``{table}``, each engine naming its relation (canonical:
-``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named constants.
+engine's ``awa.jobs`` view are written once, in ``sql/reads.sql``; the reads of an engine's
+own relation of job rows are templates on ``{table}``, each engine naming its relation
+(canonical: ``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named
+constants.
 ``SharedReads`` is the ``OpsReads`` methods on them; an engine adds the rest.  Nothing here
 imports an engine.
 """
@@ -18,10 +19,10 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import psycopg
-from psycopg import sql
 
 from awa import config
 from awa.job import JOB_COLUMNS, Job
+from awa.statements import named_statements
 from awa.storage.common.fetch import fetch_all, float_or_none
 from awa.storage.common.tables import DEFERRED_STATES, HOT_STATES
 from awa.storage.engine import (
@@ -52,6 +53,8 @@ NewestPage = Callable[[int | None, int], Awaitable[list[dict[str, Any]]]]
 """An engine's newest jobs (id, state, created_at) below an id (None: the newest), at most
 a limit, newest first."""
 
+_SQL = named_statements("awa.storage.common", "sql/reads.sql")
+
 # --- queues that completed lately ---------------------------------------------------------
 
 # ``walk``: the distinct queues of ``{table}``'s completed rows, by name, one probe each.
@@ -81,46 +84,13 @@ HOT_RECENTLY_COMPLETED = RECENTLY_COMPLETED_IN.format(table="awa.jobs_hot")
 
 # --- DLQ depth ----------------------------------------------------------------------------
 
-DLQ_DEPTHS_BY_QUEUE = """
-WITH RECURSIVE qs AS (
-    (SELECT queue FROM awa.dlq_entries ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT n.queue FROM qs p CROSS JOIN LATERAL (
-        SELECT d.queue FROM awa.dlq_entries d WHERE d.queue > p.queue
-         ORDER BY d.queue LIMIT 1) n
-)
-SELECT qs.queue,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.dlq_entries d
-         WHERE d.queue = qs.queue LIMIT %(cap)s) c) AS n
-  FROM (SELECT queue FROM qs LIMIT %(max_queues)s) qs
-"""
-
-DLQ_DEPTHS = """
-SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
-       count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
-FROM awa.dlq_entries
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-GROUP BY queue, dlq_reason
-ORDER BY depth DESC
-"""
+DLQ_DEPTHS_BY_QUEUE = _SQL["dlq_depths_by_queue"]
+DLQ_DEPTHS = _SQL["dlq_depths"]
 
 # --- runtimes ---------------------------------------------------------------------
 
 # The seed's runtime health query, plus what liveness and the screens need.
-RUNTIME_INSTANCES = """
-SELECT instance_id, hostname, pid, version, started_at, last_seen_at, snapshot_interval_ms,
-       healthy, postgres_connected, poll_loop_alive, heartbeat_alive, maintenance_alive,
-       leader, shutting_down, queues,
-       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS last_seen_age_s,
-       EXTRACT(EPOCH FROM (now() - started_at))::float8 AS uptime_s,
-       -- What its code speaks (migration 0007), read through the row's JSON so the same
-       -- statement serves a schema from before the columns: NULL there.
-       (to_jsonb(ri) ->> 'schema_version')::int AS schema_version,
-       (to_jsonb(ri) ->> 'layout_version')::int AS layout_version
-  FROM awa.runtime_instances ri
- ORDER BY leader DESC, last_seen_at DESC
- LIMIT %(limit)s
-"""
+RUNTIME_INSTANCES = _SQL["runtime_instances"]
 
 # --- running attempts (``{table}``: the engine's relation of job rows) ------------------
 
@@ -181,12 +151,7 @@ LIMIT %(limit)s
 
 # --- uniqueness ----------------------------------------------------------------------
 
-UNIQUE_HOLDERS = """
-SELECT c.unique_key, c.job_id, h.state::text AS state,
-       EXISTS (SELECT 1 FROM awa.dlq_entries d WHERE d.job_id = c.job_id) AS in_dlq
-  FROM awa.job_unique_claims c LEFT JOIN awa.jobs h ON h.id = c.job_id
- WHERE c.unique_key = ANY(%(keys)s::bytea[])
-"""
+UNIQUE_HOLDERS = _SQL["unique_holders"]
 
 # The guide's wedge (a running job whose unique key another job holds), per queue.
 WEDGED_CLAIMS_IN = """
@@ -222,29 +187,12 @@ JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, m
 ARGS_MATCH = ("(%(args)s::text IS NULL OR strpos(lower(t.kind), lower(%(args)s)) > 0"
               " OR strpos(lower(t.args::text), lower(%(args)s)) > 0) AS args_match")
 
-_JOB_COLUMNS = ", ".join(JOB_COLUMNS)
-_DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
 # The job, or its DLQ entry with dlq_reason set: by primary key either way.
-JOB_RECORD = f"""
-SELECT {_JOB_COLUMNS}, NULL::text AS dlq_reason, NULL::timestamptz AS dlq_at, {CLAIMED_BY}
-  FROM awa.jobs t WHERE id = %(id)s
-UNION ALL
-SELECT {_DLQ_AS_JOB}, dlq_reason, dlq_at, NULL::text FROM awa.dlq_entries WHERE job_id = %(id)s
-LIMIT 1"""
+JOB_RECORD = _SQL["job_record"]
 
 # The same, with args, metadata, errors and progress fetched only when their JSON text is
 # at most %(cap)s characters; otherwise their first %(cap)s characters and their size.
-_TEXTS = {"args": "r.args::text", "metadata": "r.metadata::text",
-          "errors": "array_to_json(r.errors)::text", "progress": "r.progress::text"}
-JOB_RECORD_CAPPED = ("SELECT " + ", ".join(
-    f"CASE WHEN x.{c}_bytes <= %(cap)s THEN r.{c} END AS {c}, "
-    f"CASE WHEN x.{c}_bytes > %(cap)s THEN left(x.{c}_text, %(cap)s) END AS {c}_head, "
-    f"x.{c}_bytes" if c in _TEXTS else f"r.{c}"
-    for c in (*JOB_COLUMNS, "dlq_reason", "dlq_at", "claimed_by")) + f"""
-  FROM ({JOB_RECORD}) r
- CROSS JOIN LATERAL (SELECT {", ".join(f"{t} AS {c}_text" for c, t in _TEXTS.items())}) y
- CROSS JOIN LATERAL (SELECT {", ".join(f"y.{c}_text, coalesce(octet_length(y.{c}_text), 0) AS "
-                                       f"{c}_bytes" for c in _TEXTS)}) x""")
+JOB_RECORD_CAPPED = _SQL["job_record_capped"]
 
 
 def capped_record(row: dict[str, Any], **extra: Any) -> JobRecord:
@@ -276,27 +224,11 @@ def cap_record(record: JobRecord, cap_bytes: int) -> JobRecord:
 
 # --- DLQ pages and errors ------------------------------------------------------------------
 
-DLQ_LIST_COLUMNS = ("job_id, kind, queue, dlq_reason, dlq_at, attempt, max_attempts, "
-                    "errors[array_upper(errors, 1)]->>'error' AS last_error")
-# DLQ page: the index that serves the most selective given filter, newest
-# first; the rest are applied within the newest ``window`` entries.
-_DLQ_LIST = """
-SELECT * FROM (
-    SELECT {columns} FROM awa.dlq_entries
-     WHERE {where}
-       AND (%(before_at)s::timestamptz IS NULL OR (dlq_at, job_id) < (%(before_at)s, %(before_id)s))
-     ORDER BY dlq_at DESC, job_id DESC LIMIT %(window)s) w
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-   AND (%(reason)s::text IS NULL OR dlq_reason = %(reason)s)
- ORDER BY dlq_at DESC, job_id DESC
- LIMIT %(page)s
-"""
-DLQ_BY_QUEUE = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
-                                         where=sql.SQL("queue = %(queue)s"))
-DLQ_BY_KIND = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS),
-                                        where=sql.SQL("kind = %(kind)s"))
-DLQ_NEWEST = sql.SQL(_DLQ_LIST).format(columns=sql.SQL(DLQ_LIST_COLUMNS), where=sql.SQL("true"))
+# DLQ page: the index that serves the most selective given filter (queue, kind, neither),
+# newest first; the rest are applied within the newest ``window`` entries.
+DLQ_BY_QUEUE = _SQL["dlq_by_queue"]
+DLQ_BY_KIND = _SQL["dlq_by_kind"]
+DLQ_NEWEST = _SQL["dlq_newest"]
 
 # The newest entries only (idx_dlq_entries_dlq_at); recent failed jobs too, for
 # queues without a DLQ (idx_jobs_hot_finalized).  Per job: its last error and
@@ -330,17 +262,8 @@ LIMIT %(limit)s
 
 # --- descriptors -----------------------------------------------------------------------------
 
-DESCRIPTORS = """
-SELECT 'queue' AS type, queue AS key, descriptor_hash, last_seen_at,
-       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8 AS age_s
-FROM awa.queue_descriptors
-UNION ALL
-SELECT 'kind', kind, descriptor_hash, last_seen_at,
-       EXTRACT(EPOCH FROM (now() - last_seen_at))::float8
-FROM awa.job_kind_descriptors
-ORDER BY 1, 2
-"""
-RUNTIME_DESCRIPTOR_HASHES = "SELECT instance_id, descriptor_hashes FROM awa.runtime_instances"
+DESCRIPTORS = _SQL["descriptors"]
+RUNTIME_DESCRIPTOR_HASHES = _SQL["runtime_descriptor_hashes"]
 
 def job_summary(row: dict[str, Any]) -> JobSummary:
     """A job-list row (the filters' helper columns left out)."""
@@ -607,9 +530,8 @@ CANONICAL_KIND_PARTS = (
 # a bitmap scan -- which the planner prefers whenever queues average fewer completions than
 # the cap -- reads every completion of the queue, however many, to sort them.  Bitmap scans
 # are off for that statement only (the caller's setting restored after it).
-BITMAP_SCANS_OFF = ("SELECT current_setting('enable_bitmapscan') AS was,"
-                    " set_config('enable_bitmapscan', 'off', true)")
-BITMAP_SCANS_BACK = "SELECT set_config('enable_bitmapscan', %(was)s, true)"
+BITMAP_SCANS_OFF = _SQL["bitmap_scans_off"]
+BITMAP_SCANS_BACK = _SQL["bitmap_scans_back"]
 
 
 async def without_bitmap_scans(conn: psycopg.AsyncConnection[Any],
@@ -651,7 +573,7 @@ def kind_counts(rows: Iterable[dict[str, Any]]) -> list[KindCount]:
 # Newest first by id, a page at a time: the jobs created since %(since)s are the newest, so
 # the walk stops at the first page reaching past the window (or at the cap).
 TIMESERIES_PAGE = 5_000
-WINDOW_START = "SELECT now() - make_interval(mins => %(minutes)s) AS since"
+WINDOW_START = _SQL["window_start"]
 
 
 async def created_buckets(conn: psycopg.AsyncConnection[Any], newest: NewestPage, *,

@@ -8,6 +8,8 @@ so they may delete: a terminal ``done_entries`` row leaves when the job is
 retried, a ``deferred_jobs`` row when it is cancelled.  An available job is
 never deleted from ``ready_entries``: it gets a ``ready_tombstones`` row,
 written while its lane's claim head is locked so no claim can race it.
+The statements are in ``sql/admin.sql``, read by name, but for the redrives, which append to
+a lane through ``enqueue.APPEND_READY``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from awa import config
 from awa.job import JOB_COLUMNS, Job, JobState
 from awa.storage.common.admin import (
     DLQ_IDS,
-    NON_ID_COLUMNS,
-    QUEUE_STATS_ROWS,
     SharedAdmin,
     all_of,
     dlq_entry,
@@ -35,7 +35,6 @@ from awa.storage.common.admin import (
 )
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.enqueue import unique_error
-from awa.storage.common.tables import CANONICAL_DEPTH_COUNTS
 from awa.storage.engine import (
     AttemptWrite,
     DlqEntry,
@@ -48,63 +47,21 @@ from awa.storage.engine import (
 from awa.storage.queue_storage import reads
 from awa.storage.queue_storage.enqueue import APPEND_READY
 from awa.storage.queue_storage.execution import END_ATTEMPTS, RESOLVE_CALLBACKS, finish
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
 
-CURRENT = "SELECT state::text AS state, run_lease, queue FROM awa.jobs WHERE id = %(id)s"
+CURRENT = named("admin.sql", "current")
 
-# The live ready entries of a job (normally one) and their lanes.
-_LIVE_READY_OF_JOBS = """
-  FROM awa.qs_ready_live r
- WHERE r.job_id = ANY(%(ids)s::bigint[])"""
-LIVE_READY = "\nSELECT r.ready_slot, r.ready_id, r.queue, r.priority, r.shard" + _LIVE_READY_OF_JOBS
-LOCK_LANES = """
-SELECT 1 FROM awa.queue_claim_heads
- WHERE (queue, priority, shard) IN (
-       SELECT * FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::smallint[]))
- ORDER BY queue, priority, shard
-   FOR UPDATE"""
+# The live ready entries of jobs and their lanes, and the lanes' claim heads, locked.
+LIVE_READY = named("admin.sql", "live_ready")
+LOCK_LANES = named("admin.sql", "lock_lanes")
 
-# Tombstone the (still live, rechecked under the lane lock) ready entries of
-# the jobs and record them cancelled.
-CANCEL_READY = """
-WITH live AS MATERIALIZED (
-SELECT r.*""" + _LIVE_READY_OF_JOBS + """
-), tomb AS (
-    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
-    SELECT ready_slot, ready_id, job_id, %(reason)s FROM live
-), done AS (
-    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT (SELECT awa.qs_slot('queue')), job_id, kind, queue, args, 'cancelled', priority, attempt,
-           max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
-           tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
-           progress
-      FROM live
-    RETURNING *
-), uq AS (
-    DELETE FROM awa.job_unique_claims x USING done d
-     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
-       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
-)
-SELECT * FROM done"""
-
-CANCEL_DEFERRED = """
-WITH m AS (
-    DELETE FROM awa.deferred_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *
-), done AS (
-    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
-        "'cancelled'" if c == "state" else "now()" if c == "finalized_at" else c
-        for c in JOB_COLUMNS) + """
-      FROM m
-    RETURNING *
-), uq AS (
-    DELETE FROM awa.job_unique_claims x USING done d
-     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
-       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
-)
-SELECT * FROM done"""
+# Tombstone the (still live, rechecked under the lane lock) ready entries of the jobs and
+# record them cancelled; cancel deferred jobs.
+CANCEL_READY = named("admin.sql", "cancel_ready")
+CANCEL_DEFERRED = named("admin.sql", "cancel_deferred")
 
 _NULL_TYPES = {"callback_id": "uuid", "heartbeat_at": "timestamptz", "deadline_at": "timestamptz",
                "finalized_at": "timestamptz", "callback_timeout_at": "timestamptz"}
@@ -139,101 +96,16 @@ SELECT """ + ", ".join(
     else f"d.{c}" for c in JOB_COLUMNS) + """
   FROM d"""
 RETRY_DONE = _REDRIVE_DONE
-# Lanes of a queue, and its live ready entries, for drain.
-LOCK_QUEUE_LANES = """
-SELECT 1 FROM awa.queue_claim_heads WHERE queue = %(queue)s
- ORDER BY priority, shard FOR UPDATE"""
-DRAIN_QUEUE = """
-WITH live AS MATERIALIZED (
-    SELECT r.*
-      FROM awa.qs_ready_live r
-     WHERE r.queue = %(queue)s
-), tomb AS (
-    INSERT INTO awa.ready_tombstones (ready_slot, ready_id, job_id, reason)
-    SELECT ready_slot, ready_id, job_id, 'drained' FROM live
-), m AS (
-    DELETE FROM awa.deferred_jobs WHERE queue = %(queue)s RETURNING *
-), gone AS (
-    SELECT job_id AS id, kind, queue, args, priority, attempt, max_attempts, run_at,
-           attempted_at, created_at, errors, metadata, tags, unique_key, unique_states,
-           run_lease, progress FROM live
-    UNION ALL
-    SELECT id, kind, queue, args, priority, attempt, max_attempts, run_at, attempted_at,
-           created_at, errors, metadata, tags, unique_key, unique_states, run_lease, progress
-      FROM m
-), done AS (
-    INSERT INTO awa.done_entries (ready_slot, """ + _COLUMNS + """)
-    SELECT (SELECT awa.qs_slot('queue')), id, kind, queue, args, 'cancelled', priority, attempt,
-           max_attempts, run_at, NULL, NULL, attempted_at, now(), created_at, errors, metadata,
-           tags, unique_key, unique_states, NULL, NULL, NULL, NULL, NULL, NULL, run_lease,
-           progress
-      FROM gone
-    RETURNING id, kind, unique_key, unique_states
-), uq AS (
-    DELETE FROM awa.job_unique_claims x USING done d
-     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
-       AND NOT awa.qs_in_mask(d.unique_states, 'cancelled')
-)
-SELECT kind, %(queue)s AS queue, count(*) AS drained FROM done GROUP BY kind"""
-KINDS_OF = ("SELECT kind, count(*) AS n FROM awa.jobs WHERE id = ANY(%(ids)s::bigint[]) "
-            "GROUP BY kind")
-# Drain also cancels the queue's callback waits (their leases end 'cancelled').
-WAITING_IN_QUEUE = """
-SELECT job_id, run_lease FROM awa.leases
- WHERE queue = %(queue)s AND state = 'waiting_external'
- ORDER BY job_id"""
+# Drain: the lanes of a queue locked, its live ready entries and deferred jobs cancelled,
+# then its callback waits (their leases end 'cancelled').
+LOCK_QUEUE_LANES = named("admin.sql", "lock_queue_lanes")
+DRAIN_QUEUE = named("admin.sql", "drain_queue")
+KINDS_OF = named("admin.sql", "kinds_of")
+WAITING_IN_QUEUE = named("admin.sql", "waiting_in_queue")
 
-# The queue statistics every engine reports, each state counted where it lives rather
-# than through awa.jobs
-# (whose available part hash-joins every ready entry of the ring: 1.6 s on the ops
-# benchmark's database).  Available: each lane's entries from its claim head on, by the
-# lane index, with the claim's rule for receipts (only an entry at or below the lane's
-# newest claimed position can have one: awa.qs_lane_progress); the rest as the view's
-# branches, from their own tables; canonical's tables (empty on a database this engine
-# laid out) as canonical counts them.
-QUEUE_STATS = f"""
-WITH avail AS MATERIALIZED ({reads.LIVE_READY_PER_QUEUE}
-), counts AS (
-    SELECT queue, 'available'::awa.job_state AS state, n FROM avail
-    UNION ALL
-    SELECT r.queue, 'running'::awa.job_state, count(*)
-      FROM awa.qs_open_receipts c
-      JOIN awa.ready_entries r
-        ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-     GROUP BY r.queue
-    UNION ALL
-    SELECT r.queue, l.state, count(*)
-      FROM awa.leases l
-      JOIN awa.ready_entries r
-        ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
-     GROUP BY r.queue, l.state
-    UNION ALL
-    SELECT queue, state, count(*) FROM awa.done_entries WHERE state = 'failed'
-     GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*) FROM awa.deferred_jobs GROUP BY queue, state
-    UNION ALL
-    {CANONICAL_DEPTH_COUNTS}
-), completed AS (
-    SELECT t.queue, count(*) AS n FROM (
-        SELECT queue FROM awa.done_entries
-         WHERE state = 'completed' AND finalized_at > now() - interval '1 hour'
-        UNION ALL
-        SELECT queue FROM awa.jobs_hot
-         WHERE state = 'completed' AND finalized_at > now() - interval '1 hour') t
-     GROUP BY t.queue
-), lag AS (
-    SELECT t.queue, EXTRACT(EPOCH FROM now() - min(t.oldest))::float8 AS seconds FROM (
-        SELECT queue, oldest FROM avail
-        UNION ALL
-        SELECT queue, min(run_at) FROM awa.jobs_hot WHERE state = 'available'
-         GROUP BY queue) t
-     GROUP BY t.queue
-), queues AS (
-    SELECT queue FROM counts UNION SELECT queue FROM completed
-    UNION SELECT queue FROM awa.queue_meta
-)
-""" + QUEUE_STATS_ROWS
+# The queue statistics every engine reports, each state counted where it lives rather than
+# through awa.jobs (whose available part reads every ready entry of the ring).
+QUEUE_STATS = named("admin.sql", "queue_stats")
 
 _REDRIVE_DLQ = """
 WITH m AS (DELETE FROM awa.dlq_entries WHERE {filter} RETURNING *),
@@ -270,31 +142,16 @@ SELECT """ + ", ".join(
 RETRY_FROM_DLQ = _REDRIVE_DLQ.format(filter="job_id = %(id)s")
 RETRY_FROM_DLQ_IDS = _REDRIVE_DLQ.format(filter="job_id = ANY(%(ids)s::bigint[])")
 
-_TO_DLQ = """
-WITH m AS (
-    DELETE FROM awa.done_entries WHERE state = 'failed' AND {filter} RETURNING *
-), moved AS (
-    INSERT INTO awa.dlq_entries (job_id, """ + NON_ID_COLUMNS + """, dlq_reason,
-                                 dlq_at, original_run_lease)
-    SELECT id, """ + NON_ID_COLUMNS + """, %(reason)s, now(), run_lease FROM m
-    RETURNING *
-), uq AS (
-    DELETE FROM awa.job_unique_claims x USING m
-     WHERE m.unique_key IS NOT NULL AND x.unique_key = m.unique_key AND x.job_id = m.id
-)"""
-MOVE_FAILED_TO_DLQ = _TO_DLQ.format(filter="id = %(id)s") + "\nSELECT * FROM moved"
-BULK_MOVE_FAILED_TO_DLQ = (_TO_DLQ + "\nSELECT kind, queue, count(*) AS n FROM moved "
-                           "GROUP BY kind, queue")
-
-FAILED_IDS = "SELECT id FROM awa.done_entries WHERE state = 'failed' AND {filter} ORDER BY id"
-# Test isolation (awa.testing): TRUNCATE the engine's job tables (partitions included) and
-# the shared ones; lane heads and ring state stay, so positions keep increasing.
-CLEAN_FOR_TESTS = """
-TRUNCATE awa.ready_entries, awa.ready_tombstones, awa.done_entries, awa.deferred_jobs,
-         awa.lease_claims, awa.lease_claim_closures, awa.lease_claim_closure_batches,
-         awa.leases, awa.attempt_state, awa.job_unique_claims, awa.dlq_entries,
-         awa.queue_meta, awa.runtime_instances, awa.jobs_hot, awa.scheduled_jobs"""
-DISCARD_FAILED = "DELETE FROM awa.done_entries WHERE state = 'failed' AND kind = %(kind)s"
+MOVE_FAILED_TO_DLQ = named("admin.sql", "move_failed_to_dlq")
+# Per filter given (kind, queue): the failed jobs' ids, and their move to the DLQ.
+_BY_FILTER = {(False, False): "", (True, False): "_of_kind", (False, True): "_in_queue",
+              (True, True): "_of_kind_in_queue"}
+FAILED_IDS = {given: named("admin.sql", f"failed_ids{suffix}")
+              for given, suffix in _BY_FILTER.items()}
+BULK_MOVE_FAILED_TO_DLQ = {given: named("admin.sql", f"bulk_move_failed_to_dlq{suffix}")
+                           for given, suffix in _BY_FILTER.items()}
+CLEAN_FOR_TESTS = named("admin.sql", "clean_for_tests")
+DISCARD_FAILED = named("admin.sql", "discard_failed")
 
 
 class QueueStorageAdmin(InSchema, SharedAdmin):
@@ -365,14 +222,14 @@ class QueueStorageAdmin(InSchema, SharedAdmin):
 
     async def retry_failed(self, conn: psycopg.AsyncConnection[Any], *, kind: str | None = None,
                            queue: str | None = None) -> RetryFailedResult:
-        chosen, params = filters(kind=kind, queue=queue)
+        params = {k: v for k, v in (("kind", kind), ("queue", queue)) if v is not None}
 
         async def retry_ids(ids: Sequence[int]) -> list[dict[str, Any]]:
             return await self._rows(conn, RETRY_DONE, {"ids": list(ids), "states": ["failed"]})
 
         async with conn.transaction():
             ids = [r["id"] for r in await self._rows(
-                conn, FAILED_IDS.format(filter=all_of(chosen)), params)]
+                conn, FAILED_IDS[kind is not None, queue is not None], params)]
             outcome = await apply_batch_or_each(conn, ids, batch=retry_ids, what="retry_failed")
         jobs = [Job.from_row(r) for r in outcome.applied]
         if not outcome.degraded:
@@ -435,10 +292,10 @@ class QueueStorageAdmin(InSchema, SharedAdmin):
     async def bulk_move_failed_to_dlq(self, conn: psycopg.AsyncConnection[Any], *,
                                       kind: str | None = None, queue: str | None = None,
                                       reason: str) -> list[KindQueueCount]:
-        chosen, params = filters(kind=kind, queue=queue)
+        params = {k: v for k, v in (("kind", kind), ("queue", queue)) if v is not None}
         params["reason"] = reason
-        rows = await self._rows(conn, BULK_MOVE_FAILED_TO_DLQ.format(
-            filter=all_of(chosen)), params)
+        rows = await self._rows(
+            conn, BULK_MOVE_FAILED_TO_DLQ[kind is not None, queue is not None], params)
         return [KindQueueCount(r["kind"], r["queue"], int(r["n"])) for r in rows]
 
     async def clean_for_tests(self, conn: psycopg.AsyncConnection[Any]) -> None:

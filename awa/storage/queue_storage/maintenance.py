@@ -7,7 +7,9 @@ same guarded end-of-attempt statements as the hot path, so a completion that
 wins the race leaves nothing to rescue.  Promotion moves due
 ``deferred_jobs`` rows onto their lanes.  Descriptors, runtimes, the DLQ and
 cron schedules live in shared tables: the engine-neutral core's statements
-(``awa.storage.common.maintenance``, ``common.cron``) serve them.
+(``awa.storage.common.maintenance``, ``common.cron``) serve them.  The statements are in
+``sql/maintenance.sql``, read by name, but for promotion's move and the cron runs' insert,
+which append to a lane through ``enqueue.APPEND_READY``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ from typing import Any
 import psycopg
 
 from awa import config, lifecycle
-from awa.job import JOB_COLUMNS
 from awa.storage.common.collisions import lock_then_apply
 from awa.storage.common.cron import ADVANCE_CRON_JOB
-from awa.storage.common.maintenance import FINALIZED_AGED, SharedMaintenance
+from awa.storage.common.maintenance import SharedMaintenance
 from awa.storage.engine import (
     ActiveCronSchedule,
     AttemptWrite,
@@ -36,66 +37,20 @@ from awa.storage.engine import (
 )
 from awa.storage.queue_storage import rings
 from awa.storage.queue_storage.enqueue import APPEND_READY
-from awa.storage.queue_storage.execution import END_ATTEMPTS, entry_of, finish
+from awa.storage.queue_storage.execution import END_ATTEMPTS, finish
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
 RECEIPT_STALE_ERROR = "receipt claim stale: worker presumed dead"
 """A receipt that never heartbeated outlived the staleness cutoff (the seed's receipt path)."""
 
-_CANDIDATE = """r.kind, r.queue, {attempt} AS attempt, r.max_attempts"""
-
-# The receipt branch of a rescue: the open receipts past a cutoff picked first (from the
-# gaps between closed ranges: never a test of every receipt the claim ring holds), and
-# only then each one's ready entry probed (an index probe apiece).
-_OPEN_RECEIPTS_PAST = f"""
-(SELECT c.job_id, c.run_lease, r.kind, c.queue, c.attempt, r.max_attempts, 'receipt',
-        c.{{since}}
-   FROM (SELECT c.* FROM awa.qs_open_receipts c
-          WHERE c.{{since}} < {{cutoff}}
-          ORDER BY c.{{since}} LIMIT %(limit)s) c
-  CROSS JOIN LATERAL (SELECT r.kind, r.max_attempts FROM awa.ready_entries r
-                       WHERE {entry_of("c")} LIMIT 1) r)"""
-
-STALE_CANDIDATES = f"""
-(SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
-        'lease' AS source, l.heartbeat_at AS since
-   FROM awa.leases l
-   JOIN awa.ready_entries r ON {entry_of("l")}
-  WHERE l.state = 'running' AND l.heartbeat_at < now() - make_interval(secs => %(staleness_s)s)
-  ORDER BY l.heartbeat_at LIMIT %(limit)s)
-UNION ALL
-{_OPEN_RECEIPTS_PAST.format(since="claimed_at",
-                            cutoff="now() - make_interval(secs => %(staleness_s)s)")}
-ORDER BY since LIMIT %(limit)s"""
-
-DEADLINE_CANDIDATES = f"""
-(SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
-        'lease' AS source, l.deadline_at AS since
-   FROM awa.leases l
-   JOIN awa.ready_entries r ON {entry_of("l")}
-  WHERE l.state = 'running' AND l.deadline_at < now()
-  ORDER BY l.deadline_at LIMIT %(limit)s)
-UNION ALL
-{_OPEN_RECEIPTS_PAST.format(since="deadline_at", cutoff="now()")}
-ORDER BY since LIMIT %(limit)s"""
-
-CALLBACK_CANDIDATES = f"""
-SELECT l.job_id AS id, l.run_lease, {_CANDIDATE.format(attempt="l.attempt")},
-       'lease' AS source, l.callback_timeout_at AS since
-  FROM awa.leases l
-  JOIN awa.ready_entries r ON {entry_of("l")}
- WHERE l.state = 'waiting_external' AND l.callback_timeout_at < now()
- ORDER BY l.callback_timeout_at LIMIT %(limit)s"""
+# Rescue: the candidates of each kind (sql/maintenance.sql).
+STALE_CANDIDATES = named("maintenance.sql", "stale_candidates")
+DEADLINE_CANDIDATES = named("maintenance.sql", "deadline_candidates")
+CALLBACK_CANDIDATES = named("maintenance.sql", "callback_candidates")
 
 # --- promotion ---------------------------------------------------------------------
-SELECT_DUE = """
-SELECT s.id, s.attempt, s.kind, s.queue
-  FROM awa.deferred_jobs s
- WHERE s.run_at <= now()
-   AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = s.queue AND m.paused)
- ORDER BY s.run_at, s.id
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED"""
+SELECT_DUE = named("maintenance.sql", "select_due")
 
 PROMOTE = """
 WITH d AS MATERIALIZED (
@@ -119,33 +74,11 @@ WITH d AS MATERIALIZED (
 )
 SELECT id, kind, queue FROM d"""
 
-CANCEL_DEFERRED_AS_DUPLICATE = """
-WITH d AS (DELETE FROM awa.deferred_jobs WHERE id = %(id)s RETURNING *),
-uq AS (
-    DELETE FROM awa.job_unique_claims x USING d
-     WHERE d.unique_key IS NOT NULL AND x.unique_key = d.unique_key AND x.job_id = d.id
-)
-INSERT INTO awa.done_entries (ready_slot, """ + ", ".join(JOB_COLUMNS) + """)
-SELECT (SELECT awa.qs_slot('queue')), """ + ", ".join(
-    "'cancelled'::awa.job_state" if c == "state" else "now()" if c == "finalized_at"
-    else "array_append(COALESCE(d.errors, '{}'::jsonb[]), %(error)s::jsonb)" if c == "errors"
-    else f"d.{c}" for c in JOB_COLUMNS) + """
-  FROM d
-RETURNING id, kind, queue"""
+CANCEL_DEFERRED_AS_DUPLICATE = named("maintenance.sql", "cancel_deferred_as_duplicate")
 
-# --- retention ----------------------------------------------------------------------
-# History is reclaimed by rotation: a sealed queue slot is truncated once all of it is
-# past retention (rings.prune).  Row deletes are only for what rotation cannot reach:
-# rows past retention still in the current slot (the ring could not rotate), and a
-# queue's own shorter retention (an explicit per-queue override).
-DELETE_FINALIZED = """
-DELETE FROM awa.done_entries
- WHERE (ready_slot, id) IN (
-    SELECT ready_slot, id FROM awa.done_entries WHERE """ + FINALIZED_AGED + """ {filter}
-     LIMIT %(limit)s)"""
-DELETE_FINALIZED_DEFAULT = DELETE_FINALIZED.format(
-    filter="AND queue <> ALL(%(excluded_queues)s::text[]) AND ready_slot = awa.qs_slot('queue')")
-DELETE_FINALIZED_QUEUE = DELETE_FINALIZED.format(filter="AND queue = %(queue)s")
+# --- retention (rows rotation cannot reach: sql/maintenance.sql) -----------------------
+DELETE_FINALIZED_DEFAULT = named("maintenance.sql", "delete_finalized_default")
+DELETE_FINALIZED_QUEUE = named("maintenance.sql", "delete_finalized_queue")
 
 # --- cron: the runs are appended to their lane --------------------------------------
 INSERT_CRON_RUNS = """
@@ -162,72 +95,9 @@ WITH src AS MATERIALIZED (
 )""" + APPEND_READY + """
 SELECT id FROM ready"""
 
-# --- queue depths: each state counted where it lives, never through the whole view ----
-# Available: per lane, counted from its claim frontier (awa.qs_lane_progress) without
-# reading the entries: a lane's positions are dense (each append takes the next ones,
-# under the enqueue head's lock), so the waiting entries are the positions from the
-# frontier to the lane's end less those a receipt claimed or a tombstone removed -- two
-# index counts near the frontier and one tombstone join, however deep the backlog
-# (counting the entries themselves took a second a read at 200,000 waiting, every
-# queue-health tick).  The lag is the lane head's: the entry the next claim takes.
-# Running: the open receipts (awa.qs_open_receipts) and the leases.  The rest from
-# their own tables' indexes.
-QUEUE_DEPTHS = """
-WITH lanes AS MATERIALIZED (
-    SELECT q.queue, p.* FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
-     CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) p
-), waiting AS (
-    SELECT l.queue, greatest(e.lane_end - l.start_seq - k.claimed - t.removed, 0) AS n,
-           f.run_at AS head_run_at
-      FROM lanes l
-      CROSS JOIN LATERAL (
-          SELECT greatest((SELECT max(r.lane_seq) + 1 FROM awa.ready_entries r
-                            WHERE r.queue = l.queue AND r.priority = l.priority
-                              AND r.shard = l.shard),
-                          l.claimed_max + 1, l.start_seq) AS lane_end) e
-      CROSS JOIN LATERAL (
-          SELECT count(*) AS claimed FROM awa.lease_claims c
-           WHERE c.queue = l.queue AND c.priority = l.priority AND c.shard = l.shard
-             AND c.lane_seq >= l.start_seq) k
-      CROSS JOIN LATERAL (
-          SELECT count(*) AS removed FROM awa.ready_tombstones x
-            JOIN awa.ready_entries r ON r.job_id = x.job_id AND r.ready_id = x.ready_id
-           WHERE r.queue = l.queue AND r.priority = l.priority AND r.shard = l.shard
-             AND r.lane_seq >= l.start_seq) t
-      LEFT JOIN LATERAL (
-          SELECT r.run_at FROM awa.ready_entries r
-           WHERE r.queue = l.queue AND r.priority = l.priority AND r.shard = l.shard
-             AND r.lane_seq >= l.start_seq
-             AND (NOT (SELECT awa.qs_any_tombstone()) OR NOT awa.qs_tombstoned(r.ready_id))
-             AND (r.lane_seq > l.claimed_max OR NOT awa.qs_receipted(r.job_id, r.run_lease + 1))
-           ORDER BY r.lane_seq LIMIT 1) f ON true
-)
-SELECT queue, 'available' AS state, sum(n)::bigint AS n,
-       min(head_run_at) AS oldest_available_at, now() AS db_now
-  FROM waiting WHERE 'available' = ANY(%(states)s::text[])
- GROUP BY queue HAVING sum(n) > 0
-UNION ALL
-SELECT c.queue, 'running', count(*), NULL, now()
-  FROM awa.qs_open_receipts c
- WHERE 'running' = ANY(%(states)s::text[])
- GROUP BY c.queue
-UNION ALL
-SELECT l.queue, l.state::text, count(*), NULL, now()
-  FROM awa.leases l WHERE l.state::text = ANY(%(states)s::text[]) GROUP BY l.queue, l.state
-UNION ALL
-SELECT d.queue, d.state::text, count(*), NULL, now()
-  FROM awa.deferred_jobs d WHERE d.state::text = ANY(%(states)s::text[])
- GROUP BY d.queue, d.state
-UNION ALL
-SELECT d.queue, 'failed', count(*), NULL, now()
-  FROM awa.done_entries d
- WHERE d.state = 'failed' AND 'failed' = ANY(%(states)s::text[])
- GROUP BY d.queue
-UNION ALL
-SELECT queue, NULL, count(*), NULL, now() FROM awa.dlq_entries GROUP BY queue"""
-
-
-ADVANCE_RECEIPT_WATERMARK = "SELECT awa.qs_advance_receipt_watermark()"
+# Queue depths: each state counted where it lives, never through the whole view.
+QUEUE_DEPTHS = named("maintenance.sql", "queue_depths")
+ADVANCE_RECEIPT_WATERMARK = named("maintenance.sql", "advance_receipt_watermark")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from functools import cache
 from importlib import resources
 
 from awa.db import placeholder_format
+from awa.statements import named_statements
 
 # Install order.
 FILES = ("layout.sql", "open_receipts.sql", "claim.sql", "jobs_view.sql", "enqueue.sql",
@@ -45,6 +46,12 @@ _PARAMETER = re.compile(r"^p_(\w+) (\S+)$")
 def read(name: str) -> str:
     """The text of ``sql/<name>``."""
     return (resources.files(__package__) / "sql" / name).read_text()
+
+
+def named(file: str, name: str) -> str:
+    """The statement ``name`` of the named-query file ``sql/<file>`` (the reads and admin
+    statements, which are not installed: ``awa.statements.named_statements``)."""
+    return named_statements(__package__ or "awa.storage.queue_storage", f"sql/{file}")[name]
 
 
 @cache

@@ -5,7 +5,9 @@ view here (its queue-storage branches are index-backed: lanes from their
 claim heads, open receipts, leases, done and deferred rows), as this engine's
 own named statements (``awa.storage.common.reads``' templates on that view); the
 rest (runtimes, descriptors, the DLQ, unique claims) are shared tables and
-``common.reads``' statements.
+``common.reads``' statements.  This engine's own statements are in ``sql/reads.sql``, read by
+name, but for the job lists', composed below from the parts that can hold the state asked
+for and the column list each caller reads.
 """
 
 from __future__ import annotations
@@ -22,12 +24,7 @@ from awa.job import JOB_COLUMNS
 from awa.storage.common.fetch import float_or_none as _float
 from awa.storage.common.reads import (
     ARGS_MATCH,
-    CANONICAL_KIND_PARTS,
-    COMPLETED_KINDS_IN,
-    HOT_RECENTLY_COMPLETED,
     JOB_LIST_COLUMNS,
-    KIND_ROWS_IN,
-    RECENTLY_COMPLETED_IN,
     JobStatements,
     SharedReads,
     created_buckets,
@@ -41,74 +38,21 @@ from awa.storage.engine import (
     RingState,
     StateBucket,
 )
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
 # Running attempts, wedges and repeated errors: common.reads' templates on the awa.jobs view
 # (its branches for leases, receipts and done entries are index-backed).
 STATEMENTS = JobStatements.on("awa.jobs")
 
-# Per queue, as canonical's QUEUE_DETAILS: the oldest available job, completions in the
-# window, the pause flag.  The oldest available job is looked for where claims look, among
-# the first OLDEST_AVAILABLE_HEAD claimable entries of each lane (from where the claim
-# begins, awa.qs_lane_progress; a receipt is probed only below the lane's newest claim):
-# exact unless an entry further along a lane carries an older run_at than all of those
-# (a job enqueued with a run_at in the past behind a long backlog).  Completions are
-# counted from the done entries' (state, queue, finalized_at) index.  Canonical tables
-# (empty on a database this engine laid out) are read as canonical reads them.
+# Per queue, as canonical's QUEUE_DETAILS: the oldest available job (among the first
+# OLDEST_AVAILABLE_HEAD claimable entries of each lane), completions in the window, the
+# pause flag (sql/reads.sql).
 OLDEST_AVAILABLE_HEAD = 128
-QUEUE_DETAILS = """
-WITH q AS (
-    SELECT unnest(%(queues)s::text[]) AS queue
-    UNION
-    SELECT queue FROM awa.queue_meta
-), o AS MATERIALIZED (
-    SELECT q.queue,
-           least((SELECT min(e.run_at) FROM awa.qs_lane_progress(q.queue) g
-                   CROSS JOIN LATERAL (
-                       SELECT r.run_at FROM awa.ready_entries r
-                        WHERE r.queue = q.queue AND r.priority = g.priority
-                          AND r.shard = g.shard AND r.lane_seq >= g.start_seq
-                          AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x
-                                           WHERE x.ready_id = r.ready_id)
-                          AND (r.lane_seq > g.claimed_max
-                               OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                                               WHERE c.job_id = r.job_id
-                                                 AND c.run_lease = r.run_lease + 1))
-                        ORDER BY r.lane_seq LIMIT %(head)s) e),
-                 (SELECT min(o.run_at) FROM unnest(%(priorities)s::smallint[]) pr(priority)
-                   CROSS JOIN LATERAL (
-                       SELECT h.run_at FROM awa.jobs_hot h
-                        WHERE h.state = 'available' AND h.queue = q.queue
-                          AND h.priority = pr.priority
-                        ORDER BY h.run_at LIMIT 1) o)) AS oldest_available,
-           CASE WHEN %(since)s::timestamptz IS NULL THEN 0 ELSE
-           (SELECT count(*) FROM (
-                (SELECT 1 FROM awa.done_entries d
-                  WHERE d.state = 'completed' AND d.queue = q.queue
-                    AND d.finalized_at > %(since)s AND d.finalized_at <= %(until)s
-                  LIMIT %(cap)s)
-                UNION ALL
-                (SELECT 1 FROM awa.jobs_hot h
-                  WHERE h.state = 'completed' AND h.queue = q.queue
-                    AND h.finalized_at > %(since)s AND h.finalized_at <= %(until)s
-                  LIMIT %(cap)s)
-                LIMIT %(cap)s) c) END AS completed
-      FROM q
-)
-SELECT o.queue, o.oldest_available,
-       CASE WHEN o.oldest_available IS NOT NULL
-            THEN greatest(EXTRACT(EPOCH FROM (now() - o.oldest_available))::float8, 0) END AS lag_s,
-       o.completed, coalesce(m.paused, false) AS paused, m.paused_at, m.paused_by
-  FROM o LEFT JOIN awa.queue_meta m ON m.queue = o.queue
- ORDER BY o.queue
-"""
+QUEUE_DETAILS = named("reads.sql", "queue_details")
 
-# The queues a job completed in lately: the done entries' (state, queue, finalized_at)
-# index, a probe per queue (common.reads), and the canonical tables likewise.
-RECENTLY_COMPLETED = (
-    "SELECT queue FROM (" + RECENTLY_COMPLETED_IN.format(table="awa.done_entries") + "\n) d\n"
-    "UNION\nSELECT queue FROM (" + HOT_RECENTLY_COMPLETED + "\n) h\n"
-    "ORDER BY queue LIMIT %(limit)s")
+# The queues a job completed in lately, by index, a probe per queue.
+RECENTLY_COMPLETED = named("reads.sql", "recently_completed")
 
 # --- job lists, read where each state lives -----------------------------------------------
 # ``awa.jobs`` answers "the newest jobs" by reading every part of the layout whole (its
@@ -148,11 +92,7 @@ SELECT {_AVAILABLE_COLUMNS}
                        WHERE h.queue = r.queue AND h.priority = r.priority
                          AND h.shard = r.shard)
    AND {_NOT_TAKEN}"""
-AVAILABLE_SCANNED_PAST = """
-SELECT EXISTS (SELECT 1 FROM awa.ready_entries r
-                WHERE (%(before_id)s::bigint IS NULL OR r.job_id < %(before_id)s)
-                  AND (%(above_id)s::bigint IS NULL OR r.job_id > %(above_id)s)
-                ORDER BY r.job_id DESC OFFSET %(scan)s) AS more"""
+AVAILABLE_SCANNED_PAST = named("reads.sql", "available_scanned_past")
 AVAILABLE_SCAN_MAX = 50_000
 # Each lane from its claim head on (the lane index): for a backlog that is small.  OFFSET 0
 # keeps it a probe per lane: flattened, the planner walks the job index instead (for the
@@ -169,13 +109,7 @@ SELECT {_AVAILABLE_COLUMNS}
    AND {_NOT_TAKEN}"""
 # How many entries the lanes (of the queue asked for) hold from their claim heads on: what
 # reading the available part by lane would read.
-AVAILABLE_CANDIDATES = """
-SELECT COALESCE(sum(greatest(t.top - h.claim_seq + 1, 0)), 0)::bigint AS candidates
-  FROM awa.queue_claim_heads h
- CROSS JOIN LATERAL (
-       SELECT max(r.lane_seq) AS top FROM awa.ready_entries r
-        WHERE r.queue = h.queue AND r.priority = h.priority AND r.shard = h.shard) t
- WHERE (%(queue)s::text IS NULL OR h.queue = %(queue)s)"""
+AVAILABLE_CANDIDATES = named("reads.sql", "available_candidates")
 # Up to this many, the available part is read by lane; past it, newest first by job id.
 AVAILABLE_BY_LANE_MAX = 20_000
 
@@ -250,103 +184,15 @@ def available_newest(columns: str, by_lane: bool) -> str:
     return _newest(_AVAILABLE_BY_LANE if by_lane else _AVAILABLE_BY_ID, columns)
 
 
-# Every claimable ready entry (queue, run_at), each lane's entries from its claim head on by
-# the lane index, with the claim's rule (awa.qs_claim): no tombstone (looked for only when any
-# exists), and no receipt (probed only at or below the lane's newest claimed position,
-# awa.qs_lane_progress).  For counts of every available job (queue stats, state counts),
-# where awa.jobs hash-joins every ready entry of the ring.  Each lane's progress is read once,
-# before its entries: inlined, its newest-claim probe ran (memoized) once per entry, and a
-# receipt was looked for by hashing every lease claim; 300 ms for 200,000 waiting jobs on the
-# ops benchmark, 80 ms this way.
-_LANES = """(
-    WITH g AS MATERIALIZED (
-        SELECT q.queue, p.priority, p.shard, p.claim_seq, p.claimed_max
-          FROM (SELECT DISTINCT h.queue FROM awa.queue_claim_heads h) q
-         CROSS JOIN LATERAL awa.qs_lane_progress(q.queue) p)
-    SELECT * FROM g) g"""
-_CLAIMABLE = """(NOT (SELECT awa.qs_any_tombstone())
-        OR NOT EXISTS (SELECT 1 FROM awa.ready_tombstones x WHERE x.ready_id = r.ready_id))
-   AND (r.lane_seq > g.claimed_max OR NOT awa.qs_receipted(r.job_id, r.run_lease + 1))"""
-LIVE_READY_BY_LANE = f"""
-SELECT g.queue, r.run_at, r.kind
-  FROM {_LANES}
- CROSS JOIN LATERAL (
-       SELECT r.ready_id, r.job_id, r.run_lease, r.run_at, r.lane_seq, r.kind
-         FROM awa.ready_entries r
-        WHERE r.queue = g.queue AND r.priority = g.priority AND r.shard = g.shard
-          AND r.lane_seq >= g.claim_seq
-       OFFSET 0) r
- WHERE {_CLAIMABLE}"""
-# LIVE_READY_BY_LANE's count and oldest run_at per queue (queues with any), each lane
-# aggregated where it is read: no sort of every available entry by queue.
-LIVE_READY_PER_QUEUE = f"""
-SELECT g.queue, sum(l.n)::bigint AS n, min(l.oldest) AS oldest
-  FROM {_LANES}
- CROSS JOIN LATERAL (
-       SELECT count(*) AS n, min(r.run_at) AS oldest
-         FROM awa.ready_entries r
-        WHERE r.queue = g.queue AND r.priority = g.priority AND r.shard = g.shard
-          AND r.lane_seq >= g.claim_seq
-          AND {_CLAIMABLE}) l
- GROUP BY g.queue
-HAVING sum(l.n) > 0"""
+# The counts of every available job (state counts, kind counts, admin's queue stats) read
+# each lane's entries from its claim head on by the lane index, with the claim's rule (each
+# lane's progress read once, before its entries), where awa.jobs hash-joins every ready entry
+# of the ring: sql/reads.sql, sql/admin.sql.
 # Jobs per state (the REST API's /api/stats), each state counted where it lives.
-STATE_COUNTS = f"""
-SELECT 'available' AS state, count(*) AS n FROM ({LIVE_READY_BY_LANE}) a HAVING count(*) > 0
-UNION ALL
-SELECT 'running', count(*)
-  FROM awa.qs_open_receipts c
-  JOIN awa.ready_entries r
-    ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-HAVING count(*) > 0
-UNION ALL
-SELECT l.state::text, count(*)
-  FROM awa.leases l
-  JOIN awa.ready_entries r
-    ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
- GROUP BY l.state
-UNION ALL
-SELECT state::text, count(*) FROM awa.done_entries GROUP BY state
-UNION ALL
-SELECT state::text, count(*) FROM awa.deferred_jobs GROUP BY state
-UNION ALL
-SELECT state::text, count(*) FROM awa.jobs_hot GROUP BY state
-UNION ALL
-SELECT state::text, count(*) FROM awa.scheduled_jobs GROUP BY state
-UNION ALL
-SELECT 'failed', count(*) FROM awa.dlq_entries"""
-
-
+STATE_COUNTS = named("reads.sql", "state_counts")
 # Per kind and queue (the REST API's /api/kinds), each part of the layout read by index up to
-# the cap (common.reads): the canonical tables; deferred jobs and failed/cancelled done
-# entries by their kind indexes; completed done entries by queue, newest first; and the
-# unfinished ones -- claimable entries by lane, running receipts and leases -- which no kind
-# index serves: at most the cap of them.
-_DONE_UNCOMPLETED_STATES = "ARRAY['failed', 'cancelled']"
-KIND_COUNTS = (
-    CANONICAL_KIND_PARTS + "\nUNION ALL\nSELECT * FROM ("
-    + KIND_ROWS_IN.format(table="awa.deferred_jobs", filter="", states="%(deferred_states)s")
-    + "\n) deferred_jobs\nUNION ALL\nSELECT * FROM ("
-    + KIND_ROWS_IN.format(table="awa.done_entries", filter=" AND t.state <> 'completed'",
-                          states=_DONE_UNCOMPLETED_STATES)
-    + "\n) done\nUNION ALL\nSELECT * FROM ("
-    + COMPLETED_KINDS_IN.format(table="awa.done_entries") + f"""
-) done_completed
-UNION ALL
-SELECT u.kind, u.queue, count(*), 0::bigint, sum(count(*)) OVER () >= %(cap)s
-  FROM (SELECT a.kind, a.queue FROM ({LIVE_READY_BY_LANE}) a
-        UNION ALL
-        SELECT r.kind, r.queue
-          FROM awa.qs_open_receipts c
-          JOIN awa.ready_entries r
-            ON r.job_id = c.job_id AND r.ready_slot = c.ready_slot AND r.ready_id = c.ready_id
-        UNION ALL
-        SELECT r.kind, r.queue
-          FROM awa.leases l
-          JOIN awa.ready_entries r
-            ON r.job_id = l.job_id AND r.ready_slot = l.ready_slot AND r.ready_id = l.ready_id
-        LIMIT %(cap)s) u
- GROUP BY u.kind, u.queue""")
+# the cap.
+KIND_COUNTS = named("reads.sql", "kind_counts")
 # The created-per-minute series' rows (common.reads.created_buckets), as the job lists read
 # them: each part newest first by its own index.
 NEWEST_CREATED_COLUMNS = "t.id, t.state::text AS state, t.created_at"

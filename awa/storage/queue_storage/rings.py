@@ -35,16 +35,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from awa.storage.engine import (
-    PRUNE_BLOCKER_LEASE,
     PRUNE_BLOCKER_LOCK,
-    PRUNE_BLOCKER_READY,
-    PRUNE_BLOCKER_RECEIPT,
-    PRUNE_BLOCKER_RETENTION,
+    PRUNE_BLOCKERS,
     PruneReport,
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.execution import entry_of
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import DEFAULT_SCHEMA, in_schema
 
 Ring = Literal["queue", "claim", "lease"]
@@ -56,66 +53,18 @@ _TABLES: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_LOCK_TIMEOUT_MS = 50
 
-RING_STATE = ("SELECT ring, current_slot, slot_count, generation, "
-              "EXTRACT(EPOCH FROM (now() - rotated_at))::float8 AS rotated_age_s "
-              "FROM awa.queue_ring_state")
-LOCK_RING = ("SELECT current_slot, slot_count, extract(epoch FROM now() - rotated_at) AS age_s "
-             "FROM awa.queue_ring_state WHERE ring = %(ring)s FOR UPDATE")
-ADVANCE = """
-UPDATE awa.queue_ring_state
-   SET current_slot = %(next)s, generation = generation + 1, rotated_at = now()
- WHERE ring = %(ring)s AND current_slot = %(current)s"""
-SETTLE_CLAIM_HEADS = "SELECT awa.qs_settle_claim_heads()"
-SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %(ms)s, true)"
-
-# What keeps a slot alive; every query answers "is anything live left?".
-_CLAIMABLE = """r.lane_seq >= h.claim_seq
-               AND NOT EXISTS (SELECT 1 FROM awa.ready_tombstones t
-                                WHERE t.ready_id = r.ready_id)"""
-# Each answers "what keeps this slot alive?": the first live condition (a blocker
-# name) or NULL when nothing does; CASE stops at the first, as OR would.
-QUEUE_SLOT_LIVE = f"""
-SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM awa.qs_ready_live r WHERE r.ready_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_READY}'
-  WHEN EXISTS (SELECT 1 FROM awa.qs_open_receipts c WHERE c.ready_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_RECEIPT}'
-  WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_LEASE}'
-  WHEN EXISTS (SELECT 1 FROM awa.done_entries d
-              WHERE d.ready_slot = %(slot)s AND d.state <> 'failed'
-                AND d.finalized_at > now() - make_interval(secs => %(completed_s)s))
-    THEN '{PRUNE_BLOCKER_RETENTION}'
-  END AS blocker"""
-CARRY_FAILED = """
-INSERT INTO awa.done_entries
-SELECT (SELECT awa.qs_slot('queue')), d.id, d.kind, d.queue, d.args, d.state, d.priority, d.attempt,
-       d.max_attempts, d.run_at, d.heartbeat_at, d.deadline_at, d.attempted_at, d.finalized_at,
-       d.created_at, d.errors, d.metadata, d.tags, d.unique_key, d.unique_states,
-       d.callback_id, d.callback_timeout_at, d.callback_filter, d.callback_on_complete,
-       d.callback_on_fail, d.callback_transform, d.run_lease, d.progress
-  FROM awa.done_entries d
- WHERE d.ready_slot = %(slot)s AND d.state = 'failed'
-   AND d.finalized_at > now() - make_interval(secs => %(failed_s)s)"""
-CLAIM_SLOT_LIVE = f"""
-SELECT CASE
-  WHEN EXISTS (SELECT 1 FROM awa.qs_open_receipts c WHERE c.claim_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_RECEIPT}'
-  WHEN EXISTS (SELECT 1 FROM awa.leases l WHERE l.claim_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_LEASE}'
-  WHEN EXISTS (SELECT 1 FROM awa.lease_claims c
-               JOIN awa.queue_claim_heads h
-                 ON h.queue = c.queue AND h.priority = c.priority AND h.shard = c.shard
-               JOIN awa.ready_entries r ON {entry_of("c")}
-              WHERE c.claim_slot = %(slot)s
-                -- a receipt holds its entry's lane position (-1: from before receipts kept
-                -- it), so only receipts at or past their lane's head fetch the entry
-                AND (c.lane_seq >= h.claim_seq OR c.lane_seq < 0) AND {_CLAIMABLE})
-    THEN '{PRUNE_BLOCKER_READY}'
-  END AS blocker"""
-LEASE_SLOT_LIVE = f"""
-SELECT CASE WHEN EXISTS (SELECT 1 FROM awa.leases WHERE lease_slot = %(slot)s)
-    THEN '{PRUNE_BLOCKER_LEASE}' END AS blocker"""
+RING_STATE = named("rings.sql", "ring_state")
+LOCK_RING = named("rings.sql", "lock_ring")
+ADVANCE = named("rings.sql", "advance")
+SETTLE_CLAIM_HEADS = named("rings.sql", "settle_claim_heads")
+SET_LOCK_TIMEOUT = named("rings.sql", "set_lock_timeout")
+# What keeps a slot alive: each answers with the first live condition (a blocker name) or
+# NULL when nothing does.
+QUEUE_SLOT_LIVE = named("rings.sql", "queue_slot_live")
+CARRY_FAILED = named("rings.sql", "carry_failed")
+CLAIM_SLOT_LIVE = named("rings.sql", "claim_slot_live")
+LEASE_SLOT_LIVE = named("rings.sql", "lease_slot_live")
+# The statements on one partition name it (an identifier, composed here).
 SLOT_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM {table}) AS empty"
 # Which slots of a ring hold any row: one EXISTS probe per partition, one statement.
 OCCUPIED_SLOT = "CASE WHEN {probes} THEN {slot} END"
@@ -181,7 +130,13 @@ async def _blocker(conn: psycopg.AsyncConnection[Any], ring: str, slot: int,
         query = LEASE_SLOT_LIVE
     row = await _one(conn, query, schema, {"slot": slot, "completed_s": completed_s})
     blocker = row["blocker"]
-    return None if blocker is None else str(blocker)
+    if blocker is None:
+        return None
+    # The statements spell the names out (sql/rings.sql): one that is not PRUNE_BLOCKERS' is
+    # a slip there, never a reason to keep a slot silently.
+    if blocker not in PRUNE_BLOCKERS:
+        raise ValueError(f"sql/rings.sql: unknown prune blocker {blocker!r}")
+    return str(blocker)
 
 
 async def occupied_slots(conn: psycopg.AsyncConnection[Any], ring: str, slot_count: int, *,
