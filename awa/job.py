@@ -8,6 +8,7 @@ callback registration).  Outside a handler those methods raise ``AwaError``.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -409,6 +410,71 @@ class Job(Generic[T]):
         return await self._context().wait_for_callback(token)
 
 
+# --- a claimed job's args, read when first asked for (issue 48) ----------------------
+# A claimed job's instance dict holds no "args" until they are first read: instead
+# ``_ARGS_SOURCE`` holds the row's args as JSON text (or, once checked, the parsed object)
+# and ``_ARGS_BUILD`` what turns the parsed object into ``job.args`` (absent: the object
+# itself).  ``Job.args`` is a non-data descriptor (``_ClaimedArgs``): the instance dict
+# wins over it, so it runs only while "args" is missing there, i.e. on the first read of a
+# claimed job's args, which parses and builds them and stores the result as the plain
+# attribute; later reads cost what any attribute does, and a handler that never reads its
+# args never has them parsed.  The runtime checks before the handler runs that the args
+# fit its handler (``awa.serialization.ArgsDecoder``), leaving for the first read only
+# what cannot fail.  (Not ``Job.__getattr__``: defining it turns off CPython's
+# specialised attribute loads for every attribute of every Job.)
+_ARGS_SOURCE = "_args_source"
+_ARGS_BUILD = "_args_build"
+_decode_json = json.JSONDecoder().decode
+
+
+class _ClaimedArgs:
+    """``Job.args`` where the instance dict has none: a claimed job's first read."""
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        values = obj.__dict__
+        if _ARGS_SOURCE in values:
+            return _read_args(values)
+        raise AttributeError(f"{type(obj).__name__!r} object has no attribute 'args'")
+
+
+# Set after the class is made, so the dataclass field ``args`` keeps having no default.
+setattr(Job, "args", _ClaimedArgs())  # noqa: B010 - an attribute mypy must not see as the field's type
+
+
+def _read_args(values: dict[str, Any]) -> Any:
+    """The first read of a claimed job's args: parse, build, keep as the attribute."""
+    source = values[_ARGS_SOURCE]
+    data = _decode_json(source) if type(source) is str else source
+    build = values.get(_ARGS_BUILD)
+    if build is not None:
+        values[_ARGS_SOURCE] = data  # parsed once, even if building raises
+        data = build(data)
+    values["args"] = data
+    # pop, not del: a sync handler's thread and a hook on the loop may both be here.
+    values.pop(_ARGS_SOURCE, None)
+    values.pop(_ARGS_BUILD, None)
+    return data
+
+
+def pending_args(job: Job[Any]) -> Any:
+    """A claimed job's args not read yet, as the row's JSON text or the parsed object;
+    None once they have been read or set (then ``job.args`` is what to use)."""
+    values = job.__dict__
+    return None if "args" in values else values.get(_ARGS_SOURCE)
+
+
+def defer_args(job: Job[Any], source: Any, build: Any = None) -> None:
+    """Leave ``job.args`` to its first read: ``source`` (JSON text or the parsed object),
+    turned into the args by ``build`` (a callable of the parsed object; None: as it is).
+    ``build`` must not fail where a failure matters: the caller checked it will not."""
+    values = job.__dict__
+    values[_ARGS_SOURCE] = source
+    if build is not None:
+        values[_ARGS_BUILD] = build
+
+
 def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
     """A claimed attempt's row (the engines' claim columns: id, kind, queue, args,
     priority, attempt, max_attempts, run_at, deadline_at, attempted_at, created_at,
@@ -416,13 +482,15 @@ def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
 
     Built as its instance dict in one go: the dataclass ``__init__`` assigns 27 fields,
     seven of them through ``_TimestampField.__set__`` (a Python call each), and this runs
-    once per claimed job on the hot path.  What ``__init__`` would store, this stores.
+    once per claimed job on the hot path.  What ``__init__`` would store, this stores,
+    except ``args``: the row's args (JSON text, ``args::text``) wait for their first read
+    (``_ARGS_SOURCE`` above); a row whose args the driver already parsed keeps them.
     """
     (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
      attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
     job: Job[Any] = _new_job(Job)
     job.__dict__ = {
-        "id": id_, "kind": kind, "queue": queue, "args": args, "state": _RUNNING,
+        "id": id_, "kind": kind, "queue": queue, _ARGS_SOURCE: args, "state": _RUNNING,
         "priority": priority, "attempt": attempt, "max_attempts": max_attempts,
         "run_at": run_at, "heartbeat_at": None, "deadline_at": deadline_at,
         "attempted_at": attempted_at, "finalized_at": None, "created_at": created_at,
