@@ -167,6 +167,9 @@ def decode_args(args_type: type[T] | None, data: Any) -> T:
 _decode_json = json.JSONDecoder().decode
 # Field default factories that cannot raise (a dataclass's own ``__init__`` calls them).
 _SAFE_FACTORIES = (list, dict, set, tuple, frozenset)
+_TYPE_CALL: Any = type.__call__
+_OBJECT_NEW: Any = object.__new__
+_OBJECT_SETATTR: Any = object.__setattr__
 
 
 def _is_plain(args_type: Any) -> bool:
@@ -181,14 +184,15 @@ def _generated_init(args_type: type) -> bool:
     ``"<string>"``; one a class defines, or pydantic's dataclasses install, has a file),
     no ``__post_init__``, no metaclass ``__call__`` or ``__new__`` of its own, and no
     ``__setattr__`` of its own unless frozen (the frozen ``__init__`` goes around it)."""
-    init = args_type.__dict__.get("__init__")
-    params = getattr(args_type, "__dataclass_params__", None)
+    cls: Any = args_type  # Any: mypy sees no overlap between a class's and type's methods
+    meta: Any = type(args_type)
+    init = cls.__dict__.get("__init__")
+    params = getattr(cls, "__dataclass_params__", None)
     return (getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
             and params is not None and params.init
-            and not hasattr(args_type, "__post_init__")
-            and getattr(type(args_type), "__call__", None) is getattr(type, "__call__", None)
-            and args_type.__new__ is object.__new__
-            and (params.frozen or args_type.__setattr__ is object.__setattr__))
+            and not hasattr(cls, "__post_init__")
+            and meta.__call__ is _TYPE_CALL and cls.__new__ is _OBJECT_NEW
+            and (params.frozen or cls.__setattr__ is _OBJECT_SETATTR))
 
 
 def _deferrable(args_type: Any) -> frozenset[str] | None:

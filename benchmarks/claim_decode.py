@@ -38,10 +38,10 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import _support
@@ -126,8 +126,9 @@ def run_one(build: _support.Build, url: str, args_kind: str, jobs: int, batch: i
            "1" if reads else "0"]
     out_file = None
     if callgrind:
-        out_file = tempfile.NamedTemporaryFile(prefix="claim_decode.", suffix=".cg",
-                                               delete=False).name
+        with tempfile.NamedTemporaryFile(prefix="claim_decode.", suffix=".cg",
+                                         delete=False) as out:
+            out_file = out.name
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
                "--dump-instr=no", "--collect-jumps=no", *cmd]
     done = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, check=False)
@@ -137,7 +138,7 @@ def run_one(build: _support.Build, url: str, args_kind: str, jobs: int, batch: i
     if result["claimed"] != jobs:
         raise SystemExit(f"claimed {result['claimed']} of {jobs} jobs")
     if out_file is not None:
-        match = re.search(r"^summary:\s+(\d+)", open(out_file).read(), re.MULTILINE)
+        match = re.search(r"^summary:\s+(\d+)", Path(out_file).read_text(), re.MULTILINE)
         os.unlink(out_file)
         if match is None:
             raise SystemExit("no callgrind summary line")
@@ -202,4 +203,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
