@@ -412,67 +412,60 @@ class Job(Generic[T]):
 
 # --- a claimed job's args, read when first asked for (issue 48) ----------------------
 # A claimed job's instance dict holds no "args" until they are first read: instead
-# ``_ARGS_SOURCE`` holds the row's args as JSON text (or, once checked, the parsed object)
-# and ``_ARGS_BUILD`` what turns the parsed object into ``job.args`` (absent: the object
-# itself).  ``Job.args`` is a non-data descriptor (``_ClaimedArgs``): the instance dict
-# wins over it, so it runs only while "args" is missing there, i.e. on the first read of a
-# claimed job's args, which parses and builds them and stores the result as the plain
-# attribute; later reads cost what any attribute does, and a handler that never reads its
-# args never has them parsed.  The runtime checks before the handler runs that the args
-# fit its handler (``awa.serialization.ArgsDecoder``), leaving for the first read only
-# what cannot fail.  (Not ``Job.__getattr__``: defining it turns off CPython's
-# specialised attribute loads for every attribute of every Job.)
-_ARGS_SOURCE = "_args_source"
-_ARGS_BUILD = "_args_build"
+# ``ARGS_SOURCE`` holds the row's args as JSON text (or, once checked, the parsed object)
+# and ``ARGS_BUILD``, when the args are a dataclass, ``(args type, its init field names)``
+# (absent: the parsed object is the args).  ``Job.args`` is a non-data descriptor
+# (``_ClaimedArgs``): the instance dict wins over it, so it runs only while "args" is
+# missing there, i.e. on the first read of a claimed job's args, which parses and builds
+# them and stores the result as the plain attribute; later reads cost what any attribute
+# does, and a handler that never reads its args never has them parsed.  The runtime checks
+# before the handler runs that the args fit its handler (``awa.serialization.ArgsDecoder``,
+# the one other reader of these two keys), leaving for the first read only what cannot
+# fail.  (Not ``Job.__getattr__``: defining it turns off CPython's specialised attribute
+# loads for every attribute of every Job.)
+ARGS_SOURCE = "_args_source"
+ARGS_BUILD = "_args_build"
+# The C scanner behind json.loads, without its Python layers (two calls, two regex
+# matches): jsonb's text form has no whitespace around the value to skip.
+_scan_json = json.JSONDecoder().scan_once
 _decode_json = json.JSONDecoder().decode
 
 
+def parse_json_text(text: str) -> Any:
+    """``json.loads(text)`` for jsonb's text form (nothing around the value), cheaper."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:  # not a value at 0 (leading whitespace): the full decoder says
+        return _decode_json(text)
+    return value if end == len(text) else _decode_json(text)
+
+
 class _ClaimedArgs:
-    """``Job.args`` where the instance dict has none: a claimed job's first read."""
+    """``Job.args`` where the instance dict has none: a claimed job's first read parses
+    and builds them and keeps them as the attribute."""
 
     def __get__(self, obj: object | None, owner: type | None = None) -> Any:
         if obj is None:
             return self
         values = obj.__dict__
-        if _ARGS_SOURCE in values:
-            return _read_args(values)
-        raise AttributeError(f"{type(obj).__name__!r} object has no attribute 'args'")
+        source = values.get(ARGS_SOURCE, values)
+        if source is values:
+            raise AttributeError(f"{type(obj).__name__!r} object has no attribute 'args'")
+        data = parse_json_text(source) if type(source) is str else source
+        build = values.get(ARGS_BUILD)
+        if build is not None:  # a dataclass whose construction cannot fail (ArgsDecoder)
+            args_type, names = build
+            data = (args_type(**data) if data.keys() <= names else
+                    args_type(**{k: v for k, v in data.items() if k in names}))
+        values["args"] = data
+        # pop, not del: a sync handler's thread and a hook on the loop may both be here.
+        values.pop(ARGS_SOURCE, None)
+        values.pop(ARGS_BUILD, None)
+        return data
 
 
 # Set after the class is made, so the dataclass field ``args`` keeps having no default.
 setattr(Job, "args", _ClaimedArgs())  # noqa: B010 - an attribute mypy must not see as the field's type
-
-
-def _read_args(values: dict[str, Any]) -> Any:
-    """The first read of a claimed job's args: parse, build, keep as the attribute."""
-    source = values[_ARGS_SOURCE]
-    data = _decode_json(source) if type(source) is str else source
-    build = values.get(_ARGS_BUILD)
-    if build is not None:
-        values[_ARGS_SOURCE] = data  # parsed once, even if building raises
-        data = build(data)
-    values["args"] = data
-    # pop, not del: a sync handler's thread and a hook on the loop may both be here.
-    values.pop(_ARGS_SOURCE, None)
-    values.pop(_ARGS_BUILD, None)
-    return data
-
-
-def pending_args(job: Job[Any]) -> Any:
-    """A claimed job's args not read yet, as the row's JSON text or the parsed object;
-    None once they have been read or set (then ``job.args`` is what to use)."""
-    values = job.__dict__
-    return None if "args" in values else values.get(_ARGS_SOURCE)
-
-
-def defer_args(job: Job[Any], source: Any, build: Any = None) -> None:
-    """Leave ``job.args`` to its first read: ``source`` (JSON text or the parsed object),
-    turned into the args by ``build`` (a callable of the parsed object; None: as it is).
-    ``build`` must not fail where a failure matters: the caller checked it will not."""
-    values = job.__dict__
-    values[_ARGS_SOURCE] = source
-    if build is not None:
-        values[_ARGS_BUILD] = build
 
 
 def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
@@ -484,13 +477,13 @@ def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
     seven of them through ``_TimestampField.__set__`` (a Python call each), and this runs
     once per claimed job on the hot path.  What ``__init__`` would store, this stores,
     except ``args``: the row's args (JSON text, ``args::text``) wait for their first read
-    (``_ARGS_SOURCE`` above); a row whose args the driver already parsed keeps them.
+    (``ARGS_SOURCE`` above); a row whose args the driver already parsed keeps them.
     """
     (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
      attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
     job: Job[Any] = _new_job(Job)
     job.__dict__ = {
-        "id": id_, "kind": kind, "queue": queue, _ARGS_SOURCE: args, "state": _RUNNING,
+        "id": id_, "kind": kind, "queue": queue, ARGS_SOURCE: args, "state": _RUNNING,
         "priority": priority, "attempt": attempt, "max_attempts": max_attempts,
         "run_at": run_at, "heartbeat_at": None, "deadline_at": deadline_at,
         "attempted_at": attempted_at, "finalized_at": None, "created_at": created_at,

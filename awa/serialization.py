@@ -14,12 +14,13 @@ import re
 from typing import Any, TypeVar
 
 from awa.job import (
+    ARGS_BUILD,
+    ARGS_SOURCE,
     ArgsNotAnObject,
     Job,
     SerializationError,
     ValidationError,
-    defer_args,
-    pending_args,
+    parse_json_text,
 )
 
 T = TypeVar("T")
@@ -164,7 +165,6 @@ def decode_args(args_type: type[T] | None, data: Any) -> T:
                                  f"{' '.join(str(exc).split())}") from None
 
 
-_decode_json = json.JSONDecoder().decode
 # Field default factories that cannot raise (a dataclass's own ``__init__`` calls them).
 _SAFE_FACTORIES = (list, dict, set, tuple, frozenset)
 _TYPE_CALL: Any = type.__call__
@@ -222,22 +222,6 @@ def _deferrable(args_type: Any) -> frozenset[str] | None:
     return frozenset(required)
 
 
-class _Build:
-    """A deferrable dataclass built from a parsed args object (a class, not a closure, so
-    a job waiting for its first read pickles as its args type does)."""
-
-    __slots__ = ("args_type", "names")
-
-    def __init__(self, args_type: Any) -> None:
-        self.args_type = args_type
-        self.names = frozenset(f.name for f in dataclasses.fields(args_type) if f.init)
-
-    def __call__(self, data: dict[str, Any]) -> Any:
-        names = self.names
-        # Fields the class does not know are dropped, as decode_args drops them.
-        return self.args_type(**{k: v for k, v in data.items() if k in names})
-
-
 class ArgsDecoder:
     """How a handler's args type turns a claimed job's stored args into ``job.args``.
 
@@ -245,7 +229,7 @@ class ArgsDecoder:
     job: it raises ``SerializationError`` (with ``decode_args``'s message) for args that do
     not fit, so such a job fails at once whether or not its handler reads them, and leaves
     the rest -- parsing the JSON text, building the args object -- to the first read of
-    ``job.args`` (``awa.job.defer_args``) when that cannot fail: for a handler of dicts the
+    ``job.args`` (``awa.job.ARGS_SOURCE``) when that cannot fail: for a handler of dicts the
     stored args need only be an object, for a plain dataclass (``_deferrable``) an object
     with its required fields.  Any other args type is built here, before the handler."""
 
@@ -257,14 +241,17 @@ class ArgsDecoder:
         # Deferrable: the required fields (maybe none); None: built before the handler.
         self.required = (_deferrable(args_type) if not self.plain
                          and dataclasses.is_dataclass(args_type) else None)
-        # What the first read of job.args calls (None: the parsed dict is the args).
-        self.build = None if self.required is None else _Build(args_type)
+        # What the first read of job.args builds with (awa.job.ARGS_BUILD; None: the
+        # parsed object is the args): the class and its init fields' names.
+        self.build = (None if self.required is None else (args_type, frozenset(
+            f.name for f in dataclasses.fields(args_type) if f.init)))
 
     def check(self, job: Job[Any]) -> None:
         """Raise ``SerializationError`` when ``job``'s args do not fit; else make
         ``job.args`` what the handler is to read (now, or on its first read)."""
-        source = pending_args(job)
-        if source is None:  # args already parsed (not a claimed job's): build them now
+        values = job.__dict__
+        source = values.get(ARGS_SOURCE)
+        if source is None or "args" in values:  # not a claimed job's pending args
             job.args = decode_args(self.args_type, job.args)
             return
         required = self.required
@@ -272,12 +259,14 @@ class ArgsDecoder:
             if not required and type(source) is str and source[:1] == "{":
                 # jsonb's text form of an object starts with "{": no parse to know it is one.
                 if not self.plain:
-                    defer_args(job, source, self.build)
+                    values[ARGS_BUILD] = self.build
                 return
-            data = _decode_json(source) if type(source) is str else source
+            data = parse_json_text(source) if type(source) is str else source
             if type(data) is dict and (not required or data.keys() >= required):
-                defer_args(job, data, self.build)
+                values[ARGS_SOURCE] = data
+                if not self.plain:
+                    values[ARGS_BUILD] = self.build
                 return
         else:
-            data = _decode_json(source) if type(source) is str else source
+            data = parse_json_text(source) if type(source) is str else source
         job.args = decode_args(self.args_type, data)  # built now, or the error saying why

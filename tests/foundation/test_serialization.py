@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import awa
-from awa.job import claimed_job, pending_args
+from awa.job import ARGS_SOURCE, claimed_job
 from awa.serialization import ArgsDecoder, decode_args, derive_kind, encode_args, kind_for
 
 from .conftest import HTMLToPDF, SendEmail
@@ -81,6 +81,11 @@ def test_decode_uses_model_validate_when_present() -> None:
 
 
 # --- claimed jobs' args: checked before the handler, parsed on the first read (issue 48) ---
+def pending_args(job: awa.Job[Any]) -> Any:
+    """What a claimed job keeps of its args until their first read (None once read)."""
+    return None if "args" in vars(job) else vars(job).get(ARGS_SOURCE)
+
+
 def claimed(args_json: str) -> awa.Job[Any]:
     """A claimed job as the engines' claim rows make it (args as their JSON text)."""
     return claimed_job((1, "k", "default", args_json, 2, 1, 25, None, None, None, None,

@@ -9,14 +9,11 @@ so a handler that never reads its args never pays for them.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from psycopg.types.json import JsonbLoader
 
-from awa.job import claimed_job
-
-_decode_json = json.JSONDecoder().decode
+from awa.job import claimed_job, parse_json_text
 
 
 class ClaimJsonbLoader(JsonbLoader):
@@ -26,7 +23,7 @@ class ClaimJsonbLoader(JsonbLoader):
     def load(self, data: Any) -> Any:
         if data == b"{}":
             return {}
-        return _decode_json(bytes(data).decode())
+        return parse_json_text(bytes(data).decode())
 
 
 # Columns the claim hands to the executor, in this order (tuple rows).
