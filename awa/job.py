@@ -427,7 +427,7 @@ ARGS_SOURCE = "_args_source"
 ARGS_BUILD = "_args_build"
 # The C scanner behind json.loads, without its Python layers (two calls, two regex
 # matches): jsonb's text form has no whitespace around the value to skip.
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - set in __init__; typeshed omits it
 _decode_json = json.JSONDecoder().decode
 
 
