@@ -8,6 +8,7 @@ callback registration).  Outside a handler those methods raise ``AwaError``.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -409,6 +410,64 @@ class Job(Generic[T]):
         return await self._context().wait_for_callback(token)
 
 
+# --- a claimed job's args, read when first asked for (issue 48) ----------------------
+# A claimed job's instance dict holds no "args" until they are first read: instead
+# ``ARGS_SOURCE`` holds the row's args as JSON text (or, once checked, the parsed object)
+# and ``ARGS_BUILD``, when the args are a dataclass, ``(args type, its init field names)``
+# (absent: the parsed object is the args).  ``Job.args`` is a non-data descriptor
+# (``_ClaimedArgs``): the instance dict wins over it, so it runs only while "args" is
+# missing there, i.e. on the first read of a claimed job's args, which parses and builds
+# them and stores the result as the plain attribute; later reads cost what any attribute
+# does, and a handler that never reads its args never has them parsed.  The runtime checks
+# before the handler runs that the args fit its handler (``awa.serialization.ArgsDecoder``,
+# the one other reader of these two keys), leaving for the first read only what cannot
+# fail.  (Not ``Job.__getattr__``: defining it turns off CPython's specialised attribute
+# loads for every attribute of every Job.)
+ARGS_SOURCE = "_args_source"
+ARGS_BUILD = "_args_build"
+# The C scanner behind json.loads, without its Python layers (two calls, two regex
+# matches): jsonb's text form has no whitespace around the value to skip.
+_scan_json: Any = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - set in __init__; typeshed omits it
+_decode_json = json.JSONDecoder().decode
+
+
+def parse_json_text(text: str) -> Any:
+    """``json.loads(text)`` for jsonb's text form (nothing around the value), cheaper."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:  # not a value at 0 (leading whitespace): the full decoder says
+        return _decode_json(text)
+    return value if end == len(text) else _decode_json(text)
+
+
+class _ClaimedArgs:
+    """``Job.args`` where the instance dict has none: a claimed job's first read parses
+    and builds them and keeps them as the attribute."""
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        values = obj.__dict__
+        source = values.get(ARGS_SOURCE, values)
+        if source is values:
+            raise AttributeError(f"{type(obj).__name__!r} object has no attribute 'args'")
+        data = parse_json_text(source) if type(source) is str else source
+        build = values.get(ARGS_BUILD)
+        if build is not None:  # a dataclass whose construction cannot fail (ArgsDecoder)
+            args_type, names = build
+            data = (args_type(**data) if data.keys() <= names else
+                    args_type(**{k: v for k, v in data.items() if k in names}))
+        values["args"] = data
+        # pop, not del: a sync handler's thread and a hook on the loop may both be here.
+        values.pop(ARGS_SOURCE, None)
+        values.pop(ARGS_BUILD, None)
+        return data
+
+
+# Set after the class is made, so the dataclass field ``args`` keeps having no default.
+setattr(Job, "args", _ClaimedArgs())  # noqa: B010 - an attribute mypy must not see as the field's type
+
+
 def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
     """A claimed attempt's row (the engines' claim columns: id, kind, queue, args,
     priority, attempt, max_attempts, run_at, deadline_at, attempted_at, created_at,
@@ -416,13 +475,15 @@ def claimed_job(row: tuple[Any, ...]) -> Job[Any]:
 
     Built as its instance dict in one go: the dataclass ``__init__`` assigns 27 fields,
     seven of them through ``_TimestampField.__set__`` (a Python call each), and this runs
-    once per claimed job on the hot path.  What ``__init__`` would store, this stores.
+    once per claimed job on the hot path.  What ``__init__`` would store, this stores,
+    except ``args``: the row's args (JSON text, ``args::text``) wait for their first read
+    (``ARGS_SOURCE`` above); a row whose args the driver already parsed keeps them.
     """
     (id_, kind, queue, args, priority, attempt, max_attempts, run_at, deadline_at,
      attempted_at, created_at, errors, metadata, tags, run_lease, progress) = row
     job: Job[Any] = _new_job(Job)
     job.__dict__ = {
-        "id": id_, "kind": kind, "queue": queue, "args": args, "state": _RUNNING,
+        "id": id_, "kind": kind, "queue": queue, ARGS_SOURCE: args, "state": _RUNNING,
         "priority": priority, "attempt": attempt, "max_attempts": max_attempts,
         "run_at": run_at, "heartbeat_at": None, "deadline_at": deadline_at,
         "attempted_at": attempted_at, "finalized_at": None, "created_at": created_at,

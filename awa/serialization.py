@@ -13,7 +13,15 @@ import json
 import re
 from typing import Any, TypeVar
 
-from awa.job import ArgsNotAnObject, SerializationError, ValidationError
+from awa.job import (
+    ARGS_BUILD,
+    ARGS_SOURCE,
+    ArgsNotAnObject,
+    Job,
+    SerializationError,
+    ValidationError,
+    parse_json_text,
+)
 
 T = TypeVar("T")
 
@@ -146,3 +154,110 @@ def decode_args(args_type: type[T] | None, data: Any) -> T:
     except Exception as exc:  # the args type's own validation: report it as one line
         raise SerializationError(f"cannot build {args_type.__name__} from job args: "
                                  f"{' '.join(str(exc).split())}") from None
+
+
+# Field default factories that cannot raise (a dataclass's own ``__init__`` calls them).
+_SAFE_FACTORIES = (list, dict, set, tuple, frozenset)
+_TYPE_CALL: Any = type.__call__
+_OBJECT_NEW: Any = object.__new__
+_OBJECT_SETATTR: Any = object.__setattr__
+
+
+def _is_plain(args_type: Any) -> bool:
+    """An args type whose handler gets the stored object itself (``decode_args``'s first case)."""
+    return (args_type is None or args_type is dict or args_type is Any
+            or not isinstance(args_type, type))
+
+
+def _generated_init(args_type: type) -> bool:
+    """Whether ``args_type`` is made by its dataclass-generated ``__init__`` alone: no
+    ``__init__`` of its own (the generated one is compiled from a string, its file
+    ``"<string>"``; one a class defines, or pydantic's dataclasses install, has a file),
+    no ``__post_init__``, no metaclass ``__call__`` or ``__new__`` of its own, and no
+    ``__setattr__`` of its own unless frozen (the frozen ``__init__`` goes around it)."""
+    cls: Any = args_type  # Any: mypy sees no overlap between a class's and type's methods
+    meta: Any = type(args_type)
+    init = cls.__dict__.get("__init__")
+    params = getattr(cls, "__dataclass_params__", None)
+    return (getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
+            and params is not None and params.init
+            and not hasattr(cls, "__post_init__")
+            and meta.__call__ is _TYPE_CALL and cls.__new__ is _OBJECT_NEW
+            and (params.frozen or cls.__setattr__ is _OBJECT_SETATTR))
+
+
+def _deferrable(args_type: Any) -> frozenset[str] | None:
+    """For a dataclass whose construction from stored args cannot fail once its required
+    fields are there: those fields' names; else None.
+
+    That is a dataclass without ``model_validate`` made by its generated ``__init__``
+    alone (``_generated_init``), without InitVar or ClassVar pseudo-fields, whose defaults
+    are plain values (no descriptors) and whose default factories are the builtin
+    containers: its construction assigns what it is given and never validates.  Anything
+    else (pydantic models, validating classes) is built before the handler, as ever."""
+    if callable(getattr(args_type, "model_validate", None)) or not _generated_init(args_type):
+        return None
+    fields = dataclasses.fields(args_type)
+    if len(fields) != len(getattr(args_type, "__dataclass_fields__", ())):
+        return None  # InitVar / ClassVar pseudo-fields
+    required = []
+    for f in fields:
+        if (f.default_factory is not dataclasses.MISSING
+                and f.default_factory not in _SAFE_FACTORIES):
+            return None
+        if f.default is not dataclasses.MISSING and hasattr(type(f.default), "__set__"):
+            return None
+        if (f.init and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING):
+            required.append(f.name)
+    return frozenset(required)
+
+
+class ArgsDecoder:
+    """How a handler's args type turns a claimed job's stored args into ``job.args``.
+
+    ``check(job)`` runs before the handler, where ``decode_args`` used to run for every
+    job: it raises ``SerializationError`` (with ``decode_args``'s message) for args that do
+    not fit, so such a job fails at once whether or not its handler reads them, and leaves
+    the rest -- parsing the JSON text, building the args object -- to the first read of
+    ``job.args`` (``awa.job.ARGS_SOURCE``) when that cannot fail: for a handler of dicts the
+    stored args need only be an object, for a plain dataclass (``_deferrable``) an object
+    with its required fields.  Any other args type is built here, before the handler."""
+
+    __slots__ = ("args_type", "build", "plain", "required")
+
+    def __init__(self, args_type: Any) -> None:
+        self.args_type = args_type
+        self.plain = _is_plain(args_type)
+        # Deferrable: the required fields (maybe none); None: built before the handler.
+        self.required = (_deferrable(args_type) if not self.plain
+                         and dataclasses.is_dataclass(args_type) else None)
+        # What the first read of job.args builds with (awa.job.ARGS_BUILD; None: the
+        # parsed object is the args): the class and its init fields' names.
+        self.build = (None if self.required is None else (args_type, frozenset(
+            f.name for f in dataclasses.fields(args_type) if f.init)))
+
+    def check(self, job: Job[Any]) -> None:
+        """Raise ``SerializationError`` when ``job``'s args do not fit; else make
+        ``job.args`` what the handler is to read (now, or on its first read)."""
+        values = job.__dict__
+        source = values.get(ARGS_SOURCE)
+        if source is None or "args" in values:  # not a claimed job's pending args
+            job.args = decode_args(self.args_type, job.args)
+            return
+        required = self.required
+        if self.plain or required is not None:
+            if not required and type(source) is str and source[:1] == "{":
+                # jsonb's text form of an object starts with "{": no parse to know it is one.
+                if not self.plain:
+                    values[ARGS_BUILD] = self.build
+                return
+            data = parse_json_text(source) if type(source) is str else source
+            if type(data) is dict and (not required or data.keys() >= required):
+                values[ARGS_SOURCE] = data
+                if not self.plain:
+                    values[ARGS_BUILD] = self.build
+                return
+        else:
+            data = parse_json_text(source) if type(source) is str else source
+        job.args = decode_args(self.args_type, data)  # built now, or the error saying why

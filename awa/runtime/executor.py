@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace as otel_trace
@@ -36,7 +36,7 @@ from awa.job import (
 from awa.runtime.context import AttemptIO, JobContext
 from awa.runtime.events import EventHooks
 from awa.runtime.outcome import Finished, Outcome
-from awa.serialization import decode_args
+from awa.serialization import ArgsDecoder
 
 log = logging.getLogger("awa.runtime.executor")
 
@@ -47,13 +47,18 @@ ERROR_TEXT_MAX_CHARS = 4_000
 
 @dataclass(frozen=True)
 class HandlerSpec:
-    """A registered handler: its kind, args type, queue and the function."""
+    """A registered handler: its kind, args type, queue and the function; ``decoder``: how
+    its args type reads a claimed job's stored args (made from ``args_type``)."""
 
     kind: str
     args_type: Any
     queue: str
     fn: Callable[[Job[Any]], Any]
     is_async: bool
+    decoder: ArgsDecoder = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoder", ArgsDecoder(self.args_type))  # frozen: set once
 
 
 def _error_text(exc: BaseException) -> str:
@@ -142,7 +147,7 @@ class Executor:
             message = lifecycle.UNKNOWN_KIND_ERROR.format(kind=job.kind)
             return self._terminal(ctx, message)
         try:
-            job.args = decode_args(spec.args_type, job.args)
+            spec.decoder.check(job)  # args that do not fit fail now; parsing waits for a read
         except SerializationError as exc:
             return self._terminal(ctx, str(exc))
         self.events.emit("started", job, None)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import json
+import pickle
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pytest
 
 import awa
-from awa.serialization import decode_args, derive_kind, encode_args, kind_for
+from awa.job import ARGS_SOURCE, claimed_job
+from awa.serialization import ArgsDecoder, decode_args, derive_kind, encode_args, kind_for
 
 from .conftest import HTMLToPDF, SendEmail
 
@@ -73,3 +78,102 @@ def test_decode_uses_model_validate_when_present() -> None:
     assert decode_args(Validated, {"n": 3}) == Validated(3)
     with pytest.raises(awa.SerializationError, match="n must be an int"):
         decode_args(Validated, {"n": "x"})
+
+
+# --- claimed jobs' args: checked before the handler, parsed on the first read (issue 48) ---
+def pending_args(job: awa.Job[Any]) -> Any:
+    """What a claimed job keeps of its args until their first read (None once read)."""
+    return None if "args" in vars(job) else vars(job).get(ARGS_SOURCE)
+
+
+def claimed(args_json: str) -> awa.Job[Any]:
+    """A claimed job as the engines' claim rows make it (args as their JSON text)."""
+    return claimed_job((1, "k", "default", args_json, 2, 1, 25, None, None, None, None,
+                        [], {}, [], 1, None))
+
+
+@dataclass
+class AllDefaults:
+    n: int = 0
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PostInit:
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise ValueError("n must not be negative")
+
+
+@dataclass
+class OwnInit:
+    n: int
+
+    def __init__(self, **kw: Any) -> None:
+        self.n = kw["n"]
+
+
+@dataclass
+class OddFactory:  # a default factory of its own: it might fail, so built before the handler
+    n: int
+    made: str = field(default_factory=lambda: "made")
+
+
+@dataclass
+class DuckModel:
+    n: int
+
+    @classmethod
+    def model_validate(cls, data: dict[str, Any]) -> DuckModel:
+        return cls(data["n"] * 10)
+
+
+@pytest.mark.parametrize("args_type, deferred", [
+    (dict, True), (Any, True), ("not_a_class", True),
+    (SendEmail, True), (AllDefaults, True),  # plain dataclasses: built on the first read
+    (PostInit, False), (OwnInit, False), (OddFactory, False), (DuckModel, False),
+])
+def test_claimed_args_read_as_decode_args_builds_them(args_type, deferred):
+    """Whatever the args type, ``job.args`` is what ``decode_args`` builds from the stored
+    object; types whose building may fail or validate are built before the handler."""
+    text = '{"n": 3, "to": "a@b", "extra": [1]}'
+    job = claimed(text)
+    assert pending_args(job) == text
+    ArgsDecoder(args_type).check(job)
+    assert (pending_args(job) is not None) == deferred
+    expected = decode_args(args_type, {"n": 3, "to": "a@b", "extra": [1]})
+    assert job.args == expected and job.args is job.args
+    assert pending_args(job) is None and "args" in vars(job)
+
+
+@pytest.mark.parametrize("args_type, text", [
+    (SendEmail, '{"subject": "no to"}'),  # a required field missing
+    (SendEmail, "[1, 2]"), (dict, "[1, 2]"), (AllDefaults, '"text"'),  # not an object
+    (PostInit, '{"n": -1}'),  # the class's own check
+])
+def test_claimed_args_that_do_not_fit_fail_the_check(args_type, text):
+    """Args that do not fit fail before the handler runs, read or not, with
+    ``decode_args``'s message (the job then fails at once, docs/architecture.md §4)."""
+    with pytest.raises(awa.SerializationError) as want:
+        decode_args(args_type, json.loads(text))
+    with pytest.raises(awa.SerializationError) as got:
+        ArgsDecoder(args_type).check(claimed(text))
+    assert str(got.value) == str(want.value)
+
+
+def test_a_claimed_job_waiting_for_its_first_read_copies_and_pickles():
+    job = claimed('{"to": "a@b"}')
+    ArgsDecoder(SendEmail).check(job)
+    for other in (pickle.loads(pickle.dumps(job)), dataclasses.replace(job)):
+        assert other.args == SendEmail("a@b")
+    assert job.args == SendEmail("a@b")
+
+
+def test_args_set_before_the_first_read_win():
+    job = claimed('{"to": "a@b"}')
+    job.args = {"replaced": True}
+    assert job.args == {"replaced": True} and pending_args(job) is None
+    ArgsDecoder(dict).check(job)  # already parsed: checked as decode_args does
+    assert job.args == {"replaced": True}

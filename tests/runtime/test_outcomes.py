@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
@@ -134,6 +134,42 @@ async def test_terminal_error_bad_args_and_unknown_kind_fail_at_once(client, db)
     assert rows[0]["errors"][-1]["error"] == "TerminalError: never works"
     assert rows[1]["errors"][-1]["error"].startswith("cannot build Strict from job args")
     assert rows[2]["errors"][-1]["error"] == "unknown job kind: nobody_handles_this"
+
+
+async def test_args_are_the_handlers_type_whoever_reads_them_and_when(client, db) -> None:
+    """Args are parsed on their first read (issue 48): a handler that never reads them
+    completes; a sync handler (on a worker thread), an async one and a hook that reads them
+    get the handler's type, a dict handler the stored object."""
+    @dataclass
+    class Needed:
+        to: str
+        cc: list[str] = field(default_factory=list)
+
+    seen: dict[str, object] = {}
+
+    @client.task(Work, kind="never_reads")
+    async def never_reads(job):
+        return None
+
+    @client.task(Needed)
+    def needed(job):  # sync: runs on a handler thread
+        seen["sync"] = job.args
+
+    @client.task(dict, kind="as_dict")
+    async def as_dict(job):
+        seen["dict"] = job.args
+
+    client.on_event(lambda e: seen.setdefault("hook", e.job.args), kind="needed",
+                    events=["started"])
+    await client.start([("default", 4)], **FAST)
+    ids = [(await client.insert(Work(5), kind="never_reads")).id,
+           (await client.insert(Needed("a@b", ["c@d"]))).id,
+           (await client.insert({"x": [1, {"y": None}]}, kind="as_dict")).id]
+    rows = await run_until_settled(client, db, ids, {"completed"})
+    await client.shutdown()
+    assert all(r["state"] == "completed" for r in rows)
+    assert seen["sync"] == Needed("a@b", ["c@d"]) and seen["hook"] == seen["sync"]
+    assert seen["dict"] == {"x": [1, {"y": None}]}
 
 
 async def test_terminal_error_goes_to_the_dlq_with_its_reason(client, db):

@@ -109,6 +109,19 @@ async def test_claim_starts_an_attempt(engine, aconn, client):
     assert after["deadline_at"] == job.deadline_at
 
 
+async def test_claimed_args_read_back_as_stored(engine, aconn, client):
+    """A claimed job keeps its args as the row's JSON text until they are read (issue 48);
+    the first read gives back exactly what was stored, and later reads the same object."""
+    stored = {"text": "zoë \u2603 \"quoted\"\n", "n": 2**62, "x": 1.5, "neg": -0.25,
+              "nested": {"list": [1, None, True, {"k": []}], "empty": {}}, "": "blank key"}
+    inserted = await client.insert(stored, kind="any_args")
+    [job] = await engine.claim_batch(aconn, "default", 1, DEADLINE_MS)
+    assert job.id == inserted.id
+    assert "args" not in vars(job)  # not parsed at the claim
+    assert job.args == stored and job.args is job.args
+    assert vars(job)["args"] is job.args  # parsed once, then a plain attribute
+
+
 async def test_claim_records_the_claiming_runtime(engine, aconn, client):
     """Who runs what: the instance id given to the claim stays with the attempt while it
     runs -- in ``awa.jobs``, the running-attempt reads and the job record -- also once it

@@ -25,19 +25,12 @@ from psycopg.types.json import Jsonb
 
 from awa import lifecycle
 from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
+from awa.storage.common.claims import ClaimJsonbLoader, claim_select, job_from_claim
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
 from awa.storage.engine import AppliedBatch, AttemptWrite
 
 log = logging.getLogger("awa.storage")
-
-# Columns the claim hands to the executor, in this order (tuple rows).
-CLAIM_COLUMNS = (
-    "id", "kind", "queue", "args", "priority", "attempt", "max_attempts", "run_at",
-    "deadline_at", "attempted_at", "created_at", "errors", "metadata", "tags",
-    "run_lease", "progress",
-)
 
 # One claim per dispatcher wake-up: up to %(limit)s rows in dispatch order,
 # skipping rows other claimers hold and nothing at all on a paused queue.
@@ -60,7 +53,7 @@ UPDATE awa.jobs_hot j
        claimed_by = %s
   FROM picked
  WHERE j.id = picked.id AND j.state = 'available'
-RETURNING {", ".join("j." + c for c in CLAIM_COLUMNS)}
+RETURNING {claim_select("j")}
 """
 
 # Arrays of ids, leases, jsonb and uuids are %b placeholders (awa.db.BINARY_ARRAY_TYPES).

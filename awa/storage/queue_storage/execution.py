@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 
 from awa import lifecycle
 from awa.job import Job, JobState
-from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
+from awa.storage.common.claims import ClaimJsonbLoader, claim_select, job_from_claim
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
 from awa.storage.engine import AppliedBatch, AttemptWrite
@@ -47,7 +47,7 @@ from awa.storage.queue_storage.schema import InSchema, in_schema
 
 log = logging.getLogger("awa.storage")
 
-CLAIM = "SELECT * FROM awa.qs_claim(%s, %s, %s, %s, %s)"
+CLAIM = f"SELECT {claim_select()} FROM awa.qs_claim(%s, %s, %s, %s, %s)"
 
 # The one rule for "this receipt's attempt is still open" is the installed function
 # awa.qs_receipt_is_open (sql/open_receipts.sql), which the planner inlines; every
