@@ -24,18 +24,34 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from awa import metrics
 from awa.instruments import METRICS, PreGauge, job_attributes, queue_attributes, recording_live
 from awa.job import job_datetime
-from awa.runtime.outcome import Outcome
+from awa.outcome import Outcome
 from awa.storage.engine import PRUNE_BLOCKER_LOCK, KindQueueCount
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.job import Job
-    from awa.runtime.outcome import Finished
     from awa.storage.engine import PruneReport, QueueCount
+
+
+class _Attempt(Protocol):
+    @property
+    def job(self) -> Job[Any]: ...
+
+
+class EndedAttempt(Protocol):
+    """What recording reads of an attempt the completion batcher wrote (the runtime's
+    ``Finished``), named structurally: recording sits below the runtime that calls it."""
+
+    @property
+    def ctx(self) -> _Attempt: ...
+    @property
+    def error(self) -> dict[str, Any] | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
 # --- the runtime: dispatch, execution, completion, heartbeats ----------------
@@ -166,7 +182,7 @@ def wake_to_claim(queue: str, woken: float | None) -> float | None:
     return None
 
 
-def outcomes(outcome: Outcome, applied: list[Finished]) -> None:
+def outcomes(outcome: Outcome, applied: Sequence[EndedAttempt]) -> None:
     """Transitions the completion batcher just committed (one outcome kind)."""
 
     by_key = Counter((f.ctx.job.kind, f.ctx.job.queue) for f in applied)
@@ -202,7 +218,7 @@ def flushed(rows: int, seconds: float) -> None:
     METRICS.completion_flush_duration.observe((), seconds)
 
 
-def stale_ignored(items: list[Finished]) -> None:
+def stale_ignored(items: Sequence[EndedAttempt]) -> None:
     for queue, n in Counter(f.ctx.job.queue for f in items).items():
         METRICS.completion_stale_ignored.inc((queue,), n)
 

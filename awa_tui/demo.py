@@ -420,7 +420,8 @@ def tui_available() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m awa_tui.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m awa_tui.demo",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=None,
                         help="stop by itself after this many seconds")
     parser.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")

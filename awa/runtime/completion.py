@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa import config, recording
+from awa.outcome import Outcome
 from awa.runtime.events import EventHooks
 from awa.runtime.health import Health
 from awa.runtime.loops import stop_tasks
-from awa.runtime.outcome import Finished, Outcome
+from awa.runtime.outcome import Finished
 from awa.storage.engine import AppliedBatch, AttemptWrite, Engine
 
 if TYPE_CHECKING:  # pragma: no cover

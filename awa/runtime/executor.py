@@ -33,9 +33,10 @@ from awa.job import (
     TerminalError,
     WaitForCallback,
 )
+from awa.outcome import Outcome
 from awa.runtime.context import AttemptIO, JobContext
 from awa.runtime.events import EventHooks
-from awa.runtime.outcome import Finished, Outcome
+from awa.runtime.outcome import Finished
 from awa.serialization import ArgsDecoder
 
 log = logging.getLogger("awa.runtime.executor")

@@ -1,34 +1,14 @@
-"""How a handler's attempt ended, as the completion batcher writes it and the metrics count
-it.  Its own module: the batcher records metrics, and the metrics name the outcomes."""
+"""One attempt's outcome waiting to be written (``Finished``), as the executor hands it to
+the completion batcher; the outcomes themselves are ``awa.outcome``."""
 
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, Any
 
-from awa.job import JobState
+from awa.outcome import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from awa.runtime.context import JobContext
-
-
-class Outcome(enum.Enum):
-    # value: (event name for hooks, state the job ends in)
-    COMPLETED = ("completed", JobState.Completed)
-    RETRY = ("retried", JobState.Retryable)
-    SNOOZE = ("snoozed", JobState.Scheduled)
-    CANCEL = ("cancelled", JobState.Cancelled)
-    FAIL = ("failed", JobState.Failed)
-    DLQ = ("dead_lettered", JobState.Failed)
-    WAIT = ("waiting", JobState.WaitingExternal)
-
-    @property
-    def event(self) -> str:
-        return self.value[0]
-
-    @property
-    def state(self) -> JobState:
-        return self.value[1]
 
 
 class Finished:
