@@ -52,6 +52,7 @@ _VIEW_UPDATE = """UPDATE awa.jobs AS j SET ({columns}) = (
     SELECT {values} FROM jsonb_populate_record(NULL::awa.jobs, %(job)s::jsonb) r)
  WHERE j.id = %(id)s RETURNING j.id"""
 DB_NOW = "SELECT now() AS now"
+CANONICAL_CLAIMED_BY = "UPDATE awa.jobs_hot SET claimed_by = %(by)s WHERE id = %(id)s"
 
 
 def job_image(state: str, given: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
@@ -154,6 +155,10 @@ def insert_job(conn: Any, state: str = "running", **columns: Any) -> int:
         job = CanonicalEngine().insert_batch_sync(conn, _enqueue_batch(image)).jobs[0]
         row = conn.execute(_view_update(image), {"job": image_json(image),
                                                  "id": job.id}).fetchone()
+        if image.get("claimed_by") is not None:
+            # The view's writes leave claimed_by alone (canonical records it at claim, a
+            # step no engine call arranges): the one column set on the table itself.
+            conn.execute(CANONICAL_CLAIMED_BY, {"by": image["claimed_by"], "id": job.id})
     return int(_first(row))
 
 
