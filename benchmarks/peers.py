@@ -31,7 +31,11 @@ runs the three layouts, one after the other.  Reported, on the machine's monoton
   server runs on this machine (``-`` otherwise): the database's share, the same for every
   system (``_proc.server_cpu_s``);
 * machine CPU ms/job -- the sum of the two: client process(es) plus the whole local
-  server over the same span, per job (``-`` when the server's CPU is not measured).
+  server over the same span, per job (``-`` when the server's CPU is not measured);
+* WAL bytes/job    -- the server's WAL written (``pg_current_wal_lsn()``) from just before
+  the measured process(es) start to just after they exit, per job: the write volume each
+  system's design costs (issue 48).  It counts the whole server, so only a run on an
+  otherwise idle server means it; its start and shutdown are inside the span.
 
 Each system keeps its defaults otherwise (awa: claim batch, flush interval,
 maintenance on; PgQueuer: ``batch_size`` = W/2, the most it allows with
@@ -365,6 +369,7 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
     with database_for(system) as url:
         if system.name == "awa-pg":
             migrate_awa_pg(system.python, system.env, url)
+        wal_start = _wal_lsn()
 
         def role(name: str, **kw: Any) -> subprocess.Popen[str]:
             return subprocess.Popen([system.python, __file__, "--run", system.name, name, url,
@@ -393,6 +398,7 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
             raw = {**made, "cpu_s": made["cpu_s"] + ran["cpu_s"], "finished": ran["finished"]}
             if "server_finished" in ran:
                 raw["server_finished"] = ran["server_finished"]
+        wal_bytes = _wal_lsn() - wal_start
     server_end = raw.get("server_finished", raw.get("server_enqueued"))
     server = (1000 * (server_end - raw["server_started"]) / n
               if "server_started" in raw and server_end is not None else math.nan)
@@ -400,7 +406,17 @@ def one_run(system: System, n: int, workers: int, processes: int) -> dict[str, f
             "processed_per_s": (n / (raw["finished"] - raw["started"]) if "finished" in raw
                                 else math.nan),
             "cpu_ms_per_job": 1000 * raw["cpu_s"] / n, "server_ms_per_job": server,
-            "machine_ms_per_job": 1000 * raw["cpu_s"] / n + server}
+            "machine_ms_per_job": 1000 * raw["cpu_s"] / n + server,
+            "wal_bytes_per_job": wal_bytes / n}
+
+
+def _wal_lsn() -> int:
+    """The server's WAL insert position, in bytes."""
+    import psycopg
+    with psycopg.connect(_support.admin_url(), autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None  # one row, always
+    return int(row[0])
 
 
 def _result(system: System, workers: int, proc: subprocess.Popen[str],
@@ -461,7 +477,7 @@ def _share(value: float, base: float) -> str:
 def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) -> None:
     """Every W and system alternated, then the medians and the per-round ratios."""
     print(f"{'system':>14} {'W':>5} {'enqueue/s':>10} {'processed/s':>12} {'CPU ms/job':>11} "
-          f"{'server ms/job':>14} {'machine CPU ms/job':>19}")
+          f"{'server ms/job':>14} {'machine CPU ms/job':>19} {'WAL B/job':>10}")
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
     workers = "0" if processes == 0 else args.workers
     for w, name in _support.alternation(workers, args.repeat, ",".join(chosen)):
@@ -469,11 +485,11 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
         results.setdefault((w, name), []).append(r)
         print(f"{name:>14} {w:>5} {r['enqueue_per_s']:>10.0f} {_rate(r['processed_per_s']):>12} "
               f"{r['cpu_ms_per_job']:>11.3f} {_ms(r['server_ms_per_job']):>14} "
-              f"{_ms(r['machine_ms_per_job']):>19}", flush=True)
+              f"{_ms(r['machine_ms_per_job']):>19} {r['wal_bytes_per_job']:>10.0f}", flush=True)
     first = next(iter(chosen))
     print(f"\nmedians over the rounds (first: {first})\n{'system':>14} {'W':>5} "
           f"{'enqueue/s':>10} {'of first':>9} {'processed/s':>12} {'of first':>9} "
-          f"{'CPU ms/job':>11} {'server ms/job':>14} {'machine CPU ms/job':>19}")
+          f"{'CPU ms/job':>11} {'server ms/job':>14} {'machine CPU ms/job':>19} {'WAL B/job':>10}")
     for (w, name), runs in results.items():
         base = results[(w, first)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
@@ -483,7 +499,7 @@ def series(chosen: dict[str, System], args: argparse.Namespace, processes: int) 
               f"{_rate(med['processed_per_s']):>12} "
               f"{_share(med['processed_per_s'], bmed['processed_per_s']):>9} "
               f"{med['cpu_ms_per_job']:>11.3f} {_ms(med['server_ms_per_job']):>14} "
-              f"{_ms(med['machine_ms_per_job']):>19}")
+              f"{_ms(med['machine_ms_per_job']):>19} {med['wal_bytes_per_job']:>10.0f}")
     for measure in ("processed_per_s", "enqueue_per_s"):
         for (w, name), runs in results.items():
             if name != first and not math.isnan(runs[0][measure]):
