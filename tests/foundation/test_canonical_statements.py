@@ -68,12 +68,15 @@ _INSERT = re.compile(
 
 
 def test_every_full_row_insert_names_the_job_columns():
-    """A move between the tables writes every job column: the lists are ``JOB_COLUMNS``."""
+    """A move between the tables writes every job column (a list with ``run_lease``; enqueue
+    writes a few): the lists are ``JOB_COLUMNS``."""
     seen = 0
     for file in FILES:
         for name, text in named_statements("awa.storage.canonical", f"sql/{file}.sql").items():
             for table, columns in _INSERT.findall(fold(text)):
                 listed = [c.strip() for c in columns.split(",")]
+                if "run_lease" not in listed:
+                    continue
                 if table == "dlq_entries":
                     assert listed[0] == "job_id", name
                     assert listed[-3:] == ["dlq_reason", "dlq_at", "original_run_lease"], name
