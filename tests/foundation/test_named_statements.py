@@ -1,8 +1,9 @@
 """Statements read by name from ``.sql`` files (``awa.statements.named_statements``).
 
 One loader reads every file of named queries: the storage transition's, queue storage's
-reads, admin, maintenance and rings, the engine-neutral core's.  Each file gives whole
-statements, its description comments left out, and a name used twice is refused.
+reads, admin, maintenance and rings, the engine-neutral core's, the canonical engine's.  Each
+file gives whole statements, its description comments left out, and a name used twice is
+refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ FILES = [
       for name in ("reads", "admin", "maintenance", "rings")),
     *(("awa.storage.common", f"sql/{name}.sql")
       for name in ("reads", "admin", "cron", "maintenance")),
+    *(("awa.storage.canonical", f"sql/{name}.sql")
+      for name in ("admin", "adopt", "batch_operations", "callbacks", "cron_admin", "enqueue",
+                   "execution", "maintenance", "reads")),
 ]
 
 

@@ -1,7 +1,8 @@
 """Engine 1, canonical: one row per job in ``jobs_hot`` / ``scheduled_jobs``, updated in place.
 
-Each module holds one group of the ``Engine`` protocol: its SQL as named
-constants beside the mixin whose methods run it.
+Each module holds one group of the ``Engine`` protocol, the mixin whose methods run its
+statements; the statements are whole in ``sql/<group>.sql`` (named queries, read once at
+import by ``awa.statements.named_statements``), and Python only binds parameters.
 """
 
 from __future__ import annotations

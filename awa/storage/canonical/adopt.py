@@ -16,22 +16,22 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from awa.storage.common.adopt import COLUMNS, SELECT, adopt_shared_tables, counts, staged
+from awa.statements import named_statements
+from awa.storage.common.adopt import adopt_shared_tables, counts, staged
 
-TRIGGERS = "ALTER TABLE awa.{table} {action} TRIGGER awa_unique_claim_ins"
-ADOPT_HOT = (f"INSERT INTO awa.jobs_hot ({COLUMNS}) SELECT {SELECT} FROM {{stage}}.jobs "
-             "WHERE state NOT IN ('scheduled', 'retryable') ORDER BY id")
-ADOPT_DEFERRED = (f"INSERT INTO awa.scheduled_jobs ({COLUMNS}) SELECT {SELECT} "
-                  "FROM {stage}.jobs WHERE state IN ('scheduled', 'retryable') ORDER BY id")
-
-COUNT_STATES = """
-SELECT state::text AS state, count(*) AS n FROM awa.jobs_hot GROUP BY state
-UNION ALL
-SELECT state::text, count(*) FROM awa.scheduled_jobs GROUP BY state
-UNION ALL
-SELECT 'dlq', count(*) FROM awa.dlq_entries HAVING count(*) > 0"""
+_SQL = named_statements("awa.storage.canonical", "sql/adopt.sql")
+# The unique-claim trigger of each table, off while the jobs are written, then on again.
+DISABLE_TRIGGERS = (_SQL["disable_unique_claim_trigger_jobs_hot"],
+                    _SQL["disable_unique_claim_trigger_scheduled_jobs"])
+ENABLE_TRIGGERS = (_SQL["enable_unique_claim_trigger_jobs_hot"],
+                   _SQL["enable_unique_claim_trigger_scheduled_jobs"])
+# The staging schema is chosen at run time, so these two keep one placeholder, {stage}, which
+# ``staged`` fills with a quoted identifier (psycopg ``sql.Identifier``): the one name of this
+# engine's statements not written out.
+ADOPT_HOT = _SQL["adopt_hot"]
+ADOPT_DEFERRED = _SQL["adopt_deferred"]
+COUNT_STATES = _SQL["count_states"]
 
 
 class CanonicalAdopt:
@@ -39,14 +39,12 @@ class CanonicalAdopt:
 
     async def adopt_staged(self, conn: psycopg.AsyncConnection[Any], staging: str,
                            next_id: int) -> None:
-        for table in ("jobs_hot", "scheduled_jobs"):
-            await conn.execute(sql.SQL(TRIGGERS).format(table=sql.Identifier(table),
-                                                        action=sql.SQL("DISABLE")))
+        for statement in DISABLE_TRIGGERS:
+            await conn.execute(statement)
         await conn.execute(staged(ADOPT_HOT, stage=staging))
         await conn.execute(staged(ADOPT_DEFERRED, stage=staging))
-        for table in ("jobs_hot", "scheduled_jobs"):
-            await conn.execute(sql.SQL(TRIGGERS).format(table=sql.Identifier(table),
-                                                        action=sql.SQL("ENABLE")))
+        for statement in ENABLE_TRIGGERS:
+            await conn.execute(statement)
         await adopt_shared_tables(conn, staging, next_id)
 
     async def adopted_counts(self, conn: psycopg.AsyncConnection[Any]

@@ -12,50 +12,22 @@ from typing import Any
 
 import psycopg
 
+from awa.statements import named_statements
 from awa.storage.common.batch_operations import (
     BUMP,
     MARK_ERRORED,
     MARK_ITEMS,
-    ORIGINAL_PRIORITY_KEY,
-    ORIGINAL_QUEUE_KEY,
     PENDING_ITEMS,
     SharedBatchOperations,
 )
 from awa.storage.common.fetch import fetch_all
 from awa.storage.engine import BatchOperation, ChunkOutcome
 
-# The change itself, on the canonical tables directly (not through the awa.jobs view, whose
-# INSTEAD OF trigger writes back the row it read: a claim committed in between would be
-# overwritten).  A direct UPDATE re-checks its WHERE on the row it locks, so a job a claim
-# took meanwhile is left alone; claimers skip the rows it holds (SKIP LOCKED).
-_TABLES = (("jobs_hot", "available"), ("scheduled_jobs", "scheduled"))
-_SET_PRIORITY = f"""
-UPDATE awa.{{table}} j
-   SET priority = %(priority)s::smallint,
-       metadata = CASE WHEN j.metadata ? '{ORIGINAL_PRIORITY_KEY}' THEN j.metadata
-                       ELSE j.metadata || jsonb_build_object('{ORIGINAL_PRIORITY_KEY}',
-                                                             j.priority) END
- WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = '{{state}}'
-   AND j.priority <> %(priority)s::smallint
-RETURNING j.id"""
-_MOVE_QUEUE = f"""
-UPDATE awa.{{table}} j
-   SET queue = %(queue)s::text,
-       priority = COALESCE(%(priority)s::smallint, j.priority),
-       metadata = j.metadata
-           || CASE WHEN j.metadata ? '{ORIGINAL_QUEUE_KEY}' OR j.queue = %(queue)s::text
-                   THEN '{{{{}}}}'::jsonb
-                   ELSE jsonb_build_object('{ORIGINAL_QUEUE_KEY}', j.queue) END
-           || CASE WHEN %(priority)s::smallint IS NULL OR j.priority = %(priority)s::smallint
-                        OR j.metadata ? '{ORIGINAL_PRIORITY_KEY}'
-                   THEN '{{{{}}}}'::jsonb
-                   ELSE jsonb_build_object('{ORIGINAL_PRIORITY_KEY}', j.priority) END
- WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = '{{state}}'
-   AND (j.queue <> %(queue)s::text
-        OR (%(priority)s::smallint IS NOT NULL AND j.priority <> %(priority)s::smallint))
-RETURNING j.id"""
-SET_PRIORITY = tuple(_SET_PRIORITY.format(table=t, state=st) for t, st in _TABLES)
-MOVE_QUEUE = tuple(_MOVE_QUEUE.format(table=t, state=st) for t, st in _TABLES)
+# The change itself, on the canonical tables directly (sql/batch_operations.sql says why), one
+# statement per table: available jobs in jobs_hot, then scheduled ones in scheduled_jobs.
+_SQL = named_statements("awa.storage.canonical", "sql/batch_operations.sql")
+SET_PRIORITY = (_SQL["set_priority_available"], _SQL["set_priority_scheduled"])
+MOVE_QUEUE = (_SQL["move_queue_available"], _SQL["move_queue_scheduled"])
 
 
 class CanonicalBatchOperations(SharedBatchOperations):

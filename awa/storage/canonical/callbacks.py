@@ -2,7 +2,7 @@
 
 A callback lives on its job's row in ``awa.jobs_hot`` (``callback_*``
 columns).  Every resolution matches ``callback_id`` AND an open state
-(``running`` or ``waiting_external``) in one statement, so a second or late
+(``running`` or ``waiting_external``) in one statement (``sql/callbacks.sql``), so a second or late
 resolution matches nothing and there is never a double transition.  Resume
 and retry clear the callback columns (the callback is spent); complete and
 fail keep them as a record.
@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from awa import config
 from awa.job import Job
+from awa.statements import named_statements
 from awa.storage.common.fetch import fetch_one
 from awa.storage.engine import (
     CALLBACK_RESULT_KEY,
@@ -27,80 +28,18 @@ from awa.storage.engine import (
     CallbackWait,
 )
 
-REGISTER_CALLBACK = """
-UPDATE awa.jobs_hot
-   SET callback_id = %(callback_id)s,
-       callback_timeout_at = now() + make_interval(secs => %(timeout)s),
-       callback_filter = %(filter)s,
-       callback_on_complete = %(on_complete)s,
-       callback_on_fail = %(on_fail)s,
-       callback_transform = %(transform)s
- WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-RETURNING id"""
-
-# Parked: the attempt's deadline no longer applies, the callback timeout does.
-PARK_FOR_WAIT = """
-UPDATE awa.jobs_hot SET state = 'waiting_external', deadline_at = NULL
- WHERE id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-   AND callback_id = %(callback_id)s
-RETURNING id"""
-
-POLL_WAIT = """
-SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text AS result
-  FROM awa.jobs_hot WHERE id = %(job_id)s"""
-
-COMPLETE_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL, progress = NULL,
-       metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-FAIL_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
-       errors = array_append(COALESCE(errors, '{}'::jsonb[]),
-                             %(entry)s::jsonb || jsonb_build_object('attempt', attempt))
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-RETRY_EXTERNAL = """
-UPDATE awa.jobs_hot
-   SET state = 'available', attempt = 0, run_at = now(), heartbeat_at = NULL,
-       deadline_at = NULL, finalized_at = NULL,
-       callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-       callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-# An in-place update to 'available' is not an INSERT (whose trigger notifies),
-# so the queue's dispatchers are woken explicitly (at commit).
-NOTIFY_QUEUE = "SELECT pg_notify(%s, '')"
-
-RESUME_EXTERNAL = """
-WITH resolved AS (
-    UPDATE awa.jobs_hot
-       SET state = 'running', heartbeat_at = now(),
-           metadata = metadata || jsonb_build_object(%(key)s::text, %(result)s::jsonb),
-           callback_id = NULL, callback_timeout_at = NULL, callback_filter = NULL,
-           callback_on_complete = NULL, callback_on_fail = NULL, callback_transform = NULL
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING *)
-SELECT resolved.*, pg_notify(%(channel)s, resolved.id::text) FROM resolved"""
-
-HEARTBEAT_CALLBACK = """
-UPDATE awa.jobs_hot
-   SET callback_timeout_at = now() + make_interval(secs => %(timeout)s)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING *"""
-
-LOCK_OPEN_CALLBACK = """
-SELECT * FROM awa.jobs_hot
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-   FOR UPDATE"""
-
-FIND_CALLBACK = """
-SELECT id, state::text AS state FROM awa.jobs_hot WHERE callback_id = %(callback_id)s"""
+_SQL = named_statements("awa.storage.canonical", "sql/callbacks.sql")
+REGISTER_CALLBACK = _SQL["register_callback"]
+PARK_FOR_WAIT = _SQL["park_for_wait"]
+POLL_WAIT = _SQL["poll_wait"]
+COMPLETE_EXTERNAL = _SQL["complete_external"]
+FAIL_EXTERNAL = _SQL["fail_external"]
+RETRY_EXTERNAL = _SQL["retry_external"]
+NOTIFY_QUEUE = _SQL["notify_queue"]
+RESUME_EXTERNAL = _SQL["resume_external"]
+HEARTBEAT_CALLBACK = _SQL["heartbeat_callback"]
+LOCK_OPEN_CALLBACK = _SQL["lock_open_callback"]
+FIND_CALLBACK = _SQL["find_callback"]
 
 
 async def _job(conn: psycopg.AsyncConnection[Any], query: str,

@@ -12,17 +12,12 @@ from typing import Any
 import psycopg
 
 from awa.job import Job
+from awa.statements import named_statements
 from awa.storage.common.cron import CronAdmin
 from awa.storage.common.fetch import fetch_one
 
-TRIGGER_CRON_JOB = """
-INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, metadata, tags)
-SELECT kind, queue, args, 'available', priority, max_attempts,
-       metadata || jsonb_build_object('cron_name', name, 'cron_triggered_at', now()), tags
-  FROM awa.cron_jobs
- WHERE name = %(name)s
-RETURNING *
-"""
+TRIGGER_CRON_JOB = named_statements("awa.storage.canonical", "sql/cron_admin.sql")[
+    "trigger_cron_job"]
 
 
 class CanonicalCronAdmin(CronAdmin):

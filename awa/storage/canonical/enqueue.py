@@ -1,15 +1,15 @@
 """Enqueue on the canonical engine: rows of awa.jobs_hot / awa.scheduled_jobs.
 
 The batch arrives built (``awa.storage.common.enqueue.build_batch``); one statement
-per batch writes it, fed either by ``unnest`` of array parameters or by ``COPY``
-into the per-session staging table (both sources are the common core's).  Rows
+per batch writes it (``sql/enqueue.sql``), fed either by ``unnest`` of array parameters or
+by ``COPY`` into the per-session staging table (the staging table is the common core's).  Rows
 without a ``run_at`` go to ``jobs_hot`` as ``available`` (the schema's statement
 trigger sends ``NOTIFY "awa:<queue>"`` at commit); rows with an explicit
 ``run_at``, even a past one, go to ``scheduled_jobs`` as ``scheduled`` (as
 awa-pg 0.6.9), for promotion to make available once due.
 
 Unique jobs: the claim is taken by a trigger, so ``ON CONFLICT`` cannot skip
-duplicates; the statement keeps the rows ``KEPT_ROWS`` keeps, and a lost race
+duplicates; the statement keeps the rows ``common.enqueue.KEPT_ROWS`` keeps, and a lost race
 with a concurrent producer is retried (``common.enqueue.give_up``).
 """
 
@@ -22,15 +22,12 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from awa.statements import Rows, Steps, run_async, run_sync
+from awa.statements import Rows, Steps, named_statements, run_async, run_sync
 from awa.storage.common.enqueue import (
     COPY_INTO_STAGING,
     CREATE_STAGING,
     EMPTY_STAGING,
-    KEPT_ROWS,
-    STAGING_SOURCE,
     UNIQUE_RACE_RETRIES,
-    UNNEST_SOURCE,
     UniqueHolders,
     conflict_from,
     copy_rows,
@@ -42,51 +39,17 @@ from awa.storage.common.enqueue import (
 )
 from awa.storage.engine import EnqueueBatch, InsertOutcome
 
-# The common case (no unique keys, nothing deferred) needs no staging at all.
-COPY_INTO_HOT = ("COPY awa.jobs_hot (kind, queue, args, priority, max_attempts, metadata, tags) "
-                 "FROM STDIN")
-
-# --- the insert statements, parameterised by their source -------------------
-# Plain: every row is available now and none is unique.
-_PLAIN_INSERT = """
-INSERT INTO awa.jobs_hot (kind, queue, args, priority, max_attempts, metadata, tags)
-SELECT s.kind, s.queue, s.args, s.priority, s.max_attempts, s.metadata, s.tags::text[]
-  FROM {source}
- ORDER BY s.ord
-"""
-_GENERAL_INSERT = KEPT_ROWS + """
-, hot AS (
-    INSERT INTO awa.jobs_hot (id, kind, queue, args, state, priority, max_attempts, run_at,
-                              metadata, tags, unique_key, unique_states)
-    SELECT id, kind, queue, args, 'available', priority, max_attempts, run_at,
-           metadata, tags, unique_key, unique_states
-      FROM kept WHERE NOT deferred ORDER BY ord
-    RETURNING id, state, run_at, created_at
-), later AS (
-    INSERT INTO awa.scheduled_jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
-                                    metadata, tags, unique_key, unique_states)
-    SELECT id, kind, queue, args, 'scheduled', priority, max_attempts, run_at,
-           metadata, tags, unique_key, unique_states
-      FROM kept WHERE deferred ORDER BY ord
-    RETURNING id, state, run_at, created_at
-)
-"""
-_GENERAL_RETURNING = """
-SELECT kept.ord, j.id, j.state, j.run_at, j.created_at
-  FROM (SELECT * FROM hot UNION ALL SELECT * FROM later) j
-  JOIN kept USING (id)
- ORDER BY kept.ord"""
-_GENERAL_COUNT = "SELECT (SELECT count(*) FROM hot) + (SELECT count(*) FROM later) AS inserted"
-
-# Only what the database decides comes back; the rest of each Job is the input.
-_RETURNING = "RETURNING id, state, run_at, created_at"
-PLAIN_INSERT_RETURNING = _PLAIN_INSERT.format(source=UNNEST_SOURCE) + _RETURNING
-PLAIN_INSERT_COUNT = _PLAIN_INSERT.format(source=UNNEST_SOURCE)
-GENERAL_INSERT_RETURNING = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_RETURNING
-GENERAL_INSERT_COUNT = _GENERAL_INSERT.format(source=UNNEST_SOURCE) + _GENERAL_COUNT
-STAGED_PLAIN_RETURNING = _PLAIN_INSERT.format(source=STAGING_SOURCE) + _RETURNING
-STAGED_GENERAL_RETURNING = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_RETURNING
-STAGED_GENERAL_COUNT = _GENERAL_INSERT.format(source=STAGING_SOURCE) + _GENERAL_COUNT
+# One statement per source (array parameters, the staging table), shape (plain, general) and
+# result (rows, count), each whole in sql/enqueue.sql.
+_SQL = named_statements("awa.storage.canonical", "sql/enqueue.sql")
+COPY_INTO_HOT = _SQL["copy_into_hot"]
+PLAIN_INSERT_RETURNING = _SQL["plain_insert_returning"]
+PLAIN_INSERT_COUNT = _SQL["plain_insert_count"]
+GENERAL_INSERT_RETURNING = _SQL["general_insert_returning"]
+GENERAL_INSERT_COUNT = _SQL["general_insert_count"]
+STAGED_PLAIN_RETURNING = _SQL["staged_plain_returning"]
+STAGED_GENERAL_RETURNING = _SQL["staged_general_returning"]
+STAGED_GENERAL_COUNT = _SQL["staged_general_count"]
 
 
 def _statement(batch: EnqueueBatch, returning: bool) -> str:

@@ -14,233 +14,48 @@ statement, keeping their id.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Sequence
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from awa import lifecycle
-from awa.job import JOB_COLUMNS, Job, JobState
-from awa.storage.common.claims import ClaimJsonbLoader, claim_select, job_from_claim
+from awa.job import Job, JobState
+from awa.statements import named_statements
+from awa.storage.common.claims import ClaimJsonbLoader, job_from_claim
 from awa.storage.common.collisions import apply_batch_or_each
 from awa.storage.common.runtime_snapshot import RuntimeSnapshotWrites
 from awa.storage.engine import AppliedBatch, AttemptWrite
 
 log = logging.getLogger("awa.storage")
 
-# One claim per dispatcher wake-up: up to %(limit)s rows in dispatch order,
-# skipping rows other claimers hold and nothing at all on a paused queue.
-CLAIM_JOBS = f"""
-WITH picked AS (
-    SELECT id FROM awa.jobs_hot
-     WHERE queue = %s AND state = 'available'
-       AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = %s AND m.paused)
-     ORDER BY priority, run_at, id
-     LIMIT %s
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE awa.jobs_hot j
-   SET state = 'running',
-       attempt = j.attempt + 1,
-       run_lease = j.run_lease + 1,
-       attempted_at = now(),
-       heartbeat_at = now(),
-       deadline_at = now() + %s * interval '1 millisecond',
-       claimed_by = %s
-  FROM picked
- WHERE j.id = picked.id AND j.state = 'available'
-RETURNING {claim_select("j")}
-"""
-
-# Arrays of ids, leases, jsonb and uuids are %b placeholders (awa.db.BINARY_ARRAY_TYPES).
-
-# One worker's heartbeat and completion batches run at once on two connections and can name
-# the same jobs; each statement locked its rows as its join met them, so two statements
-# could lock two rows in opposite orders and deadlock (tests/upgrade found them doing so).
-# Now every batch write takes its rows' locks first, one probe per id in the arrays' order
-# (``_in_id_order`` sorts them), whatever join the planner then picks.  ``OFFSET 0`` keeps
-# the locking subquery whole: flattened into the UPDATE, its lateral probe ran in the order
-# of whatever join fed it (a hash join probing with jobs_hot's scan of running rows), and a
-# completion and a heartbeat of one worker still deadlocked (benchmarks/engine_switch.py, the
-# server log naming both statements).
-_BATCH = re.compile(r"unnest\((?P<args>[^()]*)\)\s+AS u\((?P<cols>[^()]*)\)")
-
-
-def _locking(statement: str) -> str:
-    """``statement`` with its ``unnest(...) AS u(...)`` batch locked row by row in order."""
-    def wrap(m: re.Match[str]) -> str:
-        return (f"(SELECT u.* FROM unnest({m.group('args')}) AS u({m.group('cols')})"
-                " CROSS JOIN LATERAL (SELECT 1 FROM awa.jobs_hot x WHERE x.id = u.id"
-                " FOR UPDATE) x OFFSET 0) AS u")
-    locked, n = _BATCH.subn(wrap, statement)
-    assert n == 1, statement
-    return locked
-
-
-# Progress and metadata buffered by the handler ride along with every write
-# of the attempt: progress replaces (NULL keeps), metadata merges (NULL keeps).
-_KEEP_PROGRESS = "COALESCE(u.progress, j.progress)"
-_MERGE_METADATA = "CASE WHEN u.meta IS NULL THEN j.metadata ELSE j.metadata || u.meta END"
-_APPEND_ERROR = ("CASE WHEN u.error IS NULL THEN j.errors"
-                 " ELSE array_append(COALESCE(j.errors, '{}'), u.error) END")
-
-# The common case: completed with nothing buffered.  Completion clears the
-# progress (awa-pg 0.6.9); a failure or a retry keeps it.
-COMPLETE_JOBS = _locking("""
-UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now(), progress = NULL
-  FROM unnest(%b::bigint[], %b::bigint[]) AS u(id, lease)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-RETURNING j.id
-""")
-
-COMPLETE_JOBS_WITH_PROGRESS = _locking(f"""
-UPDATE awa.jobs_hot j
-   SET state = 'completed', finalized_at = now(), progress = NULL, metadata = {_MERGE_METADATA}
-  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[]) AS u(id, lease, progress, meta)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-RETURNING j.id
-""")
-
-# Terminal in place: failed (no DLQ) or cancelled by the handler's Cancel.
-# Params: ids, leases, errors (jsonb, may be NULL), progress, meta, state.
-FINALIZE_JOBS = _locking(f"""
-UPDATE awa.jobs_hot j
-   SET state = %s::awa.job_state, finalized_at = now(),
-       errors = {_APPEND_ERROR},
-       progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[], %b::jsonb[])
-       AS u(id, lease, error, progress, meta)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-RETURNING j.id
-""")
-
-# Parking for a callback: additionally guarded by the callback id the
-# handler registered, so a callback resolved early (or re-registered) wins.
-# The attempt's deadline no longer applies (the callback timeout does).
-PARK_JOBS = _locking(f"""
-UPDATE awa.jobs_hot j
-   SET state = 'waiting_external', deadline_at = NULL,
-       progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%b::bigint[], %b::bigint[], %b::uuid[], %b::jsonb[], %b::jsonb[])
-       AS u(id, lease, callback_id, progress, meta)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-   AND j.callback_id = u.callback_id
-RETURNING j.id
-""")
-
-
-def _move_columns(overrides: dict[str, str]) -> str:
-    return ", ".join(overrides.get(c, "m." + c) for c in JOB_COLUMNS)
-
-
-_MOVED = _locking(f"""
-WITH moved AS (
-    DELETE FROM awa.jobs_hot j
-     USING unnest(%b::bigint[], %b::bigint[], %s::float8[], %b::jsonb[], %b::jsonb[],
-                  %b::jsonb[], %s::text[])
-           AS u(id, lease, delay_s, error, progress, meta, reason)
-     WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-    RETURNING j.*, u.delay_s AS u_delay_s, u.reason AS u_reason,
-              {_KEEP_PROGRESS} AS u_progress, {_MERGE_METADATA} AS u_meta,
-              {_APPEND_ERROR} AS u_errors
-)
-""")
-
-_DEFERRED_OVERRIDES = {
-    "run_at": "now() + m.u_delay_s * interval '1 second'",
-    "heartbeat_at": "NULL", "deadline_at": "NULL", "finalized_at": "NULL",
-    "errors": "m.u_errors", "progress": "m.u_progress", "metadata": "m.u_meta",
-    "callback_id": "NULL", "callback_timeout_at": "NULL", "callback_filter": "NULL",
-    "callback_on_complete": "NULL", "callback_on_fail": "NULL", "callback_transform": "NULL",
-}
-
-# Retry: jobs_hot -> scheduled_jobs as 'retryable' at now()+delay, the error
-# appended, the attempt spent, finalized_at the time the attempt ended (as
-# awa-pg 0.6.9).  Params: ids, leases, delays, errors, progress, meta, reasons (NULL).
-RETRY_JOBS = _MOVED + f"""
-INSERT INTO awa.scheduled_jobs ({", ".join(JOB_COLUMNS)})
-SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'retryable'::awa.job_state",
-                       "finalized_at": "now()"})}
-  FROM moved m
-RETURNING id
-"""
-
-# Snooze: jobs_hot -> scheduled_jobs as 'scheduled'; the attempt is given back.
-SNOOZE_JOBS = _MOVED + f"""
-INSERT INTO awa.scheduled_jobs ({", ".join(JOB_COLUMNS)})
-SELECT {_move_columns({**_DEFERRED_OVERRIDES, "state": "'scheduled'::awa.job_state",
-                       "attempt": "greatest(m.attempt - 1, 0)"})}
-  FROM moved m
-RETURNING id
-"""
-
-# Dead-letter: jobs_hot -> dlq_entries as failed, with the reason per row.
-# Params as RETRY_JOBS plus the reasons (retry and snooze pass NULLs there).
-DEAD_LETTER_JOBS = _MOVED + f"""
-INSERT INTO awa.dlq_entries ({", ".join(c if c != "id" else "job_id" for c in JOB_COLUMNS)},
-                             dlq_reason, dlq_at, original_run_lease)
-SELECT {_move_columns({"state": "'failed'::awa.job_state", "finalized_at": "now()",
-                       "errors": "m.u_errors", "progress": "m.u_progress",
-                       "metadata": "m.u_meta"})},
-       m.u_reason, now(), m.run_lease
-  FROM moved m
-RETURNING job_id
-"""
-
-# When a retry collides with a newer holder of the job's unique key, the
-# superseded attempt is cancelled instead (row by row, the rare path).
-# Params: ids, leases, errors.
-CANCEL_SUPERSEDED = _locking("""
-UPDATE awa.jobs_hot j
-   SET state = 'cancelled', finalized_at = now(),
-       errors = array_append(COALESCE(j.errors, '{}'), u.error)
-  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[]) AS u(id, lease, error)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state = 'running'
-RETURNING j.id
-""")
-
-# One heartbeat per interval for every attempt this process runs, carrying
-# the buffered progress and metadata.  Rows that do not match are no longer
-# ours (cancelled, rescued): the runtime flips their cancel flags.
-HEARTBEAT_JOBS = _locking(f"""
-UPDATE awa.jobs_hot j
-   SET heartbeat_at = now(),
-       progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[])
-       AS u(id, lease, progress, meta)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
-RETURNING j.id
-""")
-
-# job.flush_progress(): the handler asked for its progress to be durable now.
-FLUSH_PROGRESS = _locking(f"""
-UPDATE awa.jobs_hot j
-   SET progress = {_KEEP_PROGRESS}, metadata = {_MERGE_METADATA}
-  FROM unnest(%b::bigint[], %b::bigint[], %b::jsonb[], %b::jsonb[])
-       AS u(id, lease, progress, meta)
- WHERE j.id = u.id AND j.run_lease = u.lease AND j.state IN ('running', 'waiting_external')
-RETURNING j.id
-""")
-
-# Dispatcher health numbers: available rows per queue (index-backed).
-AVAILABLE_COUNTS = """
-SELECT queue, count(*) FROM awa.jobs_hot
- WHERE state = 'available' AND queue = ANY(%s::text[])
- GROUP BY queue
-"""
-
+# Every statement is in sql/execution.sql, read once, at import: the claim, the guarded batch
+# writes (each locking its rows in id order first: the file's header says why) and the
+# dispatcher's counts.  Arrays of ids, leases, jsonb and uuids are %b placeholders
+# (awa.db.BINARY_ARRAY_TYPES).
+_SQL = named_statements("awa.storage.canonical", "sql/execution.sql")
+CLAIM_JOBS = _SQL["claim_jobs"]  # columns as common.claims.claim_select("j"): job_from_claim
+COMPLETE_JOBS = _SQL["complete_jobs"]
+COMPLETE_JOBS_WITH_PROGRESS = _SQL["complete_jobs_with_progress"]
+FINALIZE_JOBS = _SQL["finalize_jobs"]
+PARK_JOBS = _SQL["park_jobs"]
+RETRY_JOBS = _SQL["retry_jobs"]
+SNOOZE_JOBS = _SQL["snooze_jobs"]
+DEAD_LETTER_JOBS = _SQL["dead_letter_jobs"]
+CANCEL_SUPERSEDED = _SQL["cancel_superseded"]
+HEARTBEAT_JOBS = _SQL["heartbeat_jobs"]
+FLUSH_PROGRESS = _SQL["flush_progress"]
+AVAILABLE_COUNTS = _SQL["available_counts"]
 
 
 def _jsonb(value: Any) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
 
-async def _ids(conn: psycopg.AsyncConnection[Any], query: LiteralString,
+async def _ids(conn: psycopg.AsyncConnection[Any], query: str,
                params: Sequence[Any]) -> list[int]:
     """Run a guarded write on a tuple-row cursor (the hot path never builds dict rows)
     and return the ids it touched."""
@@ -377,7 +192,7 @@ class CanonicalExecution(RuntimeSnapshotWrites):
         await cur.execute(AVAILABLE_COUNTS, (list(queues),))
         return {queue: int(n) for queue, n in await cur.fetchall()}
 
-    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: LiteralString,
+    async def _move(self, conn: psycopg.AsyncConnection[Any], statement: str,
                     attempts: Sequence[AttemptWrite], what: str) -> AppliedBatch:
         """A move out of ``jobs_hot`` (retry, snooze, dead-letter): one statement, and
         on a unique collision the shared fallback (row by row, the superseded

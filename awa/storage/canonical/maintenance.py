@@ -1,14 +1,13 @@
 """The maintenance group of the Engine protocol on the canonical engine:
-``CanonicalMaintenance`` (at the bottom) and the SQL it runs, as named constants.
-What every engine shares (the shared tables' retention, descriptors, the promotion
-and purge flow) is ``awa.storage.common.maintenance.SharedMaintenance``.
+``CanonicalMaintenance`` (at the bottom) and the statements it runs, read by name from
+``sql/maintenance.sql``.  What every engine shares (the shared tables' retention,
+descriptors, the promotion and purge flow) is
+``awa.storage.common.maintenance.SharedMaintenance``.
 
 Moves between ``awa.jobs_hot`` and ``awa.scheduled_jobs`` (and into
 ``awa.dlq_entries``) are one ``DELETE ... RETURNING`` feeding an ``INSERT`` in
 the same statement, keeping the job's id.  Batches travel as ``unnest``
-arrays so a whole batch is one statement.  The column lists (and the shared
-shapes of the retention deletes and descriptor upserts) are composed once, at
-import, from fixed table and column names -- never from input.
+arrays so a whole batch is one statement.
 """
 
 from __future__ import annotations
@@ -24,17 +23,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from awa import config, lifecycle
-from awa.job import JOB_COLUMNS
+from awa.statements import named_statements
 from awa.storage.common.collisions import lock_then_apply
 from awa.storage.common.cron import ADVANCE_CRON_JOB
 from awa.storage.common.fetch import fetch_all
-from awa.storage.common.maintenance import (
-    FINALIZED_AGED,
-    IN_QUEUE,
-    NOT_OVERRIDDEN,
-    SharedMaintenance,
-    delete_batch,
-)
+from awa.storage.common.maintenance import SharedMaintenance
 from awa.storage.common.maintenance import execute as _execute
 from awa.storage.common.tables import depth_states_by_table
 from awa.storage.engine import (
@@ -49,280 +42,30 @@ from awa.storage.engine import (
 
 log = logging.getLogger("awa.storage")
 
-_COLUMNS = ", ".join(JOB_COLUMNS)
+# Every statement of this group is in sql/maintenance.sql, read once, at import.
+_SQL = named_statements("awa.storage.canonical", "sql/maintenance.sql")
 
+# --- rescue: candidates locked (one statement per way an attempt ends), then one apply ---------
+SELECT_STALE_HEARTBEATS = _SQL["select_stale_heartbeats"]
+SELECT_EXPIRED_DEADLINES = _SQL["select_expired_deadlines"]
+SELECT_EXPIRED_CALLBACKS = _SQL["select_expired_callbacks"]
+APPLY_RESCUE = _SQL["apply_rescue"]
+CANCEL_RUNNING_AS_DUPLICATE = _SQL["cancel_running_as_duplicate"]
 
-def _select_list(source: str, overrides: dict[str, str]) -> str:
-    """``source.col`` for every job column, with some replaced by expressions."""
-    return ", ".join(overrides.get(c, f"{source}.{c}") for c in JOB_COLUMNS)
+# --- promotion ----------------------------------------------------------------------------
+SELECT_DUE_IDS = _SQL["select_due_ids"]
+PROMOTE_IDS = _SQL["promote_ids"]
+CANCEL_DEFERRED_AS_DUPLICATE = _SQL["cancel_deferred_as_duplicate"]
 
+# --- retention: one bounded batch of this engine's finished jobs ---------------------------
+DELETE_FINALIZED_DEFAULT = _SQL["delete_finalized_default"]
+DELETE_FINALIZED_QUEUE = _SQL["delete_finalized_queue"]
 
-# --- rescue ----------------------------------------------------------------------
-# Candidates are locked for the rest of the transaction, then one apply
-# statement moves them all.  SKIP LOCKED: rows a completion is writing right
-# now are simply left for the next tick.
-def _rescue_candidates(state: str, expired: str, oldest_first_by: str) -> str:
-    """Lock up to a batch of ``state`` attempts for which ``expired`` holds."""
-    return f"""
-SELECT id, run_lease, kind, queue, attempt, max_attempts
-  FROM awa.jobs_hot
- WHERE state = '{state}'
-   AND {expired}
- ORDER BY {oldest_first_by}
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED
-"""
-
-
-SELECT_STALE_HEARTBEATS = _rescue_candidates(
-    "running", "heartbeat_at < now() - make_interval(secs => %(staleness_s)s)", "heartbeat_at")
-SELECT_EXPIRED_DEADLINES = _rescue_candidates("running", "deadline_at < now()", "deadline_at")
-SELECT_EXPIRED_CALLBACKS = _rescue_candidates(
-    "waiting_external", "callback_timeout_at < now()", "callback_timeout_at")
-
-_RESCUE_INPUT = """
-WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(actions)s::text[],
-                         %(backoffs)s::float8[], %(errors)s::jsonb[], %(dlq_reasons)s::text[])
-        AS t(id, run_lease, action, backoff_s, error, dlq_reason)
-)"""
-
-# Every rescued attempt is guarded by (id, run_lease) and the state it was
-# found in: a completion that won the race leaves nothing to rescue.
-APPLY_RESCUE = _RESCUE_INPUT + f""",
-retry_src AS (
-    DELETE FROM awa.jobs_hot j USING input i
-     WHERE j.id = i.id AND j.run_lease = i.run_lease AND j.state = %(state)s::awa.job_state
-       AND i.action = 'retry'
-    RETURNING j.*, now() + make_interval(secs => i.backoff_s) AS new_run_at, i.error AS new_error
-),
-retried AS (
-    INSERT INTO awa.scheduled_jobs ({_COLUMNS})
-    SELECT {_select_list("r", {
-        "state": "'retryable'::awa.job_state",
-        "run_at": "r.new_run_at",
-        "deadline_at": "NULL",
-        "errors": "array_append(coalesce(r.errors, '{}'::jsonb[]), r.new_error)",
-        "callback_id": "NULL",
-        "callback_timeout_at": "NULL",
-        "callback_filter": "NULL",
-        "callback_on_complete": "NULL",
-        "callback_on_fail": "NULL",
-        "callback_transform": "NULL",
-    })}
-      FROM retry_src r
-    RETURNING id, run_lease, kind, queue
-),
-failed AS (
-    UPDATE awa.jobs_hot j
-       SET state = 'failed', finalized_at = now(), deadline_at = NULL,
-           callback_timeout_at = NULL,
-           errors = array_append(coalesce(j.errors, '{{}}'::jsonb[]), i.error)
-      FROM input i
-     WHERE j.id = i.id AND j.run_lease = i.run_lease AND j.state = %(state)s::awa.job_state
-       AND i.action = 'fail'
-    RETURNING j.id, j.run_lease, j.kind, j.queue
-),
-dlq_src AS (
-    DELETE FROM awa.jobs_hot j USING input i
-     WHERE j.id = i.id AND j.run_lease = i.run_lease AND j.state = %(state)s::awa.job_state
-       AND i.action = 'dlq'
-    RETURNING j.*, i.error AS new_error, i.dlq_reason AS new_dlq_reason
-),
-dead_lettered AS (
-    INSERT INTO awa.dlq_entries (job_id, {", ".join(c for c in JOB_COLUMNS if c != "id")},
-                                 dlq_reason, dlq_at, original_run_lease)
-    SELECT {_select_list("d", {
-        "state": "'failed'::awa.job_state",
-        "finalized_at": "now()",
-        "deadline_at": "NULL",
-        "callback_timeout_at": "NULL",
-        "errors": "array_append(coalesce(d.errors, '{}'::jsonb[]), d.new_error)",
-    })}, d.new_dlq_reason, now(), d.run_lease
-      FROM dlq_src d
-    RETURNING job_id AS id, run_lease, kind, queue, dlq_reason
-)
-SELECT 'retry' AS action, id, run_lease, kind, queue, NULL::text AS dlq_reason FROM retried
-UNION ALL
-SELECT 'fail', id, run_lease, kind, queue, NULL FROM failed
-UNION ALL
-SELECT 'dlq', id, run_lease, kind, queue, dlq_reason FROM dead_lettered
-"""
-
-# The unique-claim wedge: the attempt's way back into a claiming state is
-# taken by a newer holder of its key.  The old attempt becomes cancelled
-# evidence (outside the default mask), the newer holder keeps the claim.
-CANCEL_RUNNING_AS_DUPLICATE = """
-UPDATE awa.jobs_hot
-   SET state = 'cancelled', finalized_at = now(), deadline_at = NULL,
-       callback_timeout_at = NULL,
-       errors = array_append(coalesce(errors, '{}'::jsonb[]), %(error)s::jsonb)
- WHERE id = %(id)s AND run_lease = %(run_lease)s AND state = %(state)s::awa.job_state
-RETURNING id, run_lease, kind, queue
-"""
-
-# --- promotion ----------------------------------------------------------------------
-# Two statements per batch: lock the due rows of unpaused queues, then move
-# them; the insert trigger on jobs_hot sends NOTIFY "awa:<queue>" at commit.
-# Locking first is what lets a collision degrade row by row over the same rows.
-SELECT_DUE_IDS = """
-SELECT s.id, s.attempt
-  FROM awa.scheduled_jobs s
- WHERE s.run_at <= now()
-   AND NOT EXISTS (SELECT 1 FROM awa.queue_meta m WHERE m.queue = s.queue AND m.paused)
- ORDER BY s.run_at, s.id
- LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED
-"""
-
-PROMOTE_IDS = f"""
-WITH moved AS (
-    DELETE FROM awa.scheduled_jobs s WHERE s.id = ANY(%(ids)s::bigint[]) AND s.run_at <= now()
-    RETURNING s.*
-)
-INSERT INTO awa.jobs_hot ({_COLUMNS})
-SELECT {_select_list("moved", {"state": "'available'::awa.job_state"})}
-  FROM moved
-RETURNING id, kind, queue
-"""
-
-CANCEL_DEFERRED_AS_DUPLICATE = f"""
-WITH moved AS (
-    DELETE FROM awa.scheduled_jobs s WHERE s.id = %(id)s
-    RETURNING s.*
-)
-INSERT INTO awa.jobs_hot ({_COLUMNS})
-SELECT {_select_list("moved", {
-    "state": "'cancelled'::awa.job_state",
-    "finalized_at": "now()",
-    "errors": "array_append(coalesce(moved.errors, '{}'::jsonb[]), %(error)s::jsonb)",
-})}
-  FROM moved
-RETURNING id, run_lease, kind, queue
-"""
-
-# --- retention ----------------------------------------------------------------------
-# One bounded batch of this engine's finished jobs (the shared tables' deletes are the core's).
-DELETE_FINALIZED_DEFAULT = delete_batch("awa.jobs_hot", "id", FINALIZED_AGED + NOT_OVERRIDDEN)
-DELETE_FINALIZED_QUEUE = delete_batch("awa.jobs_hot", "id", FINALIZED_AGED + IN_QUEUE)
-
-# --- priority aging -------------------------------------------------------------------
-# A waiting job's effective priority is its original one minus one step per
-# aging interval waited (1 is the most urgent).  The original is recorded in
-# metadata the first time the job is aged, so aging is idempotent.
-AGE_PRIORITIES = """
-WITH settings AS (
-    SELECT * FROM unnest(%(queues)s::text[], %(intervals_ms)s::bigint[]) AS t(queue, interval_ms)
-),
-waiting AS (
-    SELECT j.id, j.priority,
-           coalesce((j.metadata ->> %(meta_key)s)::int, j.priority) AS original,
-           extract(epoch FROM now() - j.run_at) * 1000
-               / nullif(coalesce(s.interval_ms, %(default_interval_ms)s::bigint), 0) AS steps
-      FROM awa.jobs_hot j
-      LEFT JOIN settings s ON s.queue = j.queue
-     WHERE j.state = 'available'
-       AND j.priority > 1
-       AND j.run_at <= now() - make_interval(secs => %(min_interval_s)s)
-),
-aged AS (
-    SELECT w.id, w.original, greatest(1, w.original - floor(w.steps)::int) AS new_priority
-      FROM waiting w
-     WHERE w.steps IS NOT NULL AND w.steps > 0
-       AND greatest(1, w.original - floor(w.steps)::int) < w.priority
-     LIMIT %(limit)s
-),
-locked AS (
-    SELECT j.id FROM awa.jobs_hot j JOIN aged a USING (id)
-     WHERE j.state = 'available'
-       FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE awa.jobs_hot j
-   SET priority = a.new_priority,
-       metadata = j.metadata || jsonb_build_object(%(meta_key)s::text, a.original)
-  FROM aged a JOIN locked USING (id)
- WHERE j.id = a.id
-RETURNING j.id
-"""
-
-# --- cron ----------------------------------------------------------------------------
-INSERT_CRON_RUNS = """
-INSERT INTO awa.jobs_hot (kind, queue, args, state, priority, max_attempts, run_at,
-                          metadata, tags)
-SELECT %(kind)s, %(queue)s, %(args)s::jsonb, 'available', %(priority)s, %(max_attempts)s,
-       slot, %(metadata)s::jsonb || jsonb_build_object('cron_name', %(name)s::text,
-                                                       'cron_slot', slot),
-       %(tags)s::text[]
-  FROM unnest(%(slots)s::timestamptz[]) AS slot
-RETURNING *
-"""
-
-# --- queue health -------------------------------------------------------------------------
-# THE queue-depth read.  Which (state, queue) pairs exist comes from a loose
-# index scan of each table's (state, queue, id) index, one probe per pair and
-# only for the depth states, so terminal history is never walked; each pair
-# is then counted (up to %(cap)s; LIMIT NULL counts all).  Lag: the oldest
-# available job of each queue, one probe per priority of the claim index.
-QUEUE_DEPTHS = """
-WITH RECURSIVE hot AS (
-    SELECT s.state, (SELECT min(h.queue) FROM awa.jobs_hot h WHERE h.state = s.state) AS queue
-      FROM unnest(%(hot_states)s::awa.job_state[]) AS s(state)
-    UNION ALL
-    SELECT p.state, (SELECT min(h.queue) FROM awa.jobs_hot h
-                      WHERE h.state = p.state AND h.queue > p.queue)
-      FROM hot p WHERE p.queue IS NOT NULL
-), deferred AS (
-    SELECT s.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d WHERE d.state = s.state)
-           AS queue
-      FROM unnest(%(deferred_states)s::awa.job_state[]) AS s(state)
-    UNION ALL
-    SELECT p.state, (SELECT min(d.queue) FROM awa.scheduled_jobs d
-                      WHERE d.state = p.state AND d.queue > p.queue)
-      FROM deferred p WHERE p.queue IS NOT NULL
-), dlq AS (
-    SELECT (SELECT min(e.queue) FROM awa.dlq_entries e) AS queue
-    UNION ALL
-    SELECT (SELECT min(e.queue) FROM awa.dlq_entries e WHERE e.queue > p.queue)
-      FROM dlq p WHERE p.queue IS NOT NULL
-)
-SELECT p.queue, p.state::text AS state,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.jobs_hot h
-         WHERE h.state = p.state AND h.queue = p.queue LIMIT %(cap)s) c) AS n,
-       CASE WHEN p.state = 'available' THEN
-           (SELECT min(o.run_at) FROM unnest(%(priorities)s::smallint[]) AS pr(priority)
-              CROSS JOIN LATERAL (
-                  SELECT h.run_at FROM awa.jobs_hot h
-                   WHERE h.state = 'available' AND h.queue = p.queue
-                     AND h.priority = pr.priority
-                   ORDER BY h.run_at LIMIT 1) o)
-       END AS oldest_available_at,
-       now() AS db_now
-  FROM hot p WHERE p.queue IS NOT NULL
-UNION ALL
-SELECT p.queue, p.state::text,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.scheduled_jobs d
-         WHERE d.state = p.state AND d.queue = p.queue LIMIT %(cap)s) c),
-       NULL, now()
-  FROM deferred p WHERE p.queue IS NOT NULL
-UNION ALL
-SELECT p.queue, NULL,
-       (SELECT count(*) FROM (SELECT 1 FROM awa.dlq_entries e
-         WHERE e.queue = p.queue LIMIT %(cap)s) c),
-       NULL, now()
-  FROM dlq p WHERE p.queue IS NOT NULL
-"""
-
-# The planner cannot cost that read well: a recursive CTE is guessed at
-# hundreds of rows, each with a count subplan, which puts the plan far above
-# jit_above_cost (JIT compilation then takes ~1 s for a read of milliseconds);
-# and a pair's state is an outer reference, so its rows are estimated at a
-# third of the table and a sequential scan with a LIMIT looks cheap -- while
-# those rows sit behind the whole terminal history.  The read is index probes
-# by design, so for its own transaction it says so.
-INDEX_PROBES_ONLY = """
-SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true)
-"""
+# --- priority aging, cron, queue health --------------------------------------------------
+AGE_PRIORITIES = _SQL["age_priorities"]
+INSERT_CRON_RUNS = _SQL["insert_cron_runs"]
+QUEUE_DEPTHS = _SQL["queue_depths"]
+INDEX_PROBES_ONLY = _SQL["index_probes_only"]
 
 # --- the mixin ---------------------------------------------------------------------------
 
