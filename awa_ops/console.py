@@ -31,8 +31,10 @@ from awa.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa.job import JOB_COLUMNS
 from awa.known_queues import has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
+from awa.storage import open_engine
 from awa.storage.engine import (
     DlqPageQuery,
+    Engine,
     JobListQuery,
     JobRecord,
     Oversized,
@@ -654,17 +656,6 @@ def job_row(record: JobRecord) -> dict[str, Any]:
 
 # --- operator actions ---------------------------------------------------------
 
-class _SessionPool:
-    """Lends the console's session connection to the admin functions in place of a pool."""
-
-    def __init__(self, session: OpsSession) -> None:
-        self.session = session
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        yield self.session.conn
-
-
 def operator_name() -> str:
     """Who to record as ``paused_by``: the console and the operator's login."""
     try:
@@ -718,10 +709,17 @@ class ConsoleActions(AdminMixin, BatchOperationsMixin):
 
     def __init__(self, session: OpsSession) -> None:
         self.session = session
-        self._session_pool = _SessionPool(session)
+        self._engine: Engine | None = None
 
-    async def _get_pool(self, *, check_schema: bool = True) -> Any:
-        return self._session_pool
+    async def _get_engine(self) -> Engine:
+        if self._engine is None:  # decided once, as the client does
+            self._engine = await open_engine(self.session.conn)
+        return self._engine
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        # The session's connection, in the read or write transaction the action opened.
+        yield self.session.conn
 
     async def cancel_jobs(self, ids: list[int]) -> str:
         async with self.session.write():
