@@ -11,9 +11,12 @@ once the engine's write has committed.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config, lifecycle, recording
@@ -21,7 +24,6 @@ from awa.bulk_selection import BulkFilter, Target, select_targets
 from awa.job import JOB_COLUMNS, Job, JobNotFound, JobState, UniqueConflict, ValidationError
 from awa.known_queues import read_known_queues
 from awa.serialization import encode_args
-from awa.storage import open_engine
 from awa.storage.common.enqueue import (
     normalize_run_at,
     unique_error,
@@ -41,7 +43,8 @@ from awa.storage.engine import (
 )
 from awa.unique import unique_key
 
-__all__ = ["AdminMixin", "DlqEntry", "QueueStat", "RetryFailedResult", "render_dump"]
+__all__ = ["AdminMixin", "ConnectionLender", "DlqEntry", "QueueStat", "RetryFailedResult",
+           "render_dump"]
 
 # awa.callbacks' name for the unique-collision error (the canonical engine owns it now).
 _unique_error = unique_error
@@ -73,21 +76,34 @@ def _not_found(job_id: int) -> JobNotFound:
                        f"removed by retention)")
 
 
-class AdminMixin:
-    """Operator functions of the client; ``self._get_pool()`` comes from AsyncClient."""
+class ConnectionLender:
+    """What the operator functions (``AdminMixin``, ``BatchOperationsMixin``) run on: an
+    engine, and a connection for each call.
+
+    The client and the API lend their pool's connections (the default ``_connection``);
+    what holds one connection in a transaction of its own (the console's session, the CLI's
+    read-only connection to a Rust-core database) lends that one by overriding it.
+    """
 
     async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
         raise NotImplementedError  # provided by AsyncClient
 
     async def _get_engine(self) -> Engine:
-        """AsyncClient decides its engine once; a subclass that only lends a pool (the
-        awa-ops console) gets the engine ``open_engine`` picks for it."""
-        return await open_engine(await self._get_pool())
+        raise NotImplementedError  # provided by AsyncClient
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with (await self._get_pool()).connection() as conn:
+            yield conn
+
+
+class AdminMixin(ConnectionLender):
+    """Operator functions of the client, on what ``ConnectionLender`` lends."""
 
     # -- jobs --------------------------------------------------------------
     async def get_job(self, job_id: int) -> Job[Any]:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             job = await engine.get_job(conn, int(job_id))
         if job is None:
             raise _not_found(job_id)
@@ -100,8 +116,8 @@ class AdminMixin:
         wanted = _validate_state(state)
         limit = _validate_limit(limit)
         queue = None if queue is None else validate_queue(queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.list_jobs(conn, state=wanted, kind=kind, queue=queue,
                                           limit=limit, tag=tag, before_id=before_id)
 
@@ -114,14 +130,14 @@ class AdminMixin:
         queue = None if queue is None else validate_queue(queue)
         query = JobListQuery(state=wanted.value if wanted else None, queue=queue, kind=kind,
                              page=limit, window=max(limit, config.TUI_SCAN_WINDOW))
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.job_page(conn, query)
 
     async def dump_job(self, job_id: int) -> str:
         """Everything an operator asks about one job, as text: attempts, errors, progress."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             dump = await engine.dump_job(conn, int(job_id))
         if dump is None:
             raise _not_found(job_id)
@@ -153,8 +169,8 @@ class AdminMixin:
 
     async def _cancel_job(self, job_id: int) -> Job[Any] | None:
         """``cancel``, with ``None`` instead of the error (the console's bulk actions)."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             job = await engine.cancel(conn, int(job_id))
         if job is not None:
             recording.record_job_cancelled(job)
@@ -162,8 +178,8 @@ class AdminMixin:
 
     async def _nothing_to_do(self, job_id: int, allowed: str, action: str) -> JobNotFound:
         """The error of a cancel/retry that applied to nothing: which job, in what state."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             found = await engine.get_job(conn, int(job_id))
         if found is None:
             return _not_found(job_id)
@@ -175,8 +191,8 @@ class AdminMixin:
         """Cancel whichever job holds the unique key these parts hash to."""
         plain = None if args is None else encode_args(args)
         key = unique_key(kind, queue=queue, args=plain, period_bucket=period_bucket)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             holder = await engine.unique_holder(conn, key)
         return await self._cancel_job(holder.job_id) if holder else None
 
@@ -192,8 +208,8 @@ class AdminMixin:
 
     async def _retry_job(self, job_id: int) -> Job[Any] | None:
         """``retry``, with ``None`` instead of the error (the console's bulk actions)."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.retry(conn, int(job_id))
 
     async def retry_failed(self, *, kind: str | None = None,
@@ -201,44 +217,44 @@ class AdminMixin:
         """Retry every failed job of a kind and/or queue; unique duplicates stay failed."""
         if kind is None and queue is None:
             raise ValidationError("retry_failed needs kind= or queue= (CLI: --kind or --queue)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.retry_failed(conn, kind=kind, queue=queue)
 
     async def discard_failed(self, kind: str) -> int:
         """Delete the failed jobs of one kind; returns how many."""
         if not kind:
             raise ValidationError("discard_failed needs a kind (CLI: --kind)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.discard_failed(conn, kind)
 
     # -- queues ------------------------------------------------------------
     async def pause_queue(self, queue: str, paused_by: str | None = None) -> None:
         queue = validate_queue(queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             await engine.pause_queue(conn, queue, paused_by)
 
     async def resume_queue(self, queue: str) -> None:
         queue = validate_queue(queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             await engine.resume_queue(conn, queue)
 
     async def drain_queue(self, queue: str) -> int:
         """Cancel every job of the queue still waiting to run; running ones finish."""
         queue = validate_queue(queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             drained = await engine.drain_queue(conn, queue)
         recording.record_jobs_cancelled(drained)
         return sum(c.count for c in drained)
 
     async def queue_stats(self) -> list[QueueStat]:
         """One row per known queue (``awa.known_queues``), zeros included."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             stats = await engine.queue_stats(conn)
             names = await read_known_queues(
                 engine, conn, holding=[s.queue for s in stats if s.total_queued or s.running
@@ -249,13 +265,13 @@ class AdminMixin:
 
     # -- dead-letter queue ---------------------------------------------------
     async def dlq_depth(self, *, queue: str | None = None) -> int:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.dlq_depth(conn, queue=queue)
 
     async def dlq_depth_by_queue(self) -> list[tuple[str, int]]:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return [(c.queue, c.count) for c in await engine.dlq_depth_by_queue(conn)]
 
     async def list_dlq(self, *, kind: str | None = None, queue: str | None = None,
@@ -265,13 +281,13 @@ class AdminMixin:
         """Newest first; pass the last entry's job id and dlq_at to page on."""
         limit = _validate_limit(limit)
         where = DlqFilter(kind, queue, tag, before_id, before_dlq_at)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.list_dlq(conn, where, limit)
 
     async def get_dlq_job(self, job_id: int) -> DlqEntry | None:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await engine.get_dlq_job(conn, int(job_id))
 
     async def retry_from_dlq(self, job_id: int, *, run_at: datetime | None = None,
@@ -281,8 +297,8 @@ class AdminMixin:
         when = normalize_run_at(run_at)
         priority = None if priority is None else validate_priority(priority)
         queue = None if queue is None else validate_queue(queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             job = await engine.retry_from_dlq(conn, int(job_id), run_at=when, priority=priority,
                                               queue=queue)
         if job is not None:
@@ -295,8 +311,8 @@ class AdminMixin:
         if where.is_empty and not allow_all:
             raise ValidationError("refusing to retry the whole DLQ without a filter: give "
                                   "kind/queue/tag, or allow_all=True (CLI: --all)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             moved = await engine.bulk_retry_from_dlq(conn, where)
         recording.record_dlq_retried(moved)
         return sum(c.count for c in moved)
@@ -308,15 +324,15 @@ class AdminMixin:
         if where.is_empty and not allow_all:
             raise ValidationError("refusing to purge the whole DLQ without a filter: give "
                                   "kind/queue/tag/before, or allow_all=True (CLI: --all)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             purged = await engine.purge_dlq(conn, where)
         recording.record_dlq_entries_purged(purged)
         return sum(c.count for c in purged)
 
     async def purge_dlq_job(self, job_id: int) -> bool:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             purged = await engine.purge_dlq_job(conn, int(job_id))
         recording.record_dlq_entries_purged(purged)
         return bool(purged)
@@ -324,8 +340,8 @@ class AdminMixin:
     async def move_failed_to_dlq(self, job_id: int,
                                  reason: str = lifecycle.DLQ_MANUAL) -> DlqEntry | None:
         """Move one failed job into the DLQ; ``None`` if it is not a failed job."""
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             entry = await engine.move_failed_to_dlq(conn, int(job_id), reason)
         if entry is not None:
             recording.record_job_dlq_moved(entry.job, reason)
@@ -337,8 +353,8 @@ class AdminMixin:
         if kind is None and queue is None and not allow_all:
             raise ValidationError("refusing to move every failed job without a filter: "
                                   "give kind/queue, or allow_all=True (CLI: --all)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             moved = await engine.bulk_move_failed_to_dlq(conn, kind=kind, queue=queue,
                                                          reason=reason)
         recording.record_jobs_dlq_moved(moved, reason)
@@ -350,8 +366,8 @@ class AdminMixin:
         """The DLQ entries or failed jobs ``flt`` selects (what a ``--dry-run`` lists)."""
         if flt.queue is not None:
             validate_queue(flt.queue)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             return await select_targets(engine, conn, flt, limit=limit)
 
     async def apply_bulk(self, action: str, targets: list[Target], *,

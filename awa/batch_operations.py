@@ -27,9 +27,10 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from awa import config
+from awa.admin import ConnectionLender
 from awa.job import Job, ValidationError
 from awa.storage.common.enqueue import storable_text, validate_queue
-from awa.storage.engine import Engine
+from awa.storage.engine import BatchOperation, Engine
 
 OP_KINDS = ("set_priority", "move_queue")
 STATES = ("pending", "scanning", "running", "cancelling", "completed", "cancelled", "failed")
@@ -110,18 +111,13 @@ def parse_id(op_id: Any) -> uuid.UUID:
         raise ValidationError(f"batch operation ids are UUIDs, got {op_id!r}") from None
 
 
-class BatchOperationsMixin:
-    """Batch operations on the client's pool (the CLI, the API and the console use these).
+class BatchOperationsMixin(ConnectionLender):
+    """Batch operations on what ``ConnectionLender`` lends (the CLI, the API and the console
+    use these).
 
-    An operation comes back as ``BatchOperation.to_dict()``: every column of its row, as
-    the CLI's and the REST API's JSON show it.  (The engine's ``BatchOps`` returns the
-    dataclasses; this public API keeps its dicts.)"""
-
-    async def _get_pool(self, *, check_schema: bool = True) -> AsyncConnectionPool:
-        raise NotImplementedError  # provided by AsyncClient
-
-    async def _get_engine(self) -> Engine:
-        raise NotImplementedError  # provided by AsyncClient
+    An operation comes back as the engine's ``BatchOperation``, every column of its row as
+    an attribute; the CLI's and the REST API's JSON show ``BatchOperation.to_dict()``.
+    (awa-pg 0.6.9 answers with a ``BatchOperation`` object too, never a dict.)"""
 
     async def preview_batch_operation(self, op_kind: str, filter: dict[str, Any] | None,
                                       spec: dict[str, Any] | None, *,
@@ -131,15 +127,15 @@ class BatchOperationsMixin:
         Advisory: nothing is locked or stored."""
         normalize_spec(op_kind, spec)
         flt = normalize_filter(op_kind, filter)
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             preview = await engine.batch_preview(conn, flt, sample=sample)
         return preview.total_matched, preview.sample
 
     async def submit_batch_operation(self, op_kind: str, filter: dict[str, Any] | None,
                                      spec: dict[str, Any] | None, *,
                                      submitted_by: str | None = None,
-                                     allow_all: bool = False) -> dict[str, Any]:
+                                     allow_all: bool = False) -> BatchOperation:
         """Store the operation (``pending``); the maintenance leader runs it."""
         stored_spec = normalize_spec(op_kind, spec)
         flt = normalize_filter(op_kind, filter)
@@ -147,37 +143,37 @@ class BatchOperationsMixin:
             raise ValidationError("refusing a batch operation over every job without a filter:"
                                   " give kind/queue/tag/state/ids/created_at, or all=true "
                                   "(CLI: --all)")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             op = await engine.batch_insert(conn, op_kind=op_kind, filter=flt,
                                            spec=stored_spec, submitted_by=submitted_by)
-        return op.to_dict()
+        return op
 
     async def list_batch_operations(self, *, state: str | None = None,
-                                    limit: int = 100) -> list[dict[str, Any]]:
+                                    limit: int = 100) -> list[BatchOperation]:
         if state is not None and state not in STATES:
             raise ValidationError(f"unknown batch operation state {state!r}; expected one of "
                                   f"{', '.join(STATES)}")
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
-            ops = await engine.batch_list(conn, state=state, limit=max(1, min(limit, 1000)))
-        return [op.to_dict() for op in ops]
+        engine = await self._get_engine()
+        async with self._connection() as conn:
+            return await engine.batch_list(conn, state=state,
+                                           limit=max(1, min(limit, 1000)))
 
-    async def get_batch_operation(self, op_id: Any) -> dict[str, Any]:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+    async def get_batch_operation(self, op_id: Any) -> BatchOperation:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             found = await engine.batch_get(conn, parse_id(op_id))
         if found is None:
             raise ValidationError(f"batch operation not found: {op_id}")
-        return found.to_dict()
+        return found
 
-    async def cancel_batch_operation(self, op_id: Any) -> dict[str, Any]:
-        engine, pool = await self._get_engine(), await self._get_pool()
-        async with pool.connection() as conn:
+    async def cancel_batch_operation(self, op_id: Any) -> BatchOperation:
+        engine = await self._get_engine()
+        async with self._connection() as conn:
             found = await engine.batch_request_cancel(conn, parse_id(op_id))
         if found is None:
             raise ValidationError(f"batch operation cannot be cancelled: {op_id}")
-        return found.to_dict()
+        return found
 
 
 async def run_batch_operations(pool: AsyncConnectionPool, engine: Engine, *,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -300,17 +300,10 @@ class ExecutionContext(Protocol):
     async def wait_for_callback(self, token: CallbackToken | str) -> Any: ...
 
 
-JOB_COLUMNS = (
-    "id", "kind", "queue", "args", "state", "priority", "attempt", "max_attempts",
-    "run_at", "heartbeat_at", "deadline_at", "attempted_at", "finalized_at",
-    "created_at", "errors", "metadata", "tags", "unique_key", "unique_states",
-    "callback_id", "callback_timeout_at", "callback_filter", "callback_on_complete",
-    "callback_on_fail", "callback_transform", "run_lease", "progress",
-)
-
-
 @dataclass(eq=False)
 class Job(Generic[T]):
+    """A job row; its public fields, in order, are the job's columns (``JOB_COLUMNS``)."""
+
     id: int
     kind: str
     queue: str
@@ -408,6 +401,13 @@ class Job(Generic[T]):
 
     async def wait_for_callback(self, token: CallbackToken | str) -> Any:
         return await self._context().wait_for_callback(token)
+
+
+# The columns of a job row (awa.jobs), in table order: Job's public fields, the one list.
+# Its copies in SQL -- the job tables of migration 0001 and of queue storage's layout, the
+# view's write triggers of migrations 0002 and 0006, which cannot change once released --
+# are checked against it (tests/foundation/test_job_columns.py).
+JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Job) if not f.name.startswith("_"))
 
 
 # --- a claimed job's args, read when first asked for (issue 48) ----------------------

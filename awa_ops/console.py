@@ -31,8 +31,11 @@ from awa.fingerprint import ErrorGroup, fingerprint, group_errors
 from awa.job import JOB_COLUMNS
 from awa.known_queues import has_waiting, known_queues, unserved_queues
 from awa.liveness import runtime_live
+from awa.storage import open_engine
 from awa.storage.engine import (
+    BatchOperation,
     DlqPageQuery,
+    Engine,
     JobListQuery,
     JobRecord,
     Oversized,
@@ -654,17 +657,6 @@ def job_row(record: JobRecord) -> dict[str, Any]:
 
 # --- operator actions ---------------------------------------------------------
 
-class _SessionPool:
-    """Lends the console's session connection to the admin functions in place of a pool."""
-
-    def __init__(self, session: OpsSession) -> None:
-        self.session = session
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        yield self.session.conn
-
-
 def operator_name() -> str:
     """Who to record as ``paused_by``: the console and the operator's login."""
     try:
@@ -692,18 +684,18 @@ def batch_filter(flt: JobFilter) -> dict[str, Any]:
     return {"state": flt.state, "kind": flt.kind, "queue": flt.queue, "tag": flt.tag}
 
 
-def describe_batch_operation(op: dict[str, Any]) -> str:
+def describe_batch_operation(op: BatchOperation) -> str:
     """One line: what an operation does, its state and its progress."""
-    spec = op["spec"]
-    what = (f"priority -> {spec['priority']}" if op["op_kind"] == "set_priority" else
+    spec = op.spec
+    what = (f"priority -> {spec['priority']}" if op.op_kind == "set_priority" else
             f"queue -> {spec['queue']}" + (f" priority {spec['priority']}"
                                             if spec.get("priority") else ""))
-    done = op["processed"] + op["skipped"] + op["errored"]
-    total = op["total_matched"]
-    flt = " ".join(f"{k}={v}" for k, v in op["filter"].items() if v) or "all jobs"
-    return (f"{str(op['id'])[:8]} {op['state']:<10} {what} [{flt}]: "
-            f"{done}/{'?' if total is None else total} ({op['processed']} changed, "
-            f"{op['skipped']} skipped, {op['errored']} errored)")
+    done = op.processed + op.skipped + op.errored
+    total = op.total_matched
+    flt = " ".join(f"{k}={v}" for k, v in op.filter.items() if v) or "all jobs"
+    return (f"{str(op.id)[:8]} {op.state:<10} {what} [{flt}]: "
+            f"{done}/{'?' if total is None else total} ({op.processed} changed, "
+            f"{op.skipped} skipped, {op.errored} errored)")
 
 
 class ConsoleActions(AdminMixin, BatchOperationsMixin):
@@ -718,10 +710,17 @@ class ConsoleActions(AdminMixin, BatchOperationsMixin):
 
     def __init__(self, session: OpsSession) -> None:
         self.session = session
-        self._session_pool = _SessionPool(session)
+        self._engine: Engine | None = None
 
-    async def _get_pool(self, *, check_schema: bool = True) -> Any:
-        return self._session_pool
+    async def _get_engine(self) -> Engine:
+        if self._engine is None:  # decided once, as the client does
+            self._engine = await open_engine(self.session.conn)
+        return self._engine
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        # The session's connection, in the read or write transaction the action opened.
+        yield self.session.conn
 
     async def cancel_jobs(self, ids: list[int]) -> str:
         async with self.session.write():
@@ -765,25 +764,24 @@ class ConsoleActions(AdminMixin, BatchOperationsMixin):
         async with self.session.write():
             op = await self.submit_batch_operation(op_kind, batch_filter(flt), spec,
                                                    submitted_by=operator_name())
-        return (f"submitted batch operation {op['id']}: the workers' maintenance leader "
+        return (f"submitted batch operation {op.id}: the workers' maintenance leader "
                 "runs it (B shows its progress)")
 
     async def batch_operations(self, limit: int = 20) -> list[str]:
         """The newest operations, one line each (active ones first)."""
         async with self.session.read():
             ops = await self.list_batch_operations(limit=limit)
-        active = [o for o in ops if o["state"] in ("pending", "scanning", "running",
-                                                   "cancelling")]
+        active = [o for o in ops if o.state in ("pending", "scanning", "running", "cancelling")]
         return [describe_batch_operation(o) for o in active + [o for o in ops
                                                                if o not in active]]
 
     async def batch_cancel(self, op_id: str) -> str:
         """Cancel by id, or by a prefix of one (as the list shows them) naming exactly one."""
         async with self.session.write():
-            known = [str(o["id"]) for o in await self.list_batch_operations(limit=1000)]
+            known = [str(o.id) for o in await self.list_batch_operations(limit=1000)]
             chosen = [i for i in known if i.startswith(op_id.strip().lower())]
             op = await self.cancel_batch_operation(chosen[0] if len(chosen) == 1 else op_id)
-        return f"batch operation {op['id']}: cancelling (the runner stops at its next chunk)"
+        return f"batch operation {op.id}: cancelling (the runner stops at its next chunk)"
 
     async def pause(self, queue: str) -> str:
         async with self.session.write():

@@ -193,7 +193,7 @@ async def measure_batch(url: str, args: argparse.Namespace,
         started = time.perf_counter()
         # Ticks back to back, until the operation is finished: the fleet's maintenance
         # leader steps it too (whoever holds the operation's row lock; the other skips).
-        while (await client.get_batch_operation(op["id"]))["state"] not in FINISHED:
+        while (await client.get_batch_operation(op.id)).state not in FINISHED:
             done = await run_batch_operations(pool, engine, runner=uuid.uuid4(),
                                               pace=pace)
             if done["steps"] == 0:
@@ -203,10 +203,10 @@ async def measure_batch(url: str, args: argparse.Namespace,
         await asyncio.sleep(args.baseline_s)
         claimers.stop.set()
         await asyncio.gather(*tasks)
-        final = await client.get_batch_operation(op["id"])
-        changed = final["processed"] + final["skipped"]
-        print(f"batch set_priority: {final['total_matched']:,} matched (preview said "
-              f"{matched:,}); {final['processed']:,} changed, {final['skipped']:,} skipped "
+        final = await client.get_batch_operation(op.id)
+        changed = final.processed + final.skipped
+        print(f"batch set_priority: {final.total_matched:,} matched (preview said "
+              f"{matched:,}); {final.processed:,} changed, {final.skipped:,} skipped "
               f"in {took:.1f} s: {changed / took:,.0f} jobs/s")
         base, during = claimers.p95("baseline"), claimers.p95("batch")
         after = claimers.p95("after")

@@ -16,6 +16,7 @@ import click
 from awa import batch_operations
 from awa.cli.db import run_admin
 from awa.cli.options import database_url_option, fail, json_option, print_json
+from awa.storage.engine import BatchOperation
 
 
 def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,18 +69,18 @@ def _describe(op_kind: str, spec: dict[str, Any]) -> str:
     return f"move to queue {spec['queue']}{extra}"
 
 
-def _status_lines(op: dict[str, Any]) -> list[str]:
-    total = op.get("total_matched")
-    done = op["processed"] + op["skipped"] + op["errored"]
+def _status_lines(op: BatchOperation) -> list[str]:
+    total = op.total_matched
+    done = op.processed + op.skipped + op.errored
     progress = f"{done}/{total}" if total is not None else f"{done} (scanning)"
-    lines = [f"batch operation {op['id']}: {op['state']}",
-             f"  {_describe(op['op_kind'], op['spec'])}",
-             "  filter: " + (" ".join(f"{k}={v}" for k, v in op["filter"].items() if v)
+    lines = [f"batch operation {op.id}: {op.state}",
+             f"  {_describe(op.op_kind, op.spec)}",
+             "  filter: " + (" ".join(f"{k}={v}" for k, v in op.filter.items() if v)
                               or "all jobs"),
-             f"  progress: {progress}: {op['processed']} changed, {op['skipped']} skipped, "
-             f"{op['errored']} errored"]
-    if op.get("last_error"):
-        lines.append(f"  last error: {op['last_error']}")
+             f"  progress: {progress}: {op.processed} changed, {op.skipped} skipped, "
+             f"{op.errored} errored"]
+    if op.last_error:
+        lines.append(f"  last error: {op.last_error}")
     return lines
 
 
@@ -131,8 +132,8 @@ def start_command(as_json: bool, allow_all: bool, yes: bool, submitted_by: str |
     if as_json:
         print_json(op)
         return
-    click.echo(f"submitted batch operation {op['id']} ({op['state']}); "
-               f"follow it with `awa batch status {op['id']}`")
+    click.echo(f"submitted batch operation {op.id} ({op.state}); "
+               f"follow it with `awa batch status {op.id}`")
 
 
 @batch_group.command("status")
@@ -170,5 +171,5 @@ def cancel_command(as_json: bool, op_id: str) -> None:
     if as_json:
         print_json(op)
     else:
-        click.echo(f"batch operation {op['id']}: cancelling (the runner stops at its next "
+        click.echo(f"batch operation {op.id}: cancelling (the runner stops at its next "
                    "chunk)")

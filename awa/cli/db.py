@@ -35,17 +35,6 @@ T = TypeVar("T")
 
 
 # --- a database run by the Rust-core awa 0.6: read it, refuse writes with its CLI command ---
-class _OneConnection:
-    """A "pool" lending one connection (what AdminMixin asks of a pool)."""
-
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        yield self.conn
-
-
 class ForeignAdmin(AdminMixin, BatchOperationsMixin):
     """The client's admin API over the Rust-core read-only engine, on one read-only connection.
 
@@ -55,14 +44,15 @@ class ForeignAdmin(AdminMixin, BatchOperationsMixin):
     """
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], engine: Engine) -> None:
-        self._pool = _OneConnection(conn)
+        self._conn = conn
         self._engine = engine
 
     async def _get_engine(self) -> Engine:
         return self._engine
 
-    async def _get_pool(self, *, check_schema: bool = True) -> Any:
-        return self._pool
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        yield self._conn
 
 
 def run_admin(operation: Callable[[Any], Awaitable[T]]) -> T:

@@ -115,7 +115,7 @@ def read_engine_for(layout: StorageLayout) -> ReadEngine:
 
 
 class ConnectionSource(Protocol):
-    """A pool, or anything lending connections the same way (e.g. awa_ops' session pool)."""
+    """A pool, or anything lending connections the same way."""
 
     def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 

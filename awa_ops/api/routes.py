@@ -224,7 +224,8 @@ async def list_batch_ops(request: Request, state: BatchStateName | None = None,
                          limit: Limit = config.SERVE_JOBS_LIMIT) -> JSON:
     """Newest first; ``limit`` clamped to 1..1000."""
     st = state_of(request)
-    return JSON(await st.actions.list_batch_operations(state=state, limit=_limit(limit)))
+    ops = await st.actions.list_batch_operations(state=state, limit=_limit(limit))
+    return JSON([op.to_dict() for op in ops])
 
 
 @router.post("/batch-ops/preview", response_model=shapes.BatchPreview, tags=["batch-ops"],
@@ -252,14 +253,14 @@ async def submit_batch_op(request: Request, body: shapes.BatchSubmitBody) -> JSO
                                                  submitted_by=body.submitted_by,
                                                  allow_all=body.all)
     st.cache.clear()
-    return JSON(op)
+    return JSON(op.to_dict())
 
 
 @router.get("/batch-ops/{op_id}", response_model=shapes.BatchOperation, tags=["batch-ops"],
             responses=QUERY)
 async def get_batch_op(request: Request, op_id: uuid.UUID) -> JSON:
     """Unknown id: 400 (as the reference)."""
-    return JSON(await state_of(request).actions.get_batch_operation(op_id))
+    return JSON((await state_of(request).actions.get_batch_operation(op_id)).to_dict())
 
 
 @router.patch("/batch-ops/{op_id}", response_model=shapes.BatchOperation, tags=["batch-ops"],
@@ -272,7 +273,7 @@ async def patch_batch_op(request: Request, op_id: uuid.UUID, body: shapes.BatchP
     if body.state != "cancelling":
         raise ApiError(400, "validation error: only state=cancelling is supported for batch "
                             "operation PATCH")
-    return JSON(await st.actions.cancel_batch_operation(op_id))
+    return JSON((await st.actions.cancel_batch_operation(op_id)).to_dict())
 
 
 # --- queues -------------------------------------------------------------------------------

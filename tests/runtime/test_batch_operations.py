@@ -48,15 +48,15 @@ async def test_move_queue_previews_then_moves_exactly_the_matching_jobs(client, 
     op = await client.submit_batch_operation("move_queue", {"queue": "src", "kind": "k"},
                                              {"queue": "dst", "priority": 1},
                                              submitted_by="tester")
-    assert op["state"] == "pending" and op["spec"] == {"op_kind": "move_queue",
-                                                       "queue": "dst", "priority": 1}
-    assert set(op["filter"]) == set(FILTER_KEYS)
+    assert op.state == "pending" and op.spec == {"op_kind": "move_queue",
+                                                 "queue": "dst", "priority": 1}
+    assert set(op.filter) == set(FILTER_KEYS)
     done = await run_until_idle(client, chunk=64, scan_page=100)
     assert done["processed"] == 250 and done["finished"] == 1
-    final = await client.get_batch_operation(op["id"])
-    assert final["state"] == "completed" and final["total_matched"] == 250
-    assert (final["processed"], final["skipped"], final["errored"]) == (250, 0, 0)
-    assert final["finalized_at"] is not None and final["retention_until"] is not None
+    final = await client.get_batch_operation(op.id)
+    assert final.state == "completed" and final.total_matched == 250
+    assert (final.processed, final.skipped, final.errored) == (250, 0, 0)
+    assert final.finalized_at is not None and final.retention_until is not None
     for job_id in moved:
         row = job_row(db, job_id)
         assert row["queue"] == "dst" and row["priority"] == 1
@@ -90,7 +90,7 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
     jobs = [insert_job(db, "available", kind="k", queue="src", priority=3) for _ in range(40)]
     op = await client.submit_batch_operation("move_queue", {"queue": "src"}, {"queue": "dst"})
     pool, engine = await client._get_pool(), await client._get_engine()
-    while (await client.get_batch_operation(op["id"]))["state"] != "running":
+    while (await client.get_batch_operation(op.id)).state != "running":
         await run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
 
     async def one_chunk() -> ChunkOutcome | None:
@@ -111,11 +111,11 @@ async def test_a_chunk_waits_for_a_claim_in_flight_and_skips_what_it_took(client
         assert await chunk == ChunkOutcome(35, 5, 0)
     # The counters agree with the items (queue storage records both before the lock and
     # corrects the five the claim took, in the move's own statement).
-    counted = await client.get_batch_operation(op["id"])
-    assert (counted["processed"], counted["skipped"]) == (35, 5)
+    counted = await client.get_batch_operation(op.id)
+    assert (counted.processed, counted.skipped) == (35, 5)
     taken = {j.id for j in claimed}
     items = db.execute("SELECT job_id, state FROM awa.batch_operation_items "
-                       "WHERE operation_id = %s", (op["id"],)).fetchall()
+                       "WHERE operation_id = %s", (op.id,)).fetchall()
     assert {r["job_id"] for r in items if r["state"] == "skipped"} == taken
     assert sum(r["state"] == "processed" for r in items) == 35
     for job_id in jobs:
@@ -137,8 +137,8 @@ async def test_set_priority_skips_jobs_already_at_the_target(client, db, engine_
     top = [insert_job(db, "available", kind="k", queue="q", priority=1) for _ in range(3)]
     op = await client.submit_batch_operation("set_priority", {"queue": "q"}, {"priority": 1})
     await run_until_idle(client)
-    final = await client.get_batch_operation(op["id"])
-    assert (final["processed"], final["skipped"]) == (5, 3)
+    final = await client.get_batch_operation(op.id)
+    assert (final.processed, final.skipped) == (5, 3)
     assert all(job_row(db, j)["priority"] == 1 for j in low + top)
 
 
@@ -150,23 +150,23 @@ async def test_cancelling_stops_an_operation_and_skips_what_is_left(client, db, 
     pool, engine = await client._get_pool(), await client._get_engine()
     # Scan it and apply one chunk of 10, then cancel.
     for _ in range(10):  # one step each: pending -> scanning -> ... -> running
-        if (await client.get_batch_operation(op["id"]))["state"] == "running":
+        if (await client.get_batch_operation(op.id)).state == "running":
             break
         await run_batch_operations(pool, engine, runner=uuid.uuid4(), chunk=10,
                                    budget_s=0.0)
-    assert (await client.get_batch_operation(op["id"]))["state"] == "running"
+    assert (await client.get_batch_operation(op.id)).state == "running"
     async with pool.connection() as conn, conn.transaction():
         active = await engine.batch_next_active(conn)
         assert active is not None
         assert await engine.batch_apply_chunk(conn, active, 10) == ChunkOutcome(10, 0, 0)
-    cancelling = await client.cancel_batch_operation(op["id"])
-    assert cancelling["state"] == "cancelling"
+    cancelling = await client.cancel_batch_operation(op.id)
+    assert cancelling.state == "cancelling"
     await run_until_idle(client)
-    final = await client.get_batch_operation(op["id"])
-    assert final["state"] == "cancelled"
-    assert (final["processed"], final["skipped"]) == (10, 30)
+    final = await client.get_batch_operation(op.id)
+    assert final.state == "cancelled"
+    assert (final.processed, final.skipped) == (10, 30)
     with pytest.raises(awa.ValidationError, match="cannot be cancelled"):
-        await client.cancel_batch_operation(op["id"])
+        await client.cancel_batch_operation(op.id)
 
 
 @pytest.mark.parametrize("engine_name", ENGINES)
@@ -175,7 +175,7 @@ async def test_refusals_name_the_fix(client, engine_name):
         await client.submit_batch_operation("set_priority", {}, {"priority": 1})
     op = await client.submit_batch_operation("set_priority", {}, {"priority": 1},
                                              allow_all=True)
-    assert op["state"] == "pending"
+    assert op.state == "pending"
     with pytest.raises(awa.ValidationError, match="only supports available or scheduled"):
         await client.preview_batch_operation("move_queue", {"state": "running"},
                                              {"queue": "x"})
@@ -232,7 +232,7 @@ async def test_a_scanned_operation_leaves_the_ready_entries_analysed(client, db)
     before = db.execute(stats).fetchone()["n"]
     op = await client.submit_batch_operation("set_priority", {"queue": "src"}, {"priority": 1})
     pool, engine = await client._get_pool(), await client._get_engine()
-    while (await client.get_batch_operation(op["id"]))["state"] != "running":
+    while (await client.get_batch_operation(op.id)).state != "running":
         await run_batch_operations(pool, engine, runner=uuid.uuid4(), budget_s=0.0)
     assert before == 0
     assert db.execute(stats).fetchone()["n"] > 0

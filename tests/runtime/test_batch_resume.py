@@ -27,7 +27,7 @@ def completed_by_queue(db) -> dict[str, int]:
     return {r["queue"]: int(r["n"]) for r in rows}
 
 
-async def wait_op(client, op_id, predicate, timeout: float, what: str) -> dict:
+async def wait_op(client, op_id, predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while True:
         op = await client.get_batch_operation(op_id)
@@ -52,39 +52,39 @@ async def test_sigkilled_move_queue_resumes_and_moves_every_job_once(client, db,
     first = start_worker(database_url, QUEUES, settings=SETTINGS, log_dir=tmp_path / "a")
     op = await client.submit_batch_operation("move_queue", {"queue": "src", "kind": "sleep"},
                                              {"queue": "dst"}, submitted_by="resume-test")
-    half = await wait_op(client, op["id"], lambda o: o["processed"] >= TOTAL // 2,
+    half = await wait_op(client, op.id, lambda o: o.processed >= TOTAL // 2,
                          600, "never got halfway")
     first.kill()  # SIGKILL: mid-chunk, mid-job
-    at_kill = await client.get_batch_operation(op["id"])
-    assert at_kill["state"] == "running" and at_kill["processed"] < at_kill["total_matched"]
-    assert at_kill["processed"] >= half["processed"]
+    at_kill = await client.get_batch_operation(op.id)
+    assert at_kill.state == "running" and at_kill.processed < at_kill.total_matched
+    assert at_kill.processed >= half.processed
     claimed_at_kill = completed_by_queue(db)
     assert claimed_at_kill.get("src", 0) > 0 and claimed_at_kill.get("dst", 0) > 0
 
     second = start_worker(database_url, QUEUES, settings=SETTINGS, log_dir=tmp_path / "b")
     try:
-        final = await wait_op(client, op["id"], lambda o: o["state"] == "completed",
+        final = await wait_op(client, op.id, lambda o: o.state == "completed",
                               900, "never completed after the restart")
         claimed_at_end = completed_by_queue(db)
     finally:
         second.kill()
 
     # Resumed, not restarted: the counters carry on from the kill.
-    assert final["processed"] >= at_kill["processed"]
-    assert final["errored"] == 0
-    assert final["processed"] + final["skipped"] == final["total_matched"]
-    assert final["total_matched"] <= TOTAL
+    assert final.processed >= at_kill.processed
+    assert final.errored == 0
+    assert final.processed + final.skipped == final.total_matched
+    assert final.total_matched <= TOTAL
     items = db.execute("""
         SELECT i.state, j.queue, j.state::text AS job_state,
                j.metadata->>'_awa_original_queue' AS original, count(*) AS n
           FROM awa.batch_operation_items i JOIN awa.jobs j ON j.id = i.job_id
          WHERE i.operation_id = %s
-         GROUP BY 1, 2, 3, 4""", (op["id"],)).fetchall()
+         GROUP BY 1, 2, 3, 4""", (op.id,)).fetchall()
     by = Counter()
     for r in items:
         by[(r["state"], r["queue"], r["original"])] += int(r["n"])
     # Every processed item is a job now in dst that came from src; no skipped one moved.
-    assert sum(n for (s, q, o), n in by.items() if s == "processed") == final["processed"]
+    assert sum(n for (s, q, o), n in by.items() if s == "processed") == final.processed
     assert all(q == "dst" and o == "src" for (s, q, o) in by if s == "processed")
     assert all(q == "src" and o is None for (s, q, o) in by if s == "skipped")
     # None lost: every job is still there, in one queue or the other.
@@ -99,7 +99,7 @@ async def test_sigkilled_move_queue_resumes_and_moves_every_job_once(client, db,
         SELECT j.id, j.attempt, i.state AS item FROM awa.jobs j
           LEFT JOIN awa.batch_operation_items i ON i.job_id = j.id AND i.operation_id = %s
          WHERE j.kind = 'sleep' AND j.queue = 'src' AND j.state <> 'completed'""",
-                      (op["id"],)).fetchall()
+                      (op.id,)).fetchall()
     assert all(r["attempt"] >= 1 and r["item"] in (None, "skipped") for r in left), left[:5]
     # None run twice by the move: within each worker every job finished at most once, and a
     # job that finished on both is one the SIGKILL cut off (its outcome not yet written):

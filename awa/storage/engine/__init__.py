@@ -126,16 +126,21 @@ class ReadEngine(OpsReads, AdminReads, CronAdminReads, MaintenanceReads, Protoco
     ``Engine`` is one; so is the Rust-core reader (``awa.storage.rust_core``), which serves
     a database our runtime never writes."""
 
-    name: str
-    """The engine's name: ``canonical``, ``queue_storage`` or ``rust_core``."""
+    @property
+    def name(self) -> str:
+        """The engine's name: ``canonical``, ``queue_storage`` or ``rust_core`` (read-only:
+        the transition layer answers with the engine new jobs go to)."""
+        ...
 
 
 class Engine(EnqueueOps, ExecutionOps, MaintenanceOps, AdminOps, CallbackOps, CronAdminOps,
              BatchOps, ReadEngine, Protocol):
     """A storage engine: every group."""
 
-    name: str
-    """``canonical`` or ``queue_storage``: what ``awa.runtime_storage_backends`` names."""
+    @property
+    def name(self) -> str:
+        """``canonical`` or ``queue_storage``: what ``awa.runtime_storage_backends`` names."""
+        ...
 
 
 __all__ = [

@@ -10,7 +10,6 @@ operator's guide; docs/architecture.md §5 the design.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 from awa.storage.engine import Engine
 from awa.storage.transition.state import (
@@ -42,9 +41,7 @@ def engine_over(canonical: Engine, state: TransitionState,
     ``queue_loader`` from its schema once the state needs it)."""
     from awa.storage.transition.engine import TransitionEngine
 
-    # The layer is an Engine by delegation (its __getattr__ serves the groups it does not
-    # compose), which a structural check cannot see.
-    return cast(Engine, TransitionEngine(canonical, state, queue_loader))
+    return TransitionEngine(canonical, state, queue_loader)
 
 
 __all__ = ["ABORTING", "ACTIVE", "CANONICAL", "MIXED", "PREPARED", "ROLES", "STATES",
