@@ -73,8 +73,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _SQL = named_statements("awa.storage.rust_core", "sql/reads.sql")
 
 # Running attempts: open receipt claims, compact claims and materialized leases.
-RUNNING = _SQL["running"]
-RUNNING_COUNTS = _SQL["running_counts"]
+OPEN_ATTEMPTS = _SQL["open_attempts"]
 
 # Queue depth, lag, completions.
 QUEUE_BACKLOG = _SQL["queue_backlog"]
@@ -99,8 +98,6 @@ REPEATED_ERRORS = _SQL["repeated_errors"]
 
 # Uniqueness: claims in awa.job_unique_claims; a running holder is an open attempt.
 UNIQUE_HOLDERS = _SQL["unique_holders"]
-WEDGED = _SQL["wedged"]
-SUPERSEDED = _SQL["superseded"]
 RUNTIME_DESCRIPTOR_HASHES = _SQL["runtime_descriptor_hashes"]
 
 # What the Rust-core CLI calls each write (same spelling as its --help).
@@ -212,17 +209,29 @@ class RustCoreEngine(CanonicalReads):
         if not self.queue_storage:
             return await super().running_attempts(conn, started_before=started_before,
                                                   job_ids=job_ids, limit=limit)
-        rows = await self._running_rows(conn, started_before=started_before, job_ids=job_ids,
-                                        limit=limit)
+        rows = await self._open_attempts(conn, started_before=started_before, job_ids=job_ids,
+                                         limit=limit)
         return [self._attempt(r) for r in rows]
 
+    async def _open_attempts(self, conn: psycopg.AsyncConnection[Any], *, detail: bool = False,
+                             started_before: datetime | None = None,
+                             job_ids: Sequence[int] | None = None, queue: str | None = None,
+                             staleness_s: float | None = None, superseded: bool = False,
+                             limit: int | None) -> list[dict[str, Any]]:
+        """Rows of ``OPEN_ATTEMPTS``, the one statement that reads running attempts on this
+        layout (its open-receipt rule written once): ``detail`` adds args and payload,
+        ``superseded`` keeps the attempts whose unique key another job holds; ``limit``
+        None reads them all."""
+        return await fetch_all(conn, self._q(OPEN_ATTEMPTS), {
+            "detail": detail, "ids": None if job_ids is None else list(job_ids),
+            "started_before": started_before, "queue": queue, "staleness": staleness_s,
+            "superseded": superseded, "limit": limit})
+
     async def _running_rows(self, conn: psycopg.AsyncConnection[Any], *,
-                            started_before: datetime | None = None,
                             job_ids: Sequence[int] | None = None,
                             limit: int) -> list[dict[str, Any]]:
-        return await fetch_all(conn, self._q(RUNNING), {
-            "ids": None if job_ids is None else list(job_ids),
-            "started_before": started_before, "limit": limit})
+        """Running attempts with what a job needs (args, payload)."""
+        return await self._open_attempts(conn, detail=True, job_ids=job_ids, limit=limit)
 
     @staticmethod
     def _attempt(r: dict[str, Any]) -> RunningAttemptRead:
@@ -232,8 +241,23 @@ class RustCoreEngine(CanonicalReads):
                              queue: str | None = None) -> list[RunningCounts]:
         if not self.queue_storage:
             return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
-        return running_counts(await fetch_all(conn, self._q(RUNNING_COUNTS),
-                                              {"staleness": stale_after_s, "queue": queue}))
+        # Counted here from every open attempt of the queue(s): the same counts as
+        # common.reads.running_counts reads them (max ignores a missing heartbeat, a NULL
+        # stale / overdue counts for neither), per queue, by name.
+        counts: dict[str, dict[str, Any]] = {}
+        for r in await self._open_attempts(conn, queue=queue, staleness_s=stale_after_s,
+                                           limit=None):
+            c = counts.setdefault(r["queue"], {"queue": r["queue"], "running": 0,
+                                               "oldest_heartbeat_s": None, "stale": 0,
+                                               "overdue": 0})
+            c["running"] += 1
+            age = r["heartbeat_age_s"]
+            if age is not None and (c["oldest_heartbeat_s"] is None
+                                    or age > c["oldest_heartbeat_s"]):
+                c["oldest_heartbeat_s"] = age
+            c["stale"] += bool(r["stale"])
+            c["overdue"] += bool(r["overdue"])
+        return running_counts(counts[q] for q in sorted(counts))
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
                                       window_s: float, stale_after_s: float,
@@ -535,8 +559,10 @@ class RustCoreEngine(CanonicalReads):
     async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
         if not self.queue_storage:
             return await super().wedged_claims(conn)
-        return [WedgedClaims(r["queue"], int(r["wedged"]))
-                for r in await fetch_all(conn, self._q(WEDGED))]
+        wedged: dict[str, int] = {}
+        for r in await self._open_attempts(conn, superseded=True, limit=None):
+            wedged[r["queue"]] = wedged.get(r["queue"], 0) + 1
+        return [WedgedClaims(q, n) for q, n in sorted(wedged.items())]
 
     async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
                                   queue: str | None = None,
@@ -544,13 +570,13 @@ class RustCoreEngine(CanonicalReads):
         """Running attempts whose unique key another job holds, with the holder's state."""
         if not self.queue_storage:
             return await super().superseded_attempts(conn, queue=queue, limit=limit)
-        rows = await fetch_all(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
+        rows = await self._open_attempts(conn, superseded=True, queue=queue, limit=limit)
         holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
             conn, list({bytes(r["unique_key"]) for r in rows}))}
         out = []
         for r in rows:
             h = holders.get((bytes(r["unique_key"]), r["claim_holder"]))
-            out.append(SupersededAttempt(r["stuck_job"], r["kind"], r["queue"],
+            out.append(SupersededAttempt(r["id"], r["kind"], r["queue"],
                                          bytes(r["unique_key"]), r["claim_holder"],
                                          h.state if h else None))
         return out

@@ -156,11 +156,10 @@ async def stage(conn: psycopg.AsyncConnection[Any], *, retention_s: float,
                       "(the job's newest row is moved)"})
     if qs:
         await conn.execute(_q("stage_canonical_rows", stage=STAGING))
-        await conn.execute(_q("stage_receipts", stage=STAGING, s=qs))
-        await conn.execute(_q("stage_compact", stage=STAGING, s=qs))
-        for source, count in (("lease_claims", "count_receipts_without_entry"),
-                              ("lease_claim_batches", "count_compact_without_entry")):
-            lost = await _count(conn, _q(count, s=qs))
+        # Open receipt and compact claims: staged, and those whose entry is gone counted.
+        for source, statement in (("lease_claims", "stage_receipts"),
+                                  ("lease_claim_batches", "stage_compact")):
+            lost = await _count(conn, _q(statement, stage=STAGING, s=qs))
             if lost:
                 await conn.execute(_q("skip", stage=STAGING), {
                     "state": "running", "source": source, "n": lost,

@@ -151,106 +151,87 @@ ON CONFLICT (id) DO NOTHING
 -- Open receipt claims (queue storage's unmaterialized running attempts), which the Rust
 -- core's view leaves out: the guide's open-claim anti-join (not closed in place, no closure
 -- row or closure batch names it, no lease materialized it -- the rule of the reader's
--- running statement, awa/storage/rust_core/sql/reads.sql), joined to the claimed ready
--- entry for kind, args and payload.
-INSERT INTO {stage}.jobs
-SELECT c.job_id, r.kind, c.queue, r.args, 'running', c.priority, c.attempt, c.max_attempts,
-       r.run_at, coalesce(a.heartbeat_at, c.claimed_at), c.deadline_at, c.claimed_at, NULL,
-       r.created_at,
-       awa.queue_storage_payload_errors(r.payload) AS errors,
-       coalesce(NULLIF(r.payload->'metadata', 'null'::jsonb), '{{}}'::jsonb) AS metadata,
-       awa.queue_storage_payload_tags(r.payload) AS tags,
-       r.unique_key, r.unique_states::bit(8), NULL, NULL, NULL, NULL, NULL, NULL, c.run_lease,
-       coalesce(NULLIF(a.progress, 'null'::jsonb), NULLIF(r.payload->'progress', 'null'::jsonb)),
-       'lease_claims'
-  FROM {s}.lease_claims c
-  LEFT JOIN {s}.ready_entries r
-    ON r.ready_slot = c.ready_slot AND r.ready_generation = c.ready_generation
-   AND r.queue = c.queue AND r.priority = c.priority AND r.enqueue_shard = c.enqueue_shard
-   AND r.lane_seq = c.lane_seq
-  LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
- WHERE c.closed_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                    WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                      AND cx.run_lease = c.run_lease)
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                    WHERE cb.receipt_ranges @> c.receipt_id)
-   AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                    WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
-   AND r.job_id IS NOT NULL
-ON CONFLICT (id) DO NOTHING
-
--- name: count_receipts_without_entry
--- Open receipt claims whose ready entry was already pruned (reported, not moved).
-SELECT count(*) AS n
-  FROM {s}.lease_claims c
-  LEFT JOIN {s}.ready_entries r
-    ON r.ready_slot = c.ready_slot AND r.ready_generation = c.ready_generation
-   AND r.queue = c.queue AND r.priority = c.priority AND r.enqueue_shard = c.enqueue_shard
-   AND r.lane_seq = c.lane_seq
-  LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
- WHERE c.closed_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                    WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                      AND cx.run_lease = c.run_lease)
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                    WHERE cb.receipt_ranges @> c.receipt_id)
-   AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                    WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
-   AND r.job_id IS NULL
+-- open_attempts, awa/storage/rust_core/sql/reads.sql), joined to the claimed ready entry
+-- for kind, args and payload: staged when that entry is there; how many are not (the entry
+-- already pruned: reported, not moved) is the statement's one row.
+WITH open AS MATERIALIZED (
+    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease, c.claimed_at,
+           c.deadline_at, a.heartbeat_at, a.progress, r.job_id IS NOT NULL AS has_entry, r.kind,
+           r.args, r.run_at, r.created_at, r.payload, r.unique_key, r.unique_states
+      FROM {s}.lease_claims c
+      LEFT JOIN {s}.ready_entries r
+        ON r.ready_slot = c.ready_slot AND r.ready_generation = c.ready_generation
+       AND r.queue = c.queue AND r.priority = c.priority AND r.enqueue_shard = c.enqueue_shard
+       AND r.lane_seq = c.lane_seq
+      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
+     WHERE c.closed_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
+                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
+                          AND cx.run_lease = c.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
+                        WHERE cb.receipt_ranges @> c.receipt_id)
+       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
+                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
+), staged AS (
+    INSERT INTO {stage}.jobs
+    SELECT o.job_id, o.kind, o.queue, o.args, 'running', o.priority, o.attempt, o.max_attempts,
+           o.run_at, coalesce(o.heartbeat_at, o.claimed_at), o.deadline_at, o.claimed_at, NULL,
+           o.created_at,
+           awa.queue_storage_payload_errors(o.payload) AS errors,
+           coalesce(NULLIF(o.payload->'metadata', 'null'::jsonb), '{{}}'::jsonb) AS metadata,
+           awa.queue_storage_payload_tags(o.payload) AS tags,
+           o.unique_key, o.unique_states::bit(8), NULL, NULL, NULL, NULL, NULL, NULL, o.run_lease,
+           coalesce(NULLIF(o.progress, 'null'::jsonb),
+                    NULLIF(o.payload->'progress', 'null'::jsonb)),
+           'lease_claims'
+      FROM open o
+     WHERE o.has_entry
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT count(*) FILTER (WHERE NOT has_entry) AS n FROM open
 
 -- name: stage_compact
 -- Compact receipt claims (0.6.9's zero-deadline claims: one lease_claim_batches row per
 -- claim batch), open when no closure batch covers the receipt, no closure row names the
 -- attempt and no lease materialized it.  Neither the Rust core's view nor its CLI lists
--- them.
-INSERT INTO {stage}.jobs
-SELECT i.job_id, r.kind, b.queue, r.args, 'running', r.priority, i.attempt, i.max_attempts,
-       r.run_at, coalesce(a.heartbeat_at, b.claimed_at), b.deadline_at, b.claimed_at, NULL,
-       r.created_at,
-       awa.queue_storage_payload_errors(r.payload) AS errors,
-       coalesce(NULLIF(r.payload->'metadata', 'null'::jsonb), '{{}}'::jsonb) AS metadata,
-       awa.queue_storage_payload_tags(r.payload) AS tags,
-       r.unique_key, r.unique_states::bit(8), NULL, NULL, NULL, NULL, NULL, NULL, i.run_lease,
-       coalesce(NULLIF(a.progress, 'null'::jsonb), NULLIF(r.payload->'progress', 'null'::jsonb)),
-       'lease_claim_batches'
-  FROM {s}.lease_claim_batches b
- CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs, b.attempts,
-                           b.max_attempts)
-       AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-  LEFT JOIN {s}.ready_entries r
-    ON r.ready_slot = b.ready_slot AND r.ready_generation = b.ready_generation
-   AND r.queue = b.queue AND r.priority = b.priority AND r.enqueue_shard = b.enqueue_shard
-   AND r.lane_seq = i.lane_seq
-  LEFT JOIN {s}.attempt_state a ON a.job_id = i.job_id AND a.run_lease = i.run_lease
- WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                    WHERE cb.receipt_ranges @> i.receipt_id)
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                    WHERE cx.job_id = i.job_id AND cx.run_lease = i.run_lease)
-   AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                    WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-   AND r.job_id IS NOT NULL
-ON CONFLICT (id) DO NOTHING
-
--- name: count_compact_without_entry
--- Open compact claims whose ready entry was already pruned (reported, not moved).
-SELECT count(*) AS n
-  FROM {s}.lease_claim_batches b
- CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs, b.attempts,
-                           b.max_attempts)
-       AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-  LEFT JOIN {s}.ready_entries r
-    ON r.ready_slot = b.ready_slot AND r.ready_generation = b.ready_generation
-   AND r.queue = b.queue AND r.priority = b.priority AND r.enqueue_shard = b.enqueue_shard
-   AND r.lane_seq = i.lane_seq
-  LEFT JOIN {s}.attempt_state a ON a.job_id = i.job_id AND a.run_lease = i.run_lease
- WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                    WHERE cb.receipt_ranges @> i.receipt_id)
-   AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                    WHERE cx.job_id = i.job_id AND cx.run_lease = i.run_lease)
-   AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                    WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-   AND r.job_id IS NULL
+-- them.  Staged and counted as stage_receipts.
+WITH open AS MATERIALIZED (
+    SELECT i.job_id, b.queue, r.priority, i.attempt, i.max_attempts, i.run_lease,
+           b.claimed_at, b.deadline_at, a.heartbeat_at, a.progress,
+           r.job_id IS NOT NULL AS has_entry, r.kind, r.args, r.run_at, r.created_at, r.payload,
+           r.unique_key, r.unique_states
+      FROM {s}.lease_claim_batches b
+     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
+                               b.attempts, b.max_attempts)
+           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
+      LEFT JOIN {s}.ready_entries r
+        ON r.ready_slot = b.ready_slot AND r.ready_generation = b.ready_generation
+       AND r.queue = b.queue AND r.priority = b.priority AND r.enqueue_shard = b.enqueue_shard
+       AND r.lane_seq = i.lane_seq
+      LEFT JOIN {s}.attempt_state a ON a.job_id = i.job_id AND a.run_lease = i.run_lease
+     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
+                        WHERE cb.receipt_ranges @> i.receipt_id)
+       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
+                        WHERE cx.job_id = i.job_id AND cx.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
+                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
+), staged AS (
+    INSERT INTO {stage}.jobs
+    SELECT o.job_id, o.kind, o.queue, o.args, 'running', o.priority, o.attempt, o.max_attempts,
+           o.run_at, coalesce(o.heartbeat_at, o.claimed_at), o.deadline_at, o.claimed_at, NULL,
+           o.created_at,
+           awa.queue_storage_payload_errors(o.payload) AS errors,
+           coalesce(NULLIF(o.payload->'metadata', 'null'::jsonb), '{{}}'::jsonb) AS metadata,
+           awa.queue_storage_payload_tags(o.payload) AS tags,
+           o.unique_key, o.unique_states::bit(8), NULL, NULL, NULL, NULL, NULL, NULL, o.run_lease,
+           coalesce(NULLIF(o.progress, 'null'::jsonb),
+                    NULLIF(o.payload->'progress', 'null'::jsonb)),
+           'lease_claim_batches'
+      FROM open o
+     WHERE o.has_entry
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT count(*) FILTER (WHERE NOT has_entry) AS n FROM open
 
 -- name: stage_dlq
 INSERT INTO {stage}.dlq

@@ -8,18 +8,23 @@
 
 -- --- running attempts: open receipt claims and materialized leases -------------------------
 
--- name: running
--- Running attempts, bounded, kind/tags/args from the claimed ready entry (primary key).
--- The Rust core's open attempts (the CTE "attempts", the same in running, running_counts,
--- wedged and superseded): open receipt claims -- the guide's open-claim anti-join (not
--- closed in place, no closure row or closure batch names it, no lease materialized it) --
--- and compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a queue
--- whose deadline_duration is 0; each item open until closed, materialized or finished:
--- 0.6.9's own test, item by item), plus a lease row per materialized attempt; the heartbeat
--- from attempt_state where the runtime wrote one.  A claim without an attempt_state row has
--- not heartbeated since its claim (0.6 writes one at the first heartbeat, well within the
--- staleness cutoff), so its last sign of life is claimed_at -- what the Rust core's own
--- stale rescue of unmaterialized claims keys on (idx_awa_lease_claims_stale).
+-- name: open_attempts
+-- The Rust core's running attempts, one row each: open receipt claims -- the guide's
+-- open-claim anti-join (not closed in place, no closure row or closure batch names it, no
+-- lease materialized it), written here only -- and open compact claims (0.6.9 writes one
+-- lease_claim_batches row per claim batch for a queue whose deadline_duration is 0; each
+-- item open until closed, materialized or finished: 0.6.9's own test, item by item), plus a
+-- lease row per materialized attempt; the heartbeat from attempt_state where the runtime
+-- wrote one.  A claim without an attempt_state row has not heartbeated since its claim (0.6
+-- writes one at the first heartbeat, well within the staleness cutoff), so its last sign of
+-- life is claimed_at -- what the Rust core's own stale rescue of unmaterialized claims keys
+-- on (idx_awa_lease_claims_stale).  Kind, tags, args and payload come from the claimed ready
+-- entry (primary key); claim_holder is the other job holding its unique key, if any (the
+-- guide's wedge).  Every read of running attempts is this statement (RustCoreEngine
+-- ._open_attempts): the running attempts themselves (%(detail)s: with args and payload,
+-- %(ids)s, %(started_before)s, %(limit)s), their counts per queue (stale: no heartbeat
+-- within %(staleness)s seconds; overdue: past the deadline), and the wedged ones
+-- (%(superseded)s), each narrowed to %(queue)s when given.
 WITH claims AS (
     SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
            c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
@@ -80,91 +85,30 @@ WITH claims AS (
 )
 SELECT t.job_id AS id, coalesce(r.kind, '?') AS kind, t.queue, t.attempt::int AS attempt,
        t.max_attempts::int AS max_attempts, t.run_lease, t.priority::int AS priority,
-       t.attempted_at, t.heartbeat_at, t.deadline_at, t.receipt_claim, r.args, r.run_at,
-       r.created_at, r.unique_key, r.payload,
+       t.attempted_at, t.heartbeat_at, t.deadline_at, t.receipt_claim,
+       CASE WHEN %(detail)s THEN r.args END AS args, r.run_at, r.created_at, r.unique_key,
+       CASE WHEN %(detail)s THEN r.payload END AS payload,
        ARRAY(SELECT jsonb_array_elements_text(
            coalesce(NULLIF(r.payload->'tags', 'null'::jsonb), '[]'::jsonb))) AS tags,
        EXTRACT(EPOCH FROM (now() - t.heartbeat_at))::float8 AS heartbeat_age_s,
        EXTRACT(EPOCH FROM (t.deadline_at - now()))::float8 AS deadline_remaining_s,
-       EXTRACT(EPOCH FROM (now() - t.attempted_at))::float8 AS running_for_s
+       EXTRACT(EPOCH FROM (now() - t.attempted_at))::float8 AS running_for_s,
+       t.heartbeat_at < now() - make_interval(secs => %(staleness)s) AS stale,
+       t.deadline_at < now() AS overdue,
+       c.job_id AS claim_holder
   FROM attempts t
   LEFT JOIN {s}.ready_entries r
     ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
    AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
    AND r.lane_seq = t.lane_seq
+  LEFT JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
  WHERE (%(ids)s::bigint[] IS NULL OR t.job_id = ANY(%(ids)s::bigint[]))
    AND (%(started_before)s::timestamptz IS NULL OR t.attempted_at IS NULL
         OR t.attempted_at <= %(started_before)s)
+   AND (%(queue)s::text IS NULL OR t.queue = %(queue)s)
+   AND (NOT %(superseded)s OR c.job_id IS NOT NULL)
  ORDER BY coalesce(t.heartbeat_at, t.attempted_at), t.job_id
  LIMIT %(limit)s
-
--- name: running_counts
--- Running attempts per queue (the attempts of running).
-WITH claims AS (
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
-           c.enqueue_shard, c.lane_seq, c.materialized_at
-      FROM {s}.lease_claims c
-     WHERE c.closed_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                          AND cx.run_lease = c.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.receipt_ranges @> c.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
-    UNION ALL
-    -- Compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a
-    -- queue whose deadline_duration is 0): each item open until closed (a closure row,
-    -- or its receipt in a closure batch), materialized, or finished (done, deferred,
-    -- dead-lettered, or in a compact completion batch) -- 0.6.9's own test, item by item.
-    SELECT i.job_id, b.queue, b.priority, i.attempt, i.max_attempts, i.run_lease,
-           b.claimed_at, b.deadline_at, b.ready_slot, b.ready_generation, b.enqueue_shard,
-           i.lane_seq, NULL::timestamptz
-      FROM {s}.lease_claim_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
-                               b.attempts, b.max_attempts)
-           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = b.claim_slot AND cx.job_id = i.job_id
-                          AND cx.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.claim_slot = b.claim_slot
-                          AND cb.receipt_ranges @> i.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.done_entries d
-                        WHERE d.job_id = i.job_id AND d.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.deferred_jobs dj
-                        WHERE dj.job_id = i.job_id AND dj.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.dlq_entries q
-                        WHERE q.job_id = i.job_id AND q.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_batches rc
-                        WHERE rc.queue = b.queue AND rc.job_ids @> ARRAY[i.job_id]
-                          AND i.run_lease = ANY(rc.run_leases))
-), attempts AS (
-    SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
-           l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
-           l.lane_seq, coalesce(a.heartbeat_at, l.heartbeat_at) AS heartbeat_at,
-           false AS receipt_claim
-      FROM {s}.leases l
-      LEFT JOIN {s}.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
-     WHERE l.state = 'running'
-    UNION ALL
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
-           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
-           a.job_id IS NULL AS receipt_claim
-      FROM claims c
-      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
-)
-SELECT queue, count(*) AS running,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
-       count(*) FILTER (WHERE deadline_at < now()) AS overdue
-  FROM attempts
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
- GROUP BY queue ORDER BY queue
 
 -- --- queue depth, lag, completions ---------------------------------------------------------
 
@@ -436,146 +380,6 @@ SELECT c.unique_key, c.job_id, j.state::text AS state,
   FROM awa.job_unique_claims c
   LEFT JOIN LATERAL (SELECT state FROM awa.jobs WHERE id = c.job_id LIMIT 1) j ON true
  WHERE c.unique_key = ANY(%(keys)s::bytea[])
-
--- name: wedged
--- The guide's wedge per queue on this layout (the attempts of running).
-WITH claims AS (
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
-           c.enqueue_shard, c.lane_seq, c.materialized_at
-      FROM {s}.lease_claims c
-     WHERE c.closed_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                          AND cx.run_lease = c.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.receipt_ranges @> c.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
-    UNION ALL
-    -- Compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a
-    -- queue whose deadline_duration is 0): each item open until closed (a closure row,
-    -- or its receipt in a closure batch), materialized, or finished (done, deferred,
-    -- dead-lettered, or in a compact completion batch) -- 0.6.9's own test, item by item.
-    SELECT i.job_id, b.queue, b.priority, i.attempt, i.max_attempts, i.run_lease,
-           b.claimed_at, b.deadline_at, b.ready_slot, b.ready_generation, b.enqueue_shard,
-           i.lane_seq, NULL::timestamptz
-      FROM {s}.lease_claim_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
-                               b.attempts, b.max_attempts)
-           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = b.claim_slot AND cx.job_id = i.job_id
-                          AND cx.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.claim_slot = b.claim_slot
-                          AND cb.receipt_ranges @> i.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.done_entries d
-                        WHERE d.job_id = i.job_id AND d.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.deferred_jobs dj
-                        WHERE dj.job_id = i.job_id AND dj.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.dlq_entries q
-                        WHERE q.job_id = i.job_id AND q.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_batches rc
-                        WHERE rc.queue = b.queue AND rc.job_ids @> ARRAY[i.job_id]
-                          AND i.run_lease = ANY(rc.run_leases))
-), attempts AS (
-    SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
-           l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
-           l.lane_seq, coalesce(a.heartbeat_at, l.heartbeat_at) AS heartbeat_at,
-           false AS receipt_claim
-      FROM {s}.leases l
-      LEFT JOIN {s}.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
-     WHERE l.state = 'running'
-    UNION ALL
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
-           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
-           a.job_id IS NULL AS receipt_claim
-      FROM claims c
-      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
-)
-SELECT t.queue, count(*) AS wedged
-  FROM attempts t
-  JOIN {s}.ready_entries r
-    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
-   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
-   AND r.lane_seq = t.lane_seq
-  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
- GROUP BY t.queue
-
--- name: superseded
--- The guide's wedge query on this layout: a running attempt whose unique key another job
--- holds (its claim in awa.job_unique_claims).
-WITH claims AS (
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
-           c.enqueue_shard, c.lane_seq, c.materialized_at
-      FROM {s}.lease_claims c
-     WHERE c.closed_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                          AND cx.run_lease = c.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.receipt_ranges @> c.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)
-    UNION ALL
-    -- Compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a
-    -- queue whose deadline_duration is 0): each item open until closed (a closure row,
-    -- or its receipt in a closure batch), materialized, or finished (done, deferred,
-    -- dead-lettered, or in a compact completion batch) -- 0.6.9's own test, item by item.
-    SELECT i.job_id, b.queue, b.priority, i.attempt, i.max_attempts, i.run_lease,
-           b.claimed_at, b.deadline_at, b.ready_slot, b.ready_generation, b.enqueue_shard,
-           i.lane_seq, NULL::timestamptz
-      FROM {s}.lease_claim_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
-                               b.attempts, b.max_attempts)
-           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = b.claim_slot AND cx.job_id = i.job_id
-                          AND cx.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.claim_slot = b.claim_slot
-                          AND cb.receipt_ranges @> i.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.done_entries d
-                        WHERE d.job_id = i.job_id AND d.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.deferred_jobs dj
-                        WHERE dj.job_id = i.job_id AND dj.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.dlq_entries q
-                        WHERE q.job_id = i.job_id AND q.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_batches rc
-                        WHERE rc.queue = b.queue AND rc.job_ids @> ARRAY[i.job_id]
-                          AND i.run_lease = ANY(rc.run_leases))
-), attempts AS (
-    SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
-           l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
-           l.lane_seq, coalesce(a.heartbeat_at, l.heartbeat_at) AS heartbeat_at,
-           false AS receipt_claim
-      FROM {s}.leases l
-      LEFT JOIN {s}.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
-     WHERE l.state = 'running'
-    UNION ALL
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
-           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
-           a.job_id IS NULL AS receipt_claim
-      FROM claims c
-      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
-)
-SELECT t.job_id AS stuck_job, r.kind, t.queue, r.unique_key, c.job_id AS claim_holder
-  FROM attempts t
-  JOIN {s}.ready_entries r
-    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
-   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
-   AND r.lane_seq = t.lane_seq
-  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
- WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s)
- LIMIT %(limit)s
 
 -- name: runtime_descriptor_hashes
 SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
