@@ -21,127 +21,37 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from awa.job import JOB_COLUMNS, Job
+from awa.job import Job
+from awa.statements import named_statements
 from awa.storage.common.fetch import fetch_all
-from awa.storage.engine import (
-    BATCH_OPERATION_COLUMNS,
-    BatchOperation,
-    BatchPreview,
-    ScanCursor,
-)
+from awa.storage.engine import BatchOperation, BatchPreview, ScanCursor
 
 ORIGINAL_PRIORITY_KEY = "_awa_original_priority"
 ORIGINAL_QUEUE_KEY = "_awa_original_queue"
 ACTIVE_STATES = ("pending", "scanning", "running", "cancelling")
-_COLUMNS = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
-_OP = ", ".join(BATCH_OPERATION_COLUMNS)
+_SQL = named_statements("awa.storage.common", "sql/batch_operations.sql")
 
-# Every filter field is a parameter that is NULL when unset: one constant statement.
-ELIGIBLE = """
-j.state IN ('available', 'scheduled')
-AND (%(state)s::text IS NULL OR j.state::text = %(state)s::text)
-AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-AND (%(tag)s::text IS NULL OR j.tags @> ARRAY[%(tag)s::text])
-AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-AND (%(created_at_gte)s::timestamptz IS NULL OR j.created_at >= %(created_at_gte)s::timestamptz)
-AND (%(created_at_lt)s::timestamptz IS NULL OR j.created_at < %(created_at_lt)s::timestamptz)"""
-
-PREVIEW_COUNT = f"SELECT count(*) AS n FROM awa.jobs j WHERE {ELIGIBLE}"
-PREVIEW_SAMPLE = f"SELECT {_COLUMNS} FROM awa.jobs j WHERE {ELIGIBLE} ORDER BY j.id LIMIT %(limit)s"
-MAX_ELIGIBLE_ID = f"SELECT max(j.id) AS max_id FROM awa.jobs j WHERE {ELIGIBLE}"
-SCAN_PAGE = f"""
-WITH page AS (
-    SELECT j.id FROM awa.jobs j
-     WHERE {ELIGIBLE} AND j.id > %(after)s AND j.id <= %(upto)s
-     ORDER BY j.id LIMIT %(page)s
-)
-INSERT INTO awa.batch_operation_items (operation_id, job_id)
-SELECT %(op)s, id FROM page
-ON CONFLICT DO NOTHING
-RETURNING job_id"""
-
-INSERT_OP = f"""
-INSERT INTO awa.batch_operations (id, op_kind, filter, spec, submitted_by)
-VALUES (%(id)s, %(op_kind)s, %(filter)s, %(spec)s, %(submitted_by)s)
-RETURNING {_OP}"""
-LIST_OPS = f"""
-SELECT {_OP} FROM awa.batch_operations
- WHERE (%(state)s::text IS NULL OR state = %(state)s)
- ORDER BY submitted_at DESC LIMIT %(limit)s"""
-GET_OP = f"SELECT {_OP} FROM awa.batch_operations WHERE id = %(id)s"
-CANCEL_OP = f"""
-UPDATE awa.batch_operations SET state = 'cancelling', updated_at = clock_timestamp()
- WHERE id = %(id)s AND state IN ('pending', 'scanning', 'running')
-RETURNING {_OP}"""
-# The oldest active operation, locked for this tick (another runner skips it).
-NEXT_ACTIVE = f"""
-SELECT {_OP} FROM awa.batch_operations
- WHERE state IN ('pending', 'scanning', 'running', 'cancelling')
- ORDER BY submitted_at LIMIT 1
- FOR UPDATE SKIP LOCKED"""
-START_SCAN = """
-UPDATE awa.batch_operations
-   SET state = 'scanning', started_at = COALESCE(started_at, clock_timestamp()),
-       runner_instance = %(runner)s, cursor = %(cursor)s, updated_at = clock_timestamp()
- WHERE id = %(id)s AND state = 'pending'"""
-SCAN_CURSOR = """
-UPDATE awa.batch_operations SET cursor = %(cursor)s, runner_instance = %(runner)s,
-       updated_at = clock_timestamp()
- WHERE id = %(id)s"""
-SCANNED = """
-UPDATE awa.batch_operations
-   SET state = 'running', updated_at = clock_timestamp(),
-       total_matched = (SELECT count(*) FROM awa.batch_operation_items
-                         WHERE operation_id = %(id)s)
- WHERE id = %(id)s AND state = 'scanning'"""
-# Once the scan has recorded its items, the planner learns how many there are: with the
-# statistics of an items table analysed before they existed, each chunk's MARK_ITEMS took
-# every pending item of the operation through the pending index (100k items: about 100 ms a
-# chunk against 0.6 ms) instead of probing its ids.  Once per operation; a sample.
-ANALYZE_ITEMS = "ANALYZE awa.batch_operation_items"
-# Chunks take items in job_id order, one runner at a time (the operation's row lock), so
-# none is pending below the last chunk's highest id (``cursor.applied_through``): the
-# scan starts there instead of walking every item done so far (their dead entries in
-# the pending index, not yet vacuumed, would make each chunk dearer than the last).
-PENDING_ITEMS = """
-SELECT job_id FROM awa.batch_operation_items
- WHERE operation_id = %(id)s AND state = 'pending' AND job_id > %(after)s
- ORDER BY job_id LIMIT %(limit)s
- FOR UPDATE SKIP LOCKED"""
-MARK_ITEMS = """
-UPDATE awa.batch_operation_items
-   SET state = CASE WHEN job_id = ANY(%(changed)s::bigint[]) THEN 'processed' ELSE 'skipped' END,
-       processed_at = clock_timestamp()
- WHERE operation_id = %(id)s AND job_id = ANY(%(ids)s::bigint[]) AND state = 'pending'"""
-MARK_ERRORED = """
-UPDATE awa.batch_operation_items SET state = 'errored', error = %(error)s,
-       processed_at = clock_timestamp()
- WHERE operation_id = %(id)s AND job_id = %(job_id)s"""
-BUMP = """
-UPDATE awa.batch_operations
-   SET processed = processed + %(processed)s, skipped = skipped + %(skipped)s,
-       errored = errored + %(errored)s, last_error = COALESCE(%(error)s, last_error),
-       cursor = COALESCE(cursor, '{}'::jsonb)
-                || jsonb_build_object('applied_through', %(through)s::bigint),
-       updated_at = clock_timestamp()
- WHERE id = %(id)s"""
-SKIP_PENDING = """
-WITH s AS (
-    UPDATE awa.batch_operation_items SET state = 'skipped', processed_at = clock_timestamp()
-     WHERE operation_id = %(id)s AND state = 'pending'
-    RETURNING 1
-)
-UPDATE awa.batch_operations SET skipped = skipped + (SELECT count(*) FROM s)
- WHERE id = %(id)s"""
-FINISH = f"""
-UPDATE awa.batch_operations
-   SET state = %(state)s, finalized_at = clock_timestamp(), updated_at = clock_timestamp(),
-       retention_until = clock_timestamp() + make_interval(secs => %(retention_days)s * 86400),
-       total_matched = COALESCE(total_matched, (SELECT count(*) FROM awa.batch_operation_items
-                                                WHERE operation_id = %(id)s))
- WHERE id = %(id)s
-RETURNING {_OP}"""
+# Matching (every filter field a parameter, NULL when unset: one constant statement each).
+PREVIEW_COUNT = _SQL["preview_count"]
+PREVIEW_SAMPLE = _SQL["preview_sample"]
+MAX_ELIGIBLE_ID = _SQL["max_eligible_id"]
+SCAN_PAGE = _SQL["scan_page"]
+# The operation and its items (MARK_ITEMS, MARK_ERRORED, BUMP: each engine's chunk).
+INSERT_OP = _SQL["insert_op"]
+LIST_OPS = _SQL["list_ops"]
+GET_OP = _SQL["get_op"]
+CANCEL_OP = _SQL["cancel_op"]
+NEXT_ACTIVE = _SQL["next_active"]
+START_SCAN = _SQL["start_scan"]
+SCAN_CURSOR = _SQL["scan_cursor"]
+SCANNED = _SQL["scanned"]
+ANALYZE_ITEMS = _SQL["analyze_items"]
+PENDING_ITEMS = _SQL["pending_items"]
+MARK_ITEMS = _SQL["mark_items"]
+MARK_ERRORED = _SQL["mark_errored"]
+BUMP = _SQL["bump"]
+SKIP_PENDING = _SQL["skip_pending"]
+FINISH = _SQL["finish"]
 
 
 def filter_params(flt: dict[str, Any]) -> dict[str, Any]:

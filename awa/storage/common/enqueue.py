@@ -35,7 +35,16 @@ from psycopg.pq import TransactionStatus
 from awa import config, telemetry
 from awa.job import Job, JobState, SerializationError, UniqueConflict, ValidationError
 from awa.serialization import derive_kind, json_default, not_an_object
-from awa.statements import Query, Rows, Steps, query, run_async, run_sync, transaction
+from awa.statements import (
+    Query,
+    Rows,
+    Steps,
+    named_statements,
+    query,
+    run_async,
+    run_sync,
+    transaction,
+)
 from awa.storage.engine import EnqueueBatch, InsertOutcome, UniqueHolder
 from awa.unique import UniqueOpts, key_for
 
@@ -44,35 +53,24 @@ UNIQUE_RACE_RETRIES = 8
 _INSERTED_COLUMNS = ("kind", "queue", "args", "priority", "max_attempts", "run_at", "metadata",
                      "tags", "unique_key", "unique_states")
 
+_SQL = named_statements("awa.storage.common", "sql/enqueue.sql")
+# COPY's per-session staging table (its columns: ``ord`` and ``_INSERTED_COLUMNS``, as
+# ``copy_rows`` with ``with_ord`` sends them): created, emptied, filled.
+CREATE_STAGING = _SQL["create_staging"]
+EMPTY_STAGING = _SQL["empty_staging"]
+COPY_INTO_STAGING = _SQL["copy_into_staging"]
+UNIQUE_HOLDER = _SQL["unique_holder"]
+
 # --- the two row sources -----------------------------------------------------
+# Fragments of canonical's and queue storage's insert statements (those engines' own, written
+# out by them; nothing here runs them: kept importable until they no longer compose them).
 UNNEST_SOURCE = """unnest(%(kind)b::text[], %(queue)b::text[], %(args)b::text[]::jsonb[],
                      %(priority)b::smallint[], %(max_attempts)b::smallint[],
                      %(run_at)b::timestamptz[], %(metadata)b::text[]::jsonb[], %(tags)b::text[],
                      %(unique_key)b::bytea[], %(unique_states)b::text[])
               WITH ORDINALITY AS s(kind, queue, args, priority, max_attempts, run_at, metadata,
                                    tags, unique_key, unique_states, ord)"""
-STAGING_TABLE = "awa_enqueue_staging"
-STAGING_SOURCE = f"pg_temp.{STAGING_TABLE} AS s"
-CREATE_STAGING = f"""
-CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (
-    ord           bigint,
-    kind          text,
-    queue         text,
-    args          jsonb,
-    priority      smallint,
-    max_attempts  smallint,
-    run_at        timestamptz,
-    metadata      jsonb,
-    tags          text[],
-    unique_key    bytea,
-    unique_states bit(8)
-) ON COMMIT DELETE ROWS"""
-# The staging table empties at commit; a multi-chunk write is one transaction, so each
-# chunk empties it first (TRUNCATE of a temp table: no other session sees it).
-EMPTY_STAGING = f"TRUNCATE pg_temp.{STAGING_TABLE}"
-COPY_INTO_STAGING = (f"COPY pg_temp.{STAGING_TABLE} (ord, {', '.join(_INSERTED_COLUMNS)}) "
-                     f"FROM STDIN")
-
+STAGING_SOURCE = "pg_temp.awa_enqueue_staging AS s"
 # The rows of a batch that get written (both engines): all of them, except unique rows
 # whose key is taken -- claimed already, or by an earlier row of the batch.  ``{source}``
 # is the batch; defines ``kept`` (with its new ids, in batch order, ``deferred`` set for
@@ -106,13 +104,6 @@ WITH incoming AS MATERIALIZED (
      ORDER BY r.ord
 )"""
 # General: deferred rows go to scheduled_jobs, the rest to jobs_hot.
-
-UNIQUE_HOLDER = """
-SELECT c.job_id, j.state
-  FROM awa.job_unique_claims c
-  LEFT JOIN awa.jobs j ON j.id = c.job_id
- WHERE c.unique_key = %s"""
-
 
 # --- the builder -----------------------------------------------------------
 def unnest_params(batch: EnqueueBatch) -> dict[str, list[Any]]:

@@ -1,10 +1,9 @@
 """The ops reads every engine serves alike, and the pieces of the others they share.
 
-Statements on the shared tables (the DLQ, runtimes, descriptors, unique claims) and on each
-engine's ``awa.jobs`` view are written once, in ``sql/reads.sql``; the reads of an engine's
-own relation of job rows are templates on ``{table}``, each engine naming its relation
-(canonical: ``awa.jobs_hot``, queue storage: the ``awa.jobs`` view) in its own named
-constants.
+Every statement is in ``sql/reads.sql``: those on the shared tables (the DLQ, runtimes,
+descriptors, unique claims) and on each engine's ``awa.jobs`` view once, those on an
+engine's own relation of job rows written out once per relation (canonical: ``awa.jobs_hot``,
+queue storage: the ``awa.jobs`` view; ``JobStatements.on``).
 ``SharedReads`` is the ``OpsReads`` methods on them; an engine adds the rest.  Nothing here
 imports an engine.
 """
@@ -57,30 +56,8 @@ _SQL = named_statements("awa.storage.common", "sql/reads.sql")
 
 # --- queues that completed lately ---------------------------------------------------------
 
-# ``walk``: the distinct queues of ``{table}``'s completed rows, by name, one probe each.
-COMPLETED_QUEUES_WALK_IN = """
-WITH RECURSIVE walk AS (
-    (SELECT t.queue FROM {table} t WHERE t.state = 'completed' ORDER BY t.queue LIMIT 1)
-    UNION ALL
-    SELECT n.queue FROM walk p CROSS JOIN LATERAL (
-        SELECT t.queue FROM {table} t WHERE t.state = 'completed' AND t.queue > p.queue
-         ORDER BY t.queue LIMIT 1) n
-)"""
-# The queues of ``{table}`` that completed a job within the last %(within)s seconds, for a
-# table whose (state, queue, ...) index leads with the state and the queue and whose
-# (state, queue, finalized_at) index answers "completed lately?": the walk (the first
-# %(limit)s queues by name), then one probe per queue for a completion inside the window
-# (LIMIT 1 keeps it a probe: as a semi-join the planner reads every completion of the
-# window instead).
-RECENTLY_COMPLETED_IN = COMPLETED_QUEUES_WALK_IN + """
-SELECT w.queue FROM (SELECT queue FROM walk LIMIT %(limit)s) w
- CROSS JOIN LATERAL (
-       SELECT 1 FROM {table} t
-        WHERE t.state = 'completed' AND t.queue = w.queue
-          AND t.finalized_at > now() - make_interval(secs => %(within)s)
-        LIMIT 1) r"""
-# The same on the canonical hot table (idx_jobs_hot_state_queue, idx_jobs_hot_finalized).
-HOT_RECENTLY_COMPLETED = RECENTLY_COMPLETED_IN.format(table="awa.jobs_hot")
+# Canonical's hot table: the queues that completed a job lately (canonical adds its order).
+HOT_RECENTLY_COMPLETED = _SQL["hot_recently_completed"]
 
 # --- DLQ depth ----------------------------------------------------------------------------
 
@@ -92,89 +69,16 @@ DLQ_DEPTHS = _SQL["dlq_depths"]
 # The seed's runtime health query, plus what liveness and the screens need.
 RUNTIME_INSTANCES = _SQL["runtime_instances"]
 
-# --- running attempts (``{table}``: the engine's relation of job rows) ------------------
-
-# The runtime that claimed the attempt (migration 0004).  Read through the row's JSON so the
-# same statement serves a layout without the column (the Rust-core awa 0.6's canonical
-# tables, read by awa.storage.rust_core through these statements): NULL there.  The rows
-# are few (a bounded page, or one job).
-CLAIMED_BY = "to_jsonb(t) ->> 'claimed_by' AS claimed_by"
-
-_RUNNING_COLUMNS = """
-SELECT id, kind, queue, attempt, max_attempts, run_lease, priority,
-       attempted_at, heartbeat_at, deadline_at, tags, """ + CLAIMED_BY + """,
-       EXTRACT(EPOCH FROM (now() - heartbeat_at))::float8 AS heartbeat_age_s,
-       EXTRACT(EPOCH FROM (deadline_at - now()))::float8 AS deadline_remaining_s,
-       EXTRACT(EPOCH FROM (now() - attempted_at))::float8 AS running_for_s
-  FROM {table} t"""
-# The seed's canonical running-jobs query (partial heartbeat index), bounded.
-RUNNING_IN = _RUNNING_COLUMNS + """
- WHERE state = 'running'
-   AND (%(started_before)s::timestamptz IS NULL OR attempted_at IS NULL
-        OR attempted_at <= %(started_before)s)
- ORDER BY heartbeat_at
- LIMIT %(limit)s
-"""
-RUNNING_BY_ID_IN = _RUNNING_COLUMNS + """
- WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running'
- ORDER BY heartbeat_at
- LIMIT %(limit)s
-"""
-
-# Walks idx_jobs_hot_running_heartbeat: only running rows are touched.
-RUNNING_COUNTS_IN = """
-SELECT queue, count(*) AS running,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
-       count(*) FILTER (WHERE deadline_at < now()) AS overdue
-FROM {table}
-WHERE state = 'running' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-GROUP BY queue ORDER BY queue
-"""
-
-# Cancelled while running, deadline not yet passed: the handler may still hold
-# its slot until it checks is_cancelled().  Uses idx_jobs_hot_finalized.
-CANCELLED_WHILE_RUNNING_IN = """
-SELECT id AS job_id, kind, queue, attempt, run_lease, heartbeat_at, finalized_at, deadline_at,
-       EXTRACT(EPOCH FROM (now() - finalized_at))::float8 AS cancelled_age_s,
-       heartbeat_at > finalized_at AS heartbeat_after_cancel
-FROM {table}
-WHERE state = 'cancelled'
-  AND finalized_at > now() - make_interval(secs => %(window)s)
-  AND attempted_at IS NOT NULL
-  AND deadline_at > now()
-  AND heartbeat_at >= finalized_at - make_interval(secs => %(staleness)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-ORDER BY finalized_at
-LIMIT %(limit)s
-"""
-
 # --- uniqueness ----------------------------------------------------------------------
 
 UNIQUE_HOLDERS = _SQL["unique_holders"]
 
-# The guide's wedge (a running job whose unique key another job holds), per queue.
-WEDGED_CLAIMS_IN = """
-SELECT j.queue, count(*) AS wedged
-  FROM {table} j
-  JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
- WHERE j.state = 'running'
- GROUP BY j.queue
-"""
-# The same running attempts one by one, with the holder's state (the guide's wedge query).
-SUPERSEDED_IN = """
-SELECT j.id AS stuck_job, j.kind, j.queue, j.unique_key, c.job_id AS claim_holder,
-       h.state::text AS holder_state
-  FROM {table} j
-  JOIN awa.job_unique_claims c ON c.unique_key = j.unique_key AND c.job_id <> j.id
-  LEFT JOIN awa.jobs h ON h.id = c.job_id
- WHERE j.state = 'running' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
- ORDER BY j.id
- LIMIT %(limit)s
-"""
 
 # --- job lists and detail --------------------------------------------------------------
 
+# Column fragments of canonical's and queue storage's job-list statements (their own files
+# and modules, written out by those engines; nothing here runs them: kept importable until
+# they no longer compose them).
 # A list row: never the args (nor any other big value); the last error's head, as much
 # of it as an error fingerprint reads (awa.fingerprint.MAX_TEXT).
 JOB_LIST_COLUMNS = ("id, kind, queue, state::text AS state, priority, attempt, max_attempts, "
@@ -230,36 +134,6 @@ DLQ_BY_QUEUE = _SQL["dlq_by_queue"]
 DLQ_BY_KIND = _SQL["dlq_by_kind"]
 DLQ_NEWEST = _SQL["dlq_newest"]
 
-# The newest entries only (idx_dlq_entries_dlq_at); recent failed jobs too, for
-# queues without a DLQ (idx_jobs_hot_finalized).  Per job: its last error and
-# how many of its attempts failed with that same message.
-REPEATED_ERRORS_IN = """
-WITH recent AS (
-    (SELECT job_id, kind, queue, errors, 'dlq' AS place, dlq_at AS at FROM awa.dlq_entries
-     WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-     ORDER BY dlq_at DESC LIMIT %(sample)s)
-    UNION ALL
-    (SELECT id, kind, queue, errors, 'failed', finalized_at FROM {table}
-     WHERE state = 'failed' AND finalized_at IS NOT NULL
-       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-     ORDER BY finalized_at DESC LIMIT %(sample)s)
-), last_errors AS (
-    SELECT job_id, kind, queue, place, at,
-           left(errors[array_upper(errors, 1)]->>'error', 300) AS message,
-           (SELECT count(*) FROM unnest(errors) e
-            WHERE e->>'error' = errors[array_upper(errors, 1)]->>'error') AS same_attempts
-    FROM recent
-    WHERE errors IS NOT NULL AND cardinality(errors) > 0
-)
-SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
-       (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
-       array_agg(DISTINCT place) AS places, min(at) AS first_seen, max(at) AS last_seen
-FROM last_errors
-GROUP BY kind, queue, message
-ORDER BY count(*) DESC, max(same_attempts) DESC
-LIMIT %(limit)s
-"""
-
 # --- descriptors -----------------------------------------------------------------------------
 
 DESCRIPTORS = _SQL["descriptors"]
@@ -299,10 +173,16 @@ def queue_names(value: Any) -> list[str]:
     return sorted(names)
 
 
+# The relations of job rows the statements below are written out for, by the suffix of their
+# names in ``sql/reads.sql``.
+_RELATIONS = {"awa.jobs_hot": "jobs_hot", "awa.jobs": "jobs"}
+
+
 @dataclass(frozen=True)
 class JobStatements:
-    """An engine's statements on its relation of job rows (the templates above, formatted
-    with it): what ``SharedReads`` runs for running attempts, wedges and errors."""
+    """An engine's statements on its relation of job rows: what ``SharedReads`` runs for
+    running attempts, wedges and errors (``sql/reads.sql``, one written-out statement per
+    relation: ``running_on_jobs_hot``, ``running_on_jobs`` ...)."""
 
     running: str
     running_by_id: str
@@ -314,14 +194,14 @@ class JobStatements:
 
     @classmethod
     def on(cls, table: str) -> JobStatements:
-        """The statements on ``table`` (an engine's constant, never input)."""
-        return cls(*(template.format(table=table) for template in (
-            RUNNING_IN, RUNNING_BY_ID_IN, RUNNING_COUNTS_IN, CANCELLED_WHILE_RUNNING_IN,
-            WEDGED_CLAIMS_IN, SUPERSEDED_IN, REPEATED_ERRORS_IN)))
+        """The statements on ``table`` (``awa.jobs_hot`` or ``awa.jobs``)."""
+        suffix = _RELATIONS[table]
+        return cls(*(_SQL[f"{field.name}_on_{suffix}"] for field in dataclasses.fields(cls)))
 
 
 def running_attempt(r: dict[str, Any]) -> RunningAttemptRead:
-    """A running-attempt row (``RUNNING_IN`` and the engines' own) as the read returns it."""
+    """A running-attempt row (``JobStatements.running`` and the engines' own) as the read
+    returns it."""
     return RunningAttemptRead(
         id=r["id"], kind=r["kind"], queue=r["queue"], attempt=r["attempt"],
         max_attempts=r["max_attempts"], run_lease=r["run_lease"], priority=r["priority"],
@@ -333,7 +213,7 @@ def running_attempt(r: dict[str, Any]) -> RunningAttemptRead:
 
 
 def running_counts(rows: Iterable[dict[str, Any]]) -> list[RunningCounts]:
-    """``RUNNING_COUNTS_IN`` rows (and the engines' own) as the read returns them."""
+    """``JobStatements.running_counts`` rows (and the engines' own) as the read returns them."""
     return [RunningCounts(r["queue"], int(r["running"]), float_or_none(r["oldest_heartbeat_s"]),
                           int(r["stale"]), int(r["overdue"])) for r in rows]
 
@@ -477,56 +357,12 @@ class SharedReads:
 
 # --- the REST API's summaries (/api/kinds, /api/stats/timeseries): bounded ---------------
 
-# Each part of an engine's kind counts reads at most %(cap)s rows, by index, and says
-# ``capped`` (for every kind it read) when it reached the cap: its counts are then lower
-# bounds.  Columns: kind, queue, n, recent (completed in the last hour), capped.
-#
-# The jobs of ``{table}`` in the states ``{states}`` names (a parameter), for a table with a
-# (kind, state) index (``{filter}``: the index's own predicate, if any): a loose index scan
-# over its kinds (one probe each, at most %(max_kinds)s), then each kind's rows.
-KIND_ROWS_IN = """
-WITH RECURSIVE kinds AS (
-    (SELECT t.kind FROM {table} t WHERE true{filter} ORDER BY t.kind LIMIT 1)
-    UNION ALL
-    SELECT n.kind FROM kinds p CROSS JOIN LATERAL (
-        SELECT t.kind FROM {table} t WHERE t.kind > p.kind{filter} ORDER BY t.kind LIMIT 1) n
-)
-SELECT r.kind, r.queue, count(*) AS n, 0::bigint AS recent,
-       sum(count(*)) OVER () >= %(cap)s AS capped
-  FROM (SELECT k.kind, r.queue FROM (SELECT kind FROM kinds LIMIT %(max_kinds)s) k
-         CROSS JOIN LATERAL (
-               SELECT t.queue FROM {table} t
-                WHERE t.kind = k.kind AND t.state = ANY({states}::awa.job_state[]){filter}
-                LIMIT %(cap)s) r
-         LIMIT %(cap)s) r
- GROUP BY r.kind, r.queue"""
-# The completed jobs of ``{table}`` (a (state, queue, finalized_at) index): a loose index
-# scan over its completed queues (at most %(max_kinds)s), then each queue's completions,
-# newest first (the index backwards).
-COMPLETED_KINDS_IN = COMPLETED_QUEUES_WALK_IN + """
-SELECT r.kind, r.queue, count(*) AS n,
-       count(*) FILTER (WHERE r.finalized_at > now() - interval '1 hour') AS recent,
-       sum(count(*)) OVER () >= %(cap)s AS capped
-  FROM (SELECT r.kind, w.queue, r.finalized_at FROM (SELECT queue FROM walk LIMIT %(max_kinds)s) w
-         CROSS JOIN LATERAL (
-               SELECT t.kind, t.finalized_at FROM {table} t
-                WHERE t.state = 'completed' AND t.queue = w.queue AND t.finalized_at IS NOT NULL
-                ORDER BY t.finalized_at DESC LIMIT %(cap)s) r
-         LIMIT %(cap)s) r
- GROUP BY r.kind, r.queue"""
 # The canonical tables' part of every engine's kind counts (queue storage reads them too,
-# empty on a database it laid out): the hot table's unfinished and failed/cancelled rows
-# and the deferred table by the kind index, its completions by queue.
-CANONICAL_KIND_PARTS = (
-    "SELECT * FROM (" + KIND_ROWS_IN.format(table="awa.jobs_hot", filter="",
-                                           states="%(hot_states)s") + "\n) hot\n"
-    "UNION ALL\nSELECT * FROM (" + KIND_ROWS_IN.format(
-        table="awa.scheduled_jobs", filter="", states="%(deferred_states)s") + "\n) deferred\n"
-    "UNION ALL\nSELECT * FROM (" + COMPLETED_KINDS_IN.format(table="awa.jobs_hot")
-    + "\n) hot_completed")
+# empty on a database it laid out): rows of (kind, queue, n, recent, capped).
+CANONICAL_KIND_PARTS = _SQL["canonical_kind_counts"]
 
 
-# COMPLETED_KINDS_IN must walk each queue's completions newest first and stop at the cap;
+# CANONICAL_KIND_PARTS must walk each queue's completions newest first and stop at the cap;
 # a bitmap scan -- which the planner prefers whenever queues average fewer completions than
 # the cap -- reads every completion of the queue, however many, to sort them.  Bitmap scans
 # are off for that statement only (the caller's setting restored after it).

@@ -26,8 +26,9 @@ from typing import Any, NoReturn, TypeVar
 import psycopg
 from psycopg import sql
 
-from awa.job import JOB_COLUMNS, ForeignSchema, Job, JobState, ValidationError
+from awa.job import ForeignSchema, Job, JobState, ValidationError
 from awa.schema.layout import QUEUE_STORAGE, StorageLayout
+from awa.statements import named_statements
 from awa.storage.canonical.reads import CanonicalReads
 from awa.storage.common.cron import SELECT_ACTIVE_CRON_JOBS
 from awa.storage.common.fetch import fetch_all
@@ -65,367 +66,39 @@ NAME = "rust_core"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-# --- running attempts: open receipt claims and materialized leases --------------------
-# The guide's open-claim anti-join (plus the claim's own closed_at), a lease
-# row per materialized attempt, the heartbeat from attempt_state where the
-# runtime wrote one, kind/tags from the claimed ready entry (primary key).
-# A claim without an attempt_state row has not heartbeated since its claim
-# (0.6 writes one at the first heartbeat, well within the staleness cutoff),
-# so its last sign of life is claimed_at -- what the Rust core's own stale
-# rescue of unmaterialized claims keys on (idx_awa_lease_claims_stale).
-# The Rust core's rule for "this receipt (``c``) is still open": not closed in place, no
-# closure row or closure batch names it, and no lease materialized it.  Read by the
-# attempts below and by ``adopt`` (which stages the same receipts).
-OPEN_RECEIPT = """c.closed_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = c.claim_slot AND cx.job_id = c.job_id
-                          AND cx.run_lease = c.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.receipt_ranges @> c.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = c.job_id AND l.run_lease = c.run_lease)"""
-_ATTEMPTS = """
-WITH claims AS (
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.claimed_at AS attempted_at, c.deadline_at, c.ready_slot, c.ready_generation,
-           c.enqueue_shard, c.lane_seq, c.materialized_at
-      FROM {s}.lease_claims c
-     WHERE """ + OPEN_RECEIPT + """
-    UNION ALL
-    -- Compact claims (0.6.9 writes one lease_claim_batches row per claim batch for a
-    -- queue whose deadline_duration is 0): each item open until closed (a closure row,
-    -- or its receipt in a closure batch), materialized, or finished (done, deferred,
-    -- dead-lettered, or in a compact completion batch) -- 0.6.9's own test, item by item.
-    SELECT i.job_id, b.queue, b.priority, i.attempt, i.max_attempts, i.run_lease,
-           b.claimed_at, b.deadline_at, b.ready_slot, b.ready_generation, b.enqueue_shard,
-           i.lane_seq, NULL::timestamptz
-      FROM {s}.lease_claim_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.receipt_ids, b.lane_seqs,
-                               b.attempts, b.max_attempts)
-           AS i(job_id, run_lease, receipt_id, lane_seq, attempt, max_attempts)
-     WHERE NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closures cx
-                        WHERE cx.claim_slot = b.claim_slot AND cx.job_id = i.job_id
-                          AND cx.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.lease_claim_closure_batches cb
-                        WHERE cb.claim_slot = b.claim_slot
-                          AND cb.receipt_ranges @> i.receipt_id)
-       AND NOT EXISTS (SELECT 1 FROM {s}.leases l
-                        WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.done_entries d
-                        WHERE d.job_id = i.job_id AND d.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.deferred_jobs dj
-                        WHERE dj.job_id = i.job_id AND dj.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.dlq_entries q
-                        WHERE q.job_id = i.job_id AND q.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_batches rc
-                        WHERE rc.queue = b.queue AND rc.job_ids @> ARRAY[i.job_id]
-                          AND i.run_lease = ANY(rc.run_leases))
-), attempts AS (
-    SELECT l.job_id, l.queue, l.priority, l.attempt, l.max_attempts, l.run_lease,
-           l.attempted_at, l.deadline_at, l.ready_slot, l.ready_generation, l.enqueue_shard,
-           l.lane_seq, coalesce(a.heartbeat_at, l.heartbeat_at) AS heartbeat_at,
-           false AS receipt_claim
-      FROM {s}.leases l
-      LEFT JOIN {s}.attempt_state a ON a.job_id = l.job_id AND a.run_lease = l.run_lease
-     WHERE l.state = 'running'
-    UNION ALL
-    SELECT c.job_id, c.queue, c.priority, c.attempt, c.max_attempts, c.run_lease,
-           c.attempted_at, c.deadline_at, c.ready_slot, c.ready_generation, c.enqueue_shard,
-           c.lane_seq, coalesce(a.heartbeat_at, c.attempted_at) AS heartbeat_at,
-           a.job_id IS NULL AS receipt_claim
-      FROM claims c
-      LEFT JOIN {s}.attempt_state a ON a.job_id = c.job_id AND a.run_lease = c.run_lease
-)"""
-RUNNING = _ATTEMPTS + """
-SELECT t.job_id AS id, coalesce(r.kind, '?') AS kind, t.queue, t.attempt::int AS attempt,
-       t.max_attempts::int AS max_attempts, t.run_lease, t.priority::int AS priority,
-       t.attempted_at, t.heartbeat_at, t.deadline_at, t.receipt_claim, r.args, r.run_at,
-       r.created_at, r.unique_key, r.payload,
-       ARRAY(SELECT jsonb_array_elements_text(
-           coalesce(NULLIF(r.payload->'tags', 'null'::jsonb), '[]'::jsonb))) AS tags,
-       EXTRACT(EPOCH FROM (now() - t.heartbeat_at))::float8 AS heartbeat_age_s,
-       EXTRACT(EPOCH FROM (t.deadline_at - now()))::float8 AS deadline_remaining_s,
-       EXTRACT(EPOCH FROM (now() - t.attempted_at))::float8 AS running_for_s
-  FROM attempts t
-  LEFT JOIN {s}.ready_entries r
-    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
-   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
-   AND r.lane_seq = t.lane_seq
- WHERE (%(ids)s::bigint[] IS NULL OR t.job_id = ANY(%(ids)s::bigint[]))
-   AND (%(started_before)s::timestamptz IS NULL OR t.attempted_at IS NULL
-        OR t.attempted_at <= %(started_before)s)
- ORDER BY coalesce(t.heartbeat_at, t.attempted_at), t.job_id
- LIMIT %(limit)s
-"""
-RUNNING_COUNTS = _ATTEMPTS + """
-SELECT queue, count(*) AS running,
-       max(EXTRACT(EPOCH FROM (now() - heartbeat_at)))::float8 AS oldest_heartbeat_s,
-       count(*) FILTER (WHERE heartbeat_at < now() - make_interval(secs => %(staleness)s)) AS stale,
-       count(*) FILTER (WHERE deadline_at < now()) AS overdue
-  FROM attempts
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
- GROUP BY queue ORDER BY queue
-"""
+# Every statement of this engine, written out in ``sql/reads.sql`` (which says what each
+# reads).  Those naming ``{s}`` (the Rust core's queue-storage schema, known at run time) are
+# composed with that schema as an identifier by ``RustCoreEngine._q``; the rest are sent as
+# they are.
+_SQL = named_statements("awa.storage.rust_core", "sql/reads.sql")
 
-# --- queue depth and lag ----------------------------------------------------------------
-# Per claim head (queue, priority, shard): the ready entries at or past the
-# claim sequence and not tombstoned, counted up to the cap, and the oldest
-# one's run_at (primary key order); deferred jobs per state; waiting callbacks;
-# failed terminal rows; DLQ entries (queue index).  Running comes from the
-# attempts read above.
-QUEUE_BACKLOG = """
-WITH heads AS (
-    SELECT h.queue, h.priority, h.enqueue_shard, {s}.sequence_next_value(h.seq_name) AS next_claim
-      FROM {s}.queue_claim_heads h
-), ready AS (
-    SELECT h.queue,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM {s}.ready_entries r
-                 WHERE r.queue = h.queue AND r.priority = h.priority
-                   AND r.enqueue_shard = h.enqueue_shard AND r.lane_seq >= h.next_claim
-                   AND NOT EXISTS (
-                       SELECT 1 FROM {s}.ready_tombstones t
-                        WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
-                          AND t.priority = r.priority AND t.enqueue_shard = r.enqueue_shard
-                          AND t.lane_seq = r.lane_seq AND t.ready_generation = r.ready_generation)
-                 LIMIT %(cap)s) c) AS available,
-           (SELECT min(r.run_at) FROM (
-                SELECT r.run_at FROM {s}.ready_entries r
-                 WHERE r.queue = h.queue AND r.priority = h.priority
-                   AND r.enqueue_shard = h.enqueue_shard AND r.lane_seq >= h.next_claim
-                   AND NOT EXISTS (
-                       SELECT 1 FROM {s}.ready_tombstones t
-                        WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
-                          AND t.priority = r.priority AND t.enqueue_shard = r.enqueue_shard
-                          AND t.lane_seq = r.lane_seq AND t.ready_generation = r.ready_generation)
-                 ORDER BY r.lane_seq LIMIT 1) r) AS oldest_available
-      FROM heads h
-)
-SELECT queue, 'available' AS state, least(sum(available), %(cap)s)::bigint AS n,
-       min(oldest_available) AS oldest_available
-  FROM ready GROUP BY queue
-UNION ALL
-SELECT queue, state::text, count(*), NULL FROM (
-    SELECT queue, state FROM {s}.deferred_jobs LIMIT %(scan)s) d GROUP BY queue, state
-UNION ALL
-SELECT queue, state::text, count(*), NULL FROM {s}.leases
- WHERE state = 'waiting_external' GROUP BY queue, state
-UNION ALL
-SELECT queue, 'failed', count(*), NULL FROM (
-    SELECT queue FROM {s}.done_entries WHERE state = 'failed' LIMIT %(scan)s) f GROUP BY queue
-UNION ALL
-SELECT queue, 'dlq', count(*), NULL FROM (
-    SELECT queue FROM {s}.dlq_entries LIMIT %(scan)s) q GROUP BY queue
-"""
-# Completions in a window, counted as 0.6.9's own ``queue_stats().completed_last_hour`` counts
-# them (its ``terminal_jobs`` view): completed ``done_entries`` rows, plus each item of a
-# compact completion batch that no ``receipt_completion_tombstones`` row deletes.  When the
-# queue ring comes round to a slot, 0.6.9 truncates the slot's terminal rows and folds their
-# number into ``queue_terminal_rollups.pruned_completed_count`` (per queue and priority,
-# without times): from then on no window of 0.6.9's, nor of ours, holds them.
-COMPLETED_SINCE = """
-SELECT queue, sum(n)::bigint AS n FROM (
-    SELECT queue, count(*) AS n FROM {s}.done_entries
-     WHERE state = 'completed' AND finalized_at > %(since)s AND finalized_at <= %(until)s
-     GROUP BY queue
-    UNION ALL
-    SELECT b.queue, count(*) FROM {s}.receipt_completion_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases) AS i(job_id, run_lease)
-     WHERE b.finalized_at > %(since)s AND b.finalized_at <= %(until)s
-       AND NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_tombstones t
-                        WHERE t.ready_slot = b.ready_slot
-                          AND t.ready_generation = b.ready_generation
-                          AND t.job_id = i.job_id AND t.run_lease = i.run_lease)
-     GROUP BY b.queue) c
- GROUP BY queue
-"""
-# Every completion 0.6.9 has recorded, per queue, in one snapshot: the completed rows it
-# still keeps (as COMPLETED_SINCE counts them) plus what its ring prune folded into
-# ``queue_terminal_rollups`` (the fold moves a slot's count there in the transaction that
-# truncates the slot, so one snapshot sees each completion exactly once).
-COMPLETED_TOTALS = """
-SELECT queue, sum(n)::bigint AS n FROM (
-    SELECT queue, count(*) AS n FROM {s}.done_entries WHERE state = 'completed' GROUP BY queue
-    UNION ALL
-    SELECT b.queue, count(*) FROM {s}.receipt_completion_batches b
-     CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases) AS i(job_id, run_lease)
-     WHERE NOT EXISTS (SELECT 1 FROM {s}.receipt_completion_tombstones t
-                        WHERE t.ready_slot = b.ready_slot
-                          AND t.ready_generation = b.ready_generation
-                          AND t.job_id = i.job_id AND t.run_lease = i.run_lease)
-     GROUP BY b.queue
-    UNION ALL
-    SELECT queue, sum(pruned_completed_count) FROM {s}.queue_terminal_rollups GROUP BY queue) c
- GROUP BY queue
-"""
-# The queues a job ended in lately.  0.6.9 indexes its terminal rows by (slot, queue, ...)
-# only (no state, no finalization time): per queue-ring slot, a loose index scan over the
-# queues whose terminal rows (completed or failed) the slot keeps -- the ring is the
-# history window here -- at most %(limit)s queues a slot, one probe each; and the
-# queues of each slot's newest %(limit)s compact completion batches (its primary key,
-# backwards) finalized within the window.
-RECENTLY_COMPLETED = """
-WITH RECURSIVE slots AS (
-    SELECT s.slot FROM {s}.queue_ring_state r
-     CROSS JOIN LATERAL generate_series(0, r.slot_count - 1) AS s(slot)
-), walk AS (
-    SELECT f.slot, f.queue, 1 AS n FROM slots CROSS JOIN LATERAL (
-        SELECT slots.slot, d.queue FROM {s}.done_entries d WHERE d.ready_slot = slots.slot
-         ORDER BY d.queue LIMIT 1) f
-    UNION ALL
-    SELECT p.slot, x.queue, p.n + 1 FROM walk p CROSS JOIN LATERAL (
-        SELECT d.queue FROM {s}.done_entries d WHERE d.ready_slot = p.slot AND d.queue > p.queue
-         ORDER BY d.queue LIMIT 1) x
-     WHERE p.n < %(limit)s
-)
-SELECT queue FROM walk
-UNION
-SELECT b.queue FROM slots CROSS JOIN LATERAL (
-    SELECT b.queue, b.finalized_at FROM {s}.receipt_completion_batches b
-     WHERE b.ready_slot = slots.slot ORDER BY b.batch_id DESC LIMIT %(limit)s) b
- WHERE b.finalized_at > now() - make_interval(secs => %(within)s)
-ORDER BY 1 LIMIT %(limit)s
-"""
-# The REST API's summaries on 0.6.9's queue-storage layout: its own awa.jobs view, whole (the
-# layout has no kind index and no index on creation time; the caller caches them).
-CREATED_TIMESERIES = """
-SELECT date_trunc('minute', created_at) AS bucket, state::text AS state, count(*) AS n
-  FROM awa.jobs
- WHERE created_at >= now() - make_interval(mins => %(minutes)s)
- GROUP BY 1, 2
- ORDER BY 1, 2"""
-KIND_COUNTS = """
-SELECT kind, count(*) AS job_count, count(DISTINCT queue) AS queue_count,
-       count(*) FILTER (WHERE state = 'completed'
-                          AND finalized_at > now() - interval '1 hour') AS completed_last_hour
-  FROM awa.jobs
- GROUP BY kind
- ORDER BY kind"""
-QUEUE_META = ("SELECT queue, paused, paused_at, paused_by FROM awa.queue_meta "
-              "WHERE queue = ANY(%(queues)s::text[]) OR true")
+# Running attempts: open receipt claims, compact claims and materialized leases.
+OPEN_ATTEMPTS = _SQL["open_attempts"]
 
-# --- jobs (other states): the Rust core's own awa.jobs view ---------------------------------
-_COLUMNS = ", ".join(JOB_COLUMNS)
-JOB_BY_ID = f"SELECT {_COLUMNS} FROM awa.jobs WHERE id = %(id)s LIMIT 1"
-JOBS = (f"SELECT {_COLUMNS} FROM awa.jobs"
-        " WHERE (%(state)s::text IS NULL OR state::text = %(state)s)"
-        " AND (%(kind)s::text IS NULL OR kind = %(kind)s)"
-        " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
-        " AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])"
-        " ORDER BY id DESC LIMIT %(limit)s")
+# Queue depth, lag, completions.
+QUEUE_BACKLOG = _SQL["queue_backlog"]
+COMPLETED_SINCE = _SQL["completed_since"]
+COMPLETED_TOTALS = _SQL["completed_totals"]
+RECENTLY_COMPLETED = _SQL["recently_completed"]
+NOW = _SQL["now"]
 
-# --- DLQ: errors are in payload ---------------------------------------------------------------
-_DLQ_ERRORS = "coalesce(d.payload->'errors', '[]'::jsonb)"
-DLQ_JOB_COLUMNS = f"""
-d.job_id AS id, d.kind, d.queue, d.args, d.state::text AS state, d.priority::int AS priority,
-d.attempt::int AS attempt, d.max_attempts::int AS max_attempts, d.run_at, d.attempted_at,
-d.finalized_at, d.created_at,
-ARRAY(SELECT e FROM jsonb_array_elements({_DLQ_ERRORS}) e) AS errors,
-coalesce(NULLIF(d.payload->'metadata', 'null'::jsonb), '{{{{}}}}'::jsonb) AS metadata,
-ARRAY(SELECT jsonb_array_elements_text(
-    coalesce(NULLIF(d.payload->'tags', 'null'::jsonb), '[]'::jsonb))) AS tags,
-d.unique_key, d.run_lease, NULLIF(d.payload->'progress', 'null'::jsonb) AS progress,
-d.dlq_reason, d.dlq_at, d.original_run_lease,
-{_DLQ_ERRORS}->(jsonb_array_length({_DLQ_ERRORS}) - 1)->>'error' AS last_error"""
-DLQ_LIST = f"""
-SELECT {DLQ_JOB_COLUMNS} FROM {{s}}.dlq_entries d
- WHERE (%(queue)s::text IS NULL OR d.queue = %(queue)s)
-   AND (%(kind)s::text IS NULL OR d.kind = %(kind)s)
-   AND (%(reason)s::text IS NULL OR d.dlq_reason = %(reason)s)
-   AND (%(tag)s::text IS NULL OR coalesce(d.payload->'tags', '[]'::jsonb) ? %(tag)s)
-   AND (%(before_at)s::timestamptz IS NULL
-        OR (d.dlq_at, d.job_id) < (%(before_at)s, %(before_id)s))
-   AND (%(before_id)s::bigint IS NULL OR %(before_at)s::timestamptz IS NOT NULL
-        OR d.job_id < %(before_id)s)
- ORDER BY d.dlq_at DESC, d.job_id DESC
- LIMIT %(limit)s
-"""
-DLQ_BY_ID = f"SELECT {DLQ_JOB_COLUMNS} FROM {{s}}.dlq_entries d WHERE d.job_id = %(id)s"
-DLQ_DEPTHS = """
-SELECT queue, dlq_reason, count(*) AS depth, max(dlq_at) AS newest,
-       count(*) FILTER (WHERE dlq_at > now() - make_interval(secs => %(recent)s)) AS recent
-  FROM {s}.dlq_entries
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
- GROUP BY queue, dlq_reason
- ORDER BY depth DESC
-"""
-DLQ_DEPTHS_BY_QUEUE = """
-WITH RECURSIVE qs AS (
-    (SELECT queue FROM {s}.dlq_entries ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT n.queue FROM qs p CROSS JOIN LATERAL (
-        SELECT d.queue FROM {s}.dlq_entries d WHERE d.queue > p.queue
-         ORDER BY d.queue LIMIT 1) n
-)
-SELECT qs.queue,
-       (SELECT count(*) FROM (SELECT 1 FROM {s}.dlq_entries d
-         WHERE d.queue = qs.queue LIMIT %(cap)s) c) AS n
-  FROM (SELECT queue FROM qs LIMIT %(max_queues)s) qs
-"""
-# The newest DLQ entries and failed terminal rows, last error from payload.
-REPEATED_ERRORS = """
-WITH recent AS (
-    (SELECT job_id, kind, queue, payload->'errors' AS errors, 'dlq' AS place
-       FROM {s}.dlq_entries
-      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
-      ORDER BY dlq_at DESC LIMIT %(sample)s)
-    UNION ALL
-    (SELECT job_id, kind, queue, payload->'errors', 'failed' FROM {s}.done_entries
-      WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-      ORDER BY finalized_at DESC LIMIT %(sample)s)
-), last_errors AS (
-    SELECT job_id, kind, queue, place,
-           left(errors->(jsonb_array_length(errors) - 1)->>'error', 300) AS message,
-           (SELECT count(*) FROM jsonb_array_elements(errors) e
-             WHERE e->>'error' = errors->(jsonb_array_length(errors) - 1)->>'error')
-               AS same_attempts
-      FROM recent
-     WHERE jsonb_typeof(errors) = 'array' AND jsonb_array_length(errors) > 0
-)
-SELECT kind, queue, message, count(*) AS jobs, max(same_attempts) AS max_repeats_in_one_job,
-       (array_agg(job_id ORDER BY job_id DESC))[1:5] AS sample_job_ids,
-       array_agg(DISTINCT place) AS places
-  FROM last_errors
- GROUP BY kind, queue, message
- ORDER BY count(*) DESC, max(same_attempts) DESC
- LIMIT %(limit)s
-"""
+# The REST API's summaries, and the jobs of other states: the Rust core's awa.jobs view.
+CREATED_TIMESERIES = _SQL["created_timeseries"]
+KIND_COUNTS = _SQL["kind_counts"]
+QUEUE_META = _SQL["queue_meta"]
+JOB_BY_ID = _SQL["job_by_id"]
+JOBS = _SQL["jobs"]
 
-# --- uniqueness: claims are in awa.job_unique_claims; a running holder is an open attempt ---
-UNIQUE_HOLDERS = """
-SELECT c.unique_key, c.job_id, j.state::text AS state,
-       EXISTS (SELECT 1 FROM {s}.dlq_entries d WHERE d.job_id = c.job_id) AS in_dlq
-  FROM awa.job_unique_claims c
-  LEFT JOIN LATERAL (SELECT state FROM awa.jobs WHERE id = c.job_id LIMIT 1) j ON true
- WHERE c.unique_key = ANY(%(keys)s::bytea[])
-"""
-WEDGED = _ATTEMPTS + """
-SELECT t.queue, count(*) AS wedged
-  FROM attempts t
-  JOIN {s}.ready_entries r
-    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
-   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
-   AND r.lane_seq = t.lane_seq
-  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
- GROUP BY t.queue
-"""
-# The guide's wedge query on this layout: a running attempt whose unique key
-# another job holds (its claim in awa.job_unique_claims).
-SUPERSEDED = _ATTEMPTS + """
-SELECT t.job_id AS stuck_job, r.kind, t.queue, r.unique_key, c.job_id AS claim_holder
-  FROM attempts t
-  JOIN {s}.ready_entries r
-    ON r.ready_slot = t.ready_slot AND r.ready_generation = t.ready_generation
-   AND r.queue = t.queue AND r.priority = t.priority AND r.enqueue_shard = t.enqueue_shard
-   AND r.lane_seq = t.lane_seq
-  JOIN awa.job_unique_claims c ON c.unique_key = r.unique_key AND c.job_id <> t.job_id
- WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s)
- LIMIT %(limit)s
-"""
-RUNTIME_DESCRIPTOR_HASHES = """
-SELECT instance_id, jsonb_build_object('queues', queue_descriptor_hashes,
-                                       'kinds', job_kind_descriptor_hashes) AS descriptor_hashes
-  FROM awa.runtime_instances"""
+# The DLQ (errors, metadata, tags and progress in payload).
+DLQ_LIST = _SQL["dlq_list"]
+DLQ_BY_ID = _SQL["dlq_by_id"]
+DLQ_DEPTHS = _SQL["dlq_depths"]
+DLQ_DEPTHS_BY_QUEUE = _SQL["dlq_depths_by_queue"]
+REPEATED_ERRORS = _SQL["repeated_errors"]
+
+# Uniqueness: claims in awa.job_unique_claims; a running holder is an open attempt.
+UNIQUE_HOLDERS = _SQL["unique_holders"]
+RUNTIME_DESCRIPTOR_HASHES = _SQL["runtime_descriptor_hashes"]
 
 # What the Rust-core CLI calls each write (same spelling as its --help).
 WRITE_COMMANDS: dict[str, str] = {
@@ -514,6 +187,9 @@ class RustCoreEngine(CanonicalReads):
         self._sql: dict[str, sql.Composed] = {}
 
     def _q(self, template: str) -> sql.Composed:
+        """``template`` (a statement of ``sql/reads.sql`` naming ``{s}``) on this database's
+        queue-storage schema: a schema named at run time is an identifier, which cannot be
+        a parameter, so it is composed in (``sql.Identifier``), once per statement."""
         composed = self._sql.get(template)
         if composed is None:
             assert self.schema is not None
@@ -533,17 +209,29 @@ class RustCoreEngine(CanonicalReads):
         if not self.queue_storage:
             return await super().running_attempts(conn, started_before=started_before,
                                                   job_ids=job_ids, limit=limit)
-        rows = await self._running_rows(conn, started_before=started_before, job_ids=job_ids,
-                                        limit=limit)
+        rows = await self._open_attempts(conn, started_before=started_before, job_ids=job_ids,
+                                         limit=limit)
         return [self._attempt(r) for r in rows]
 
+    async def _open_attempts(self, conn: psycopg.AsyncConnection[Any], *, detail: bool = False,
+                             started_before: datetime | None = None,
+                             job_ids: Sequence[int] | None = None, queue: str | None = None,
+                             staleness_s: float | None = None, superseded: bool = False,
+                             limit: int | None) -> list[dict[str, Any]]:
+        """Rows of ``OPEN_ATTEMPTS``, the one statement that reads running attempts on this
+        layout (its open-receipt rule written once): ``detail`` adds args and payload,
+        ``superseded`` keeps the attempts whose unique key another job holds; ``limit``
+        None reads them all."""
+        return await fetch_all(conn, self._q(OPEN_ATTEMPTS), {
+            "detail": detail, "ids": None if job_ids is None else list(job_ids),
+            "started_before": started_before, "queue": queue, "staleness": staleness_s,
+            "superseded": superseded, "limit": limit})
+
     async def _running_rows(self, conn: psycopg.AsyncConnection[Any], *,
-                            started_before: datetime | None = None,
                             job_ids: Sequence[int] | None = None,
                             limit: int) -> list[dict[str, Any]]:
-        return await fetch_all(conn, self._q(RUNNING), {
-            "ids": None if job_ids is None else list(job_ids),
-            "started_before": started_before, "limit": limit})
+        """Running attempts with what a job needs (args, payload)."""
+        return await self._open_attempts(conn, detail=True, job_ids=job_ids, limit=limit)
 
     @staticmethod
     def _attempt(r: dict[str, Any]) -> RunningAttemptRead:
@@ -553,8 +241,23 @@ class RustCoreEngine(CanonicalReads):
                              queue: str | None = None) -> list[RunningCounts]:
         if not self.queue_storage:
             return await super().running_counts(conn, stale_after_s=stale_after_s, queue=queue)
-        return running_counts(await fetch_all(conn, self._q(RUNNING_COUNTS),
-                                              {"staleness": stale_after_s, "queue": queue}))
+        # Counted here from every open attempt of the queue(s): the same counts as
+        # common.reads.running_counts reads them (max ignores a missing heartbeat, a NULL
+        # stale / overdue counts for neither), per queue, by name.
+        counts: dict[str, dict[str, Any]] = {}
+        for r in await self._open_attempts(conn, queue=queue, staleness_s=stale_after_s,
+                                           limit=None):
+            c = counts.setdefault(r["queue"], {"queue": r["queue"], "running": 0,
+                                               "oldest_heartbeat_s": None, "stale": 0,
+                                               "overdue": 0})
+            c["running"] += 1
+            age = r["heartbeat_age_s"]
+            if age is not None and (c["oldest_heartbeat_s"] is None
+                                    or age > c["oldest_heartbeat_s"]):
+                c["oldest_heartbeat_s"] = age
+            c["stale"] += bool(r["stale"])
+            c["overdue"] += bool(r["overdue"])
+        return running_counts(counts[q] for q in sorted(counts))
 
     async def cancelled_while_running(self, conn: psycopg.AsyncConnection[Any], *,
                                       window_s: float, stale_after_s: float,
@@ -588,7 +291,7 @@ class RustCoreEngine(CanonicalReads):
                 oldest[r["queue"]] = r["oldest_available"]
         for c in running:
             depth.setdefault(c.queue, {})["running"] = c.running
-        now = (await fetch_all(conn, "SELECT now() AS now"))[0]["now"]
+        now = (await fetch_all(conn, NOW))[0]["now"]
         out = []
         for queue in sorted(set(depth) | set(dlq)):
             counts = depth.get(queue, {})
@@ -660,7 +363,7 @@ class RustCoreEngine(CanonicalReads):
         if not self.queue_storage:
             from awa.storage.canonical import ENGINE
             return await ENGINE.queue_stats(conn)
-        now = (await fetch_all(conn, "SELECT now() AS now"))[0]["now"]
+        now = (await fetch_all(conn, NOW))[0]["now"]
         from datetime import timedelta
         depths = {d.queue: d for d in await self.queue_depths(conn)}
         details = {d.queue: d for d in await self.queue_details(
@@ -856,8 +559,10 @@ class RustCoreEngine(CanonicalReads):
     async def wedged_claims(self, conn: psycopg.AsyncConnection[Any]) -> list[WedgedClaims]:
         if not self.queue_storage:
             return await super().wedged_claims(conn)
-        return [WedgedClaims(r["queue"], int(r["wedged"]))
-                for r in await fetch_all(conn, self._q(WEDGED))]
+        wedged: dict[str, int] = {}
+        for r in await self._open_attempts(conn, superseded=True, limit=None):
+            wedged[r["queue"]] = wedged.get(r["queue"], 0) + 1
+        return [WedgedClaims(q, n) for q, n in sorted(wedged.items())]
 
     async def superseded_attempts(self, conn: psycopg.AsyncConnection[Any], *,
                                   queue: str | None = None,
@@ -865,13 +570,13 @@ class RustCoreEngine(CanonicalReads):
         """Running attempts whose unique key another job holds, with the holder's state."""
         if not self.queue_storage:
             return await super().superseded_attempts(conn, queue=queue, limit=limit)
-        rows = await fetch_all(conn, self._q(SUPERSEDED), {"queue": queue, "limit": limit})
+        rows = await self._open_attempts(conn, superseded=True, queue=queue, limit=limit)
         holders = {(h.unique_key, h.job_id): h for h in await self.unique_claim_holders(
             conn, list({bytes(r["unique_key"]) for r in rows}))}
         out = []
         for r in rows:
             h = holders.get((bytes(r["unique_key"]), r["claim_holder"]))
-            out.append(SupersededAttempt(r["stuck_job"], r["kind"], r["queue"],
+            out.append(SupersededAttempt(r["id"], r["kind"], r["queue"],
                                          bytes(r["unique_key"]), r["claim_holder"],
                                          h.state if h else None))
         return out

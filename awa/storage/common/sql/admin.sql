@@ -44,3 +44,19 @@ SELECT * FROM awa.dlq_entries WHERE job_id = %(id)s
 
 -- name: purge_dlq_job
 DELETE FROM awa.dlq_entries WHERE job_id = %(id)s
+
+-- --- queue statistics ----------------------------------------------------------------------
+
+-- name: canonical_depth_counts
+-- Depth per (queue, state) in the canonical tables, each state counted in its table
+-- (awa.storage.common.tables: lifecycle.DEPTH_STATES split by table, written out here and
+-- checked by tests/storage/test_common_statements.py): a branch of both engines' queue
+-- statistics (queue storage counts these tables too, empty on a database it laid out).
+-- Served by the (state, queue, id) index of each table.
+SELECT queue, state, count(*) AS n FROM awa.jobs_hot
+ WHERE state IN ('available', 'running', 'waiting_external', 'failed')
+ GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*) FROM awa.scheduled_jobs
+ WHERE state IN ('scheduled', 'retryable')
+ GROUP BY queue, state
