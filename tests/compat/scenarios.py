@@ -2964,13 +2964,12 @@ async def run_available_by_client_tx(ctx: Any) -> Any:
 
 
 # --- 49.2 zero values meaning "off" ----------------------------------------------------
-def _queue_storage_database(ctx: Any, suffix: str = "_qs") -> str:
+def _queue_storage_database(ctx: Any) -> str:
     """A fresh database of this scenario's own on queue storage (0.6.9's compact-claim path
-    needs it; its fresh databases are canonical until ``install_queue_storage``).  Its name
-    is the shared database's plus ``suffix`` (test_compat.py drops those)."""
+    needs it; its fresh databases are canonical until ``install_queue_storage``)."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    name = str(conninfo_to_dict(ctx.url)["dbname"]) + suffix
+    name = str(conninfo_to_dict(ctx.url)["dbname"]) + "_qs"
     with psycopg.connect(make_conninfo(ctx.url, dbname="postgres"), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
@@ -2986,27 +2985,6 @@ def _queue_storage_database(ctx: Any, suffix: str = "_qs") -> str:
     finally:
         c.close()
     return url
-
-
-@scenario
-def install_queue_storage_reset(ctx: Any) -> Any:
-    """``install_queue_storage(reset=True)`` on a queue-storage database empties it (awa-pg
-    0.6.9's own test fixtures call it before each test); on a database of its own."""
-    url = _queue_storage_database(ctx, "_qsreset")
-    c = awa.Client(url)
-    try:
-        c.insert(CompatPing(), queue=ctx.q)
-        before = len(c.list_jobs(queue=ctx.q))
-        c.install_queue_storage(reset=True)
-    finally:
-        c.close()
-    # A new client reads it back: 0.6.9's own, having dropped the schema its cached
-    # statements name, fails with "cache lookup failed for type".
-    reader = awa.Client(url)
-    try:
-        return [before, len(reader.list_jobs(queue=ctx.q))]
-    finally:
-        reader.close()
 
 
 @scenario

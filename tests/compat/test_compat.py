@@ -83,10 +83,8 @@ def compat_results(admin_url: str, connection_budget: ConnectionBudget) -> Any:
         yield results
     finally:
         # The scenarios' own databases too (unmigrated_database's, the queue-storage one of
-        # run_deadline_and_aging_zero, install_queue_storage_reset's): the reference client
-        # can still hold a connection.
-        suffixes = ("_empty", "_qs", "_qsreset")
-        for n in names + [f"{n}{suffix}" for n in names for suffix in suffixes]:
+        # run_deadline_and_aging_zero): the reference client can still hold a connection.
+        for n in names + [f"{n}{suffix}" for n in names for suffix in ("_empty", "_qs")]:
             _admin(admin_url, f"DROP DATABASE IF EXISTS {n} WITH (FORCE)")
 
 
