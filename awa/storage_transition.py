@@ -67,12 +67,14 @@ class StorageTransitionMixin:
                                     reset: bool = False) -> tuple[()]:
         """Switch this database to the queue-storage engine (``awa migrate --engine
         queue_storage``); idempotent.  Refused while the canonical tables hold jobs (switch
-        live instead: ``awa storage``) and while a live switch is in progress."""
+        live instead: ``awa storage``) and while a live switch is in progress.
+
+        ``reset=True`` then empties queue storage, as awa-pg 0.6.9's reset (which dropped and
+        re-laid the schema) did: every job, DLQ entry, unique claim, queue setting and
+        runtime snapshot goes (the engine's ``clean_for_tests``); its test suites call it
+        before each test."""
         _check_slots(queue_slot_count, lease_slot_count)
         storage.check_queue_storage_schema(schema)
-        if reset:
-            raise ValidationError("install_queue_storage(reset=True) is not supported: queue "
-                                  "storage is laid out in place; migrate a new database instead")
         pool = await self._get_pool()
         async with pool.connection() as conn:
             status = await storage.transition_status(conn)
@@ -82,6 +84,10 @@ class StorageTransitionMixin:
                                   f"storage status`")
         await self.migrate(storage.QUEUE_STORAGE, schema)
         storage.forget_engine(pool)  # the pool's engine changed
+        if reset:
+            engine = await self._get_engine()
+            async with pool.connection() as conn:
+                await engine.clean_for_tests(conn)
         return ()
 
     async def prepare_queue_storage_schema(self: _Client, *,
