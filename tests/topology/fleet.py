@@ -118,10 +118,16 @@ class Fleet:
         self._reader = LogReader(log_dir)
 
     def start(self) -> None:
-        """Every process at once, then wait for each to claim."""
+        """Every process at once, then wait for each to claim.  One that never gets ready
+        stops them all: the test's ``finally`` is not reached, and left running the others
+        would poll on (at full CPU against a stopped pooler) for the rest of the suite."""
         spawned = [self._spawn() for _ in range(self.processes)]
-        for proc in spawned:
-            self._wait_ready(proc)
+        try:
+            for proc in spawned:
+                self._wait_ready(proc)
+        except BaseException:
+            self.stop()
+            raise
 
     def start_one(self) -> int:
         return self._wait_ready(self._spawn())

@@ -10,7 +10,7 @@ incrementally, so a poll costs the new lines only.  Then the same through a PgBo
 restarted mid-run: nothing lost, work resumes within 5 s.
 
 ``AWA_TOPOLOGY_FLEET_JOBS`` (default 50,000) and ``AWA_TOPOLOGY_RESTART_JOBS``
-(default 50,000) scale the runs down on a slow machine.
+(default 20,000: the restart at 30% and the drain after it need no more) scale the runs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from topology.fleet import ExecutionLog, Fleet
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("chaos")]
 
 FLEET_JOBS = int(os.environ.get("AWA_TOPOLOGY_FLEET_JOBS", "50000"))
-RESTART_JOBS = int(os.environ.get("AWA_TOPOLOGY_RESTART_JOBS", "50000"))
+RESTART_JOBS = int(os.environ.get("AWA_TOPOLOGY_RESTART_JOBS", "20000"))
 PROCESSES = 8
 SLOTS = 64
 SERVER_POOL = 10
