@@ -11,7 +11,13 @@ The layout's own tables, sequences and functions live in the engine's schema
 (``awa`` unless the operator chose another).  The SQL beside the engine names
 them ``awa.<name>`` as the seeds do; ``in_schema`` moves exactly those names
 to the engine's schema, so a database laid out in ``awa`` runs the text as
-written, and one schema rule serves the layout and every statement.
+written, and one schema rule serves the layout and every statement.  Which
+names those are has one source, the files that make them: ``layout_objects``
+reads every ``CREATE``/``ALTER``/``DROP`` of ``awa.<name>`` in the engine's
+files, less what the control schema keeps (what the canonical migrations name,
+and the version record); a table added to ``layout.sql`` moves with no list to
+edit.  (A spelling of its own in the SQL, a marker, would need every file that
+names a layout object rewritten, the hot path's included.)
 """
 
 from __future__ import annotations
@@ -40,13 +46,33 @@ from awa.storage.queue_storage import procedures
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
-# The layout's own objects as the engine's SQL spells them (``awa.<name>``, partitions and
-# indexes included).  The control surface -- the awa.jobs view, queue_meta, unique claims,
-# the DLQ, cron, runtimes, the job_state type, awa.qs_layout_version() -- stays in awa.
-_LAYOUT_OBJECT = re.compile(
-    r"\bawa\.(?=(?:queue_ring_state|queue_enqueue_heads|queue_claim_heads|ready_entries"
-    r"|ready_tombstones|done_entries|deferred_jobs|leases|lease_claim|attempt_state"
-    r"|qs_(?!layout_version\b)|idx_(?:ready|done|deferred|lease|attempt)_))")
+# What a statement makes, alters or drops: the name after ``awa.``.
+_MADE = re.compile(r"\b(?:CREATE(?: OR REPLACE)?|ALTER|DROP)(?: UNIQUE)? "
+                   r"(?:TABLE|SEQUENCE|FUNCTION|VIEW|INDEX)(?: IF(?: NOT)? EXISTS)? awa\.(\w+)")
+_NAMED = re.compile(r"\bawa\.(\w+)")
+
+
+@cache
+def layout_objects() -> frozenset[str]:
+    """The layout's own objects, read from the files that make them: every name the engine's
+    files (``procedures.FILES`` and ``CONTRACT``) create, alter or drop as ``awa.<name>``,
+    less the control schema's, which stay in ``awa``: every ``awa.<name>`` the canonical
+    migrations write (they own schema ``awa``: ``awa.jobs``, which the engine replaces,
+    ``awa.active_queue_storage_schema()``, ...) and the layout's version record
+    (``procedures.VERSION``: ``awa.qs_layout_version()``, read in ``awa`` before anyone
+    knows where the layout is)."""
+    made = "\n".join(procedures.read(name) for name in (*procedures.FILES, procedures.CONTRACT))
+    control = migrations.migration_sql() + procedures.read(procedures.VERSION)
+    return frozenset(_MADE.findall(made)) - frozenset(_NAMED.findall(control))
+
+
+@cache
+def _layout_object() -> re.Pattern[str]:
+    """``awa.`` before one of ``layout_objects`` or a partition of one (``<name>_<slot>``,
+    made by layout.sql's partition loop): where ``in_schema`` puts the layout's schema."""
+    names = "|".join(sorted(layout_objects(), key=lambda n: (-len(n), n)))
+    return re.compile(rf"\bawa\.(?=(?:{names})(?:_\d+)?\b)")
+
 
 # Canonical rows present: installing would hide them behind the other engine.
 CANONICAL_ROWS = """
@@ -93,7 +119,7 @@ def in_schema(statement: str, schema: str) -> str:
 @cache
 def _moved(statement: str, schema: str) -> str:
     check_schema(schema)
-    return _LAYOUT_OBJECT.sub(f'"{schema}".', statement)
+    return _layout_object().sub(f'"{schema}".', statement)
 
 
 class InSchema:
