@@ -74,42 +74,17 @@ def _layout_object() -> re.Pattern[str]:
     return re.compile(rf"\bawa\.(?=(?:{names})(?:_\d+)?\b)")
 
 
-# Canonical rows present: installing would hide them behind the other engine.
-CANONICAL_ROWS = """
-SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.scheduled_jobs) AS busy"""
-LOCK = "SELECT pg_advisory_xact_lock(%s)"
-HAS_TRANSITION = "SELECT to_regclass('awa.storage_transition') IS NOT NULL AS present"
-TRANSITION_UNDERWAY = """
-SELECT state IN ('prepared', 'mixed_transition', 'aborting') AS underway
-  FROM awa.storage_transition"""
-HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
-ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
-# A digest of the functions, views and triggers in the control schema and the layout's: it
-# changes when anything (another release's `awa migrate`, a hand edit) replaced one of them.
-OBJECTS_DIGEST = """
-SELECT md5(string_agg(o, ',' ORDER BY o)) FROM (
-    SELECT p.oid::regprocedure::text || md5(p.prosrc) AS o FROM pg_proc p
-     WHERE p.pronamespace::regnamespace::text = ANY(%(schemas)s::text[])
-    UNION ALL
-    SELECT c.oid::regclass::text || md5(pg_get_viewdef(c.oid)) FROM pg_class c
-     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND c.relkind = 'v'
-    UNION ALL
-    SELECT t.tgrelid::regclass::text || t.tgname || t.tgfoid::regprocedure::text
-      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND NOT t.tgisinternal
-) objects"""
-# What the last install left: its fingerprint (the script's digest, then the objects') and
-# the contract step's layout.
-INSTALLED = f"""
-SELECT (SELECT fingerprint FROM awa.layout_installs WHERE engine = 'queue_storage') AS fingerprint,
-       (SELECT contracted_layout FROM awa.layout_installs
-         WHERE engine = 'queue_storage') AS contracted_layout,
-       ({OBJECTS_DIGEST}) AS objects"""
-RECORD_INSTALL = f"""
-INSERT INTO awa.layout_installs (engine, fingerprint)
-VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}))
-ON CONFLICT (engine) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, installed_at = now()"""
-
+# What the installer sends besides the installed files (sql/installer.sql).
+CANONICAL_ROWS = procedures.named("installer.sql", "canonical_rows")
+LOCK = procedures.named("installer.sql", "lock")
+HAS_TRANSITION = procedures.named("installer.sql", "has_transition")
+TRANSITION_UNDERWAY = procedures.named("installer.sql", "transition_underway")
+HAS_ACTIVE_FN = procedures.named("installer.sql", "has_active_fn")
+ACTIVE_SCHEMA = procedures.named("installer.sql", "active_schema")
+INSTALLED = procedures.named("installer.sql", "installed")
+RECORD_INSTALL = procedures.named("installer.sql", "record_install")
+RECORD_CONTRACT = procedures.named("installer.sql", "record_contract")
+COMPAT_PRESENT = procedures.named("installer.sql", "compat_present")
 
 def in_schema(statement: str, schema: str) -> str:
     """``statement`` with the layout's objects in ``schema`` (itself for ``awa``)."""
@@ -246,17 +221,6 @@ def _schemas(target: str) -> list[str]:
     return sorted({CONTROL_SCHEMA, target})
 
 
-# The contract step's record: installs of this layout leave compat.sql out from now on.
-RECORD_CONTRACT = f"""
-INSERT INTO awa.layout_installs (engine, fingerprint, contracted_layout)
-VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}), %(layout)s)
-ON CONFLICT (engine) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, contracted_layout = EXCLUDED.contracted_layout,
-       installed_at = now()"""
-# How many functions of the layout's schema contract.sql names (what it will drop).
-COMPAT_PRESENT = """
-SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
- WHERE to_regprocedure(s) IS NOT NULL"""
 _DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
 
 
