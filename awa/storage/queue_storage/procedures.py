@@ -51,8 +51,8 @@ def read(name: str) -> str:
 
 
 def named(file: str, name: str) -> str:
-    """The statement ``name`` of the named-query file ``sql/<file>`` (the reads and admin
-    statements, which are not installed: ``awa.statements.named_statements``)."""
+    """The statement ``name`` of the named-query file ``sql/<file>`` (what the engine sends,
+    which is not installed: ``awa.statements.named_statements``)."""
     return named_statements(__package__ or "awa.storage.queue_storage", f"sql/{file}")[name]
 
 
