@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import awa
+from awa.storage.queue_storage import schema
 
 from .test_queue_storage_layout import GUIDE_BACKENDS, GUIDE_LEASES, GUIDE_RECEIPTS
 
@@ -90,6 +92,9 @@ def test_migrate_lays_queue_storage_out_in_the_schema_it_is_given(empty_database
     assert {"jobs", *CONTROL_TABLES} <= tables["awa"]  # the control surface stays
     assert {"qs_claim", "qs_finalize_plain", "qs_slot"} <= functions[OWN]
     assert functions["awa"] == {"qs_layout_version"}
+    # What in_schema moves (read from the files) is what landed in OWN, partitions aside.
+    assert {re.sub(r"_\d+$", "", t) for t in tables[OWN]} | functions[OWN] \
+        <= schema.layout_objects()
     with psycopg.connect(url, row_factory=dict_row) as conn:
         assert [(r["backend"], r["schema_name"]) for r in conn.execute(GUIDE_BACKENDS)] == [
             ("queue_storage", OWN)]
@@ -106,6 +111,16 @@ def test_migrate_lays_queue_storage_out_in_the_schema_it_is_given(empty_database
     assert where(url) == (tables, functions)
     shown = json.loads(awa_cmd(url, "db", "--json").stdout)
     assert (shown["engine"], shown["engine_schema"]) == ("queue_storage", OWN)
+
+
+def test_the_installers_statements_carry_one_objects_digest():
+    """sql/installer.sql writes the digest of installed objects out in three statements: the
+    same text in each, or an install would never be found current."""
+    digest = re.compile(r"SELECT md5\(string_agg.*?\) objects\)", re.DOTALL)
+    found = [digest.findall(statement) for statement in
+             (schema.INSTALLED, schema.RECORD_INSTALL, schema.RECORD_CONTRACT)]
+    assert [len(f) for f in found] == [1, 1, 1]
+    assert found[0] == found[1] == found[2]
 
 
 @dataclass

@@ -29,35 +29,13 @@ from psycopg.rows import dict_row
 from awa import config
 from awa.job import AwaError
 from awa.storage.common import adopt as shared
+from awa.storage.queue_storage.procedures import named
 
-# Queues holding running / waiting attempts, each placed and claimed before anything
-# else of that queue is placed (so the claim takes exactly those).
-ATTEMPT_QUEUES = """
-SELECT queue, array_agg(id ORDER BY id) AS ids FROM {stage}.jobs
- WHERE state IN ('running', 'waiting_external') GROUP BY queue ORDER BY queue"""
-_ROW = "jsonb_populate_record(NULL::awa.jobs, to_jsonb(s) - 'source'{extra})"
-PLACE_FOR_CLAIM = ("SELECT awa.qs_place(" + _ROW.format(extra=""" || jsonb_build_object(
-    'state', 'available', 'attempt', s.attempt - 1, 'run_lease', s.run_lease - 1,
-    'heartbeat_at', NULL, 'deadline_at', NULL, 'callback_id', NULL,
-    'callback_timeout_at', NULL)""") + ") FROM {stage}.jobs s "
-                   "WHERE s.id = ANY(%(ids)s) ORDER BY s.id")
-# The same attempt, as the Rust core left it: last heartbeat, deadline, state, callback.
-RESTORE_ATTEMPT = """
-UPDATE awa.jobs j
-   SET state = s.state::awa.job_state, heartbeat_at = s.heartbeat_at,
-       deadline_at = coalesce(s.deadline_at, j.deadline_at), callback_id = s.callback_id,
-       callback_timeout_at = s.callback_timeout_at, callback_filter = s.callback_filter,
-       callback_on_complete = s.callback_on_complete, callback_on_fail = s.callback_on_fail,
-       callback_transform = s.callback_transform, progress = s.progress,
-       metadata = s.metadata
-  FROM {stage}.jobs s
- WHERE j.id = s.id AND s.id = ANY(%(ids)s)"""
-PLACE_REST = ("SELECT awa.qs_place(" + _ROW.format(extra="") + ") FROM {stage}.jobs s "
-              "WHERE s.state NOT IN ('running', 'waiting_external') ORDER BY s.id")
-COUNT_STATES = """
-SELECT state::text AS state, count(*) AS n FROM awa.jobs GROUP BY state
-UNION ALL
-SELECT 'dlq', count(*) FROM awa.dlq_entries HAVING count(*) > 0"""
+ATTEMPT_QUEUES = named("adopt.sql", "attempt_queues")
+PLACE_FOR_CLAIM = named("adopt.sql", "place_for_claim")
+RESTORE_ATTEMPT = named("adopt.sql", "restore_attempt")
+PLACE_REST = named("adopt.sql", "place_rest")
+COUNT_STATES = named("adopt.sql", "count_states")
 
 _q = shared.staged  # the staging schema's name as an identifier, as every adopter quotes it
 

@@ -43,6 +43,7 @@ from awa.storage.common.batch_operations import (
 from awa.storage.engine import BatchOperation, ChunkOutcome
 from awa.storage.queue_storage.admin import LOCK_LANES
 from awa.storage.queue_storage.enqueue import APPEND_READY
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
 MOVED_REASON = "batch_moved"
@@ -115,32 +116,11 @@ WITH live AS MATERIALIZED (
 SELECT id FROM ready"""
 
 
-# Still under the source lanes' locks, after the move: each lane's claim head past the
-# entries just tombstoned (awa.qs_settle_lane, the maintenance leader's settle, one lane).
-# Else, where no claim ran meanwhile (a paused queue, workers busy elsewhere), every claim
-# of the queue would walk the moved entries until the leader settles: measured, a lane of
-# 50,000 moved entries made each claim of its queue take 326 ms instead of 0.6 ms.  Here
-# the walk covers only this chunk's entries.
-SETTLE_SOURCE_LANES = """
-SELECT awa.qs_settle_lane(l.queue, l.priority, l.shard)
-  FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(shards)s::smallint[])
-       AS l(queue, priority, shard)"""
-
-# The source lanes stay locked until the chunk commits, and their claims wait for them:
-# so, as the claim itself does, the commit does not wait for its WAL to reach disk.  A
-# chunk a server crash took back took its item outcomes with it (one transaction; WAL
-# order also takes back every later claim of a moved entry): it is applied again.
-ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
-
-
-# Taken once per operation, when its scan ends.  A ready partition filled since its last
-# statistics (a fresh install, a ring slot reused) has no column statistics, and the
-# planner then walks the chunk's whole source lane (lane index, filtered by job id) instead
-# of probing the chunk's ids: on a fresh 30,000-job lane (EXPLAIN ANALYZE, 100 ids) the
-# move's live entries took 5.9 ms instead of 0.5 ms, READY_CANDIDATES 3.5 instead of 0.5,
-# growing with the lane -- with the lane locked, so every claim of the queue waits.
-ANALYZE_READY = "ANALYZE awa.ready_entries"
-
+# After the move, the locks still held: the source lanes' claim heads settled past it; the
+# chunk's commit not waiting for its WAL; the statistics once per operation (why, in the file).
+SETTLE_SOURCE_LANES = named("batch_operations.sql", "settle_source_lanes")
+ASYNC_COMMIT = named("batch_operations.sql", "async_commit")
+ANALYZE_READY = named("batch_operations.sql", "analyze_ready")
 
 class QueueStorageBatchOperations(InSchema, SharedBatchOperations):
     """The batch-operations group on queue storage: the core's, and the change."""

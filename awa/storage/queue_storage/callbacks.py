@@ -27,67 +27,19 @@ from awa.storage.engine import (
     CallbackWait,
 )
 from awa.storage.queue_storage.execution import HEARTBEAT, RESOLVE_CALLBACKS, finish
+from awa.storage.queue_storage.procedures import named
 from awa.storage.queue_storage.schema import InSchema
 
-_CALLBACK_SET = """
-           callback_id = %(callback_id)s,
-           callback_timeout_at = now() + make_interval(secs => %(timeout)s),
-           callback_filter = %(filter)s, callback_on_complete = %(on_complete)s,
-           callback_on_fail = %(on_fail)s, callback_transform = %(transform)s"""
-
-# The callback taken by the attempt's lease (materialized first by ``HEARTBEAT``, the one way
-# a receipt becomes a lease).
-REGISTER_CALLBACK = """
-UPDATE awa.leases SET""" + _CALLBACK_SET + """
- WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-RETURNING job_id"""
-
-# Parked: the attempt's deadline no longer applies, the callback timeout does.
-PARK_FOR_WAIT = """
-UPDATE awa.leases SET state = 'waiting_external', deadline_at = NULL
- WHERE job_id = %(job_id)s AND run_lease = %(run_lease)s AND state = 'running'
-   AND callback_id = %(callback_id)s
-RETURNING job_id"""
-
-
+REGISTER_CALLBACK = named("callbacks.sql", "register_callback")
+PARK_FOR_WAIT = named("callbacks.sql", "park_for_wait")
 OPEN = ("running", "waiting_external")
-
-# The open attempt holding a callback id.
-OPEN_LEASE = """
-SELECT job_id, run_lease, attempt FROM awa.leases
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')"""
-LOCK_OPEN_LEASE = OPEN_LEASE + "\n   FOR UPDATE"
-JOB = "SELECT * FROM awa.jobs WHERE id = %(id)s"
-POLL_WAIT = """
-SELECT state::text AS state, run_lease, callback_id, metadata -> %(key)s::text AS result
-  FROM awa.jobs WHERE id = %(job_id)s AND state NOT IN ('scheduled', 'retryable')"""
-FIND_CALLBACK = """
-SELECT job_id AS id, state::text AS state FROM awa.leases WHERE callback_id = %(callback_id)s
-UNION ALL
-SELECT id, state::text FROM awa.done_entries WHERE callback_id = %(callback_id)s
-LIMIT 1"""
-
-RESUME_EXTERNAL = """
-WITH hit AS (
-    UPDATE awa.leases
-       SET state = 'running', heartbeat_at = now(), callback_id = NULL,
-           callback_timeout_at = NULL, callback_filter = NULL, callback_on_complete = NULL,
-           callback_on_fail = NULL, callback_transform = NULL
-     WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-    RETURNING job_id, run_lease
-), st AS (
-    INSERT INTO awa.attempt_state AS s (job_id, run_lease, metadata)
-    SELECT job_id, run_lease, jsonb_build_object(%(key)s::text, %(result)s::jsonb) FROM hit
-    ON CONFLICT (job_id, run_lease) DO UPDATE
-       SET metadata = s.metadata || EXCLUDED.metadata, updated_at = now()
-)
-SELECT job_id, pg_notify(%(channel)s, job_id::text) FROM hit"""
-
-HEARTBEAT_CALLBACK = """
-UPDATE awa.leases SET callback_timeout_at = now() + make_interval(secs => %(timeout)s)
- WHERE callback_id = %(callback_id)s AND state IN ('running', 'waiting_external')
-RETURNING job_id"""
-
+OPEN_LEASE = named("callbacks.sql", "open_lease")
+LOCK_OPEN_LEASE = named("callbacks.sql", "lock_open_lease")
+JOB = named("callbacks.sql", "job")
+POLL_WAIT = named("callbacks.sql", "poll_wait")
+FIND_CALLBACK = named("callbacks.sql", "find_callback")
+RESUME_EXTERNAL = named("callbacks.sql", "resume_external")
+HEARTBEAT_CALLBACK = named("callbacks.sql", "heartbeat_callback")
 
 class QueueStorageCallbacks(InSchema):
     """The callbacks group on queue storage."""

@@ -31,6 +31,8 @@ from awa.statements import named_statements
 # Install order.
 FILES = ("layout.sql", "open_receipts.sql", "claim.sql", "jobs_view.sql", "enqueue.sql",
          "execution.sql", "arrange.sql", "compat.sql", "layout_version.sql")
+# The last of ``FILES``: the layout's version, in the control schema (``awa``).
+VERSION = "layout_version.sql"
 # What is kept for older releases' runtimes (expand/contract): left out of the install once
 # ``awa migrate --contract`` ran at this layout; ``CONTRACT`` drops it.
 COMPAT = "compat.sql"
@@ -49,8 +51,8 @@ def read(name: str) -> str:
 
 
 def named(file: str, name: str) -> str:
-    """The statement ``name`` of the named-query file ``sql/<file>`` (the reads and admin
-    statements, which are not installed: ``awa.statements.named_statements``)."""
+    """The statement ``name`` of the named-query file ``sql/<file>`` (what the engine sends,
+    which is not installed: ``awa.statements.named_statements``)."""
     return named_statements(__package__ or "awa.storage.queue_storage", f"sql/{file}")[name]
 
 

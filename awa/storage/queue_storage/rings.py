@@ -27,6 +27,7 @@ slots after the tick.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Literal
 
@@ -41,16 +42,17 @@ from awa.storage.engine import (
     RingPass,
     RingState,
 )
-from awa.storage.queue_storage.procedures import named
+from awa.storage.queue_storage.procedures import named, read
 from awa.storage.queue_storage.schema import DEFAULT_SCHEMA, in_schema
 
 Ring = Literal["queue", "claim", "lease"]
 RINGS: tuple[Ring, ...] = ("queue", "claim", "lease")
+# Each ring's tables, as layout.sql's partition loop pairs them (``('<table>', '<ring>')``):
+# the one list of what a ring holds.
+_RING_TABLE = re.compile(r"\('(\w+)', '(queue|claim|lease)'\)")
 _TABLES: dict[str, tuple[str, ...]] = {
-    "queue": ("ready_entries", "ready_tombstones", "done_entries"),
-    "claim": ("lease_claims", "lease_claim_closures", "lease_claim_closure_batches"),
-    "lease": ("leases",),
-}
+    ring: tuple(t for t, r in _RING_TABLE.findall(read("layout.sql")) if r == ring)
+    for ring in RINGS}
 DEFAULT_LOCK_TIMEOUT_MS = 50
 
 RING_STATE = named("rings.sql", "ring_state")

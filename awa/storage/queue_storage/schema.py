@@ -11,7 +11,13 @@ The layout's own tables, sequences and functions live in the engine's schema
 (``awa`` unless the operator chose another).  The SQL beside the engine names
 them ``awa.<name>`` as the seeds do; ``in_schema`` moves exactly those names
 to the engine's schema, so a database laid out in ``awa`` runs the text as
-written, and one schema rule serves the layout and every statement.
+written, and one schema rule serves the layout and every statement.  Which
+names those are has one source, the files that make them: ``layout_objects``
+reads every ``CREATE``/``ALTER``/``DROP`` of ``awa.<name>`` in the engine's
+files, less what the control schema keeps (what the canonical migrations name,
+and the version record); a table added to ``layout.sql`` moves with no list to
+edit.  (A spelling of its own in the SQL, a marker, would need every file that
+names a layout object rewritten, the hot path's included.)
 """
 
 from __future__ import annotations
@@ -40,50 +46,45 @@ from awa.storage.queue_storage import procedures
 DEFAULT_SCHEMA = config.DEFAULT_QUEUE_STORAGE_SCHEMA
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
-# The layout's own objects as the engine's SQL spells them (``awa.<name>``, partitions and
-# indexes included).  The control surface -- the awa.jobs view, queue_meta, unique claims,
-# the DLQ, cron, runtimes, the job_state type, awa.qs_layout_version() -- stays in awa.
-_LAYOUT_OBJECT = re.compile(
-    r"\bawa\.(?=(?:queue_ring_state|queue_enqueue_heads|queue_claim_heads|ready_entries"
-    r"|ready_tombstones|done_entries|deferred_jobs|leases|lease_claim|attempt_state"
-    r"|qs_(?!layout_version\b)|idx_(?:ready|done|deferred|lease|attempt)_))")
+# What a statement makes, alters or drops: the name after ``awa.``.
+_MADE = re.compile(r"\b(?:CREATE(?: OR REPLACE)?|ALTER|DROP)(?: UNIQUE)? "
+                   r"(?:TABLE|SEQUENCE|FUNCTION|VIEW|INDEX)(?: IF(?: NOT)? EXISTS)? awa\.(\w+)")
+_NAMED = re.compile(r"\bawa\.(\w+)")
 
-# Canonical rows present: installing would hide them behind the other engine.
-CANONICAL_ROWS = """
-SELECT EXISTS (SELECT 1 FROM awa.jobs_hot) OR EXISTS (SELECT 1 FROM awa.scheduled_jobs) AS busy"""
-LOCK = "SELECT pg_advisory_xact_lock(%s)"
-HAS_TRANSITION = "SELECT to_regclass('awa.storage_transition') IS NOT NULL AS present"
-TRANSITION_UNDERWAY = """
-SELECT state IN ('prepared', 'mixed_transition', 'aborting') AS underway
-  FROM awa.storage_transition"""
-HAS_ACTIVE_FN = "SELECT to_regprocedure('awa.active_queue_storage_schema()') IS NOT NULL AS present"
-ACTIVE_SCHEMA = "SELECT awa.active_queue_storage_schema() AS schema_name"
-# A digest of the functions, views and triggers in the control schema and the layout's: it
-# changes when anything (another release's `awa migrate`, a hand edit) replaced one of them.
-OBJECTS_DIGEST = """
-SELECT md5(string_agg(o, ',' ORDER BY o)) FROM (
-    SELECT p.oid::regprocedure::text || md5(p.prosrc) AS o FROM pg_proc p
-     WHERE p.pronamespace::regnamespace::text = ANY(%(schemas)s::text[])
-    UNION ALL
-    SELECT c.oid::regclass::text || md5(pg_get_viewdef(c.oid)) FROM pg_class c
-     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND c.relkind = 'v'
-    UNION ALL
-    SELECT t.tgrelid::regclass::text || t.tgname || t.tgfoid::regprocedure::text
-      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-     WHERE c.relnamespace::regnamespace::text = ANY(%(schemas)s::text[]) AND NOT t.tgisinternal
-) objects"""
-# What the last install left: its fingerprint (the script's digest, then the objects') and
-# the contract step's layout.
-INSTALLED = f"""
-SELECT (SELECT fingerprint FROM awa.layout_installs WHERE engine = 'queue_storage') AS fingerprint,
-       (SELECT contracted_layout FROM awa.layout_installs
-         WHERE engine = 'queue_storage') AS contracted_layout,
-       ({OBJECTS_DIGEST}) AS objects"""
-RECORD_INSTALL = f"""
-INSERT INTO awa.layout_installs (engine, fingerprint)
-VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}))
-ON CONFLICT (engine) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, installed_at = now()"""
 
+@cache
+def layout_objects() -> frozenset[str]:
+    """The layout's own objects, read from the files that make them: every name the engine's
+    files (``procedures.FILES`` and ``CONTRACT``) create, alter or drop as ``awa.<name>``,
+    less the control schema's, which stay in ``awa``: every ``awa.<name>`` the canonical
+    migrations write (they own schema ``awa``: ``awa.jobs``, which the engine replaces,
+    ``awa.active_queue_storage_schema()``, ...) and the layout's version record
+    (``procedures.VERSION``: ``awa.qs_layout_version()``, read in ``awa`` before anyone
+    knows where the layout is)."""
+    made = "\n".join(procedures.read(name) for name in (*procedures.FILES, procedures.CONTRACT))
+    control = migrations.migration_sql() + procedures.read(procedures.VERSION)
+    return frozenset(_MADE.findall(made)) - frozenset(_NAMED.findall(control))
+
+
+@cache
+def _layout_object() -> re.Pattern[str]:
+    """``awa.`` before one of ``layout_objects`` or a partition of one (``<name>_<slot>``,
+    made by layout.sql's partition loop): where ``in_schema`` puts the layout's schema."""
+    names = "|".join(sorted(layout_objects(), key=lambda n: (-len(n), n)))
+    return re.compile(rf"\bawa\.(?=(?:{names})(?:_\d+)?\b)")
+
+
+# What the installer sends besides the installed files (sql/installer.sql).
+CANONICAL_ROWS = procedures.named("installer.sql", "canonical_rows")
+LOCK = procedures.named("installer.sql", "lock")
+HAS_TRANSITION = procedures.named("installer.sql", "has_transition")
+TRANSITION_UNDERWAY = procedures.named("installer.sql", "transition_underway")
+HAS_ACTIVE_FN = procedures.named("installer.sql", "has_active_fn")
+ACTIVE_SCHEMA = procedures.named("installer.sql", "active_schema")
+INSTALLED = procedures.named("installer.sql", "installed")
+RECORD_INSTALL = procedures.named("installer.sql", "record_install")
+RECORD_CONTRACT = procedures.named("installer.sql", "record_contract")
+COMPAT_PRESENT = procedures.named("installer.sql", "compat_present")
 
 def in_schema(statement: str, schema: str) -> str:
     """``statement`` with the layout's objects in ``schema`` (itself for ``awa``)."""
@@ -93,7 +94,7 @@ def in_schema(statement: str, schema: str) -> str:
 @cache
 def _moved(statement: str, schema: str) -> str:
     check_schema(schema)
-    return _LAYOUT_OBJECT.sub(f'"{schema}".', statement)
+    return _layout_object().sub(f'"{schema}".', statement)
 
 
 class InSchema:
@@ -220,17 +221,6 @@ def _schemas(target: str) -> list[str]:
     return sorted({CONTROL_SCHEMA, target})
 
 
-# The contract step's record: installs of this layout leave compat.sql out from now on.
-RECORD_CONTRACT = f"""
-INSERT INTO awa.layout_installs (engine, fingerprint, contracted_layout)
-VALUES ('queue_storage', %(script)s || ':' || ({OBJECTS_DIGEST}), %(layout)s)
-ON CONFLICT (engine) DO UPDATE
-   SET fingerprint = EXCLUDED.fingerprint, contracted_layout = EXCLUDED.contracted_layout,
-       installed_at = now()"""
-# How many functions of the layout's schema contract.sql names (what it will drop).
-COMPAT_PRESENT = """
-SELECT count(*) AS n FROM unnest(%(signatures)s::text[]) s
- WHERE to_regprocedure(s) IS NOT NULL"""
 _DROPPED = re.compile(r"^DROP FUNCTION IF EXISTS (\S+\(.*\));$", re.MULTILINE)
 
 
