@@ -19,8 +19,10 @@ import contextlib
 import dataclasses
 import fcntl
 import io
+import json
 import math
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -30,6 +32,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from _proc import backend_cpu_s, proc_stat, server_cpu_s  # benchmarks/: the script's own dir
@@ -343,3 +346,36 @@ def tree_build(ref: str) -> Build:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tree, filter="data")
     return Build(ref, sys.executable, str(tree))
+
+
+# --- measured processes ----------------------------------------------------------------
+def under_callgrind(prefix: str, cmd: list[str]) -> tuple[list[str], str]:
+    """``cmd`` run under ``valgrind --tool=callgrind``, and the file it writes its counts to
+    (one per process: ``callgrind_instructions`` adds them up)."""
+    with tempfile.NamedTemporaryFile(prefix=prefix, suffix=".cg", delete=False) as out:
+        out_file = out.name
+    return (["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+             "--dump-instr=no", "--collect-jumps=no", *cmd], out_file)
+
+
+def callgrind_instructions(out_file: str) -> int:
+    """The instructions callgrind counted: the summary of every file written for
+    ``out_file`` (a process and each process it forked), added; the files are removed."""
+    total, found = 0, False
+    for path in Path(out_file).parent.glob(Path(out_file).name + "*"):
+        match = re.search(r"^summary:\s+(\d+)", path.read_text(), re.MULTILINE)
+        path.unlink()
+        if match is not None:
+            total, found = total + int(match.group(1)), True
+    if not found:
+        raise SystemExit("no callgrind summary line")
+    return total
+
+
+def measured_result(cmd: list[str], build: Build) -> dict[str, Any]:
+    """Run one measured process of ``build``; its result is the JSON of its last line."""
+    done = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"measured process failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

@@ -35,13 +35,9 @@ import asyncio
 import dataclasses
 import json
 import os
-import re
 import statistics
-import subprocess
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import _support
@@ -126,23 +122,12 @@ def run_one(build: _support.Build, url: str, args_kind: str, jobs: int, batch: i
            "1" if reads else "0"]
     out_file = None
     if callgrind:
-        with tempfile.NamedTemporaryFile(prefix="claim_decode.", suffix=".cg",
-                                         delete=False) as out:
-            out_file = out.name
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
-               "--dump-instr=no", "--collect-jumps=no", *cmd]
-    done = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"measured process failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        cmd, out_file = _support.under_callgrind("claim_decode.", cmd)
+    result = _support.measured_result(cmd, build)
     if result["claimed"] != jobs:
         raise SystemExit(f"claimed {result['claimed']} of {jobs} jobs")
     if out_file is not None:
-        match = re.search(r"^summary:\s+(\d+)", Path(out_file).read_text(), re.MULTILINE)
-        os.unlink(out_file)
-        if match is None:
-            raise SystemExit("no callgrind summary line")
-        result["instructions"] = int(match.group(1))
+        result["instructions"] = _support.callgrind_instructions(out_file)
     return result
 
 

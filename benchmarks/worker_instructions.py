@@ -27,12 +27,8 @@ import asyncio
 import dataclasses
 import json
 import os
-import re
 import statistics
-import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 from typing import Any
 
 import _support
@@ -90,28 +86,13 @@ def run_one(build: _support.Build, url: str, jobs: int, workers: int) -> int:
     """The instructions one measured process of ``build`` spent running ``jobs`` jobs."""
     queue = f"wi_{uuid.uuid4().hex[:10]}"
     fill(url, queue, jobs)
-    with tempfile.NamedTemporaryFile(prefix="worker_instructions.", suffix=".cg",
-                                     delete=False) as out:
-        out_file = out.name
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
-           "--dump-instr=no", "--collect-jumps=no",
-           build.python, __file__, "--child", url, queue, str(jobs), str(workers)]
-    done = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"measured process failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    cmd, out_file = _support.under_callgrind(
+        "worker_instructions.",
+        [build.python, __file__, "--child", url, queue, str(jobs), str(workers)])
+    result = _support.measured_result(cmd, build)
     if result["ran"] < jobs:
         raise SystemExit(f"ran {result['ran']} of {jobs} jobs")
-    # Callgrind writes one file per process (and thread): the summary of each, added.
-    total = 0
-    for path in Path(out_file).parent.glob(Path(out_file).name + "*"):
-        match = re.search(r"^summary:\s+(\d+)", path.read_text(), re.MULTILINE)
-        path.unlink()
-        if match is not None:
-            total += int(match.group(1))
-    if total == 0:
-        raise SystemExit("no callgrind summary line")
-    return total
+    return _support.callgrind_instructions(out_file)
 
 
 def main() -> None:

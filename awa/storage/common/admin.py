@@ -24,8 +24,6 @@ _SQL = named_statements("awa.storage.common", "sql/admin.sql")
 
 # --- column lists (constants built from the schema's column names) -----------
 _COLUMNS = ", ".join(JOB_COLUMNS)
-DLQ_AS_JOB = ", ".join("job_id AS id" if c == "id" else c for c in JOB_COLUMNS)
-NON_ID_COLUMNS = ", ".join(c for c in JOB_COLUMNS if c != "id")
 
 # --- jobs ------------------------------------------------------------------
 GET_JOB = _SQL["get_job"]
