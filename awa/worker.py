@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
@@ -492,12 +493,15 @@ class WorkerMixin:
         except Exception:  # any failure to ask the database means: not connected
             available = {}
             h.postgres_connected = False
+        # Handlers running now, per queue: not the permits in use, which also count the
+        # slots a claim statement still out has reserved (two in flight with nothing running).
+        running = Counter(ctx.job.queue for ctx in list(runtime.in_flight.values()))
         queues = {}
         for name, q in runtime.queues.items():
             p = runtime.permits[name]
             weighted = p.pool is not None
             queues[name] = QueueHealth(
-                in_flight=p.in_use, available=available.get(name, 0),
+                in_flight=running[name], available=available.get(name, 0),
                 max_workers=q.max_workers, min_workers=q.min_workers if weighted else None,
                 weight=q.weight if weighted else None,
                 overflow_held=p.overflow_held if weighted else None, capacity=p.capacity)
